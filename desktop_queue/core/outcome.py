@@ -1,0 +1,130 @@
+"""What providers hand back to the engine, and what the engine hands to providers."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from desktop_queue.core.model import ErrorClass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one attempt.
+
+    Attributes:
+        ok: True when the attempt produced a result.
+        result: the JSON result (only when ``ok``).
+        error_class: how the failure is handled (only when not ``ok``).
+        message: a short, redacted description of the failure.
+        status: the HTTP status behind the failure, if any.
+        retry_after: seconds the provider asked us to wait, if it said.
+    """
+
+    ok: bool
+    result: Any = None
+    error_class: ErrorClass | None = None
+    message: str = ""
+    status: int | None = None
+    retry_after: float | None = None
+
+    @classmethod
+    def success(cls, result: Any) -> Outcome:
+        return cls(ok=True, result=result)
+
+    @classmethod
+    def failure(
+        cls,
+        error_class: ErrorClass | str,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> Outcome:
+        return cls(
+            ok=False,
+            error_class=ErrorClass(error_class),
+            message=message,
+            status=status,
+            retry_after=retry_after,
+        )
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """What a provider knows about a job that was running when its process died.
+
+    Attributes:
+        status: ``finished`` (``result`` holds it), ``running`` (still in progress
+            at the provider), ``failed`` (``outcome`` says how) or ``unknown``.
+    """
+
+    status: str
+    result: Any = None
+    outcome: Outcome | None = None
+
+    FINISHED = "finished"
+    RUNNING = "running"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+@dataclass
+class RunContext:
+    """Handed to a provider for one attempt.
+
+    Attributes:
+        job_id: the job.
+        attempt: the attempt number within the current run.
+        idempotency_key: the job's key (send it to providers that honour one).
+        cancelled: set when the job was cancelled or its lease was lost; stop soon.
+        heartbeat: call regularly while working; returns False when the lease is lost.
+        record_provider_job: commit a provider-side job id before polling it.
+        provider_job_id: the provider-side id from an earlier attempt, if any.
+    """
+
+    job_id: str
+    attempt: int
+    idempotency_key: str
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    heartbeat: Any = None
+    record_provider_job: Any = None
+    provider_job_id: str | None = None
+
+    def beat(self) -> bool:
+        """Heartbeats the lease; returns False (and sets ``cancelled``) when it is lost."""
+        if self.heartbeat is None:
+            return not self.cancelled.is_set()
+        alive = bool(self.heartbeat())
+        if not alive:
+            self.cancelled.set()
+        return alive
+
+
+class Provider(Protocol):
+    """The small interface every job kind implements.
+
+    Attributes:
+        kind: the job kind this provider runs (``demo``, ``openai.chat``, ...).
+        version: part of the idempotency fingerprint; bump it when outputs change.
+    """
+
+    kind: str
+    version: str
+
+    def validate(self, payload: Any) -> None:
+        """Raises :class:`~desktop_queue.core.errors.InvalidInput` if the input is unusable."""
+        ...
+
+    def run(self, job: Any, context: RunContext) -> Outcome:
+        """Runs one attempt; never raises for expected failures."""
+        ...
+
+    def classify(self, error: BaseException) -> Outcome:
+        """Turns an unexpected exception into a classified failure."""
+        ...
+
+    def lookup(self, job: Any) -> LookupResult:
+        """Asks the provider what became of an orphaned job."""
+        ...

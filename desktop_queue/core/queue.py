@@ -1,0 +1,842 @@
+"""The queue: every verb of shared/DESIGN.md section 1 as one durable, cross-process commit."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from desktop_queue.core.clock import Clock, SystemClock
+from desktop_queue.core.errors import (
+    DuplicateKeyConflict,
+    IllegalTransition,
+    InputTooLarge,
+    InvalidInput,
+    NoSuchJob,
+    NotAllowed,
+    QueueFull,
+    StaleLease,
+    UnknownKind,
+)
+from desktop_queue.core.fingerprint import canonical_json, fingerprint, input_digest
+from desktop_queue.core.model import (
+    TERMINAL,
+    Actor,
+    ErrorClass,
+    EventType,
+    Job,
+    Priority,
+    State,
+    check_transition,
+    clean_detail,
+)
+from desktop_queue.core.outcome import LookupResult, Outcome
+from desktop_queue.core.redact import redact
+from desktop_queue.core.results import ResultStore
+from desktop_queue.core.retry import RetryPolicy
+from desktop_queue.core.storage import JobDict, OpenReport, Record, Store, StoreState
+
+log = logging.getLogger(__name__)
+
+MAX_INPUT_BYTES = 1 << 20
+MAX_INTERACTIVE_WAITING = 5
+MAX_TITLE = 200
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A job handed to one worker until ``expires_at``, under an unpredictable token."""
+
+    job_id: str
+    token: str
+    epoch: int
+    expires_at: float
+    attempt: int
+    worker: str
+    job: Job
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What a submission did.
+
+    Attributes:
+        job: the new job, or the existing one holding the key.
+        duplicate: True when no job was created.
+        result: the stored result document when the existing job already succeeded.
+    """
+
+    job: Job
+    duplicate: bool
+    result: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """One start-up reconciliation decision."""
+
+    job_id: str
+    title: str
+    decision: str  # succeeded | requeued | resumed | dead
+    reason: str
+
+
+@dataclass
+class _Capture:
+    """Carries a value out of a transaction function."""
+
+    value: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
+
+
+class Queue:
+    """The job engine over one data directory.
+
+    Every method is a single atomic commit, safe across threads and processes.
+
+    Args:
+        data_dir: the data directory (``store/`` and ``results/`` live in it).
+        providers: kind -> provider (``version``, ``validate``, optional ``lookup``).
+        clock: where time comes from.
+        policy: retry and lease defaults.
+        rng: randomness for backoff jitter (tests pass a seeded one).
+        rotate_bytes: journal segment size that triggers compaction.
+        background_compaction: fold segments on a thread (False: inline, for tests).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        providers: Mapping[str, Any] | None = None,
+        *,
+        clock: Clock | None = None,
+        policy: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+        rotate_bytes: int = 8 << 20,
+        background_compaction: bool = True,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.providers: Mapping[str, Any] = providers if providers is not None else {}
+        self.clock: Clock = clock or SystemClock()
+        self.policy = policy or RetryPolicy()
+        self.rng = rng or random.Random()
+        self.store = Store(
+            self.data_dir / "store", rotate_bytes=rotate_bytes, background_compaction=background_compaction
+        )
+        self.results = ResultStore(self.data_dir / "results")
+        self.reconciled: list[Reconciled] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def open(cls, data_dir: Path | str, providers: Mapping[str, Any] | None = None, **kwargs: Any) -> Queue:
+        """Opens (creating if needed) the queue; the first process to open it reconciles orphans."""
+        queue = cls(data_dir, providers, **kwargs)
+        queue.store.open(on_first=queue._reconcile_orphans)
+        return queue
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def report(self) -> OpenReport:
+        """What opening the store found (first opener? recoveries?)."""
+        return self.store.report
+
+    # ------------------------------------------------------------------ helpers
+
+    def _event(
+        self,
+        kind: EventType,
+        job: JobDict,
+        actor: str,
+        now: float,
+        *,
+        detail: dict[str, Any] | None = None,
+        worker: str | None = None,
+        attempt: int | None = None,
+        epoch: int | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "type": str(kind),
+            "at": round(now, 3),
+            "attempt": job.get("attempts", 0) if attempt is None else attempt,
+            "epoch": job.get("lease_epoch", 0) if epoch is None else epoch,
+            "worker": worker,
+            "actor": str(actor),
+            "detail": clean_detail(detail),
+        }
+
+    @staticmethod
+    def _upd(job_id: str, changes: dict[str, Any], *events: dict[str, Any]) -> Record:
+        return {"op": "upd", "id": job_id, "set": changes, "ev": list(events)}
+
+    def _provider(self, kind: str) -> Any:
+        provider = self.providers.get(kind)
+        if provider is None and self.providers:
+            known = ", ".join(sorted(self.providers)) or "none"
+            raise UnknownKind(f"unknown job kind {kind!r} (known kinds: {known})")
+        return provider
+
+    @staticmethod
+    def _find(state: StoreState, job_id: str) -> JobDict:
+        job = state.jobs.get(job_id)
+        if job is not None:
+            return job
+        if len(job_id) >= 4:
+            matches = [j for i, j in state.jobs.items() if i.startswith(job_id)]
+            if len(matches) == 1:
+                return matches[0]
+            if len(matches) > 1:
+                raise NoSuchJob(f"job id prefix {job_id!r} is ambiguous ({len(matches)} jobs)")
+        raise NoSuchJob(f"no job {job_id!r}")
+
+    def _lease_changes_cleared(self, now: float) -> dict[str, Any]:
+        return {"lease_token": None, "lease_expires_at": None, "updated_at": now}
+
+    def _view(self, job_id: str) -> Job:
+        return Job.from_dict(self.store.state.jobs[job_id])
+
+    # ------------------------------------------------------------------ submit
+
+    def submit(
+        self,
+        kind: str,
+        payload: Any,
+        *,
+        key: str | None = None,
+        title: str | None = None,
+        priority: str = Priority.BACKGROUND,
+        max_attempts: int | None = None,
+        actor: str = Actor.USER,
+        replay_of: str | None = None,
+    ) -> SubmitResult:
+        """Creates a job, or returns the live or succeeded one holding the same key.
+
+        The job exists durably when this returns.
+
+        Raises:
+            InvalidInput: bad input, kind, priority or attempt budget (nothing is created).
+            InputTooLarge: the input is over 1 MiB.
+            DuplicateKeyConflict: the key is held by a job with a different input.
+            QueueFull: the interactive lane already has its maximum of waiting jobs.
+        """
+        provider = self._provider(kind)
+        try:
+            body = canonical_json(payload)
+        except TypeError as exc:
+            raise InvalidInput(f"input is not JSON: {exc}") from None
+        if len(body) > MAX_INPUT_BYTES:
+            raise InputTooLarge(
+                f"input is {len(body):,} bytes; the limit is {MAX_INPUT_BYTES:,} bytes (1 MiB)"
+            )
+        if provider is not None and hasattr(provider, "validate"):
+            provider.validate(payload)
+        try:
+            lane = Priority(priority)
+        except ValueError:
+            raise InvalidInput(f"priority must be interactive or background, not {priority!r}") from None
+        budget = self.policy.max_attempts if max_attempts is None else max_attempts
+        if not isinstance(budget, int) or not 1 <= budget <= 100:
+            raise InvalidInput(f"max attempts must be between 1 and 100, not {max_attempts!r}")
+        if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 256):
+            raise InvalidInput("an idempotency key is 1 to 256 characters")
+        version = str(getattr(provider, "version", "1"))
+        key_source = "caller" if key else ("replay" if replay_of else "fingerprint")
+        the_key = key or fingerprint(kind, version, payload)
+        digest = input_digest(kind, payload)
+        clean_title = " ".join((title or "").split())[:MAX_TITLE]
+        now = self.clock.now()
+        out = _Capture()
+
+        def fn(state: StoreState) -> list[Record]:
+            held = state.keys.get(the_key)
+            if held is not None:
+                existing = state.jobs[held]
+                if existing.get("input_digest") != digest:
+                    raise DuplicateKeyConflict(
+                        f"idempotency key is already used by job {held} with a different input"
+                    )
+                out.value = held
+                out.extra["duplicate"] = True
+                return []
+            if lane is Priority.INTERACTIVE:
+                waiting = len(state.queued_by_lane.get(Priority.INTERACTIVE, ()))
+                if waiting >= MAX_INTERACTIVE_WAITING:
+                    raise QueueFull(
+                        f"{waiting} interactive jobs are already waiting (the limit is {MAX_INTERACTIVE_WAITING}); "
+                        "wait for one to start or submit it as background"
+                    )
+            job_id = secrets.token_hex(5)
+            while job_id in state.jobs:
+                job_id = secrets.token_hex(5)
+            job: JobDict = {
+                "id": job_id,
+                "seq": state.seq + 1,
+                "kind": kind,
+                "title": clean_title or f"{kind} job",
+                "priority": str(lane),
+                "input": payload,
+                "input_digest": digest,
+                "key": the_key,
+                "key_source": key_source,
+                "max_attempts": budget,
+                "state": str(State.QUEUED),
+                "attempts": 0,
+                "total_attempts": 0,
+                "run": 1,
+                "created_at": now,
+                "updated_at": now,
+                "run_after": now,
+                "deadline_at": now + self.policy.deadline_s,
+                "lease_token": None,
+                "lease_epoch": 0,
+                "lease_expires_at": None,
+                "worker": None,
+                "last_error": None,
+                "result_ref": None,
+                "provider_job_id": None,
+                "replay_of": replay_of,
+                "replayed_as": [],
+                "poison_count": 0,
+                "started_at": None,
+                "finished_at": None,
+            }
+            detail: dict[str, Any] = {"kind": kind, "priority": str(lane), "key_source": key_source, "bytes": len(body)}
+            if replay_of:
+                detail["replay_of"] = replay_of
+            out.value = job_id
+            return [{"op": "new", "job": job, "ev": [self._event(EventType.SUBMITTED, job, actor, now, detail=detail)]}]
+
+        self.store.transact(fn)
+        job = self._view(out.value)
+        if out.extra.get("duplicate"):
+            result = self.results.get(job.idempotency_key) if job.state == State.SUCCEEDED else None
+            return SubmitResult(job=job, duplicate=True, result=result)
+        return SubmitResult(job=job, duplicate=False)
+
+    # ------------------------------------------------------------------ leases
+
+    def lease(
+        self,
+        worker: str | None = None,
+        *,
+        kinds: set[str] | None = None,
+        lease_s: float | None = None,
+        accept: Callable[[JobDict], bool] | None = None,
+    ) -> Lease | None:
+        """Leases the next runnable job (interactive lane first, then ``run_after``, then submission order).
+
+        Expired leases are reaped in the same commit. The attempt is recorded before
+        anyone calls the provider (invariant 4).
+
+        Args:
+            worker: who holds the lease (shown in timelines).
+            kinds: only these job kinds (None: any).
+            lease_s: lease length (default: the policy's).
+            accept: a further filter (flow control), called with the job dict.
+        """
+        who = worker or default_worker_id()
+        length = self.policy.lease_s if lease_s is None else lease_s
+        out = _Capture()
+
+        def skip(job: JobDict) -> bool:
+            if kinds is not None and job["kind"] not in kinds:
+                return True
+            return accept is not None and not accept(job)
+
+        def fn(state: StoreState) -> list[Record]:
+            now = self.clock.now()
+            records = self._reap_records(state, now)
+            reaped = {r["id"] for r in records}
+            job = None
+            for lane in (Priority.INTERACTIVE, Priority.BACKGROUND):
+                job = state.peek_runnable(lane, now, lambda j: j["id"] in reaped or skip(j))
+                if job is not None:
+                    break
+            if job is None:
+                return records
+            token = secrets.token_urlsafe(24)
+            epoch = state.epoch + 1
+            attempts = job["attempts"] + 1
+            changes = {
+                "state": str(State.RUNNING),
+                "attempts": attempts,
+                "total_attempts": job.get("total_attempts", 0) + 1,
+                "lease_token": token,
+                "lease_epoch": epoch,
+                "lease_expires_at": now + length,
+                "worker": who,
+                "started_at": now,
+                "updated_at": now,
+            }
+            event = self._event(
+                EventType.LEASED, job, Actor.SYSTEM, now, detail={"lease_s": length}, worker=who,
+                attempt=attempts, epoch=epoch,
+            )
+            records.append(self._upd(job["id"], changes, event))
+            out.value = (job["id"], token, epoch, now + length, attempts)
+            return records
+
+        self.store.transact(fn)
+        if out.value is None:
+            return None
+        job_id, token, epoch, expires, attempt = out.value
+        return Lease(job_id, token, epoch, expires, attempt, who, self._view(job_id))
+
+    def _current(self, state: StoreState, lease: Lease) -> JobDict:
+        job = state.jobs.get(lease.job_id)
+        if job is None or job["state"] != State.RUNNING or job.get("lease_token") != lease.token:
+            current = job["state"] if job else "missing"
+            raise StaleLease(
+                f"job {lease.job_id}: lease epoch {lease.epoch} is no longer current (job is {current})"
+            )
+        return job
+
+    def heartbeat(self, lease: Lease, lease_s: float | None = None) -> float:
+        """Extends a lease; returns the new expiry. Raises :class:`StaleLease` if it was lost."""
+        length = self.policy.lease_s if lease_s is None else lease_s
+        out = _Capture()
+
+        def fn(state: StoreState) -> list[Record]:
+            job = self._current(state, lease)
+            now = self.clock.now()
+            out.value = now + length
+            return [self._upd(job["id"], {"lease_expires_at": now + length, "heartbeat_at": now})]
+
+        self.store.transact(fn)
+        return float(out.value)
+
+    def record_provider_job(self, lease: Lease, provider_job_id: str) -> None:
+        """Commits the provider-side job id before the provider is polled (crash-safe resumption)."""
+
+        def fn(state: StoreState) -> list[Record]:
+            job = self._current(state, lease)
+            now = self.clock.now()
+            ev = self._event(
+                EventType.PROVIDER_JOB, job, Actor.SYSTEM, now,
+                detail={"provider_job_id": provider_job_id}, worker=lease.worker,
+            )
+            return [self._upd(job["id"], {"provider_job_id": provider_job_id, "updated_at": now}, ev)]
+
+        self.store.transact(fn)
+
+    def complete(self, lease: Lease, result: Any, *, reused: bool = False) -> Job:
+        """Stores the result durably under the job's key, then marks the job ``succeeded``.
+
+        Raises:
+            StaleLease: the lease is no longer current; the state is unchanged and the
+                rejection is recorded in the job's timeline.
+        """
+        now = self.clock.now()
+        existing = self.results.get(lease.job.idempotency_key)
+        if existing is not None:
+            ref, created = self.results.ref_for(lease.job.idempotency_key), False
+        else:
+            ref, created = self.results.put(
+                lease.job.idempotency_key, result, job_id=lease.job_id, epoch=lease.epoch, produced_at=now
+            )
+
+        def fn(state: StoreState) -> list[Record]:
+            job = self._current(state, lease)
+            check_transition(job["id"], job["state"], State.SUCCEEDED)
+            detail: dict[str, Any] = {"result_ref": ref}
+            if reused or not created:
+                detail["reason"] = "result already stored for this key; not produced again"
+            ev = self._event(EventType.SUCCEEDED, job, Actor.SYSTEM, now, detail=detail, worker=lease.worker)
+            changes = {
+                "state": str(State.SUCCEEDED),
+                "result_ref": ref,
+                "finished_at": now,
+                "last_error": None,
+                **self._lease_changes_cleared(now),
+            }
+            return [self._upd(job["id"], changes, ev)]
+
+        try:
+            self.store.transact(fn)
+        except StaleLease:
+            self._record_stale(lease, "late result rejected; it is kept in the result store for this key")
+            raise
+        return self._view(lease.job_id)
+
+    def _record_stale(self, lease: Lease, reason: str) -> None:
+        def fn(state: StoreState) -> list[Record]:
+            job = state.jobs.get(lease.job_id)
+            if job is None:
+                return []
+            ev = self._event(
+                EventType.STALE_RESULT, job, Actor.SYSTEM, self.clock.now(),
+                detail={"reason": reason, "stale_epoch": lease.epoch}, worker=lease.worker,
+                attempt=lease.attempt, epoch=lease.epoch,
+            )
+            return [self._upd(job["id"], {}, ev)]
+
+        self.store.transact(fn)
+
+    def fail(self, lease: Lease, outcome: Outcome) -> Job:
+        """Records a failed attempt and decides: retry later, wait for a rate limit, or dead-letter.
+
+        Raises:
+            StaleLease: the lease is no longer current (the state is unchanged).
+        """
+
+        def fn(state: StoreState) -> list[Record]:
+            job = self._current(state, lease)
+            now = self.clock.now()
+            return [self._failure_record(job, outcome, now, Actor.SYSTEM, lease.worker)]
+
+        try:
+            self.store.transact(fn)
+        except StaleLease:
+            self._record_stale(lease, "late failure report ignored")
+            raise
+        return self._view(lease.job_id)
+
+    def _failure_record(
+        self, job: JobDict, outcome: Outcome, now: float, actor: str, worker: str | None, event_reason: str | None = None
+    ) -> Record:
+        error_class = ErrorClass(outcome.error_class or ErrorClass.RETRYABLE)
+        message = redact(outcome.message or error_class.value, job.get("input"))
+        error = {"class": str(error_class), "message": message, "status": outcome.status}
+        detail: dict[str, Any] = {"error_class": str(error_class), "error": message, "status": outcome.status}
+        if event_reason:
+            detail["reason"] = event_reason
+        base = {"last_error": error, "updated_at": now, "lease_token": None, "lease_expires_at": None}
+        attempts = job["attempts"]
+        deadline = job.get("deadline_at")
+        poison_count = job.get("poison_count", 0)
+
+        def dead(reason: str, **extra: Any) -> Record:
+            check_transition(job["id"], job["state"], State.DEAD)
+            ev = self._event(EventType.DEAD_LETTERED, job, actor, now, detail={**detail, "reason": reason}, worker=worker)
+            return self._upd(job["id"], {**base, **extra, "state": str(State.DEAD), "finished_at": now}, ev)
+
+        def requeue(kind: EventType, delay: float, **extra: Any) -> Record:
+            if deadline is not None and now + delay > deadline:
+                return dead("retry deadline passed", **extra)
+            check_transition(job["id"], job["state"], State.QUEUED)
+            ev = self._event(
+                kind, job, actor, now,
+                detail={**detail, "delay_s": round(delay, 3), "run_after": round(now + delay, 3),
+                        "retry_after_s": outcome.retry_after},
+                worker=worker,
+            )
+            return self._upd(job["id"], {**base, **extra, "state": str(State.QUEUED), "run_after": now + delay}, ev)
+
+        if error_class is ErrorClass.FATAL:
+            return dead("fatal error")
+        if error_class is ErrorClass.THROTTLED:
+            delay = outcome.retry_after if outcome.retry_after is not None else self.policy.backoff(max(1, attempts), self.rng)
+            # the attempt is given back: a rate limit is not the job's fault
+            return requeue(EventType.THROTTLED, max(0.0, delay), attempts=max(0, attempts - 1))
+        extra: dict[str, Any] = {}
+        if error_class is ErrorClass.POISON:
+            poison_count += 1
+            extra["poison_count"] = poison_count
+            detail["poison_count"] = poison_count
+            if poison_count >= self.policy.poison_after:
+                return dead("poison: the same input kept producing invalid output", poison=True, **extra)
+        if attempts >= job["max_attempts"]:
+            return dead(f"attempts exhausted ({attempts}/{job['max_attempts']})", **extra)
+        delay = outcome.retry_after if outcome.retry_after is not None else self.policy.backoff(attempts, self.rng)
+        return requeue(EventType.RETRY_SCHEDULED, delay, **extra)
+
+    # ------------------------------------------------------------------ reaping
+
+    def _reap_records(self, state: StoreState, now: float) -> list[Record]:
+        records = []
+        for job_id in list(state.by_state.get(State.RUNNING, ())):
+            job = state.jobs[job_id]
+            expires = job.get("lease_expires_at")
+            if expires is None or expires >= now:
+                continue
+            base = {"lease_token": None, "lease_expires_at": None, "updated_at": now}
+            detail = {"expired_at": round(expires, 3), "reason": "no heartbeat before the lease expired"}
+            ev = self._event(EventType.LEASE_EXPIRED, job, Actor.SYSTEM, now, detail=detail, worker=job.get("worker"))
+            if job["attempts"] >= job["max_attempts"]:
+                error = {"class": "retryable", "message": "lease expired on the last attempt", "status": None}
+                dead_ev = self._event(
+                    EventType.DEAD_LETTERED, job, Actor.SYSTEM, now,
+                    detail={"reason": f"lease expired with attempts exhausted ({job['attempts']}/{job['max_attempts']})"},
+                )
+                records.append(self._upd(
+                    job_id, {**base, "state": str(State.DEAD), "finished_at": now, "last_error": error}, ev, dead_ev
+                ))
+            else:
+                records.append(self._upd(job_id, {**base, "state": str(State.QUEUED), "run_after": now}, ev))
+        return records
+
+    def reap(self) -> list[str]:
+        """Returns expired leases to ``queued`` (or ``dead`` when the budget is spent); the ids reaped."""
+        out = _Capture()
+
+        def fn(state: StoreState) -> list[Record]:
+            records = self._reap_records(state, self.clock.now())
+            out.value = [r["id"] for r in records]
+            return records
+
+        self.store.transact(fn)
+        return list(out.value or [])
+
+    # ------------------------------------------------------------------ people's verbs
+
+    def cancel(self, job_id: str, actor: str = Actor.USER) -> Job:
+        """``queued`` -> ``cancelled``; ``running`` -> ``cancelled`` with the lease revoked."""
+        out = _Capture()
+
+        def fn(state: StoreState) -> list[Record]:
+            job = self._find(state, job_id)
+            check_transition(job["id"], job["state"], State.CANCELLED)
+            now = self.clock.now()
+            out.value = job["id"]
+            ev = self._event(EventType.CANCELLED, job, actor, now, detail={"from_state": job["state"]})
+            changes = {"state": str(State.CANCELLED), "finished_at": now, **self._lease_changes_cleared(now)}
+            return [self._upd(job["id"], changes, ev)]
+
+        self.store.transact(fn)
+        return self._view(out.value)
+
+    def retry(self, job_id: str, actor: str = Actor.USER) -> Job:
+        """``dead``/``cancelled`` -> ``queued``: the same job, a new run with a fresh attempt budget."""
+        out = _Capture()
+
+        def fn(state: StoreState) -> list[Record]:
+            job = self._find(state, job_id)
+            check_transition(job["id"], job["state"], State.QUEUED)
+            if job["state"] not in (State.DEAD, State.CANCELLED):
+                raise IllegalTransition(job["id"], job["state"], State.QUEUED)
+            holder = state.keys.get(job["key"])
+            if holder is not None and holder != job["id"]:
+                raise NotAllowed(f"job {holder} already holds this job's idempotency key; retry that one instead")
+            now = self.clock.now()
+            run = job.get("run", 1) + 1
+            out.value = job["id"]
+            ev = self._event(EventType.RETRIED, job, actor, now, detail={"run": run, "from_state": job["state"]})
+            changes = {
+                "state": str(State.QUEUED),
+                "run": run,
+                "attempts": 0,
+                "poison_count": 0,
+                "poison": False,
+                "run_after": now,
+                "deadline_at": now + self.policy.deadline_s,
+                "finished_at": None,
+                "updated_at": now,
+            }
+            return [self._upd(job["id"], changes, ev)]
+
+        self.store.transact(fn)
+        return self._view(out.value)
+
+    def replay(self, job_id: str, payload: Any = None, actor: str = Actor.USER, *, title: str | None = None) -> Job:
+        """A finished job -> a **new** linked job with the same (or edited) input and its own key."""
+        original = self.get(job_id)
+        if original.state not in TERMINAL:
+            raise NotAllowed(f"job {original.id} is {original.state}; only finished jobs can be replayed")
+        new_input = original.input if payload is None else payload
+        replay_key = fingerprint("replay", original.idempotency_key, {"of": original.id, "nonce": secrets.token_hex(8)})
+        result = self.submit(
+            original.kind,
+            new_input,
+            key=replay_key,
+            title=title or (original.title if original.title.endswith("(replay)") else f"{original.title} (replay)"),
+            priority=original.priority,
+            max_attempts=original.max_attempts,
+            actor=actor,
+            replay_of=original.id,
+        )
+        new_id = result.job.id
+        edited = payload is not None and canonical_json(payload) != canonical_json(original.input)
+
+        def fn(state: StoreState) -> list[Record]:
+            job = state.jobs[original.id]
+            now = self.clock.now()
+            ev = self._event(EventType.REPLAYED_AS, job, actor, now, detail={"replayed_as": new_id, "edited": edited})
+            return [self._upd(job["id"], {"replayed_as": [*job.get("replayed_as", []), new_id], "updated_at": now}, ev)]
+
+        self.store.transact(fn)
+        # the new job's key is a replay key, not the fingerprint: mark it so
+        return self.get(new_id)
+
+    # ------------------------------------------------------------------ reading
+
+    def get(self, job_id: str) -> Job:
+        """One job with its timeline; ``job_id`` may be a unique prefix of 4+ characters."""
+        return self.store.read(lambda state: Job.from_dict(self._find(state, job_id)))
+
+    def lease_token(self, job_id: str) -> str | None:
+        """The current lease token (tests and the crash drill only; never shown to people)."""
+        return self.store.read(lambda state: state.jobs[job_id].get("lease_token"))
+
+    def list(self, state: str | None = None, *, limit: int | None = None, with_events: bool = False) -> list[Job]:
+        """Jobs, newest first, optionally only those in ``state``."""
+        if state is not None:
+            State(state)
+
+        def fn(st: StoreState) -> list[Job]:
+            if state is None:
+                raw = list(st.jobs.values())
+            else:
+                raw = [st.jobs[i] for i in st.by_state.get(state, ())]
+            raw.sort(key=lambda j: j["seq"], reverse=True)
+            if limit is not None:
+                raw = raw[:limit]
+            return [Job.from_dict(j, with_events=with_events) for j in raw]
+
+        return self.store.read(fn)
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per state."""
+        return self.store.read(lambda st: {str(s): len(st.by_state.get(s, ())) for s in State})
+
+    def refresh(self) -> int:
+        """Applies other processes' commits; returns the state version."""
+        return self.store.read(lambda st: st.version)
+
+    def changed_since(self, version: int) -> tuple[int, set[str] | None]:
+        """Catches up, then the ids changed after ``version`` (None: reload everything)."""
+        return self.store.read(lambda st: st.changed_since(version))
+
+    def raw_jobs(self, ids: set[str] | None = None) -> list[JobDict]:
+        """Shallow copies of job dicts without events (for the window's models)."""
+
+        def fn(st: StoreState) -> list[JobDict]:
+            source = st.jobs.values() if ids is None else (st.jobs[i] for i in ids if i in st.jobs)
+            return [{k: v for k, v in j.items() if k not in ("events", "lease_token", "input")} for j in source]
+
+        return self.store.read(fn)
+
+    def next_wake(self) -> float | None:
+        """When the earliest queued job becomes runnable (wall time), or None if none is queued."""
+
+        def fn(st: StoreState) -> float | None:
+            best = None
+            for lane in st.lanes.values():
+                while lane:
+                    run_after, _seq, job_id = lane[0]
+                    job = st.jobs.get(job_id)
+                    if job is None or job["state"] != State.QUEUED or job.get("run_after") != run_after:
+                        import heapq
+
+                        heapq.heappop(lane)
+                        continue
+                    best = run_after if best is None else min(best, run_after)
+                    break
+            return best
+
+        return self.store.read(fn)
+
+    def is_idle(self) -> bool:
+        """No job queued or running."""
+        return self.store.read(lambda st: not st.by_state.get(State.QUEUED) and not st.by_state.get(State.RUNNING))
+
+    # ------------------------------------------------------------------ reconciliation
+
+    def _reconcile_orphans(self) -> None:
+        """Resolves every job left ``running`` by a process that died (shared/DESIGN.md section 3)."""
+        self.reconciled = []
+        orphans = self.store.read(lambda st: sorted(st.by_state.get(State.RUNNING, ())))
+        for job_id in orphans:
+            try:
+                self.reconciled.append(self._reconcile_one(job_id))
+            except Exception as exc:  # one bad orphan must not keep the app from starting
+                log.exception("could not reconcile job %s", job_id)
+                self.report.notices.append(f"job {job_id} could not be reconciled: {type(exc).__name__}")
+
+    def _reconcile_one(self, job_id: str) -> Reconciled:
+        job = self.get(job_id)
+        now = self.clock.now()
+        doc = self.results.get(job.idempotency_key)
+        decision = _Capture()
+
+        def finish(ref: str, reason: str) -> Callable[[StoreState], list[Record]]:
+            def fn(state: StoreState) -> list[Record]:
+                raw = state.jobs[job_id]
+                if raw["state"] != State.RUNNING:
+                    return []
+                ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason, "result_ref": ref})
+                changes = {"state": str(State.SUCCEEDED), "result_ref": ref, "finished_at": now, **self._lease_changes_cleared(now)}
+                decision.value = ("succeeded", reason)
+                return [self._upd(job_id, changes, ev)]
+
+            return fn
+
+        if doc is not None:
+            self.store.transact(finish(self.results.ref_for(job.idempotency_key), "result found in the local result store"))
+            return Reconciled(job_id, job.title, *decision.value)
+
+        lookup = LookupResult(LookupResult.UNKNOWN)
+        provider = self.providers.get(job.kind)
+        if provider is not None and hasattr(provider, "lookup"):
+            try:
+                lookup = provider.lookup(job)
+            except Exception as exc:
+                log.warning("lookup of job %s failed: %s", job_id, type(exc).__name__)
+                lookup = LookupResult(LookupResult.UNKNOWN)
+
+        if lookup.status == LookupResult.FINISHED:
+            ref, _ = self.results.put(job.idempotency_key, lookup.result, job_id=job_id, epoch=job.lease_epoch, produced_at=now)
+            self.store.transact(finish(ref, "the provider had finished it; result fetched and stored"))
+            return Reconciled(job_id, job.title, *decision.value)
+
+        def requeue(reason: str, resumed: bool) -> Callable[[StoreState], list[Record]]:
+            def fn(state: StoreState) -> list[Record]:
+                raw = state.jobs[job_id]
+                if raw["state"] != State.RUNNING:
+                    return []
+                base = {**self._lease_changes_cleared(now), "run_after": now}
+                if resumed:
+                    # the provider is still working on this attempt: resume it, spend no new attempt
+                    ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason})
+                    decision.value = ("resumed", reason)
+                    return [self._upd(job_id, {**base, "state": str(State.QUEUED), "attempts": max(0, raw["attempts"] - 1)}, ev)]
+                if raw["attempts"] >= raw["max_attempts"]:
+                    why = f"{reason}; attempts exhausted ({raw['attempts']}/{raw['max_attempts']})"
+                    ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": why})
+                    error = {"class": "retryable", "message": "interrupted on its last attempt", "status": None}
+                    decision.value = ("dead", why)
+                    return [self._upd(job_id, {**base, "state": str(State.DEAD), "finished_at": now, "last_error": error}, ev)]
+                ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": f"{reason}; queued again"})
+                decision.value = ("requeued", f"{reason}; queued again")
+                return [self._upd(job_id, {**base, "state": str(State.QUEUED)}, ev)]
+
+            return fn
+
+        if lookup.status == LookupResult.RUNNING:
+            self.store.transact(requeue("the provider is still working on it; polling resumes", resumed=True))
+        elif lookup.status == LookupResult.FAILED and lookup.outcome is not None:
+            outcome = lookup.outcome
+
+            def failed(state: StoreState) -> list[Record]:
+                raw = state.jobs[job_id]
+                if raw["state"] != State.RUNNING:
+                    return []
+                rec = self._failure_record(raw, outcome, now, Actor.SYSTEM, None, event_reason="reconciled: the provider reported a failure")
+                decision.value = (rec["set"]["state"] == State.DEAD and "dead" or "requeued", "the provider reported a failure")
+                ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": "the provider reported a failure"})
+                rec["ev"].insert(0, ev)
+                return [rec]
+
+            self.store.transact(failed)
+        else:
+            self.store.transact(requeue("outcome unknown (the process running it died)", resumed=False))
+        if decision.value is None:
+            return Reconciled(job_id, job.title, "unchanged", "changed by another process meanwhile")
+        return Reconciled(job_id, job.title, *decision.value)

@@ -1,0 +1,820 @@
+"""The durable task store: a checksummed JSON-lines journal plus atomic JSON snapshots.
+
+Layout of ``<data dir>/store/``::
+
+    snapshot-000000000007.json   every job as of the end of journal segment 7
+    journal-000000000008.jsonl   the changes since, one checksummed JSON record a line
+    commit.lock                  held exclusively around each commit (all processes)
+    open.lock / presence.lock    who opened the store first (that one reconciles orphans)
+
+A commit takes ``commit.lock``, first applies the records other processes appended
+since its last look (catch-up), asks the caller for the records of its change,
+appends them with one ``write`` and ``fsync``, then applies them in memory. The cost of
+a commit therefore does not grow with the number of stored jobs.
+
+When the current segment grows past a threshold it is closed and a new one opened
+(cheap, under the lock); a background thread then folds the closed segments into a
+new snapshot from the files alone, never touching the live state, and deletes what
+the *previous* snapshot no longer needs. Two snapshots and their segments are kept,
+so a corrupt newest snapshot still leaves a complete history to load.
+
+A record that fails its checksum is never silently dropped: a torn last line (a
+writer that died mid-``write``) is cut off, anything else is quarantined as
+``*.corrupt-<time>`` and the user is told what was lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import os
+import re
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from desktop_queue.core.errors import StoreCorrupt, StoreError
+from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, write_all
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FORMAT = "desktop-queue.snapshot"
+JOURNAL_FORMAT = "desktop-queue.journal"
+SCHEMA_VERSION = 1
+
+_SEGMENT_RE = re.compile(r"^journal-(\d{12})\.jsonl$")
+_SNAPSHOT_RE = re.compile(r"^snapshot-(\d{12})\.json$")
+_CRC_MARK = b',"crc":"'
+
+T = TypeVar("T")
+Record = dict[str, Any]
+JobDict = dict[str, Any]
+
+LIVE_OR_DONE = ("queued", "running", "succeeded")
+
+
+# --------------------------------------------------------------------------- records
+
+
+def encode_record(record: Record) -> bytes:
+    """One journal line: the record's JSON with a CRC-32 of that JSON appended as a field."""
+    body = orjson.dumps(record)
+    return body[:-1] + _CRC_MARK + b"%08x" % zlib.crc32(body) + b'"}\n'
+
+
+def decode_record(line: bytes) -> Record | None:
+    """Parses one journal line (without its newline); None if torn or checksum-failing."""
+    cut = line.rfind(_CRC_MARK)
+    if cut < 0 or not line.endswith(b'"}') or len(line) - cut != len(_CRC_MARK) + 10:
+        return None
+    body = line[:cut] + b"}"
+    try:
+        if zlib.crc32(body) != int(line[cut + len(_CRC_MARK) : -2], 16):
+            return None
+        record = orjson.loads(body)
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def segment_name(gen: int) -> str:
+    return f"journal-{gen:012d}.jsonl"
+
+
+def snapshot_name(gen: int) -> str:
+    return f"snapshot-{gen:012d}.json"
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%S", time.localtime()) + f"-{os.getpid()}"
+
+
+# --------------------------------------------------------------------------- state
+
+
+def apply_plain(jobs: dict[str, JobDict], record: Record) -> JobDict | None:
+    """Applies one record to a plain ``id -> job`` map (no indexes); returns the job touched."""
+    op = record.get("op")
+    if op == "new":
+        job = dict(record["job"])
+        job["events"] = list(record.get("ev") or ())
+        jobs[job["id"]] = job
+        return job
+    if op == "upd":
+        job = jobs.get(record["id"])
+        if job is None:
+            raise StoreCorrupt(f"journal updates job {record['id']} that does not exist")
+        job.update(record.get("set") or {})
+        events = record.get("ev")
+        if events:
+            job["events"].extend(events)
+        return job
+    return None  # headers and unknown-but-checksummed records change no job
+
+
+@dataclass
+class StoreState:
+    """Every job in memory, with the indexes that keep each verb's cost flat.
+
+    Attributes:
+        jobs: id -> job dict (with its ``events`` list).
+        by_state: state -> ids in that state.
+        keys: idempotency key -> the live or succeeded job holding it.
+        lanes: priority -> heap of ``(run_after, seq, id)`` for queued jobs (lazy deletion).
+        queued_by_lane: priority -> ids of the queued jobs waiting in that lane.
+        seq: the highest submission number given out.
+        epoch: the highest lease epoch given out.
+        version: bumped by every applied record; ``changes`` logs ``(version, id)``.
+    """
+
+    jobs: dict[str, JobDict] = field(default_factory=dict)
+    by_state: dict[str, set[str]] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
+    lanes: dict[str, list[tuple[float, int, str]]] = field(default_factory=dict)
+    seq: int = 0
+    epoch: int = 0
+    version: int = 0
+    changes: list[tuple[int, str]] = field(default_factory=list)
+    queued_by_lane: dict[str, set[str]] = field(default_factory=dict)
+
+    def _unindex(self, job: JobDict) -> None:
+        self.by_state.get(job["state"], set()).discard(job["id"])
+        self.queued_by_lane.get(job["priority"], set()).discard(job["id"])
+        if self.keys.get(job["key"]) == job["id"]:
+            del self.keys[job["key"]]
+
+    def _index(self, job: JobDict) -> None:
+        state = job["state"]
+        self.by_state.setdefault(state, set()).add(job["id"])
+        if state in LIVE_OR_DONE:
+            self.keys[job["key"]] = job["id"]
+        if state == "queued":
+            self.queued_by_lane.setdefault(job["priority"], set()).add(job["id"])
+            heapq.heappush(
+                self.lanes.setdefault(job["priority"], []),
+                (job.get("run_after") or 0.0, job["seq"], job["id"]),
+            )
+        if job["seq"] > self.seq:
+            self.seq = job["seq"]
+        epoch = job.get("lease_epoch") or 0
+        if epoch > self.epoch:
+            self.epoch = epoch
+
+    def apply(self, record: Record) -> None:
+        op = record.get("op")
+        if op == "upd":
+            old = self.jobs.get(record["id"])
+            if old is not None:
+                self._unindex(old)
+        job = apply_plain(self.jobs, record)
+        if job is None:
+            return
+        self._index(job)
+        self.version += 1
+        self.changes.append((self.version, job["id"]))
+        if len(self.changes) > 200_000:
+            del self.changes[:100_000]
+
+    def rebuild(self, jobs: dict[str, JobDict], seq: int, epoch: int) -> None:
+        """Replaces everything with ``jobs`` and rebuilds the indexes."""
+        self.jobs = jobs
+        self.by_state = {}
+        self.keys = {}
+        self.lanes = {}
+        self.queued_by_lane = {}
+        self.seq = seq
+        self.epoch = epoch
+        for job in jobs.values():
+            self._index(job)
+        self.version += 1
+        self.changes.clear()
+        self.changes.append((self.version, "*"))
+
+    def peek_runnable(self, lane: str, now: float, skip: Callable[[JobDict], bool] | None = None) -> JobDict | None:
+        """The next queued job of ``lane`` whose ``run_after`` has come, or None."""
+        heap = self.lanes.get(lane)
+        if not heap:
+            return None
+        skipped: list[tuple[float, int, str]] = []
+        found: JobDict | None = None
+        while heap:
+            run_after, seq, job_id = heap[0]
+            job = self.jobs.get(job_id)
+            if job is None or job["state"] != "queued" or (job.get("run_after") or 0.0) != run_after:
+                heapq.heappop(heap)  # stale entry
+                continue
+            if run_after > now:
+                break
+            if skip is not None and skip(job):
+                skipped.append(heapq.heappop(heap))
+                continue
+            found = job
+            break
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        return found
+
+    def changed_since(self, version: int) -> tuple[int, set[str] | None]:
+        """Ids changed after ``version``; None means "everything" (a reload happened)."""
+        if not self.changes or version >= self.version:
+            return self.version, set()
+        first = self.changes[0][0]
+        if version < first - 1:
+            return self.version, None
+        out: set[str] = set()
+        for v, job_id in reversed(self.changes):
+            if v <= version:
+                break
+            if job_id == "*":
+                return self.version, None
+            out.add(job_id)
+        return self.version, out
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+def encode_snapshot(gen: int, jobs: Iterable[JobDict], seq: int, epoch: int) -> bytes:
+    """A snapshot file: valid JSON whose header carries a CRC-32 of the ``data`` member."""
+    data = orjson.dumps({"seq": seq, "epoch": epoch, "jobs": list(jobs)})
+    head = orjson.dumps(
+        {
+            "format": SNAPSHOT_FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "gen": gen,
+            "checksum": f"crc32:{zlib.crc32(data):08x}",
+        }
+    )
+    return head[:-1] + b',"data":' + data + b"}\n"
+
+
+def migrate_snapshot(doc: dict[str, Any]) -> dict[str, Any]:
+    """Brings an older snapshot document forward to :data:`SCHEMA_VERSION`."""
+    version = doc.get("schema_version", 0)
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise StoreError(f"no migration from schema_version {version}")
+        doc = step(doc)
+        version = doc["schema_version"]
+    return doc
+
+
+def _migrate_v0(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 0 (pre-release) kept jobs as an ``id -> job`` object without ``run``/``key_source``."""
+    data = doc["data"]
+    jobs = list(data["jobs"].values()) if isinstance(data.get("jobs"), dict) else list(data.get("jobs", []))
+    for job in jobs:
+        job.setdefault("run", 1)
+        job.setdefault("key_source", "fingerprint")
+        job.setdefault("total_attempts", job.get("attempts", 0))
+    data["jobs"] = jobs
+    doc["schema_version"] = 1
+    return doc
+
+
+#: schema_version -> function that lifts a document one version up.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_v0}
+
+
+def decode_snapshot(raw: bytes, name: str) -> tuple[dict[str, Any], bool]:
+    """Parses and verifies a snapshot; returns ``(document, migrated)``.
+
+    Raises:
+        StoreCorrupt: it is not a valid snapshot.
+        StoreError: it was written by a newer Desktop Queue (it is left untouched).
+    """
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise StoreCorrupt(f"{name} is not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != SNAPSHOT_FORMAT or "data" not in doc:
+        raise StoreCorrupt(f"{name} is not a Desktop Queue snapshot")
+    version = doc.get("schema_version")
+    if not isinstance(version, int):
+        raise StoreCorrupt(f"{name} has no schema_version")
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{name} was written by a newer Desktop Queue (schema {version}, this one reads {SCHEMA_VERSION}); "
+            "it has not been touched: please upgrade"
+        )
+    checksum = doc.get("checksum")
+    start = raw.find(b',"data":')
+    if checksum is not None:
+        body = raw[start + len(b',"data":') : raw.rstrip().rfind(b"}")] if start >= 0 else b""
+        if f"crc32:{zlib.crc32(body):08x}" != checksum:
+            raise StoreCorrupt(f"{name} failed its checksum")
+    elif version >= 1:
+        raise StoreCorrupt(f"{name} has no checksum")
+    migrated = version < SCHEMA_VERSION
+    if migrated:
+        doc = migrate_snapshot(doc)
+    return doc, migrated
+
+
+# --------------------------------------------------------------------------- segment reading
+
+
+@dataclass
+class SegmentRead:
+    """What reading a journal segment from some offset found."""
+
+    records: list[Record]
+    end: int  # offset just after the last good, complete line
+    torn_tail: bool = False  # an incomplete or checksum-failing *last* line
+    bad_line: int | None = None  # offset of a bad line followed by good ones
+    lost_after: list[Record] = field(default_factory=list)  # readable records after the bad line
+
+
+def read_segment(data: bytes, start: int) -> SegmentRead:
+    """Splits ``data[start:]`` into verified records."""
+    out = SegmentRead(records=[], end=start)
+    pos = start
+    size = len(data)
+    while pos < size:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            out.torn_tail = True  # no newline: a write that never finished
+            break
+        record = decode_record(data[pos:nl])
+        if record is None:
+            if data.find(b"\n", nl + 1) < 0 and not data[nl + 1 :].strip():
+                out.torn_tail = True  # the last complete-looking line is torn
+                break
+            out.bad_line = pos
+            rest = SegmentRead(records=[], end=nl + 1)
+            p = nl + 1
+            while p < size:
+                n = data.find(b"\n", p)
+                if n < 0:
+                    break
+                r = decode_record(data[p:n])
+                if r is not None:
+                    rest.records.append(r)
+                p = n + 1
+            out.lost_after = rest.records
+            break
+        out.records.append(record)
+        pos = nl + 1
+        out.end = pos
+    return out
+
+
+def _check_header(record: Record, name: str) -> None:
+    if record.get("op") != "header" or record.get("format") != JOURNAL_FORMAT:
+        raise StoreCorrupt(f"{name} does not start with a journal header")
+    version = record.get("schema_version", 0)
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{name} was written by a newer Desktop Queue (schema {version}, this one reads {SCHEMA_VERSION}); "
+            "it has not been touched: please upgrade"
+        )
+
+
+# --------------------------------------------------------------------------- the store
+
+
+@dataclass
+class OpenReport:
+    """What opening the store found.
+
+    Attributes:
+        first: this process opened the store while no other had it open.
+        notices: plain-language messages for the user (recoveries, quarantines).
+    """
+
+    first: bool
+    notices: list[str] = field(default_factory=list)
+
+
+class Store:
+    """The journal + snapshot store of one data directory, shared safely between processes.
+
+    Args:
+        root: the ``store`` directory.
+        rotate_bytes: minimum segment size before it is folded into a snapshot.
+        background_compaction: fold segments on a background thread (False: inline).
+    """
+
+    def __init__(self, root: Path, *, rotate_bytes: int = 8 << 20, background_compaction: bool = True) -> None:
+        self.root = Path(root)
+        self.rotate_bytes = rotate_bytes
+        self.background_compaction = background_compaction
+        self.state = StoreState()
+        self.report = OpenReport(first=False)
+        self._mutex = threading.RLock()
+        self._gen = 0
+        self._fd = -1
+        self._offset = 0
+        self._snapshot_bytes = 0
+        self._compactor: threading.Thread | None = None
+        self._closed = True
+        self._commit_lock: FileLock | None = None
+        self._presence: FileLock | None = None
+
+    # ----------------------------------------------------------------- open / close
+
+    def open(self, on_first: Callable[[], None] | None = None) -> OpenReport:
+        """Loads the store; if no other process has it open, runs ``on_first`` before anyone else may.
+
+        Raises:
+            StoreError: the directory cannot be used, or was written by a newer version.
+        """
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            opener = FileLock(self.root / "open.lock")
+            self._presence = FileLock(self.root / "presence.lock")
+            self._commit_lock = FileLock(self.root / "commit.lock")
+        except OSError as exc:
+            raise StoreError(f"cannot use the data directory {self.root}: {exc.strerror or exc}") from exc
+        try:
+            with opener.held():
+                first = self._presence.acquire(exclusive=True, blocking=False)
+                self.report = OpenReport(first=first)
+                try:
+                    with self._mutex, self._commit_lock.held():
+                        if first:
+                            self._remove_temp_files()
+                        self._load()
+                    self._closed = False
+                    if first and on_first is not None:
+                        on_first()
+                finally:
+                    if first:
+                        self._presence.acquire(exclusive=False)  # downgrade: others may open now
+                    else:
+                        self._presence.acquire(exclusive=False)
+        finally:
+            opener.close()
+        return self.report
+
+    def close(self) -> None:
+        """Waits for a running compaction, then releases files and locks."""
+        compactor = self._compactor
+        if compactor is not None:
+            compactor.join()
+        with self._mutex:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            for lock in (self._presence, self._commit_lock):
+                if lock is not None:
+                    lock.close()
+            self._presence = self._commit_lock = None
+            self._closed = True
+
+    def _remove_temp_files(self) -> None:
+        for path in self.root.iterdir():
+            if TEMP_MARK in path.name:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                self.report.notices.append(f"removed {path.name}, an unfinished write left by a crash (nothing lost)")
+
+    def _list(self) -> tuple[list[int], list[int]]:
+        snaps: list[int] = []
+        segs: list[int] = []
+        for name in os.listdir(self.root):
+            m = _SNAPSHOT_RE.match(name)
+            if m:
+                snaps.append(int(m.group(1)))
+                continue
+            m = _SEGMENT_RE.match(name)
+            if m:
+                segs.append(int(m.group(1)))
+        return sorted(snaps), sorted(segs)
+
+    def _quarantine(self, path: Path, why: str) -> Path:
+        target = path.with_name(f"{path.name}.corrupt-{_stamp()}")
+        os.replace(path, target)
+        fsync_dir(self.root)
+        log.warning("quarantined %s: %s", path.name, why)
+        return target
+
+    def _load(self) -> None:
+        """Reads the newest good snapshot and replays the segments after it (commit lock held)."""
+        snaps, segs = self._list()
+        jobs: dict[str, JobDict] = {}
+        seq = epoch = 0
+        base = 0
+        for gen in reversed(snaps):
+            path = self.root / snapshot_name(gen)
+            raw = path.read_bytes()
+            try:
+                doc, migrated = decode_snapshot(raw, path.name)
+            except StoreCorrupt as exc:
+                moved = self._quarantine(path, str(exc))
+                self.report.notices.append(
+                    f"{exc}; it was moved aside as {moved.name} and the previous good state was loaded"
+                )
+                continue
+            data = doc["data"]
+            jobs = {job["id"]: job for job in data["jobs"]}
+            seq, epoch, base = data.get("seq", 0), data.get("epoch", 0), gen
+            self._snapshot_bytes = len(raw)
+            if migrated:
+                backup = path.with_name(f"{path.name}.v{orjson.loads(raw)['schema_version']}-backup")
+                atomic_write(backup, raw)
+                atomic_write(path, encode_snapshot(gen, jobs.values(), seq, epoch))
+                self.report.notices.append(f"{path.name} was migrated to schema {SCHEMA_VERSION} (backup: {backup.name})")
+            break
+        else:
+            if snaps and segs and segs[0] > 1:
+                self.report.notices.append(
+                    "no readable snapshot was left and older journal segments are gone: "
+                    "jobs recorded only in the lost snapshot could not be recovered"
+                )
+        pending = [g for g in segs if g > base]
+        expected = base + 1
+        state = StoreState()
+        state.rebuild(jobs, seq, epoch)
+        end_offset: int | None = None
+        for index, gen in enumerate(pending):
+            path = self.root / segment_name(gen)
+            is_last = index == len(pending) - 1
+            if gen != expected:
+                moved = [self._quarantine(self.root / segment_name(g), "gap") for g in pending[index:]]
+                self.report.notices.append(
+                    f"journal segment {expected} is missing; later segments were kept aside "
+                    f"({', '.join(m.name for m in moved)}) and the state before the gap was loaded"
+                )
+                pending = pending[:index]
+                break
+            data = path.read_bytes()
+            read = read_segment(data, 0)
+            if not read.records or read.records[0].get("op") != "header":
+                if is_last and not read.lost_after:
+                    if data:
+                        moved = self._quarantine(path, "no header")
+                        self.report.notices.append(
+                            f"{path.name} had no readable header; it was kept aside as {moved.name} (no change lost)"
+                        )
+                    self._start_segment(gen, replace=True)
+                    end_offset = None
+                    expected = gen + 1
+                    continue
+                read.bad_line = 0
+                read.records = []
+                read.end = 0
+            else:
+                _check_header(read.records[0], path.name)
+            for record in read.records[1:]:
+                state.apply(record)
+            if read.bad_line is not None or (read.torn_tail and not is_last):
+                self._recover_segment(path, gen, data, read, pending[index + 1 :])
+                pending = pending[: index + 1]
+                end_offset = None
+                break
+            if read.torn_tail:
+                with open(path, "r+b") as fh:
+                    fh.truncate(read.end)
+                    os.fsync(fh.fileno())
+                self.report.notices.append(
+                    f"the last journal record of {path.name} was only half written by a crash and was dropped "
+                    "(that change had not been acknowledged)"
+                )
+            end_offset = read.end
+            expected = gen + 1
+        self.state.rebuild(state.jobs, state.seq, state.epoch)
+        if pending:
+            self._open_segment(pending[-1], end_offset)
+        else:
+            gen = base + 1
+            if not (self.root / segment_name(gen)).exists():
+                self._start_segment(gen)
+            self._open_segment(gen)
+
+    def _recover_segment(self, path: Path, gen: int, data: bytes, read: SegmentRead, later: list[int]) -> None:
+        """Keeps the good prefix of a damaged segment, quarantines the rest, says what was lost."""
+        moved = self._quarantine(path, "bad record")
+        good = data[: read.end] if read.records else b""
+        if not good:
+            good = encode_record(self._header(gen))
+        atomic_write(path, good)
+        lost_ids = sorted({r.get("id") or (r.get("job") or {}).get("id") for r in read.lost_after} - {None})
+        lost_n = len(read.lost_after) + sum(
+            len(read_segment((self.root / segment_name(g)).read_bytes(), 0).records) - 1 for g in later
+        )
+        for g in later:
+            self._quarantine(self.root / segment_name(g), "after a bad record")
+        detail = f" (jobs affected: {', '.join(lost_ids[:10])}{'…' if len(lost_ids) > 10 else ''})" if lost_ids else ""
+        self.report.notices.append(
+            f"{path.name} has a damaged record at byte {read.bad_line}; it was kept aside as {moved.name}. "
+            f"Everything before it was loaded; {lost_n} later change(s) could not be applied{detail}."
+        )
+
+    def _header(self, gen: int) -> Record:
+        return {"op": "header", "format": JOURNAL_FORMAT, "schema_version": SCHEMA_VERSION, "gen": gen}
+
+    def _start_segment(self, gen: int, replace: bool = False) -> None:
+        path = self.root / segment_name(gen)
+        atomic_write(path, encode_record(self._header(gen)), overwrite=replace)
+
+    def _open_segment(self, gen: int, offset: int | None = None) -> None:
+        """Switches appends and catch-up reads to segment ``gen``, at ``offset`` (default: after its header)."""
+        fd = os.open(self.root / segment_name(gen), os.O_RDWR | os.O_APPEND)
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+        self._gen = gen
+        if offset is None:
+            head = os.pread(fd, 1 << 16, 0)
+            nl = head.find(b"\n")
+            offset = nl + 1 if nl >= 0 else 0
+        self._offset = offset
+
+    # ----------------------------------------------------------------- catch-up
+
+    def _catch_up_segment(self, exclusive: bool) -> None:
+        size = os.fstat(self._fd).st_size
+        if size <= self._offset:
+            return
+        data = os.pread(self._fd, size - self._offset, self._offset)
+        read = read_segment(data, 0)
+        for record in read.records:
+            self.state.apply(record)
+        self._offset += read.end
+        if read.bad_line is not None:
+            raise StoreCorrupt(
+                f"{segment_name(self._gen)} has a damaged record at byte {self._offset}; "
+                "restart Desktop Queue to recover the store"
+            )
+        if read.torn_tail and exclusive:
+            os.ftruncate(self._fd, self._offset)  # a writer died mid-record
+            os.fsync(self._fd)
+
+    def _catch_up(self, exclusive: bool) -> None:
+        self._catch_up_segment(exclusive)
+        while True:
+            try:
+                self._open_segment(self._gen + 1)
+            except FileNotFoundError:
+                break
+            self._catch_up_segment(exclusive)
+        if not (self.root / segment_name(self._gen)).exists():
+            # compacted away under us: what we have is complete up to the end of that segment,
+            # but a newer one may also be gone; reload from the files.
+            self._reload()
+
+    def _reload(self) -> None:
+        notices = self.report.notices
+        self._load()
+        self.report.notices = notices
+
+    # ----------------------------------------------------------------- public API
+
+    def read(self, fn: Callable[[StoreState], T]) -> T:
+        """Runs ``fn`` on an up-to-date state (others' commits applied), under a shared lock."""
+        self._check_open()
+        assert self._commit_lock is not None
+        with self._mutex, self._commit_lock.held(exclusive=False):
+            self._catch_up(exclusive=False)
+            return fn(self.state)
+
+    def transact(self, fn: Callable[[StoreState], list[Record]]) -> list[Record]:
+        """Commits the records ``fn`` derives from the current state, atomically across processes.
+
+        ``fn`` must not change the state; it returns records (``new``/``upd``), which are
+        made durable (written and fsynced) and only then applied in memory. If ``fn``
+        raises, nothing is written.
+
+        Raises:
+            StoreError: the write failed (disk full...); the journal is left as it was.
+        """
+        self._check_open()
+        assert self._commit_lock is not None
+        rotate = False
+        with self._mutex, self._commit_lock.held():
+            self._catch_up(exclusive=True)
+            records = fn(self.state)
+            if not records:
+                return records
+            payload = b"".join(encode_record(r) for r in records)
+            try:
+                write_all(self._fd, payload)
+                os.fsync(self._fd)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self._offset)
+                raise StoreError(
+                    f"could not write to the task store: {exc.strerror or exc}; the change was not made"
+                ) from exc
+            self._offset += len(payload)
+            for record in records:
+                self.state.apply(record)
+            if self._offset > max(self.rotate_bytes, self._snapshot_bytes // 4):
+                rotate = self._rotate()
+        if rotate:
+            self._compact_soon(self._gen - 1)
+        return records
+
+    def compact_now(self) -> None:
+        """Closes the current segment and folds everything into a snapshot before returning."""
+        with self._mutex, self._commit_lock.held() if self._commit_lock else contextlib.nullcontext():
+            self._catch_up(exclusive=True)
+            self._rotate()
+            upto = self._gen - 1
+        compactor = self._compactor
+        if compactor is not None:
+            compactor.join()
+        self._compact(upto)
+
+    def _rotate(self) -> bool:
+        next_gen = self._gen + 1
+        try:
+            self._start_segment(next_gen)
+        except StoreError as exc:
+            log.warning("could not start a new journal segment: %s", exc)
+            return False
+        self._open_segment(next_gen)
+        return True
+
+    def _compact_soon(self, upto: int) -> None:
+        if not self.background_compaction:
+            self._compact(upto)
+            return
+        if self._compactor is not None and self._compactor.is_alive():
+            return
+        self._compactor = threading.Thread(target=self._compact, args=(upto,), name="dq-compaction", daemon=True)
+        self._compactor.start()
+
+    def _compact(self, upto: int) -> None:
+        """Folds segments ``<= upto`` into ``snapshot-<upto>`` from the files alone."""
+        lock = FileLock(self.root / "compact.lock")
+        try:
+            if not lock.acquire(blocking=False):
+                return  # another process is compacting
+            try:
+                written = compact(self.root, upto)
+                if written:
+                    self._snapshot_bytes = written
+            except (StoreError, OSError) as exc:
+                log.warning("compaction skipped: %s", exc)
+        finally:
+            lock.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the task store is closed")
+
+    @property
+    def segment(self) -> int:
+        """The journal segment this process appends to."""
+        return self._gen
+
+
+def compact(root: Path, upto: int) -> int:
+    """Writes ``snapshot-<upto>`` from the newest snapshot and the closed segments after it.
+
+    Keeps the newest two snapshots and the segments the older of them still needs.
+    Callers hold ``compact.lock``. Returns the new snapshot's size (0 if nothing to do).
+    """
+    names = os.listdir(root)
+    snaps = sorted(int(m.group(1)) for n in names if (m := _SNAPSHOT_RE.match(n)))
+    base_gen = 0
+    jobs: dict[str, JobDict] = {}
+    seq = epoch = 0
+    for gen in reversed(snaps):
+        if gen > upto:
+            continue
+        try:
+            doc, _ = decode_snapshot((root / snapshot_name(gen)).read_bytes(), snapshot_name(gen))
+        except StoreCorrupt:
+            continue  # the next open quarantines it
+        if gen == upto:
+            return 0
+        data = doc["data"]
+        jobs = {job["id"]: job for job in data["jobs"]}
+        seq, epoch, base_gen = data.get("seq", 0), data.get("epoch", 0), gen
+        break
+    for gen in range(base_gen + 1, upto + 1):
+        data = (root / segment_name(gen)).read_bytes()
+        read = read_segment(data, 0)
+        if read.bad_line is not None or read.torn_tail:
+            raise StoreCorrupt(f"{segment_name(gen)} is damaged; left for the next open to recover")
+        for record in read.records[1:]:
+            job = apply_plain(jobs, record)
+            if job is not None:
+                seq = max(seq, job.get("seq", 0))
+                epoch = max(epoch, job.get("lease_epoch") or 0)
+    raw = encode_snapshot(upto, jobs.values(), seq, epoch)
+    atomic_write(root / snapshot_name(upto), raw)
+    # keep this snapshot and the previous one, with the segments the previous one needs
+    keep_from = base_gen
+    for gen in snaps:
+        if gen < keep_from:
+            with contextlib.suppress(OSError):
+                (root / snapshot_name(gen)).unlink()
+    for name in os.listdir(root):
+        m = _SEGMENT_RE.match(name)
+        if m and int(m.group(1)) <= keep_from:
+            with contextlib.suppress(OSError):
+                (root / name).unlink()
+    fsync_dir(root)
+    return len(raw)
