@@ -64,6 +64,7 @@ class EventType(StrEnum):
     REPLAYED_AS = "replayed_as"
     RECONCILED = "reconciled"
     STALE_RESULT = "stale_result"
+    RELEASED = "released"
 
 
 TERMINAL = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})

@@ -25,6 +25,8 @@ from desktop_queue.core.errors import (
     UnknownKind,
 )
 from desktop_queue.core.fingerprint import canonical_json, fingerprint, input_digest
+from desktop_queue.core.metrics import Stats
+from desktop_queue.core.metrics import compute as compute_stats
 from desktop_queue.core.model import (
     TERMINAL,
     Actor,
@@ -447,7 +449,9 @@ class Queue:
         now = self.clock.now()
         existing = self.results.get(lease.job.idempotency_key)
         if existing is not None:
-            ref, created = self.results.ref_for(lease.job.idempotency_key), False
+            # written by this very attempt (the runnable stores it first), or reused from earlier
+            ours = existing.get("job_id") == lease.job_id and existing.get("epoch") == lease.epoch
+            ref, created = self.results.ref_for(lease.job.idempotency_key), ours
         else:
             ref, created = self.results.put(
                 lease.job.idempotency_key, result, job_id=lease.job_id, epoch=lease.epoch, produced_at=now
@@ -557,6 +561,28 @@ class Queue:
             return dead(f"attempts exhausted ({attempts}/{job['max_attempts']})", **extra)
         delay = outcome.retry_after if outcome.retry_after is not None else self.policy.backoff(attempts, self.rng)
         return requeue(EventType.RETRY_SCHEDULED, delay, **extra)
+
+    def release(self, lease: Lease, reason: str = "the worker was shut down") -> Job:
+        """Gives a lease back unfinished: ``queued`` again at once, the attempt not counted.
+
+        For a worker that stops on purpose (app closing), so the job need not wait for
+        its lease to expire. Raises :class:`StaleLease` if the lease was already lost.
+        """
+
+        def fn(state: StoreState) -> list[Record]:
+            job = self._current(state, lease)
+            now = self.clock.now()
+            ev = self._event(EventType.RELEASED, job, Actor.SYSTEM, now, detail={"reason": reason}, worker=lease.worker)
+            changes = {
+                **self._lease_changes_cleared(now),
+                "state": str(State.QUEUED),
+                "run_after": now,
+                "attempts": max(0, job["attempts"] - 1),
+            }
+            return [self._upd(job["id"], changes, ev)]
+
+        self.store.transact(fn)
+        return self._view(lease.job_id)
 
     # ------------------------------------------------------------------ reaping
 
@@ -747,6 +773,10 @@ class Queue:
         """No job queued or running."""
         return self.store.read(lambda st: not st.by_state.get(State.QUEUED) and not st.by_state.get(State.RUNNING))
 
+    def stats(self) -> Stats:
+        """Counts and timings derived from every job's timeline."""
+        return self.store.read(lambda st: compute_stats(st.jobs.values()))
+
     # ------------------------------------------------------------------ reconciliation
 
     def _reconcile_orphans(self) -> None:
@@ -840,3 +870,4 @@ class Queue:
         if decision.value is None:
             return Reconciled(job_id, job.title, "unchanged", "changed by another process meanwhile")
         return Reconciled(job_id, job.title, *decision.value)
+

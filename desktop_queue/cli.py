@@ -1,0 +1,406 @@
+"""The command line: ``desktop-queue [--data-dir DIR] COMMAND ...`` (shared/DESIGN.md section 5).
+
+A thin layer over :mod:`desktop_queue.core`. Exit codes: 0 done, 1 failed,
+2 usage error (bad arguments or input), 3 no such job, 4 not allowed in the job's state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import orjson
+
+from desktop_queue import __version__
+from desktop_queue.core import Job, Queue, QueueError, State
+from desktop_queue.core.errors import InputTooLarge, InvalidInput
+from desktop_queue.core.model import iso
+from desktop_queue.core.paths import data_dir as resolve_data_dir
+from desktop_queue.core.queue import MAX_INPUT_BYTES
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_JOB, EXIT_NOT_ALLOWED = 0, 1, 2, 3, 4
+PROG = "desktop-queue"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Run AI generation jobs on this machine, and never lose one.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--data-dir", help="data directory (default: $DESKTOP_QUEUE_DATA_DIR, then the user data dir)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    sub.add_parser("gui", help="open the window (the default)")
+
+    p = sub.add_parser("submit", help="submit a job; prints it (with duplicate: true when it already existed)")
+    p.add_argument("kind", help="job kind, e.g. demo")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--input", dest="input_json", metavar="JSON", help="the job's input as JSON")
+    src.add_argument("--input-file", metavar="PATH", help="read the input JSON from a file")
+    src.add_argument("stdin", nargs="?", choices=["-"], help="read the input JSON from standard input")
+    p.add_argument("--key", help="idempotency key (default: a fingerprint of kind and input)")
+    p.add_argument("--title", help="a title for people")
+    p.add_argument("--priority", choices=["interactive", "background"], default="background")
+    p.add_argument("--max-attempts", type=int, default=None, metavar="N")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("list", help="jobs, newest first")
+    p.add_argument("--state", choices=[s.value for s in State])
+    p.add_argument("--limit", type=int, default=None, metavar="N")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("show", help="one job with its full event timeline")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    for name, text in (("cancel", "cancel a queued or running job"), ("retry", "retry a dead or cancelled job")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("id")
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("replay", help="a new job from a finished one, with the same or edited input")
+    p.add_argument("id")
+    p.add_argument("--input", dest="input_json", metavar="JSON", help="edited input (default: the original's)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("work", help="run a headless worker on the same lease engine")
+    p.add_argument("--concurrency", type=int, default=4, metavar="N")
+    p.add_argument("--until-idle", action="store_true", help="exit when nothing is queued or running")
+    p.add_argument("--max-seconds", type=float, default=None, metavar="S", help="exit after S seconds")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+
+    p = sub.add_parser("stats", help="counts per state, wait and run time percentiles, retries, dead letters")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+# ---------------------------------------------------------------------- output
+
+
+def _out(data: Any) -> None:
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n")
+
+
+def _err(message: str) -> None:
+    sys.stderr.write(f"{PROG}: {message}\n")
+
+
+def _ago(ts: float | None, now: float) -> str:
+    if ts is None:
+        return "-"
+    delta = now - ts
+    future = delta < 0
+    delta = abs(delta)
+    if delta < 1:
+        text = "now"
+        return text
+    if delta < 60:
+        text = f"{delta:.0f}s"
+    elif delta < 3600:
+        text = f"{delta / 60:.0f}m"
+    elif delta < 86400:
+        text = f"{delta / 3600:.1f}h"
+    else:
+        text = f"{delta / 86400:.1f}d"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def describe_state(job: Job, now: float) -> str:
+    """The state as people read it: ``retrying in 12 s`` for a queued job that failed before."""
+    if job.state == State.QUEUED and job.run_after > now + 0.5:
+        wait = job.run_after - now
+        label = "retrying" if job.attempts > 0 or job.total_attempts > 0 else "waiting"
+        if job.last_error and job.last_error.get("class") == "throttled":
+            label = "waiting: rate limit, retrying"
+        return f"{label} in {wait:.0f} s"
+    if job.state == State.DEAD and job.last_error:
+        return f"dead ({job.last_error.get('class')})"
+    return job.state
+
+
+def _print_job_line(job: Job, now: float) -> None:
+    title = job.title if len(job.title) <= 40 else job.title[:39] + "…"
+    print(
+        f"{job.id}  {describe_state(job, now):<26} {job.kind:<12} {job.attempts}/{job.max_attempts}  "
+        f"{_ago(job.created_at, now):>9}  {title}"
+    )
+
+
+def _print_job(job: Job, now: float, timeline: bool = True) -> None:
+    print(f"job       {job.id}  {job.title}")
+    print(f"state     {describe_state(job, now)}")
+    print(f"kind      {job.kind}  priority {job.priority}")
+    print(f"attempts  {job.attempts}/{job.max_attempts} this run (run {job.run}), {job.total_attempts} in all")
+    print(f"key       {job.idempotency_key} ({job.key_source})")
+    print(f"created   {iso(job.created_at)}")
+    if job.last_error:
+        status = f" HTTP {job.last_error['status']}" if job.last_error.get("status") else ""
+        print(f"error     {job.last_error.get('class')}{status}: {job.last_error.get('message')}")
+    if job.result_ref:
+        print(f"result    {job.result_ref}")
+    if job.provider_job_id:
+        print(f"provider  {job.provider_job_id}")
+    if job.replay_of:
+        print(f"replay of {job.replay_of}")
+    if job.replayed_as:
+        print(f"replayed  as {', '.join(job.replayed_as)}")
+    if not timeline:
+        return
+    print("timeline")
+    for ev in job.events:
+        who = f" {ev.worker}" if ev.worker else ""
+        detail = "  ".join(f"{k}={v}" for k, v in ev.detail.items())
+        print(f"  {iso(ev.at)}  {ev.type:<16} attempt {ev.attempt} epoch {ev.epoch:<4} by {ev.actor}{who}  {detail}".rstrip())
+
+
+def _job_json(job: Job, **extra: Any) -> dict[str, Any]:
+    return {**job.to_json(), **extra}
+
+
+# ---------------------------------------------------------------------- input
+
+
+def _parse_json(text: str | bytes, where: str) -> Any:
+    size = len(text.encode() if isinstance(text, str) else text)
+    if size > MAX_INPUT_BYTES:
+        raise InputTooLarge(f"input is {size:,} bytes; the limit is {MAX_INPUT_BYTES:,} bytes (1 MiB)")
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"{where} is not valid JSON: {exc}") from None
+
+
+def _read_limited(stream: Any, where: str) -> bytes:
+    data = stream.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputTooLarge(f"{where} is over the limit of {MAX_INPUT_BYTES:,} bytes (1 MiB)")
+    return data if isinstance(data, bytes) else data.encode()
+
+
+def _submit_input(args: argparse.Namespace) -> Any:
+    if args.input_json is not None:
+        return _parse_json(args.input_json, "--input")
+    if args.input_file is not None:
+        try:
+            with open(args.input_file, "rb") as fh:
+                return _parse_json(_read_limited(fh, args.input_file), args.input_file)
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {args.input_file}: {exc.strerror or exc}") from None
+    if args.stdin == "-":
+        return _parse_json(_read_limited(sys.stdin.buffer, "standard input"), "standard input")
+    raise InvalidInput("give the input with --input JSON, --input-file PATH or - (standard input)")
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def _open(args: argparse.Namespace) -> Queue:
+    from desktop_queue.providers import discover
+
+    queue = Queue.open(resolve_data_dir(args.data_dir), discover())
+    for notice in queue.report.notices:
+        _err(f"note: {notice}")
+    for item in queue.reconciled:
+        _err(f"note: interrupted job {item.job_id} ({item.title}): {item.decision}, {item.reason}")
+    return queue
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    payload = _submit_input(args)
+    with _open(args) as queue:
+        result = queue.submit(
+            args.kind,
+            payload,
+            key=args.key,
+            title=args.title,
+            priority=args.priority,
+            max_attempts=args.max_attempts,
+            actor="cli",
+        )
+        if args.json:
+            extra: dict[str, Any] = {"duplicate": result.duplicate}
+            if result.result is not None:
+                extra["result"] = result.result.get("result")
+            _out(_job_json(result.job, **extra))
+        elif result.duplicate:
+            print(f"duplicate: job {result.job.id} already has this input ({result.job.state}); nothing new was queued")
+        else:
+            print(f"submitted {result.job.id}  {result.job.title}  ({result.job.priority})")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with _open(args) as queue:
+        jobs = queue.list(args.state, limit=args.limit)
+        if args.json:
+            _out([j.to_json(with_events=False, with_input=False) for j in jobs])
+            return EXIT_OK
+        now = time.time()
+        if not jobs:
+            print("no jobs" + (f" in state {args.state}" if args.state else ""))
+        for job in jobs:
+            _print_job_line(job, now)
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _open(args) as queue:
+        job = queue.get(args.id)
+        if args.json:
+            data = _job_json(job)
+            if job.result_ref:
+                stored = queue.results.get(job.idempotency_key)
+                data["result"] = stored.get("result") if stored else None
+            _out(data)
+        else:
+            _print_job(job, time.time())
+    return EXIT_OK
+
+
+def cmd_verb(args: argparse.Namespace) -> int:
+    with _open(args) as queue:
+        if args.command == "cancel":
+            job = queue.cancel(args.id, "cli")
+            text = f"cancelled {job.id}"
+        elif args.command == "retry":
+            job = queue.retry(args.id, "cli")
+            text = f"queued {job.id} again (run {job.run}, fresh budget of {job.max_attempts} attempts)"
+        else:
+            payload = _parse_json(args.input_json, "--input") if args.input_json is not None else None
+            job = queue.replay(args.id, payload, "cli")
+            text = f"replayed {job.replay_of} as new job {job.id}"
+        if args.json:
+            _out(_job_json(job))
+        else:
+            print(text)
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _open(args) as queue:
+        stats = queue.stats()
+    if args.json:
+        _out(stats.to_json())
+        return EXIT_OK
+
+    def sec(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}s"
+
+    print("jobs      " + "  ".join(f"{k} {v}" for k, v in stats.counts.items()) + f"  (total {stats.jobs})")
+    print(f"wait      p50 {sec(stats.wait_p50_s)}  p95 {sec(stats.wait_p95_s)}")
+    print(f"run       p50 {sec(stats.run_p50_s)}  p95 {sec(stats.run_p95_s)}")
+    print(
+        f"attempts  {stats.attempts}  retries {stats.retries}  throttled {stats.throttled}  "
+        f"lease expiries {stats.lease_expiries}  reconciled {stats.reconciled}  dead letters {stats.dead_letters}"
+    )
+    return EXIT_OK
+
+
+def cmd_work(args: argparse.Namespace) -> int:
+    if args.concurrency < 1:
+        raise InvalidInput("--concurrency must be at least 1")
+    from PySide6.QtCore import QCoreApplication, QTimer
+
+    from desktop_queue.providers import discover
+    from desktop_queue.runtime import LeaseDriver
+
+    app = QCoreApplication.instance() or QCoreApplication([PROG])
+    queue = _open(args)
+    driver = LeaseDriver(queue, discover(), concurrency=args.concurrency)
+    finished: dict[str, int] = {}
+    driver.job_finished.connect(lambda _id, state: finished.__setitem__(state, finished.get(state, 0) + 1))
+    driver.error.connect(lambda message: _err(message))
+    stop = {"why": ""}
+    started = time.monotonic()
+
+    def request_stop(why: str) -> None:
+        if not stop["why"]:
+            stop["why"] = why
+            app.quit()
+
+    def check() -> None:
+        if args.max_seconds is not None and time.monotonic() - started >= args.max_seconds:
+            request_stop("time limit reached")
+        elif args.until_idle and driver.running == 0 and queue.is_idle():
+            request_stop("idle")
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: request_stop("interrupted"))
+    watch = QTimer()
+    watch.setInterval(100)
+    watch.timeout.connect(check)
+    watch.start()
+    if not args.json:
+        _err(f"working on {resolve_data_dir(args.data_dir)} with {args.concurrency} slot(s) as {driver.worker_id}")
+    driver.start()
+    app.exec()
+    watch.stop()
+    clean = driver.shutdown(timeout_ms=10_000)
+    counts = queue.counts()
+    queue.close()
+    summary = {"stopped": stop["why"], "finished": finished, "counts": counts, "clean_shutdown": clean}
+    if args.json:
+        _out(summary)
+    else:
+        done = ", ".join(f"{v} {k}" for k, v in sorted(finished.items())) or "nothing"
+        _err(f"stopped ({stop['why']}): {done}; queue now " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+    return EXIT_OK if stop["why"] != "interrupted" else 130
+
+
+def cmd_gui(args: argparse.Namespace) -> int:
+    from desktop_queue.app import main as app_main
+
+    return app_main(args.data_dir)
+
+
+COMMANDS = {
+    "gui": cmd_gui,
+    "submit": cmd_submit,
+    "list": cmd_list,
+    "show": cmd_show,
+    "cancel": cmd_verb,
+    "retry": cmd_verb,
+    "replay": cmd_verb,
+    "work": cmd_work,
+    "stats": cmd_stats,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one command; returns its exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    command = args.command or "gui"
+    if command == "gui" and not hasattr(args, "json"):
+        args.json = False
+    try:
+        return COMMANDS[command](args)
+    except QueueError as exc:
+        _err(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,368 @@
+"""The lease driver: leases jobs on its thread's event loop and runs them on a QThreadPool.
+
+This is the one runner of Desktop Queue: ``desktop-queue work`` runs it under a
+``QCoreApplication`` and the window runs it on the GUI thread. Runnables never touch
+widgets or the driver's state: they run the provider, heartbeat their lease and hand
+the outcome back through the driver-owned :class:`_Relay`'s signal; the driver then
+commits it under the lease token.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
+
+from desktop_queue.core import Lease, Outcome, Queue, RunContext, StaleLease
+from desktop_queue.core.errors import QueueError
+from desktop_queue.core.model import ErrorClass
+from desktop_queue.core.queue import default_worker_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunReport:
+    """What a runnable hands back to the driver thread."""
+
+    lease: Lease
+    outcome: Outcome
+    cancelled: bool
+    reused: bool = False
+
+
+@dataclass
+class _Active:
+    lease: Lease
+    cancel: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.monotonic)
+
+
+class _Relay(QObject):
+    """Lives in the driver's thread; runnables emit through it (queued to that thread).
+
+    Signals:
+        finished(RunReport): an attempt ended (successfully or not).
+    """
+
+    finished = Signal(object)
+
+
+class JobRunnable(QRunnable):
+    """Runs one leased attempt on a pool thread.
+
+    Args:
+        queue: the engine (thread-safe).
+        provider: runs the job's kind.
+        lease: the lease this attempt holds.
+        relay: the driver-owned QObject to report through.
+        cancel: set to ask the provider to stop.
+        heartbeat_s: minimum seconds between two heartbeat commits.
+    """
+
+    def __init__(
+        self, queue: Queue, provider: Any, lease: Lease, relay: _Relay, cancel: threading.Event, heartbeat_s: float
+    ) -> None:
+        super().__init__()
+        self.setAutoDelete(True)
+        self._queue = queue
+        self._provider = provider
+        self._lease = lease
+        self._relay = relay
+        self._cancel = cancel
+        self._heartbeat_s = heartbeat_s
+        self._last_beat = time.monotonic()
+
+    def _beat(self) -> bool:
+        if self._cancel.is_set():
+            return False
+        now = time.monotonic()
+        if now - self._last_beat < self._heartbeat_s:
+            return True
+        self._last_beat = now
+        try:
+            self._queue.heartbeat(self._lease)
+            return True
+        except StaleLease:
+            self._cancel.set()
+            return False
+        except QueueError as exc:  # the store is unreachable for a moment: keep working, try again
+            log.warning("heartbeat for %s failed: %s", self._lease.job_id, exc)
+            return True
+
+    def _record_provider_job(self, provider_job_id: str) -> None:
+        self._queue.record_provider_job(self._lease, provider_job_id)
+
+    def run(self) -> None:
+        lease = self._lease
+        job = lease.job
+        reused = False
+        try:
+            stored = self._queue.results.get(job.idempotency_key)
+            if stored is not None:
+                # paid for already: never produce a result twice
+                outcome, reused = Outcome.success(stored.get("result")), True
+            else:
+                context = RunContext(
+                    job_id=job.id,
+                    attempt=lease.attempt,
+                    idempotency_key=job.idempotency_key,
+                    cancelled=self._cancel,
+                    heartbeat=self._beat,
+                    record_provider_job=self._record_provider_job,
+                    provider_job_id=job.provider_job_id,
+                )
+                try:
+                    outcome = self._provider.run(job, context)
+                except Exception as exc:  # providers classify what they did not expect
+                    outcome = self._provider.classify(exc)
+                if outcome.ok:
+                    self._queue.results.put(
+                        job.idempotency_key, outcome.result, job_id=job.id, epoch=lease.epoch, produced_at=time.time()
+                    )
+        except Exception as exc:
+            log.exception("attempt of %s crashed", job.id)
+            outcome = Outcome.failure(ErrorClass.RETRYABLE, f"worker error: {type(exc).__name__}")
+        self._relay.finished.emit(RunReport(lease, outcome, self._cancel.is_set(), reused))
+
+
+class LeaseDriver(QObject):
+    """Leases runnable jobs while capacity allows and commits their outcomes.
+
+    Args:
+        queue: the engine.
+        providers: kind -> provider; only these kinds are leased.
+        concurrency: how many attempts may run at once.
+        tick_ms: how often to reap, catch up with other processes and lease.
+        worker_id: shown in timelines (default ``host:pid``).
+        pool: the thread pool (default: a private one sized to ``concurrency``).
+
+    Signals:
+        job_started(str): a job was leased and handed to the pool.
+        job_finished(str, str): an attempt's outcome was committed: job id, new state.
+        stale_result(str): a late result was rejected by its stale token.
+        idle(): nothing is running and nothing is runnable right now.
+        paused_changed(bool): leasing was paused or resumed.
+        error(str): the store could not be used (message for people).
+    """
+
+    job_started = Signal(str)
+    job_finished = Signal(str, str)
+    stale_result = Signal(str)
+    idle = Signal()
+    paused_changed = Signal(bool)
+    error = Signal(str)
+
+    def __init__(
+        self,
+        queue: Queue,
+        providers: Mapping[str, Any],
+        *,
+        concurrency: int = 4,
+        tick_ms: int = 250,
+        worker_id: str | None = None,
+        pool: QThreadPool | None = None,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.queue = queue
+        self.providers = dict(providers)
+        self.worker_id = worker_id or default_worker_id()
+        self.pool = pool or QThreadPool(self)
+        self._concurrency = max(1, concurrency)
+        self.pool.setMaxThreadCount(max(self.pool.maxThreadCount(), self._concurrency))
+        self._active: dict[str, _Active] = {}
+        self._paused = False
+        self._stopping = False
+        self._stop_after_current = False
+        self._was_idle = False
+        self._relay = _Relay(self)
+        self._relay.finished.connect(self._on_finished)
+        self._timer = QTimer(self)
+        self._timer.setObjectName("leaseDriverTick")
+        self._timer.setInterval(tick_ms)
+        self._timer.timeout.connect(self.tick)
+
+    # ------------------------------------------------------------------ control
+
+    @property
+    def concurrency(self) -> int:
+        return self._concurrency
+
+    def set_concurrency(self, value: int) -> None:
+        """Changes how many attempts may run at once (running ones are not interrupted)."""
+        self._concurrency = max(1, int(value))
+        self.pool.setMaxThreadCount(max(self.pool.maxThreadCount(), self._concurrency))
+        self.wake()
+
+    @property
+    def running(self) -> int:
+        return len(self._active)
+
+    def active_ids(self) -> list[str]:
+        return list(self._active)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def start(self) -> None:
+        """Starts ticking (the first tick runs at once)."""
+        self._stopping = False
+        self._timer.start()
+        self.wake()
+
+    def wake(self) -> None:
+        """Ticks as soon as the event loop is free (after a submit or a finish)."""
+        QTimer.singleShot(0, self, self.tick)
+
+    def pause(self) -> None:
+        """Leases nothing new; running attempts finish."""
+        if not self._paused:
+            self._paused = True
+            self.paused_changed.emit(True)
+
+    def resume(self) -> None:
+        if self._paused or self._stop_after_current:
+            self._paused = False
+            self._stop_after_current = False
+            self.paused_changed.emit(False)
+            self.wake()
+
+    def stop_after_current(self) -> None:
+        """Lets running attempts finish, then pauses."""
+        self._stop_after_current = True
+        self.pause()
+
+    def cancel(self, job_id: str, actor: str = "user") -> None:
+        """Cancels a job (queued or running); a running attempt here is told to stop."""
+        job = self.queue.cancel(job_id, actor)
+        active = self._active.get(job.id)
+        if active is not None:
+            active.cancel.set()
+
+    def shutdown(self, timeout_ms: int = 5000, cancel_running: bool = True) -> bool:
+        """Stops leasing, asks running attempts to stop, waits for the pool.
+
+        Jobs still ``running`` afterwards keep their lease until it expires (or the next
+        start reconciles them); nothing is marked done that was not.
+
+        Returns:
+            True if every attempt ended within ``timeout_ms``.
+        """
+        self._stopping = True
+        self._timer.stop()
+        if cancel_running:
+            for active in self._active.values():
+                active.cancel.set()
+        done = self.pool.waitForDone(timeout_ms)
+        # commit what the runnables reported while we waited (queued signals)
+        from PySide6.QtCore import QCoreApplication
+
+        QCoreApplication.sendPostedEvents(self._relay)
+        QCoreApplication.processEvents()
+        for job_id, active in list(self._active.items()):
+            # an attempt we abandoned: give its lease back so nobody waits for it to expire
+            try:
+                self.queue.release(active.lease, "interrupted: the worker was shut down and did not stop in time")
+            except QueueError:
+                pass
+            self._active.pop(job_id, None)
+        return done
+
+    # ------------------------------------------------------------------ the loop
+
+    @Slot()
+    def tick(self) -> None:
+        """Reaps, notices jobs cancelled elsewhere, and leases while there is capacity."""
+        if self._stopping:
+            return
+        try:
+            self._check_active()
+            if self._paused:
+                if self._stop_after_current and not self._active:
+                    self._stop_after_current = False
+                self._emit_idle_if_idle()
+                return
+            while len(self._active) < self._concurrency:
+                lease = self.queue.lease(self.worker_id, kinds=set(self.providers))
+                if lease is None:
+                    break
+                self._launch(lease)
+            if not self._active:
+                self.queue.reap()
+            self._emit_idle_if_idle()
+        except QueueError as exc:
+            log.error("lease driver: %s", exc)
+            self.error.emit(str(exc))
+
+    def _check_active(self) -> None:
+        for job_id, active in list(self._active.items()):
+            if active.cancel.is_set():
+                continue
+            try:
+                token = self.queue.lease_token(job_id)
+            except (QueueError, KeyError):
+                token = None
+            if token != active.lease.token:
+                active.cancel.set()  # cancelled or reaped elsewhere: stop working on it
+
+    def _emit_idle_if_idle(self) -> None:
+        idle = not self._active and (self._paused or self.queue.next_wake() is None or self._nothing_runnable())
+        if idle and not self._was_idle:
+            self.idle.emit()
+        self._was_idle = idle
+
+    def _nothing_runnable(self) -> bool:
+        wake = self.queue.next_wake()
+        return wake is None or wake > self.queue.clock.now()
+
+    def _launch(self, lease: Lease) -> None:
+        provider = self.providers[lease.job.kind]
+        active = _Active(lease)
+        self._active[lease.job_id] = active
+        runnable = JobRunnable(
+            self.queue, provider, lease, self._relay, active.cancel, self.queue.policy.heartbeat_s
+        )
+        self._was_idle = False
+        self.pool.start(runnable)
+        self.job_started.emit(lease.job_id)
+
+    @Slot(object)
+    def _on_finished(self, report: RunReport) -> None:
+        lease = report.lease
+        active = self._active.get(lease.job_id)
+        if active is not None and active.lease.token == lease.token:
+            del self._active[lease.job_id]
+        state = ""
+        try:
+            if report.outcome.ok:
+                state = self.queue.complete(lease, report.outcome.result, reused=report.reused).state
+            elif report.cancelled:
+                # told to stop. Cancelled or reaped elsewhere: nothing to commit (the token is
+                # stale). Stopped by our own shutdown: give the lease back, attempt not spent.
+                if self.queue.lease_token(lease.job_id) == lease.token:
+                    state = self.queue.release(lease, "interrupted: the worker was shut down").state
+                else:
+                    state = self.queue.get(lease.job_id).state
+            else:
+                state = self.queue.fail(lease, report.outcome).state
+        except StaleLease:
+            self.stale_result.emit(lease.job_id)
+            try:
+                state = self.queue.get(lease.job_id).state
+            except QueueError:
+                state = ""
+        except QueueError as exc:
+            log.error("could not commit the outcome of %s: %s", lease.job_id, exc)
+            self.error.emit(str(exc))
+        self.job_finished.emit(lease.job_id, state)
+        if self._stop_after_current and not self._active:
+            self._stop_after_current = False
+        if not self._stopping:
+            self.wake()
