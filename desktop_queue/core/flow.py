@@ -1,0 +1,971 @@
+"""Flow control: cost-aware rate limits, adaptive slow-down, concurrency caps, circuit breakers.
+
+Everything here is Qt-free and reads time only from an injected clock
+(``clock.monotonic()``), so tests can jump it. The pieces:
+
+- :class:`TokenBucket`: a per-window budget (requests per minute or tokens per
+  minute). A job is admitted when its *estimated* cost fits; the estimate is later
+  settled against the usage the provider reported.
+- :class:`AdaptiveLimit`: a 429 (or a rate-limit header saying nothing is left)
+  pauses the whole provider profile and lowers its shared budget and concurrency;
+  recovery is gradual (additive increase, multiplicative decrease).
+- :class:`ConcurrencyLimit`: at most N attempts of one profile at once.
+- :class:`CircuitBreaker`: after N consecutive retryable failures the profile's
+  jobs wait ("waiting: provider unavailable") without being leased, so they spend
+  no attempts; after a cool-down one probe goes through; its success closes the
+  breaker and concurrency ramps back up step by step.
+- :class:`FlowControl`: the facade the lease driver plugs into
+  ``Queue.lease(accept=flow.accept)``; it also says why a job waits
+  (:meth:`FlowControl.waiting_reason`) and records provider-level state changes as
+  :class:`FlowEvent` records the caller can log or show.
+
+A *profile* is one configured provider endpoint (base URL + key + limits). Limits,
+breaker and adaptive state are kept per profile; by default a job's profile is the
+part of its kind before the first dot (``openai.chat`` -> ``openai``), or the
+``profile`` field of its input when it names one.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from desktop_queue.core.clock import Clock, SystemClock
+from desktop_queue.core.model import ErrorClass
+from desktop_queue.core.outcome import Outcome
+
+_EPS = 1e-9
+
+WAITING_RATE_LIMIT = "waiting: rate limit"
+WAITING_UNAVAILABLE = "waiting: provider unavailable"
+WAITING_CONCURRENCY = "waiting: concurrency cap"
+
+
+# ---------------------------------------------------------------------- records
+
+
+class FlowEventType(StrEnum):
+    """Provider-level state changes worth a log line or a status-bar message."""
+
+    BREAKER_OPENED = "breaker_opened"
+    BREAKER_HALF_OPEN = "breaker_half_open"
+    BREAKER_CLOSED = "breaker_closed"
+    RATE_LOWERED = "rate_lowered"
+    RATE_RECOVERED = "rate_recovered"
+    PAUSED = "paused"
+    RESERVED = "reserved"
+
+
+@dataclass(frozen=True)
+class FlowEvent:
+    """One state change of one profile's flow control.
+
+    Attributes:
+        at: monotonic time of the change.
+        profile: the provider profile it concerns.
+        type: what happened.
+        detail: small scalar facts (never input text, never a key).
+    """
+
+    at: float
+    profile: str
+    type: FlowEventType
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """A one-line text for a log or a status bar."""
+        facts = ", ".join(f"{k}={v}" for k, v in self.detail.items())
+        return f"{self.profile}: {self.type}" + (f" ({facts})" if facts else "")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one attempt is expected to spend.
+
+    Attributes:
+        requests: requests it makes (counted against RPM).
+        tokens: tokens it is expected to use, prompt plus output (counted against TPM).
+    """
+
+    requests: int = 1
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class RateLimitInfo:
+    """What a provider's rate-limit response headers said.
+
+    Attributes:
+        remaining_requests: ``x-ratelimit-remaining-requests``.
+        remaining_tokens: ``x-ratelimit-remaining-tokens``.
+        reset_s: seconds until the exhausted limit resets (the larger of the
+            ``x-ratelimit-reset-*`` headers that matter), if known.
+    """
+
+    remaining_requests: int | None = None
+    remaining_tokens: int | None = None
+    reset_s: float | None = None
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def estimate_cost(payload: Any, *, default_output_tokens: int = 256, chars_per_token: float = 4.0) -> Cost:
+    """Estimates one attempt's cost from its input, before it runs.
+
+    The prompt is every string in ``messages``, ``prompt``, ``input`` and
+    ``instructions`` at ``chars_per_token`` characters per token, plus 4 tokens of
+    framing per message; the output is ``max_tokens`` / ``max_completion_tokens`` /
+    ``max_output_tokens`` or ``default_output_tokens``.
+
+    Args:
+        payload: the job's input.
+        default_output_tokens: assumed output when the input sets no maximum.
+        chars_per_token: the rough ratio of text to tokens.
+    """
+    if not isinstance(payload, dict):
+        return Cost(1, default_output_tokens)
+    chars = 0
+    for key in ("prompt", "input", "instructions"):
+        chars += sum(len(s) for s in _strings(payload.get(key)))
+    messages = payload.get("messages")
+    framing = 0
+    if isinstance(messages, list):
+        framing = 4 * len(messages)  # role and separators
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else message
+            chars += sum(len(s) for s in _strings(content))
+    output = default_output_tokens
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = payload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            output = value
+            break
+    return Cost(1, int(math.ceil(chars / chars_per_token)) + framing + output)
+
+
+def usage_tokens(usage: Any) -> int | None:
+    """The total tokens of a provider's ``usage`` object (chat or responses style), or None."""
+    if not isinstance(usage, Mapping):
+        return None
+    total = usage.get("total_tokens")
+    if isinstance(total, (int, float)) and not isinstance(total, bool):
+        return int(total)
+    parts = [usage.get(k) for k in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")]
+    numbers = [int(p) for p in parts if isinstance(p, (int, float)) and not isinstance(p, bool)]
+    return sum(numbers) if numbers else None
+
+
+# ---------------------------------------------------------------------- building blocks
+
+
+@dataclass
+class _Spend:
+    at: float
+    cost: float
+    tag: str | None
+
+
+class TokenBucket:
+    """A budget per window, e.g. 90,000 tokens per minute.
+
+    Tokens spent come back exactly ``window_s`` after they were spent (a sliding
+    window), which is the strict form of a token bucket: *no* window of
+    ``window_s`` seconds ever sees more admitted cost than the budget (a classic
+    refilling bucket allows up to twice the budget in its first minute). The one
+    exception is a single cost larger than the whole budget: it is admitted alone,
+    into an empty window, so that it is not refused forever.
+
+    Args:
+        budget: cost allowed per window (must be > 0).
+        window_s: the window length in seconds.
+    """
+
+    def __init__(self, budget: float, window_s: float = 60.0) -> None:
+        if budget <= 0 or window_s <= 0:
+            raise ValueError("a bucket needs a positive budget and window")
+        self.budget = float(budget)
+        self.window_s = float(window_s)
+        self.scale = 1.0
+        self._spent: deque[_Spend] = deque()
+        self._tags: dict[str, _Spend] = {}
+        self._total = 0.0
+
+    @property
+    def effective_budget(self) -> float:
+        """The budget after adaptive slow-down (``budget * scale``)."""
+        return self.budget * self.scale
+
+    def _expire(self, now: float) -> None:
+        while self._spent and self._spent[0].at + self.window_s <= now:
+            spend = self._spent.popleft()
+            self._total -= spend.cost
+            if spend.tag is not None and self._tags.get(spend.tag) is spend:
+                del self._tags[spend.tag]
+        if not self._spent:
+            self._total = 0.0  # no float drift once empty
+
+    def spent(self, now: float) -> float:
+        """Cost admitted within the window ending at ``now``."""
+        self._expire(now)
+        return max(0.0, self._total)
+
+    def fits(self, cost: float, now: float) -> bool:
+        """True when ``cost`` can be admitted at ``now``."""
+        self._expire(now)
+        if not self._spent:
+            return True  # an empty window takes anything (even an oversized cost)
+        return self._total + cost <= self.effective_budget + _EPS
+
+    def take(self, cost: float, now: float, tag: str | None = None) -> None:
+        """Records ``cost`` as spent at ``now`` (whether or not it fits; see :meth:`try_take`)."""
+        self._expire(now)
+        spend = _Spend(now, float(cost), tag)
+        self._spent.append(spend)
+        self._total += spend.cost
+        if tag is not None:
+            self._tags[tag] = spend
+
+    def try_take(self, cost: float, now: float, tag: str | None = None) -> bool:
+        """Spends ``cost`` if it fits; returns whether it did."""
+        if not self.fits(cost, now):
+            return False
+        self.take(cost, now, tag)
+        return True
+
+    def wait_time(self, cost: float, now: float) -> float:
+        """Seconds until ``cost`` fits, assuming nothing else is admitted meanwhile."""
+        if self.fits(cost, now):
+            return 0.0
+        remaining = self._total
+        for spend in self._spent:
+            remaining -= spend.cost
+            if remaining + cost <= self.effective_budget + _EPS or remaining <= _EPS:
+                return max(0.0, spend.at + self.window_s - now)
+        return max(0.0, self._spent[-1].at + self.window_s - now)  # pragma: no cover - loop always returns
+
+    def settle(self, tag: str, actual: float, now: float) -> float:
+        """Replaces the estimate spent under ``tag`` with the ``actual`` cost.
+
+        Returns:
+            The correction applied (actual - estimate; 0 when the spend already left the window).
+        """
+        self._expire(now)
+        spend = self._tags.get(tag)
+        if spend is None:
+            return 0.0
+        delta = float(actual) - spend.cost
+        spend.cost = float(actual)
+        self._total += delta
+        return delta
+
+    def refund(self, tag: str, now: float) -> None:
+        """Gives back what was spent under ``tag`` (the attempt used nothing)."""
+        self.settle(tag, 0.0, now)
+        self._tags.pop(tag, None)
+
+
+class ConcurrencyLimit:
+    """At most ``limit`` attempts at once (None: no limit of its own).
+
+    Args:
+        limit: the configured cap.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError("a concurrency limit is at least 1")
+        self.limit = limit
+        self.held: set[str] = set()
+
+    def has_room(self, cap: int | None) -> bool:
+        """True when one more attempt fits under ``cap`` (the effective limit now)."""
+        return cap is None or len(self.held) < cap
+
+    def acquire(self, job_id: str) -> None:
+        self.held.add(job_id)
+
+    def release(self, job_id: str) -> None:
+        self.held.discard(job_id)
+
+
+class AdaptiveLimit:
+    """A shared slow-down factor for one profile: halved on a 429, regained step by step.
+
+    Args:
+        decrease: the factor applied on a throttle.
+        floor: the lowest scale.
+        recovery_step: added to the scale per quiet ``recovery_interval_s``.
+        recovery_interval_s: how long without a throttle earns one step back.
+        guard_s: throttles within this time of a decrease count once (a burst of
+            429s from concurrent attempts is one signal, not five).
+    """
+
+    def __init__(
+        self,
+        *,
+        decrease: float = 0.5,
+        floor: float = 0.1,
+        recovery_step: float = 0.1,
+        recovery_interval_s: float = 10.0,
+        guard_s: float = 1.0,
+    ) -> None:
+        self.decrease = decrease
+        self.floor = floor
+        self.recovery_step = recovery_step
+        self.recovery_interval_s = recovery_interval_s
+        self.guard_s = guard_s
+        self.scale = 1.0
+        self.paused_until = -math.inf
+        self._last_change = -math.inf
+        self._last_decrease = -math.inf
+
+    def update(self, now: float) -> bool:
+        """Applies the recovery earned since the last change; True if the scale rose."""
+        if self.scale >= 1.0:
+            return False
+        base = max(self._last_change, self.paused_until)
+        steps = int((now - base) // self.recovery_interval_s)
+        if steps <= 0:
+            return False
+        self.scale = min(1.0, round(self.scale + steps * self.recovery_step, 6))
+        self._last_change = base + steps * self.recovery_interval_s
+        return True
+
+    def pause_left(self, now: float) -> float:
+        """Seconds the profile is still paused by a Retry-After (0: not paused)."""
+        return max(0.0, self.paused_until - now)
+
+    def on_throttle(self, now: float, retry_after: float | None) -> bool:
+        """A 429: pause until ``retry_after`` and lower the scale; True if the scale dropped."""
+        if retry_after is not None and retry_after > 0:
+            self.paused_until = max(self.paused_until, now + retry_after)
+        if now - self._last_decrease < self.guard_s:
+            return False
+        self._last_decrease = now
+        old = self.scale
+        self.scale = max(self.floor, round(self.scale * self.decrease, 6))
+        self._last_change = now
+        return self.scale < old
+
+    def on_exhausted(self, now: float, reset_s: float | None) -> None:
+        """A header said nothing is left: pause until it resets (no scale change)."""
+        if reset_s is not None and reset_s > 0:
+            self.paused_until = max(self.paused_until, now + reset_s)
+
+
+class BreakerState(StrEnum):
+    """The circuit breaker's states."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class CircuitBreaker:
+    """Stops sending work to a provider that keeps failing, then probes it.
+
+    Args:
+        threshold: consecutive retryable failures that open it.
+        cooldown_s: how long it stays open before one probe is let through.
+        max_cooldown_s: the cool-down doubles after each failed probe, up to this.
+        ramp_step_s: after closing, concurrency starts at 1 and grows by 1 per step.
+        ramp_max: the ramp ends at this cap when the profile has no limit of its own.
+    """
+
+    def __init__(
+        self,
+        threshold: int = 5,
+        cooldown_s: float = 30.0,
+        *,
+        max_cooldown_s: float = 300.0,
+        ramp_step_s: float = 5.0,
+        ramp_max: int = 8,
+    ) -> None:
+        self.threshold = threshold
+        self.base_cooldown_s = cooldown_s
+        self.cooldown_s = cooldown_s
+        self.max_cooldown_s = max_cooldown_s
+        self.ramp_step_s = ramp_step_s
+        self.ramp_max = ramp_max
+        self.state = BreakerState.CLOSED
+        self.failures = 0
+        self.opened_at = -math.inf
+        self.probe: str | None = None
+        self.closed_at: float | None = None
+
+    def update(self, now: float) -> bool:
+        """Moves open -> half-open when the cool-down is over; True if it did."""
+        if self.state is BreakerState.OPEN and now >= self.opened_at + self.cooldown_s:
+            self.state = BreakerState.HALF_OPEN
+            self.probe = None
+            return True
+        return False
+
+    def reopens_in(self, now: float) -> float:
+        """Seconds until the next probe may go (0 unless open)."""
+        if self.state is not BreakerState.OPEN:
+            return 0.0
+        return max(0.0, self.opened_at + self.cooldown_s - now)
+
+    def allows(self, job_id: str) -> bool:
+        """Whether ``job_id`` may start now (no change of state)."""
+        if self.state is BreakerState.CLOSED:
+            return True
+        if self.state is BreakerState.HALF_OPEN:
+            return self.probe is None or self.probe == job_id
+        return False
+
+    def admit(self, job_id: str) -> bool:
+        """Lets ``job_id`` start; in half-open it becomes the one probe. True if it is the probe."""
+        if self.state is BreakerState.HALF_OPEN and self.probe is None:
+            self.probe = job_id
+            return True
+        return False
+
+    def ramp_cap(self, now: float, limit: int | None) -> int | None:
+        """The concurrency allowed by the ramp after closing (None: no ramp in effect)."""
+        if self.state is not BreakerState.CLOSED:
+            return 1
+        if self.closed_at is None:
+            return None
+        cap = 1 + int((now - self.closed_at) // self.ramp_step_s)
+        if cap >= (limit if limit is not None else self.ramp_max):
+            self.closed_at = None
+            return None
+        return cap
+
+    def on_success(self, job_id: str, now: float) -> bool:
+        """A success; True if it closed the breaker."""
+        self.failures = 0
+        if self.state is BreakerState.CLOSED:
+            return False
+        self.state = BreakerState.CLOSED
+        self.probe = None
+        self.closed_at = now
+        self.cooldown_s = self.base_cooldown_s
+        return True
+
+    def on_failure(self, job_id: str, now: float) -> bool:
+        """A retryable failure; True if it opened (or re-opened) the breaker."""
+        if self.state is BreakerState.HALF_OPEN:
+            if self.probe != job_id:
+                return False  # a straggler from before the breaker opened
+            self.cooldown_s = min(self.max_cooldown_s, self.cooldown_s * 2)
+            return self._open(now)
+        if self.state is BreakerState.OPEN:
+            return False
+        self.failures += 1
+        if self.failures >= self.threshold:
+            return self._open(now)
+        return False
+
+    def on_reachable(self) -> None:
+        """The provider answered (even with a fatal error): the failure streak ends."""
+        if self.state is BreakerState.CLOSED:
+            self.failures = 0
+
+    def on_abandoned(self, job_id: str) -> None:
+        """An attempt ended without an outcome (cancelled, released): a probe slot frees."""
+        if self.probe == job_id:
+            self.probe = None
+
+    def _open(self, now: float) -> bool:
+        self.state = BreakerState.OPEN
+        self.opened_at = now
+        self.probe = None
+        self.closed_at = None
+        self.failures = 0
+        return True
+
+
+# ---------------------------------------------------------------------- the facade
+
+
+@dataclass(frozen=True)
+class ProfileLimits:
+    """The configured limits of one provider profile.
+
+    Attributes:
+        rpm: requests per minute (None: unlimited).
+        tpm: tokens per minute (None: unlimited).
+        concurrency: attempts at once (None: only the app's global limit).
+        breaker_threshold: consecutive retryable failures that open the breaker.
+        breaker_cooldown_s: how long the breaker stays open before a probe.
+        ramp_step_s: after the breaker closes, one more concurrent attempt per step.
+        aging_s: a job refused by the budget this long gets a reservation, so that
+            smaller jobs behind it cannot keep it waiting forever.
+        window_s: the rate window (60 s for per-minute limits).
+    """
+
+    rpm: float | None = None
+    tpm: float | None = None
+    concurrency: int | None = None
+    breaker_threshold: int = 5
+    breaker_cooldown_s: float = 30.0
+    ramp_step_s: float = 5.0
+    aging_s: float = 30.0
+    window_s: float = 60.0
+
+
+@dataclass
+class _Admission:
+    cost: Cost
+    at: float
+    started: bool = False
+
+
+@dataclass
+class _Waiter:
+    since: float
+    seen: float
+
+
+class _ProfileFlow:
+    """All flow state of one profile."""
+
+    def __init__(self, name: str, limits: ProfileLimits) -> None:
+        self.name = name
+        self.limits = limits
+        self.rpm = TokenBucket(limits.rpm, limits.window_s) if limits.rpm else None
+        self.tpm = TokenBucket(limits.tpm, limits.window_s) if limits.tpm else None
+        self.concurrency = ConcurrencyLimit(limits.concurrency)
+        self.adaptive = AdaptiveLimit()
+        self.breaker = CircuitBreaker(
+            limits.breaker_threshold, limits.breaker_cooldown_s, ramp_step_s=limits.ramp_step_s
+        )
+        self.admitted: dict[str, _Admission] = {}
+        self.waiters: dict[str, _Waiter] = {}
+        self.reserved: str | None = None
+        self.reserved_cost: Cost | None = None
+        self.last_prune = -math.inf
+
+    def buckets(self) -> list[tuple[TokenBucket, str]]:
+        out = []
+        if self.rpm is not None:
+            out.append((self.rpm, "requests"))
+        if self.tpm is not None:
+            out.append((self.tpm, "tokens"))
+        return out
+
+    def concurrency_cap(self, now: float) -> int | None:
+        limit = self.concurrency.limit
+        caps: list[int] = []
+        ramp = self.breaker.ramp_cap(now, limit)
+        if ramp is not None:
+            caps.append(ramp)
+        if limit is not None:
+            caps.append(max(1, int(limit * self.adaptive.scale)))
+        elif self.adaptive.scale < 1.0:
+            # no configured cap: a throttled profile still runs fewer attempts at once
+            caps.append(max(1, int(self.breaker.ramp_max * self.adaptive.scale)))
+        return min(caps) if caps else None
+
+    def rate_wait(self, cost: Cost, now: float) -> float:
+        wait = self.adaptive.pause_left(now)
+        for bucket, unit in self.buckets():
+            amount = cost.requests if unit == "requests" else cost.tokens
+            wait = max(wait, bucket.wait_time(amount, now))
+        return wait
+
+
+def _job_fields(job: Any) -> tuple[str, str, Any]:
+    """(id, kind, input) of a job dict, a :class:`Job`, or a lease holding one."""
+    if isinstance(job, Mapping):
+        return str(job["id"]), str(job.get("kind", "")), job.get("input")
+    inner = getattr(job, "job", None)
+    if inner is not None and hasattr(inner, "kind"):
+        job = inner
+    return str(job.id), str(job.kind), getattr(job, "input", None)
+
+
+def default_profile_of(kind: str, payload: Any) -> str:
+    """``input["profile"]`` when it is a string, else the kind up to its first dot."""
+    if isinstance(payload, Mapping) and isinstance(payload.get("profile"), str):
+        return str(payload["profile"])
+    return kind.split(".", 1)[0]
+
+
+class FlowControl:
+    """Decides which queued jobs may start now, and says why the others wait.
+
+    Thread-safe: ``accept`` runs inside the lease commit, outcomes arrive from the
+    driver, ``waiting_reason`` is asked by the window.
+
+    Args:
+        profiles: profile name -> limits. Jobs of other profiles are never held back.
+        clock: time source (only ``monotonic()`` is used).
+        profile_of: (kind, input) -> profile name (default: :func:`default_profile_of`).
+        estimator: input -> :class:`Cost` (default: :func:`estimate_cost`).
+        listener: called with every :class:`FlowEvent` (outside the internal lock).
+        admission_ttl_s: an admission never followed by ``on_start`` is given back
+            after this long (the lease commit failed, or another process took the job).
+    """
+
+    def __init__(
+        self,
+        profiles: Mapping[str, ProfileLimits],
+        *,
+        clock: Clock | None = None,
+        profile_of: Callable[[str, Any], str | None] | None = None,
+        estimator: Callable[[Any], Cost] | None = None,
+        listener: Callable[[FlowEvent], None] | None = None,
+        admission_ttl_s: float = 60.0,
+    ) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self._profiles = {name: _ProfileFlow(name, limits) for name, limits in profiles.items()}
+        self._profile_of = profile_of or default_profile_of
+        self._estimator = estimator or estimate_cost
+        self._listener = listener
+        self._admission_ttl_s = admission_ttl_s
+        self._lock = threading.RLock()
+        self._events: deque[FlowEvent] = deque(maxlen=1000)
+        self._pending_emit: list[FlowEvent] = []
+
+    # ------------------------------------------------------------------ configuration
+
+    def configure(self, name: str, limits: ProfileLimits) -> None:
+        """Adds a profile or changes its limits (its breaker and budget history are reset)."""
+        with self._lock:
+            self._profiles[name] = _ProfileFlow(name, limits)
+
+    def profiles(self) -> list[str]:
+        with self._lock:
+            return sorted(self._profiles)
+
+    # ------------------------------------------------------------------ internals
+
+    def _flow_of(self, job: Any) -> tuple[str, _ProfileFlow | None, Any]:
+        job_id, kind, payload = _job_fields(job)
+        name = self._profile_of(kind, payload)
+        return job_id, (self._profiles.get(name) if name is not None else None), payload
+
+    def _emit(self, flow: _ProfileFlow, kind: FlowEventType, now: float, **detail: Any) -> None:
+        event = FlowEvent(round(now, 3), flow.name, kind, detail)
+        self._events.append(event)
+        self._pending_emit.append(event)
+
+    def _flush(self) -> None:
+        """Hands recorded events to the listener, outside the lock."""
+        with self._lock:
+            if not self._pending_emit:
+                return
+            pending, self._pending_emit = self._pending_emit, []
+        if self._listener is not None:
+            for event in pending:
+                self._listener(event)
+
+    def _update(self, flow: _ProfileFlow, now: float) -> None:
+        if flow.breaker.update(now):
+            self._emit(flow, FlowEventType.BREAKER_HALF_OPEN, now, reason="cool-down over; one probe may go")
+        old = flow.adaptive.scale
+        if flow.adaptive.update(now):
+            for bucket, _unit in flow.buckets():
+                bucket.scale = flow.adaptive.scale
+            self._emit(flow, FlowEventType.RATE_RECOVERED, now, scale=round(flow.adaptive.scale, 3), was=round(old, 3))
+        if now - flow.last_prune >= 5.0:
+            flow.last_prune = now
+            for job_id, adm in list(flow.admitted.items()):
+                if not adm.started and now - adm.at > self._admission_ttl_s:
+                    self._give_back(flow, job_id, now)
+            ttl = max(flow.limits.window_s, flow.limits.aging_s) * 2
+            for job_id, waiter in list(flow.waiters.items()):
+                if now - waiter.seen > ttl:
+                    del flow.waiters[job_id]
+                    if flow.reserved == job_id:
+                        flow.reserved, flow.reserved_cost = None, None
+
+    def _give_back(self, flow: _ProfileFlow, job_id: str, now: float) -> None:
+        adm = flow.admitted.pop(job_id, None)
+        flow.concurrency.release(job_id)
+        flow.breaker.on_abandoned(job_id)
+        if adm is not None:
+            for bucket, _unit in flow.buckets():
+                bucket.refund(job_id, now)
+
+    def _blocker(self, flow: _ProfileFlow, job_id: str, cost: Cost, now: float) -> tuple[str, float] | None:
+        """Why ``job_id`` may not start now: (reason, expected wait in s), or None."""
+        if not flow.breaker.allows(job_id):
+            return WAITING_UNAVAILABLE, flow.breaker.reopens_in(now)
+        if not flow.concurrency.has_room(flow.concurrency_cap(now)):
+            return WAITING_CONCURRENCY, 0.0
+        pause = flow.adaptive.pause_left(now)
+        if pause > 0:
+            return WAITING_RATE_LIMIT, pause
+        if flow.reserved is not None and flow.reserved != job_id:
+            # an older job holds the budget's next turn; this one waits behind it
+            wait = flow.rate_wait(flow.reserved_cost, now) if flow.reserved_cost is not None else 0.0
+            return WAITING_RATE_LIMIT, wait
+        wait = flow.rate_wait(cost, now)
+        if wait > 0:
+            return WAITING_RATE_LIMIT, wait
+        return None
+
+    @staticmethod
+    def _format(reason: str, wait: float) -> str:
+        if reason == WAITING_RATE_LIMIT and wait > 0:
+            return f"{reason} (~{max(1, math.ceil(wait))} s)"
+        return reason
+
+    # ------------------------------------------------------------------ the driver's side
+
+    def accept(self, job: Any) -> bool:
+        """May this queued job start now? If so, its estimated cost is spent (for ``Queue.lease``).
+
+        Asking again for a job already admitted (and not yet finished) answers True
+        without spending twice.
+        """
+        with self._lock:
+            job_id, flow, payload = self._flow_of(job)
+            if flow is None:
+                return True
+            now = self.clock.monotonic()
+            self._update(flow, now)
+            if job_id in flow.admitted:
+                return True
+            cost = self._estimator(payload)
+            blocked = self._blocker(flow, job_id, cost, now)
+            if blocked is not None:
+                if blocked[0] == WAITING_RATE_LIMIT:
+                    self._note_waiting(flow, job_id, cost, now)
+                admitted = False
+            else:
+                self._admit(flow, job_id, cost, now)
+                admitted = True
+        self._flush()
+        return admitted
+
+    def _note_waiting(self, flow: _ProfileFlow, job_id: str, cost: Cost, now: float) -> None:
+        waiter = flow.waiters.get(job_id)
+        if waiter is None:
+            flow.waiters[job_id] = _Waiter(since=now, seen=now)
+            return
+        waiter.seen = now
+        if flow.reserved is None and now - waiter.since >= flow.limits.aging_s:
+            flow.reserved = job_id
+            flow.reserved_cost = cost
+            self._emit(
+                flow, FlowEventType.RESERVED, now,
+                reason="a job waited too long for its budget; smaller jobs wait until it has started",
+                delay_s=round(now - waiter.since, 3),
+            )
+
+    def _admit(self, flow: _ProfileFlow, job_id: str, cost: Cost, now: float) -> None:
+        if flow.breaker.admit(job_id):
+            self._emit(flow, FlowEventType.BREAKER_HALF_OPEN, now, reason="probe admitted")
+        for bucket, unit in flow.buckets():
+            bucket.take(cost.requests if unit == "requests" else cost.tokens, now, job_id)
+        flow.concurrency.acquire(job_id)
+        flow.admitted[job_id] = _Admission(cost, now)
+        flow.waiters.pop(job_id, None)
+        if flow.reserved == job_id:
+            flow.reserved = None
+            flow.reserved_cost = None
+
+    def on_start(self, job: Any) -> None:
+        """The job was leased and handed to a worker (after ``accept`` said yes).
+
+        A job that started without ``accept`` (another code path) is counted now.
+        """
+        with self._lock:
+            job_id, flow, payload = self._flow_of(job)
+            if flow is None:
+                return
+            now = self.clock.monotonic()
+            adm = flow.admitted.get(job_id)
+            if adm is None:
+                self._admit(flow, job_id, self._estimator(payload), now)
+                adm = flow.admitted[job_id]
+            adm.started = True
+        self._flush()
+
+    def on_outcome(self, job: Any, outcome: Outcome | None, usage: Mapping[str, Any] | None = None) -> None:
+        """An attempt ended: frees its slot, settles its cost and feeds breaker and limits.
+
+        Args:
+            job: the job (dict, :class:`Job` or lease).
+            outcome: what the attempt produced; None when it ended without one
+                (cancelled, released on shutdown).
+            usage: the provider's reported usage (default: ``outcome.result["usage"]``).
+        """
+        with self._lock:
+            job_id, flow, _payload = self._flow_of(job)
+            if flow is None:
+                return
+            now = self.clock.monotonic()
+            self._update(flow, now)
+            if outcome is None:
+                self._give_back(flow, job_id, now)
+            else:
+                self._record(flow, job_id, outcome, usage, now)
+        self._flush()
+
+    def on_release(self, job: Any) -> None:
+        """An attempt ended without an outcome (same as ``on_outcome(job, None)``)."""
+        self.on_outcome(job, None)
+
+    def _record(
+        self, flow: _ProfileFlow, job_id: str, outcome: Outcome, usage: Mapping[str, Any] | None, now: float
+    ) -> None:
+        flow.admitted.pop(job_id, None)
+        flow.concurrency.release(job_id)
+        if outcome.ok:
+            if usage is None and isinstance(outcome.result, Mapping):
+                usage = outcome.result.get("usage")
+            actual = usage_tokens(usage)
+            if actual is not None and flow.tpm is not None:
+                flow.tpm.settle(job_id, actual, now)  # routine: not an event
+            if flow.breaker.on_success(job_id, now):
+                self._emit(flow, FlowEventType.BREAKER_CLOSED, now, reason="probe succeeded; concurrency ramps up")
+            return
+        # a failed attempt consumed its request, but (without usage) no tokens
+        if flow.tpm is not None:
+            flow.tpm.refund(job_id, now)
+        error_class = ErrorClass(outcome.error_class or ErrorClass.RETRYABLE)
+        if error_class is ErrorClass.THROTTLED:
+            flow.breaker.on_abandoned(job_id)
+            old = flow.adaptive.scale
+            lowered = flow.adaptive.on_throttle(now, outcome.retry_after)
+            if lowered:
+                for bucket, _unit in flow.buckets():
+                    bucket.scale = flow.adaptive.scale
+                self._emit(
+                    flow, FlowEventType.RATE_LOWERED, now,
+                    scale=round(flow.adaptive.scale, 3), was=round(old, 3), retry_after_s=outcome.retry_after,
+                )
+            if outcome.retry_after:
+                self._emit(flow, FlowEventType.PAUSED, now, retry_after_s=outcome.retry_after)
+        elif error_class is ErrorClass.RETRYABLE:
+            if flow.breaker.on_failure(job_id, now):
+                self._emit(
+                    flow, FlowEventType.BREAKER_OPENED, now,
+                    reason=f"{flow.limits.breaker_threshold} retryable failures in a row",
+                    delay_s=flow.breaker.cooldown_s,
+                )
+        else:
+            flow.breaker.on_reachable()
+            flow.breaker.on_abandoned(job_id)
+
+    def observe_rate_limit(self, profile: str, info: RateLimitInfo) -> None:
+        """Rate-limit headers from a response: nothing left -> the profile pauses until the reset."""
+        with self._lock:
+            flow = self._profiles.get(profile)
+            if flow is None:
+                return
+            now = self.clock.monotonic()
+            exhausted = info.remaining_requests == 0 or info.remaining_tokens == 0
+            if exhausted and info.reset_s:
+                before = flow.adaptive.pause_left(now)
+                flow.adaptive.on_exhausted(now, info.reset_s)
+                if flow.adaptive.pause_left(now) > before:
+                    self._emit(flow, FlowEventType.PAUSED, now, retry_after_s=round(info.reset_s, 3),
+                               reason="rate-limit headers: nothing left until the reset")
+        self._flush()
+
+    def forget(self, job_id: str) -> None:
+        """The job left the queue (cancelled, finished elsewhere): drops any wait or reservation."""
+        with self._lock:
+            now = self.clock.monotonic()
+            for flow in self._profiles.values():
+                flow.waiters.pop(job_id, None)
+                if flow.reserved == job_id:
+                    flow.reserved, flow.reserved_cost = None, None
+                if job_id in flow.admitted and not flow.admitted[job_id].started:
+                    self._give_back(flow, job_id, now)
+
+    # ------------------------------------------------------------------ the window's side
+
+    def waiting_reason(self, job: Any) -> str | None:
+        """Why a queued, due job would not start now, for people; None if it would.
+
+        Returns e.g. ``"waiting: rate limit (~12 s)"``, ``"waiting: provider
+        unavailable"`` or ``"waiting: concurrency cap"``. Backoff and lane order are
+        the queue's business, not flow control's.
+        """
+        with self._lock:
+            job_id, flow, payload = self._flow_of(job)
+            if flow is None:
+                return None
+            if isinstance(job, Mapping) and job.get("state") not in (None, "queued"):
+                return None
+            now = self.clock.monotonic()
+            self._update(flow, now)
+            if job_id in flow.admitted:
+                return None
+            blocked = self._blocker(flow, job_id, self._estimator(payload), now)
+            reason = None if blocked is None else self._format(*blocked)
+        self._flush()
+        return reason
+
+    def breaker_state(self, profile: str) -> BreakerState | None:
+        """The profile's breaker state (None: no such profile)."""
+        with self._lock:
+            flow = self._profiles.get(profile)
+            if flow is None:
+                return None
+            self._update(flow, self.clock.monotonic())
+            state = flow.breaker.state
+        self._flush()
+        return state
+
+    def snapshot(self, profile: str) -> dict[str, Any]:
+        """The profile's state for a status display (breaker, scale, in flight, budgets left)."""
+        with self._lock:
+            flow = self._profiles[profile]
+            now = self.clock.monotonic()
+            self._update(flow, now)
+            out: dict[str, Any] = {
+                "profile": profile,
+                "breaker": str(flow.breaker.state),
+                "scale": round(flow.adaptive.scale, 3),
+                "paused_s": round(flow.adaptive.pause_left(now), 3),
+                "in_flight": len(flow.concurrency.held),
+                "concurrency_cap": flow.concurrency_cap(now),
+                "reserved": flow.reserved,
+            }
+            for bucket, unit in flow.buckets():
+                out[f"{unit}_spent"] = round(bucket.spent(now), 3)
+                out[f"{unit}_budget"] = round(bucket.effective_budget, 3)
+        self._flush()
+        return out
+
+    def drain_events(self) -> list[FlowEvent]:
+        """Every event recorded since the last drain (oldest first)."""
+        with self._lock:
+            events = list(self._events)
+            self._events.clear()
+        return events
+
+
+__all__ = [
+    "AdaptiveLimit",
+    "BreakerState",
+    "CircuitBreaker",
+    "ConcurrencyLimit",
+    "Cost",
+    "FlowControl",
+    "FlowEvent",
+    "FlowEventType",
+    "ProfileLimits",
+    "RateLimitInfo",
+    "TokenBucket",
+    "WAITING_CONCURRENCY",
+    "WAITING_RATE_LIMIT",
+    "WAITING_UNAVAILABLE",
+    "default_profile_of",
+    "estimate_cost",
+    "usage_tokens",
+]

@@ -1,0 +1,398 @@
+"""Flow control with a fake clock: budgets, aging, adaptive limits, concurrency and the breaker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from desktop_queue.core import FakeClock, Outcome
+from desktop_queue.core.flow import (
+    WAITING_CONCURRENCY,
+    WAITING_UNAVAILABLE,
+    BreakerState,
+    Cost,
+    FlowControl,
+    FlowEvent,
+    FlowEventType,
+    ProfileLimits,
+    RateLimitInfo,
+    TokenBucket,
+    estimate_cost,
+    usage_tokens,
+)
+
+OK = Outcome.success({"text": "t"})
+FAIL = Outcome.failure("retryable", "HTTP 500")
+FATAL = Outcome.failure("fatal", "HTTP 401")
+
+
+def job(job_id: str, tokens: int = 100, kind: str = "openai.chat", **extra: Any) -> dict[str, Any]:
+    """A queued job dict whose estimated cost is exactly ``tokens`` (see ``cost_of``)."""
+    return {"id": job_id, "kind": kind, "state": "queued", "input": {"cost": tokens, **extra}}
+
+
+def cost_of(payload: Any) -> Cost:
+    return Cost(1, int(payload.get("cost", 0)))
+
+
+def make(clock: FakeClock, events: list[FlowEvent] | None = None, **limits: Any) -> FlowControl:
+    return FlowControl(
+        {"openai": ProfileLimits(**limits)}, clock=clock, estimator=cost_of,
+        listener=events.append if events is not None else None,
+    )
+
+
+# ---------------------------------------------------------------------- the bucket
+
+
+def test_bucket_admits_up_to_the_budget_then_after_the_window() -> None:
+    bucket = TokenBucket(1000, 60)
+    assert bucket.try_take(600, 0.0)
+    assert bucket.try_take(400, 10.0)
+    assert not bucket.try_take(1, 20.0)
+    assert bucket.wait_time(500, 20.0) == pytest.approx(40.0)  # the 600 leaves at t=60
+    assert not bucket.try_take(500, 59.9)
+    assert bucket.try_take(500, 60.0)
+    assert bucket.spent(60.0) == pytest.approx(900)
+
+
+def test_bucket_admits_an_oversized_cost_alone_into_an_empty_window() -> None:
+    bucket = TokenBucket(100, 60)
+    assert bucket.try_take(10, 0.0)
+    assert not bucket.fits(500, 30.0)
+    assert bucket.wait_time(500, 30.0) == pytest.approx(30.0)
+    assert bucket.try_take(500, 60.0)  # empty window: it goes, alone
+    assert not bucket.fits(1, 61.0)
+
+
+def test_settling_charges_an_underestimate_and_refunds_an_overestimate() -> None:
+    bucket = TokenBucket(1000, 60)
+    bucket.take(300, 0.0, "a")
+    bucket.take(300, 0.0, "b")
+    assert bucket.settle("a", 700, 1.0) == pytest.approx(400)  # it used more: budget is gone
+    assert not bucket.fits(100, 2.0)
+    bucket.settle("b", 0, 3.0)
+    assert bucket.fits(300, 3.0)
+    bucket.refund("a", 4.0)
+    assert bucket.spent(4.0) == pytest.approx(0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    budget=st.integers(1, 5000),
+    steps=st.lists(
+        st.tuples(st.floats(0, 30, allow_nan=False), st.integers(0, 5000), st.sampled_from([1.0, 1.0, 0.5, 0.25])),
+        min_size=1, max_size=80,
+    ),
+)
+def test_bucket_never_admits_above_budget_in_any_window(budget: int, steps: list[tuple[float, int, float]]) -> None:
+    """Property: for every window of ``window_s``, admitted cost <= budget (costs that fit the budget)."""
+    window = 60.0
+    bucket = TokenBucket(budget, window)
+    now = 0.0
+    admitted: list[tuple[float, int]] = []
+    for dt, raw_cost, scale in steps:
+        now += dt
+        bucket.scale = scale
+        cost = min(raw_cost, budget)
+        if bucket.try_take(cost, now):
+            admitted.append((now, cost))
+    for start, _ in admitted:
+        in_window = sum(c for t, c in admitted if start <= t < start + window)
+        assert in_window <= budget + 1e-6
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["accept", "finish", "fail", "wait"]), st.integers(0, 9)), max_size=120))
+def test_flow_never_exceeds_concurrency_or_rpm(ops: list[tuple[str, int]]) -> None:
+    """Property: however jobs come and go, in flight <= the cap and admissions per minute <= RPM."""
+    clock = FakeClock()
+    flow = make(clock, rpm=5, concurrency=3, breaker_threshold=3, breaker_cooldown_s=10)
+    running: set[str] = set()
+    admissions: list[float] = []
+    for op, n in ops:
+        jid = f"j{n}"
+        if op == "accept" and jid not in running:
+            if flow.accept(job(jid)):
+                flow.on_start(job(jid))
+                running.add(jid)
+                admissions.append(clock.monotonic())
+        elif op in ("finish", "fail") and jid in running:
+            flow.on_outcome(job(jid), OK if op == "finish" else FAIL)
+            running.discard(jid)
+        elif op == "wait":
+            clock.advance(n * 2.0)
+        assert len(running) <= 3
+    for t in admissions:
+        assert sum(1 for u in admissions if t <= u < t + 60) <= 5
+
+
+# ---------------------------------------------------------------------- admission through the facade
+
+
+def test_accept_spends_the_estimate_once_and_reports_the_wait() -> None:
+    clock = FakeClock()
+    flow = make(clock, tpm=1000)
+    assert flow.accept(job("a", 700))
+    assert flow.accept(job("a", 700))  # asked again (a retried commit): not spent twice
+    assert flow.snapshot("openai")["tokens_spent"] == 700
+    assert not flow.accept(job("b", 400))
+    assert flow.waiting_reason(job("b", 400)) == "waiting: rate limit (~60 s)"
+    clock.advance(48)
+    assert flow.waiting_reason(job("b", 400)) == "waiting: rate limit (~12 s)"
+    clock.advance(12)
+    assert flow.waiting_reason(job("b", 400)) is None
+    assert flow.accept(job("b", 400))
+
+
+def test_usage_settles_the_estimate() -> None:
+    clock = FakeClock()
+    flow = make(clock, tpm=1000)
+    assert flow.accept(job("a", 900))
+    flow.on_start(job("a"))
+    flow.on_outcome(job("a"), Outcome.success({"usage": {"prompt_tokens": 50, "completion_tokens": 50}}))
+    assert flow.snapshot("openai")["tokens_spent"] == 100
+    assert flow.accept(job("b", 900))
+
+
+def test_a_failed_attempt_gives_its_tokens_back_but_not_its_request() -> None:
+    clock = FakeClock()
+    flow = make(clock, tpm=1000, rpm=10)
+    assert flow.accept(job("a", 900))
+    flow.on_outcome(job("a"), FATAL)
+    snap = flow.snapshot("openai")
+    assert snap["tokens_spent"] == 0 and snap["requests_spent"] == 1
+
+
+def test_jobs_of_other_profiles_are_never_held() -> None:
+    clock = FakeClock()
+    flow = make(clock, tpm=1, concurrency=1)
+    assert flow.accept(job("a", 1))
+    demo = {"id": "d", "kind": "demo", "state": "queued", "input": {"prompt": "x"}}
+    assert flow.accept(demo) and flow.waiting_reason(demo) is None
+    assert flow.waiting_reason({**job("b"), "state": "running"}) is None
+
+
+def test_aging_keeps_a_large_job_from_starving_behind_small_ones() -> None:
+    clock = FakeClock()
+    events: list[FlowEvent] = []
+    flow = make(clock, events, tpm=1000, aging_s=30)
+    assert flow.accept(job("filler", 200))
+    big = job("big", 900)
+    small_n = 0
+    big_admitted_at = None
+    for second in range(300):
+        if flow.accept(big):
+            big_admitted_at = second
+            break
+        small_n += 1
+        small = job(f"s{small_n}", 100)
+        if flow.accept(small):
+            flow.on_start(small)
+            flow.on_outcome(small, OK)  # no usage reported: the estimate stands
+        clock.advance(1)
+    assert big_admitted_at is not None
+    assert big_admitted_at <= 30 + 60  # aging threshold + one window
+    assert any(e.type is FlowEventType.RESERVED for e in events)
+
+
+def test_without_reservation_small_jobs_would_keep_the_budget_below_the_large_cost() -> None:
+    """The same stream with aging effectively off shows the starvation aging prevents."""
+    clock = FakeClock()
+    flow = make(clock, tpm=1000, aging_s=10_000)
+    assert flow.accept(job("filler", 200))
+    big = job("big", 900)
+    for n in range(200):
+        assert not flow.accept(big)
+        small = job(f"s{n}", 100)
+        if flow.accept(small):
+            flow.on_outcome(small, OK)
+        clock.advance(1)
+
+
+def test_a_reservation_lapses_when_its_job_is_forgotten() -> None:
+    clock = FakeClock()
+    flow = make(clock, tpm=1000, aging_s=5)
+    assert flow.accept(job("a", 800))
+    for _ in range(7):
+        assert not flow.accept(job("big", 900))
+        clock.advance(1)
+    assert flow.snapshot("openai")["reserved"] == "big"
+    assert not flow.accept(job("small", 50))  # it would fit, but the big one goes first
+    flow.forget("big")
+    assert flow.accept(job("small", 50))
+
+
+# ---------------------------------------------------------------------- adaptive limits
+
+
+def test_a_429_pauses_every_job_of_the_profile_and_lowers_the_shared_rate() -> None:
+    clock = FakeClock()
+    events: list[FlowEvent] = []
+    flow = make(clock, events, rpm=100, concurrency=8)
+    assert flow.accept(job("a"))
+    flow.on_outcome(job("a"), Outcome.failure("throttled", "HTTP 429", status=429, retry_after=2.0))
+    assert not flow.accept(job("b"))
+    assert flow.waiting_reason(job("b")) == "waiting: rate limit (~2 s)"
+    snap = flow.snapshot("openai")
+    assert snap["scale"] == 0.5 and snap["requests_budget"] == 50 and snap["concurrency_cap"] == 4
+    assert [e.type for e in events] == [FlowEventType.RATE_LOWERED, FlowEventType.PAUSED]
+    clock.advance(2)
+    assert flow.accept(job("b"))
+    # a second 429 within the guard time counts once; a later one lowers again
+    flow.on_outcome(job("b"), Outcome.failure("throttled", "HTTP 429", retry_after=0.5))
+    assert flow.snapshot("openai")["scale"] == 0.25
+
+
+def test_recovery_after_a_429_is_gradual() -> None:
+    clock = FakeClock()
+    events: list[FlowEvent] = []
+    flow = make(clock, events, rpm=100)
+    assert flow.accept(job("a"))
+    flow.on_outcome(job("a"), Outcome.failure("throttled", "HTTP 429"))
+    scales = []
+    for _ in range(7):
+        clock.advance(10)
+        scales.append(flow.snapshot("openai")["scale"])
+    assert scales == [0.6, 0.7, 0.8, 0.9, 1.0, 1.0, 1.0]
+    assert sum(1 for e in events if e.type is FlowEventType.RATE_RECOVERED) == 5
+
+
+def test_exhausted_rate_limit_headers_pause_the_profile() -> None:
+    clock = FakeClock()
+    flow = make(clock, rpm=100)
+    flow.observe_rate_limit("openai", RateLimitInfo(remaining_requests=10, remaining_tokens=5000, reset_s=3))
+    assert flow.accept(job("a"))
+    flow.observe_rate_limit("openai", RateLimitInfo(remaining_requests=0, remaining_tokens=5000, reset_s=3))
+    assert flow.waiting_reason(job("b")) == "waiting: rate limit (~3 s)"
+    clock.advance(3)
+    assert flow.accept(job("b"))
+
+
+# ---------------------------------------------------------------------- concurrency
+
+
+def test_concurrency_cap_per_profile() -> None:
+    clock = FakeClock()
+    flow = make(clock, concurrency=2)
+    assert flow.accept(job("a")) and flow.accept(job("b"))
+    assert not flow.accept(job("c"))
+    assert flow.waiting_reason(job("c")) == WAITING_CONCURRENCY
+    flow.on_outcome(job("a"), None)  # cancelled: the slot comes back
+    assert flow.accept(job("c"))
+
+
+def test_an_admission_that_never_started_is_given_back() -> None:
+    clock = FakeClock()
+    flow = FlowControl({"openai": ProfileLimits(concurrency=1)}, clock=clock, estimator=cost_of, admission_ttl_s=10)
+    assert flow.accept(job("a"))  # the lease commit then failed: on_start never comes
+    assert not flow.accept(job("b"))
+    clock.advance(11)
+    assert flow.accept(job("b"))
+
+
+# ---------------------------------------------------------------------- the breaker
+
+
+def test_breaker_opens_after_five_retryable_failures_and_probes_once() -> None:
+    clock = FakeClock()
+    events: list[FlowEvent] = []
+    flow = make(clock, events, breaker_threshold=5, breaker_cooldown_s=30, concurrency=4, ramp_step_s=5)
+    for n in range(5):
+        assert flow.accept(job(f"f{n}"))
+        flow.on_start(job(f"f{n}"))
+        flow.on_outcome(job(f"f{n}"), FAIL)
+    assert flow.breaker_state("openai") is BreakerState.OPEN
+    assert not flow.accept(job("q1"))
+    assert flow.waiting_reason(job("q1")) == WAITING_UNAVAILABLE
+    clock.advance(29)
+    assert not flow.accept(job("q1"))
+    clock.advance(1)
+    assert flow.breaker_state("openai") is BreakerState.HALF_OPEN
+    assert flow.accept(job("q1"))  # the probe
+    assert not flow.accept(job("q2"))  # only one
+    assert flow.waiting_reason(job("q2")) == WAITING_UNAVAILABLE
+    flow.on_outcome(job("q1"), OK)
+    assert flow.breaker_state("openai") is BreakerState.CLOSED
+    # concurrency ramps back: 1, then one more per 5 s, up to the profile's 4
+    caps = []
+    for _ in range(4):
+        caps.append(flow.snapshot("openai")["concurrency_cap"])
+        clock.advance(5)
+    assert caps == [1, 2, 3, 4]
+    types = [e.type for e in events]
+    assert types == [FlowEventType.BREAKER_OPENED, FlowEventType.BREAKER_HALF_OPEN,
+                     FlowEventType.BREAKER_HALF_OPEN, FlowEventType.BREAKER_CLOSED]
+
+
+def test_a_failed_probe_reopens_with_a_longer_cooldown() -> None:
+    clock = FakeClock()
+    flow = make(clock, breaker_threshold=2, breaker_cooldown_s=10)
+    for n in range(2):
+        assert flow.accept(job(f"f{n}"))
+        flow.on_outcome(job(f"f{n}"), FAIL)
+    clock.advance(10)
+    assert flow.accept(job("probe"))
+    flow.on_outcome(job("probe"), FAIL)
+    assert flow.breaker_state("openai") is BreakerState.OPEN
+    clock.advance(10)
+    assert not flow.accept(job("next"))
+    clock.advance(10)
+    assert flow.accept(job("next"))
+
+
+def test_fatal_errors_and_429s_do_not_count_toward_the_breaker() -> None:
+    clock = FakeClock()
+    flow = make(clock, breaker_threshold=3)
+    sequence = [FAIL, FAIL, FATAL, FAIL, FAIL, Outcome.failure("throttled", "429"), FAIL]
+    for n, outcome in enumerate(sequence):
+        clock.advance(5)  # past any 429 pause
+        assert flow.accept(job(f"j{n}"))
+        flow.on_outcome(job(f"j{n}"), outcome)
+    assert flow.breaker_state("openai") is BreakerState.OPEN  # only the last three retryables in a row
+
+
+def test_a_cancelled_probe_frees_the_probe_slot() -> None:
+    clock = FakeClock()
+    flow = make(clock, breaker_threshold=1, breaker_cooldown_s=1)
+    assert flow.accept(job("a"))
+    flow.on_outcome(job("a"), FAIL)
+    clock.advance(1)
+    assert flow.accept(job("probe"))
+    flow.on_release(job("probe"))
+    assert flow.accept(job("other"))
+
+
+# ---------------------------------------------------------------------- estimates
+
+
+def test_estimate_cost_counts_prompt_text_and_output_budget() -> None:
+    payload = {"messages": [{"role": "user", "content": "x" * 400}], "max_tokens": 200}
+    assert estimate_cost(payload) == Cost(1, 100 + 4 + 200)
+    assert estimate_cost({"prompt": "abcd" * 10}) == Cost(1, 10 + 256)
+    assert estimate_cost({"input": "abcd", "max_output_tokens": 50}).tokens == 51
+    assert usage_tokens({"total_tokens": 42}) == 42
+    assert usage_tokens({"input_tokens": 10, "output_tokens": 20}) == 30
+    assert usage_tokens(None) is None
+
+
+def test_profile_comes_from_the_input_when_it_names_one() -> None:
+    clock = FakeClock()
+    flow = FlowControl({"local": ProfileLimits(concurrency=1)}, clock=clock, estimator=cost_of)
+    assert flow.accept(job("a", profile="local"))
+    assert not flow.accept(job("b", profile="local"))
+    assert flow.accept(job("c"))  # profile "openai": not configured here
+
+
+def test_events_can_be_drained_and_described() -> None:
+    clock = FakeClock()
+    flow = make(clock, breaker_threshold=1)
+    assert flow.accept(job("a"))
+    flow.on_outcome(job("a"), FAIL)
+    drained = flow.drain_events()
+    assert [e.type for e in drained] == [FlowEventType.BREAKER_OPENED]
+    assert drained[0].describe().startswith("openai: breaker_opened")
+    assert flow.drain_events() == []

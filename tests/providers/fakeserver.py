@@ -1,0 +1,307 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 for the provider tests.
+
+Not a mock: the ``openai`` SDK talks to it over TCP. Behaviour is scripted per
+route with :class:`Action` entries (a 429 with ``Retry-After``, bursts of 500, slow
+answers, a connection dropped after the request was read); without a script each
+route answers like the real API. Every request is recorded (method, path, headers,
+body) and in-flight requests are counted.
+
+Routes: ``chat`` (POST /v1/chat/completions), ``responses.create`` (POST
+/v1/responses), ``responses.get`` (GET /v1/responses/{id}), ``responses.cancel``
+(POST /v1/responses/{id}/cancel), ``images`` (POST /v1/images/generations),
+``speech`` (POST /v1/audio/speech), ``models`` (GET /v1/models).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+PNG_BYTES = b"\x89PNG\r\n\x1a\n" + b"fake-image-data" * 4
+AUDIO_BYTES = b"ID3" + b"fake-audio-frames" * 8
+
+
+@dataclass
+class Action:
+    """One scripted answer.
+
+    Attributes:
+        status: HTTP status (None: answer normally after ``delay_s``).
+        body: JSON body for a scripted status.
+        headers: extra response headers.
+        delay_s: wait this long before answering (released early when the server stops).
+        drop: read the request, then close the connection without any answer.
+        echo: put the request's Authorization header and body into the error message
+            (like a provider that quotes what it got), to prove redaction.
+    """
+
+    status: int | None = None
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    drop: bool = False
+    echo: bool = False
+
+    @classmethod
+    def error(cls, status: int, message: str = "error", code: str | None = None, *, headers: dict[str, str] | None = None,
+              echo: bool = False) -> Action:
+        body = {"error": {"message": message, "type": code or "error", "code": code, "param": None}}
+        return cls(status=status, body=body, headers=headers or {}, echo=echo)
+
+
+@dataclass
+class Recorded:
+    """One request the server received."""
+
+    method: str
+    path: str
+    route: str
+    headers: dict[str, str]
+    body: Any
+
+
+class FakeOpenAI:
+    """The scripted server.
+
+    Args:
+        api_key: the only key accepted (None: any key).
+        polls_to_complete: GETs of a background response before it is ``completed``.
+    """
+
+    def __init__(self, api_key: str | None = None, polls_to_complete: int = 2) -> None:
+        self.api_key = api_key
+        self.polls_to_complete = polls_to_complete
+        self.requests: list[Recorded] = []
+        self.scripts: dict[str, deque[Action]] = {}
+        self.responses: dict[str, dict[str, Any]] = {}
+        self.created = 0
+        self.by_idempotency_key: dict[str, str] = {}
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.default_delay_s = 0.0
+        self.usage_tokens: int | None = None
+        self.rate_headers: dict[str, str] = {}
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ control
+
+    def start(self) -> str:
+        """Starts serving on an ephemeral port; returns the base URL (``.../v1``)."""
+        fake = self
+
+        class Handler(_Handler):
+            server_fake = fake
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-openai", daemon=True
+        )
+        self._thread.start()
+        return self.url
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self.release.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def push(self, route: str, *actions: Action) -> None:
+        """Queues scripted answers for ``route`` (consumed one per request, in order)."""
+        with self.lock:
+            self.scripts.setdefault(route, deque()).extend(actions)
+
+    def count(self, route: str | None = None) -> int:
+        with self.lock:
+            return sum(1 for r in self.requests if route is None or r.route == route)
+
+    def of(self, route: str) -> list[Recorded]:
+        with self.lock:
+            return [r for r in self.requests if r.route == route]
+
+    def finish(self, response_id: str, status: str = "completed", error: dict[str, Any] | None = None) -> None:
+        """Forces a background response into a final state."""
+        with self.lock:
+            self.responses[response_id]["status"] = status
+            if error is not None:
+                self.responses[response_id]["error"] = error
+
+    # ------------------------------------------------------------------ behaviour
+
+    def _next_action(self, route: str) -> Action | None:
+        with self.lock:
+            script = self.scripts.get(route)
+            return script.popleft() if script else None
+
+    def answer(self, route: str, method: str, path: str, headers: dict[str, str], body: Any) -> tuple[int, dict[str, str], bytes]:
+        """The default (unscripted) answer of ``route``."""
+        if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
+            sent = headers.get("authorization", "")
+            return _json(401, {"error": {"message": f"Incorrect API key provided: {sent[7:]}.", "type": "invalid_request_error",
+                                         "code": "invalid_api_key", "param": None}})
+        extra = dict(self.rate_headers)
+        if route == "chat":
+            prompt_tokens = len(json.dumps(body.get("messages", ""))) // 4
+            total = self.usage_tokens if self.usage_tokens is not None else prompt_tokens + 5
+            doc = {
+                "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": 1, "model": body.get("model"),
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "generated text"}}],
+                "usage": {"prompt_tokens": total - 5, "completion_tokens": 5, "total_tokens": total},
+            }
+            return _json(200, doc, extra)
+        if route == "responses.create":
+            key = headers.get("idempotency-key")
+            with self.lock:
+                if key and key in self.by_idempotency_key:
+                    return _json(200, self.responses[self.by_idempotency_key[key]], extra)
+                self.created += 1
+                response_id = f"resp_{self.created:04d}"
+                doc = _response_doc(response_id, "queued", body.get("model"))
+                doc["_polls_left"] = self.polls_to_complete
+                self.responses[response_id] = doc
+                if key:
+                    self.by_idempotency_key[key] = response_id
+                return _json(200, _public(doc), extra)
+        if route in ("responses.get", "responses.cancel"):
+            response_id = path.split("/")[3]
+            with self.lock:
+                doc = self.responses.get(response_id)
+                if doc is None:
+                    return _json(404, {"error": {"message": "No response found", "type": "invalid_request_error",
+                                                 "code": None, "param": None}})
+                if route == "responses.cancel":
+                    if doc["status"] in ("queued", "in_progress"):
+                        doc["status"] = "cancelled"
+                elif doc["status"] in ("queued", "in_progress"):
+                    doc["_polls_left"] -= 1
+                    doc["status"] = "in_progress"
+                    if doc["_polls_left"] <= 0:
+                        doc["status"] = "completed"
+                if doc["status"] == "completed" and not doc["output"]:
+                    doc["output"] = [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                                      "content": [{"type": "output_text", "text": "background text", "annotations": []}]}]
+                    doc["usage"] = {"input_tokens": 10, "output_tokens": 20, "total_tokens": 30,
+                                    "input_tokens_details": {"cached_tokens": 0},
+                                    "output_tokens_details": {"reasoning_tokens": 0}}
+                return _json(200, _public(doc))
+        if route == "images":
+            return _json(200, {"created": 1, "data": [{"b64_json": base64.b64encode(PNG_BYTES).decode()}]}, extra)
+        if route == "speech":
+            return 200, {"Content-Type": "audio/mpeg", **extra}, AUDIO_BYTES
+        if route == "models":
+            return _json(200, {"object": "list", "data": [{"id": "model-a", "object": "model", "created": 1, "owned_by": "t"},
+                                                          {"id": "model-b", "object": "model", "created": 1, "owned_by": "t"}]})
+        return _json(404, {"error": {"message": f"no route {method} {path}", "type": "not_found", "code": None}})
+
+
+def _response_doc(response_id: str, status: str, model: str | None) -> dict[str, Any]:
+    return {
+        "id": response_id, "object": "response", "created_at": 1, "status": status, "model": model or "m",
+        "output": [], "error": None, "incomplete_details": None, "instructions": None, "metadata": {},
+        "parallel_tool_calls": True, "temperature": 1.0, "tool_choice": "auto", "tools": [], "top_p": 1.0,
+        "background": True, "usage": None,
+    }
+
+
+def _public(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
+
+
+def _json(status: int, doc: Any, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    return status, {"Content-Type": "application/json", **(headers or {})}, json.dumps(doc).encode()
+
+
+def _route(method: str, path: str) -> str:
+    parts = path.split("?")[0].rstrip("/").split("/")
+    tail = "/".join(parts[2:])  # after /v1
+    if method == "POST" and tail == "chat/completions":
+        return "chat"
+    if method == "POST" and tail == "responses":
+        return "responses.create"
+    if tail.startswith("responses/") and tail.endswith("/cancel") and method == "POST":
+        return "responses.cancel"
+    if tail.startswith("responses/") and method == "GET":
+        return "responses.get"
+    if method == "POST" and tail == "images/generations":
+        return "images"
+    if method == "POST" and tail == "audio/speech":
+        return "speech"
+    if method == "GET" and tail == "models":
+        return "models"
+    return "unknown"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_fake: FakeOpenAI
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        return
+
+    def _handle(self, method: str) -> None:
+        fake = self.server_fake
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {}
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        route = _route(method, self.path)
+        with fake.lock:
+            fake.requests.append(Recorded(method, self.path, route, headers, body))
+            fake.in_flight += 1
+            fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+        try:
+            action = fake._next_action(route)
+            delay = action.delay_s if action is not None else fake.default_delay_s
+            if delay:
+                fake.release.wait(delay)
+            if action is not None and action.drop:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if action is not None and action.status is not None:
+                doc = action.body
+                if action.echo and isinstance(doc, dict):
+                    doc = json.loads(json.dumps(doc))
+                    doc["error"]["message"] += f" (auth: {headers.get('authorization')}; request: {json.dumps(body)})"
+                status, out_headers, payload = _json(action.status, doc, action.headers)
+            else:
+                status, out_headers, payload = fake.answer(route, method, self.path, headers, body)
+                out_headers.update(action.headers if action is not None else {})
+            try:
+                self.send_response(status)
+                for name, value in out_headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except OSError:  # the client gave up (timed out) before the answer
+                self.close_connection = True
+        finally:
+            with fake.lock:
+                fake.in_flight -= 1
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._handle("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._handle("POST")
