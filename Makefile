@@ -30,5 +30,8 @@ bench: $(STAMP_TEST)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) benchmarks/store.py $(ARGS)
 
+screenshot: $(STAMP_RUN)
+	QT_QPA_PLATFORM=offscreen $(PY) scripts/screenshot.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

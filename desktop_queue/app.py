@@ -1,0 +1,183 @@
+"""Start-up of the window: paths, single-instance lock, reconciliation, main window.
+
+Order matters: the store is opened (and, by the first process, its orphans reconciled)
+before the lease driver leases anything; then the window shows what start-up found in
+a non-blocking banner. Store errors become a clear message box, never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtWidgets import QApplication
+
+from desktop_queue.core import Queue, QueueError, StoreError
+from desktop_queue.core.fileio import FileLock
+from desktop_queue.core.paths import data_dir as resolve_data_dir
+from desktop_queue.core.present import reconciliation_summary
+from desktop_queue.ui import dialogs
+from desktop_queue.ui.controller import Controller
+from desktop_queue.ui.main_window import MainWindow
+from desktop_queue.ui.settings import APPLICATION, ORGANIZATION, load_preferences
+
+log = logging.getLogger(__name__)
+
+#: held by the window for as long as it runs (CLI commands and ``work`` ignore it)
+GUI_LOCK_NAME = "gui.lock"
+
+
+class AlreadyRunning(Exception):
+    """Another window already uses this data directory."""
+
+
+class InstanceLock:
+    """One window per data directory: a non-blocking OS lock on ``<data dir>/gui.lock``.
+
+    The OS drops the lock when the process dies, so a crash never leaves it stuck.
+
+    Args:
+        directory: the data directory.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / GUI_LOCK_NAME
+        self._lock: FileLock | None = None
+
+    def acquire(self) -> None:
+        """Takes the lock. Raises :class:`AlreadyRunning` if another window holds it."""
+        lock = FileLock(self.path)
+        if not lock.acquire(exclusive=True, blocking=False):
+            lock.close()
+            raise AlreadyRunning(str(self.path.parent))
+        self._lock = lock
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock.close()
+            self._lock = None
+
+
+@dataclass
+class Session:
+    """A running window and everything it holds (closed in reverse order)."""
+
+    window: MainWindow
+    controller: Controller
+    queue: Queue
+    lock: InstanceLock
+    banner: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Closes the window if open, stops the driver, closes the store, drops the lock."""
+        self.window.close()
+        self.controller.shutdown(self.window.shutdown_timeout_ms)
+        self.queue.close()
+        self.lock.release()
+
+
+def configure_application(app: QApplication) -> None:
+    """Names the application so QSettings use the platform's usual place."""
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    app.setApplicationDisplayName(APPLICATION)
+    app.setDesktopFileName("desktop-queue")
+
+
+def banner_lines(queue: Queue) -> list[str]:
+    """What opening the store found, in words for people (empty when nothing happened)."""
+    lines = []
+    if queue.reconciled:
+        lines.append(reconciliation_summary([r.decision for r in queue.reconciled]) + ".")
+        for item in queue.reconciled[:5]:
+            lines.append(f"• {item.title} (job {item.job_id}): {item.reason}")
+        if len(queue.reconciled) > 5:
+            lines.append(f"• … and {len(queue.reconciled) - 5} more (see each job's timeline)")
+    lines.extend(queue.report.notices)
+    return lines
+
+
+def start(
+    data_dir: str | Path | None = None,
+    providers: Mapping[str, Any] | None = None,
+    *,
+    lease: bool = True,
+    refresh_ms: int = 300,
+    tick_ms: int = 250,
+) -> Session | int:
+    """Opens the data directory and the window (not yet shown); an exit code if it cannot.
+
+    Args:
+        data_dir: ``--data-dir`` (else ``DESKTOP_QUEUE_DATA_DIR``, else the user data dir).
+        providers: kind -> provider (default: every installed provider).
+        lease: start the lease driver (the screenshot script keeps it off).
+        refresh_ms: the views' refresh interval.
+        tick_ms: the lease driver's tick.
+    """
+    path = resolve_data_dir(data_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        dialogs.show_error(None, "Desktop Queue cannot start",
+                           f"The data directory {path} cannot be created: {exc.strerror or exc}.")
+        return 1
+    lock = InstanceLock(path)
+    try:
+        lock.acquire()
+    except AlreadyRunning:
+        dialogs.show_error(
+            None, "Desktop Queue is already open",
+            f"Another Desktop Queue window is already using\n{path}\n\n"
+            "Switch to that window, or start this one with another --data-dir. "
+            "(Command-line tools and `desktop-queue work` can share the directory.)",
+        )
+        return 1
+    except OSError as exc:
+        dialogs.show_error(None, "Desktop Queue cannot start", f"{path} is not usable: {exc.strerror or exc}.")
+        return 1
+    if providers is None:
+        from desktop_queue.providers import discover
+
+        providers = discover()
+    try:
+        queue = Queue.open(path, providers)  # the first opener reconciles orphans here, before any lease
+    except StoreError as exc:
+        lock.release()
+        dialogs.show_error(
+            None, "The job store cannot be opened",
+            f"{exc}\n\nNothing was changed or deleted. Data directory: {path}",
+        )
+        return 1
+    except QueueError as exc:
+        lock.release()
+        dialogs.show_error(None, "Desktop Queue cannot start", str(exc))
+        return 1
+    prefs = load_preferences()
+    controller = Controller(queue, providers, concurrency=prefs.concurrency, refresh_ms=refresh_ms, tick_ms=tick_ms)
+    lines = banner_lines(queue)
+    window = MainWindow(controller, lines)
+    controller.setParent(window)
+    controller.start(lease=lease)
+    return Session(window, controller, queue, lock, lines)
+
+
+def main(data_dir: str | None = None) -> int:
+    """Runs the window until it is closed; the process exit code."""
+    app = QApplication.instance()
+    if not isinstance(app, QApplication):
+        app = QApplication(sys.argv[:1])
+    configure_application(app)
+    session = start(data_dir)
+    if isinstance(session, int):
+        return session
+    session.window.show()
+    try:
+        code = app.exec()
+    finally:
+        session.close()
+    return int(code)

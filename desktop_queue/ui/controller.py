@@ -1,0 +1,250 @@
+"""The window's single door to the engine: verbs, the lease driver and the refresh loop.
+
+Widgets ask the controller; the controller asks :class:`Queue` and :class:`LeaseDriver`
+and reports back with signals. No widget calls the engine directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
+
+from desktop_queue.core import Job, Queue, QueueError, SubmitResult
+from desktop_queue.core.model import Actor
+from desktop_queue.runtime.driver import LeaseDriver
+from desktop_queue.ui.models import DeadLetterModel, QueueModel, RefreshCoordinator
+
+log = logging.getLogger(__name__)
+
+
+class BatchRetry(QObject):
+    """Retries a fixed list of job ids a few at a time, paced by a timer.
+
+    The ids are captured when the user confirms; jobs that meanwhile left the dead
+    state are skipped and counted, never retried twice.
+
+    Args:
+        controller: does each retry.
+        ids: the jobs to retry.
+        batch_size: retries per timer tick.
+        interval_ms: pause between two batches.
+        parent: the Qt parent.
+
+    Signals:
+        progress(int, int): jobs handled so far, total.
+        finished(int, int): jobs retried, jobs skipped.
+    """
+
+    progress = Signal(int, int)
+    finished = Signal(int, int)
+
+    def __init__(
+        self,
+        controller: Controller,
+        ids: list[str],
+        batch_size: int = 10,
+        interval_ms: int = 100,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._controller = controller
+        self.ids = list(ids)
+        self._pos = 0
+        self._retried = 0
+        self._skipped = 0
+        self._batch = max(1, batch_size)
+        self.timer = QTimer(self)
+        self.timer.setObjectName("retryBatchTimer")
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self._step)
+
+    @property
+    def active(self) -> bool:
+        return self.timer.isActive()
+
+    def start(self) -> None:
+        self.timer.start()
+        QTimer.singleShot(0, self, self._step)
+
+    def stop(self) -> None:
+        self.timer.stop()
+
+    @Slot()
+    def _step(self) -> None:
+        if not self.timer.isActive():
+            return
+        chunk = self.ids[self._pos : self._pos + self._batch]
+        self._pos += len(chunk)
+        for job_id in chunk:
+            try:
+                self._controller.queue.retry(job_id, Actor.USER)
+                self._retried += 1
+            except QueueError:
+                self._skipped += 1
+        self.progress.emit(self._pos, len(self.ids))
+        self._controller.changed()
+        if self._pos >= len(self.ids):
+            self.timer.stop()
+            self.finished.emit(self._retried, self._skipped)
+
+
+class Controller(QObject):
+    """Owns the queue's Qt side: models, refresh loop and lease driver.
+
+    Args:
+        queue: the opened engine.
+        providers: kind -> provider.
+        concurrency: global concurrency (Preferences).
+        refresh_ms: the refresh timer interval.
+        tick_ms: the lease driver's tick.
+        parent: the Qt parent.
+
+    Signals:
+        message(str): something to tell the user in passing (status bar).
+        failed(str): a verb could not be done (message for people).
+    """
+
+    message = Signal(str)
+    failed = Signal(str)
+
+    def __init__(
+        self,
+        queue: Queue,
+        providers: Mapping[str, Any],
+        *,
+        concurrency: int = 4,
+        refresh_ms: int = 300,
+        tick_ms: int = 250,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.queue = queue
+        self.providers = dict(providers)
+        self.queue_model = QueueModel(parent=self)
+        self.dead_model = DeadLetterModel(parent=self)
+        self.refresher = RefreshCoordinator(queue, [self.queue_model, self.dead_model], refresh_ms, self)
+        self.driver = LeaseDriver(queue, self.providers, concurrency=concurrency, tick_ms=tick_ms, parent=self)
+        self.batch: BatchRetry | None = None
+        self._shut = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self, lease: bool = True) -> None:
+        """Loads the models and starts the refresh loop; then the lease driver (unless told not to)."""
+        self.refresher.start()
+        if lease:
+            self.driver.start()
+
+    def shutdown(self, timeout_ms: int = 5000) -> bool:
+        """Stops the batch, the refresh loop and the driver (waiting up to ``timeout_ms``)."""
+        if self._shut:
+            return True
+        self._shut = True
+        if self.batch is not None:
+            self.batch.stop()
+        self.refresher.stop()
+        return self.driver.shutdown(timeout_ms)
+
+    def changed(self) -> None:
+        """Something was committed here: refresh the views and wake the driver now."""
+        self.refresher.soon()
+        if not self._shut:
+            self.driver.wake()
+
+    # ----------------------------------------------------------------- verbs
+
+    def validate(self, kind: str, payload: Any) -> None:
+        """Raises :class:`InvalidInput` (or :class:`UnknownKind`) if ``payload`` is not acceptable."""
+        from desktop_queue.core.errors import UnknownKind
+
+        provider = self.providers.get(kind)
+        if provider is None:
+            raise UnknownKind(f"unknown job kind {kind!r}")
+        if hasattr(provider, "validate"):
+            provider.validate(payload)
+
+    def submit(
+        self, kind: str, payload: Any, *, title: str | None, priority: str, max_attempts: int | None
+    ) -> SubmitResult:
+        """Submits a job (durable when this returns). Raises :class:`QueueError` on refusal."""
+        result = self.queue.submit(
+            kind, payload, title=title, priority=priority, max_attempts=max_attempts, actor=Actor.USER
+        )
+        self.changed()
+        if result.duplicate:
+            self.message.emit(f"Already submitted: job {result.job.id} has this input ({result.job.state})")
+        else:
+            self.message.emit(f"Submitted job {result.job.id}: {result.job.title}")
+        return result
+
+    def _each(self, verb: str, ids: Iterable[str]) -> list[Job]:
+        done: list[Job] = []
+        errors: list[str] = []
+        for job_id in ids:
+            try:
+                if verb == "cancel":
+                    self.driver.cancel(job_id, Actor.USER)
+                    done.append(self.queue.get(job_id))
+                else:
+                    done.append(self.queue.retry(job_id, Actor.USER))
+            except QueueError as exc:
+                errors.append(str(exc))
+        self.changed()
+        if errors:
+            self.failed.emit("; ".join(errors[:3]) + (f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""))
+        if done:
+            noun = "job" if len(done) == 1 else "jobs"
+            self.message.emit(f"{'Cancelled' if verb == 'cancel' else 'Queued again'}: {len(done)} {noun}")
+        return done
+
+    def cancel(self, ids: Iterable[str]) -> list[Job]:
+        """Cancels jobs; running attempts here are told to stop (a late result is rejected)."""
+        return self._each("cancel", ids)
+
+    def retry(self, ids: Iterable[str]) -> list[Job]:
+        """Puts dead or cancelled jobs back in the queue (same jobs, a new run each)."""
+        return self._each("retry", ids)
+
+    def replay(self, job_id: str, payload: Any = None) -> Job:
+        """A new job linked to a finished one, with the same or edited input."""
+        job = self.queue.replay(job_id, payload, Actor.USER)
+        self.changed()
+        self.message.emit(f"Replayed {job_id} as new job {job.id}")
+        return job
+
+    def retry_all(self, ids: list[str], batch_size: int = 10, interval_ms: int = 100) -> BatchRetry:
+        """Retries exactly ``ids`` (captured at confirmation) in paced batches."""
+        if self.batch is not None:
+            self.batch.stop()
+        self.batch = BatchRetry(self, ids, batch_size, interval_ms, self)
+        self.batch.finished.connect(
+            lambda retried, skipped: self.message.emit(
+                f"Retried {retried} dead jobs" + (f" ({skipped} had already changed and were skipped)" if skipped else "")
+            )
+        )
+        self.batch.start()
+        return self.batch
+
+    def job(self, job_id: str) -> Job | None:
+        """One job with its timeline, or None if it cannot be read."""
+        try:
+            return self.queue.get(job_id)
+        except QueueError:
+            return None
+
+    # ----------------------------------------------------------------- queue control
+
+    def set_paused(self, paused: bool) -> None:
+        if paused:
+            self.driver.pause()
+        else:
+            self.driver.resume()
+
+    def stop_after_current(self) -> None:
+        self.driver.stop_after_current()
+
+    def set_concurrency(self, value: int) -> None:
+        self.driver.set_concurrency(value)

@@ -1,0 +1,424 @@
+"""Dialogs: submit a job, preview a replay, preferences; and the confirmation helpers.
+
+The dialogs check input inline as it is typed (the provider's own ``validate``), and ask
+the :class:`~desktop_queue.ui.controller.Controller` to act; nothing is created while
+the input is invalid.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QFontDatabase
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPlainTextEdit,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_queue.core import Job, QueueError, SubmitResult
+from desktop_queue.core.errors import InvalidInput
+from desktop_queue.core.model import Priority
+from desktop_queue.ui.controller import Controller
+from desktop_queue.ui.icons import icon
+from desktop_queue.ui.settings import MAX_CONCURRENCY, Preferences
+
+DEMO_FAIL_WITH = ("", "retryable", "throttled", "fatal", "poison")
+
+
+# --------------------------------------------------------------------------- prompts (tests replace these)
+
+
+def confirm(parent: QWidget | None, title: str, text: str, ok_text: str = "OK") -> bool:
+    """Asks a yes/no question; True if the user agreed."""
+    box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.Cancel, parent)
+    ok = box.addButton(ok_text, QMessageBox.ButtonRole.AcceptRole)
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    box.exec()
+    return box.clickedButton() is ok
+
+
+def show_error(parent: QWidget | None, title: str, text: str) -> None:
+    """A clear, modal error message (never a traceback)."""
+    QMessageBox.critical(parent, title, text)
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+def _mono_editor() -> QPlainTextEdit:
+    editor = QPlainTextEdit()
+    editor.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+    editor.setTabChangesFocus(True)
+    editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+    return editor
+
+
+class InlineMessage(QWidget):
+    """An icon and a line of text under a form: what is wrong, or what will happen."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.icon = QLabel()
+        self.icon.setFixedSize(18, 18)
+        self.text = QLabel()
+        self.text.setWordWrap(True)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.icon, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addWidget(self.text, 1)
+        self.ok = True
+
+    def show_error(self, text: str) -> None:
+        self.ok = False
+        self.icon.setPixmap(icon("state-dead").pixmap(16, 16))
+        self.text.setText(text)
+        self.setAccessibleDescription(f"Error: {text}")
+
+    def show_info(self, text: str) -> None:
+        self.ok = True
+        self.icon.setPixmap(icon("event-info").pixmap(16, 16))
+        self.text.setText(text)
+        self.setAccessibleDescription(text)
+
+
+def parse_json(text: str) -> Any:
+    """Parses editor text; raises :class:`InvalidInput` saying where the JSON is broken."""
+    if not text.strip():
+        raise InvalidInput("the input is empty: write a JSON object, e.g. {\"prompt\": \"…\"}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+
+
+# --------------------------------------------------------------------------- submit
+
+
+class DemoForm(QWidget):
+    """A form for the ``demo`` provider's input.
+
+    Signals:
+        changed(): any field changed.
+    """
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        form = QFormLayout(self)
+        self.prompt = QLineEdit()
+        self.prompt.setPlaceholderText("What should the demo generate? (required)")
+        self.duration = QDoubleSpinBox()
+        self.duration.setRange(0.0, 3600.0)
+        self.duration.setDecimals(2)
+        self.duration.setValue(2.0)
+        self.duration.setSuffix(" s")
+        self.fail_times = QSpinBox()
+        self.fail_times.setRange(0, 100)
+        self.fail_with = QComboBox()
+        for value in DEMO_FAIL_WITH:
+            self.fail_with.addItem(value or "(never fails)", value)
+        self.retry_after = QDoubleSpinBox()
+        self.retry_after.setRange(0.0, 3600.0)
+        self.retry_after.setSpecialValueText("(provider default)")
+        self.retry_after.setSuffix(" s")
+        form.addRow("&Prompt:", self.prompt)
+        form.addRow("&Duration:", self.duration)
+        form.addRow("Fail the first:", self.fail_times)
+        form.addRow("Fail &with:", self.fail_with)
+        form.addRow("Retry-&After:", self.retry_after)
+        self.fail_times.setSuffix(" attempts")
+        for signal in (
+            self.prompt.textChanged,
+            self.duration.valueChanged,
+            self.fail_times.valueChanged,
+            self.fail_with.currentIndexChanged,
+            self.retry_after.valueChanged,
+        ):
+            signal.connect(self.changed)
+
+    def payload(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"prompt": self.prompt.text(), "duration_s": round(self.duration.value(), 3)}
+        fail_with = self.fail_with.currentData()
+        if fail_with:
+            data["fail_with"] = fail_with
+            data["fail_times"] = self.fail_times.value() or 1
+        elif self.fail_times.value():
+            data["fail_times"] = self.fail_times.value()
+        if self.retry_after.value() > 0:
+            data["retry_after_s"] = self.retry_after.value()
+        return data
+
+    def load(self, payload: Any) -> bool:
+        """Fills the form from ``payload``; False if the form cannot show it exactly."""
+        if not isinstance(payload, dict) or set(payload) - {"prompt", "duration_s", "fail_times", "fail_with", "retry_after_s"}:
+            return False
+        blockers = [w.blockSignals(True) for w in (self.prompt, self.duration, self.fail_times, self.fail_with, self.retry_after)]
+        try:
+            self.prompt.setText(str(payload.get("prompt", "")))
+            self.duration.setValue(float(payload.get("duration_s", 1.0)))
+            self.fail_times.setValue(int(payload.get("fail_times", 0)))
+            index = self.fail_with.findData(payload.get("fail_with", ""))
+            self.fail_with.setCurrentIndex(max(0, index))
+            self.retry_after.setValue(float(payload.get("retry_after_s") or 0.0))
+        except (TypeError, ValueError):
+            return False
+        finally:
+            for w, was in zip((self.prompt, self.duration, self.fail_times, self.fail_with, self.retry_after), blockers):
+                w.blockSignals(was)
+        return True
+
+
+class SubmitDialog(QDialog):
+    """Submit a job: kind, input (a form for ``demo``, JSON for any kind), title, priority, attempts.
+
+    After ``accept()``, :attr:`submit_result` holds what the submission did (``duplicate`` included).
+
+    Signals:
+        submitted(object): the :class:`SubmitResult` of a submission.
+    """
+
+    submitted = Signal(object)
+
+    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("New job")
+        self.setObjectName("submitDialog")
+        self.controller = controller
+        self.submit_result: SubmitResult | None = None
+        self._syncing = False
+
+        self.kind = QComboBox()
+        for kind in sorted(controller.providers):
+            self.kind.addItem(kind, kind)
+        self.form = DemoForm()
+        self.editor = _mono_editor()
+        self.editor.setObjectName("inputEditor")
+        self.editor.setPlaceholderText('{"prompt": "…"}')
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.form, "&Form")
+        self.tabs.addTab(self.editor, "&JSON")
+        self.title = QLineEdit()
+        self.title.setPlaceholderText("Optional: how this job is listed")
+        self.priority = QComboBox()
+        self.priority.addItem("Background", str(Priority.BACKGROUND))
+        self.priority.addItem("Interactive (runs first)", str(Priority.INTERACTIVE))
+        self.max_attempts = QSpinBox()
+        self.max_attempts.setRange(1, 100)
+        self.max_attempts.setValue(controller.queue.policy.max_attempts)
+        self.message = InlineMessage()
+        self.message.setObjectName("submitMessage")
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.submit_button = self.buttons.addButton("&Submit", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.submit_button.setDefault(True)
+
+        top = QFormLayout()
+        top.addRow("&Kind:", self.kind)
+        top.addRow("&Title:", self.title)
+        top.addRow("P&riority:", self.priority)
+        top.addRow("&Max attempts:", self.max_attempts)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(QLabel("Input:"))
+        layout.addWidget(self.tabs, 1)
+        layout.addWidget(self.message)
+        layout.addWidget(self.buttons)
+        self.resize(520, 460)
+
+        self.kind.currentIndexChanged.connect(self._kind_changed)
+        self.form.changed.connect(self._form_changed)
+        self.editor.textChanged.connect(self._validate)
+        self.tabs.currentChanged.connect(self._tab_changed)
+        self.buttons.accepted.connect(self.try_submit)
+        self.buttons.rejected.connect(self.reject)
+        self._kind_changed()
+
+    def _is_demo(self) -> bool:
+        return self.kind.currentData() == "demo"
+
+    def _kind_changed(self) -> None:
+        demo = self._is_demo()
+        self.tabs.setTabEnabled(0, demo)
+        if demo:
+            self.tabs.setCurrentIndex(0)
+            self._form_changed()
+        else:
+            self.tabs.setCurrentIndex(1)
+            self._validate()
+
+    def _form_changed(self) -> None:
+        if self._syncing:
+            return
+        self._syncing = True
+        self.editor.setPlainText(json.dumps(self.form.payload(), indent=2, ensure_ascii=False))
+        self._syncing = False
+        self._validate()
+
+    def _tab_changed(self, index: int) -> None:
+        if index == 0 and self._is_demo():
+            try:
+                loaded = self.form.load(parse_json(self.editor.toPlainText()))
+            except InvalidInput:
+                loaded = False
+            if not loaded:
+                self.message.show_error("This JSON does not fit the form; edit it on the JSON tab.")
+                self.tabs.setCurrentIndex(1)
+
+    def payload(self) -> Any:
+        """The input as it stands; raises :class:`InvalidInput` if it is not acceptable."""
+        payload = parse_json(self.editor.toPlainText())
+        self.controller.validate(str(self.kind.currentData()), payload)
+        return payload
+
+    def _validate(self) -> bool:
+        if self._syncing:
+            return True
+        try:
+            self.payload()
+        except QueueError as exc:
+            self.message.show_error(str(exc))
+            return False
+        self.message.show_info("Ready to submit. The job is saved to disk before it is listed.")
+        return True
+
+    def try_submit(self) -> bool:
+        """Submits if the input is valid; otherwise explains why inline and creates nothing."""
+        try:
+            payload = self.payload()
+            result = self.controller.submit(
+                str(self.kind.currentData()),
+                payload,
+                title=self.title.text() or None,
+                priority=str(self.priority.currentData()),
+                max_attempts=self.max_attempts.value(),
+            )
+        except QueueError as exc:
+            self.message.show_error(str(exc))
+            return False
+        self.submit_result = result
+        self.submitted.emit(result)
+        self.accept()
+        return True
+
+
+# --------------------------------------------------------------------------- replay
+
+
+class ReplayDialog(QDialog):
+    """Preview of a replay: the input (editable), and what will happen.
+
+    After ``accept()``, :attr:`new_job` is the job created.
+    """
+
+    def __init__(self, controller: Controller, job: Job, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Replay “{job.title}”")
+        self.setObjectName("replayDialog")
+        self.controller = controller
+        self.job = job
+        self.new_job: Job | None = None
+        self._original = json.dumps(job.input, indent=2, ensure_ascii=False)
+
+        explain = QLabel(
+            f"A <b>new job</b> will be created from job <code>{job.id}</code> ({job.state}), with the input below. "
+            "The original stays as it is; the two are linked in their timelines. The new job gets its own "
+            "idempotency key, so it runs even if you leave the input unchanged."
+        )
+        explain.setWordWrap(True)
+        explain.setTextFormat(Qt.TextFormat.RichText)
+        self.editor = _mono_editor()
+        self.editor.setObjectName("inputEditor")
+        self.editor.setPlainText(self._original)
+        self.message = InlineMessage()
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.replay_button = self.buttons.addButton("&Replay", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.replay_button.setDefault(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(explain)
+        label = QLabel("&Input:")
+        label.setBuddy(self.editor)
+        layout.addWidget(label)
+        layout.addWidget(self.editor, 1)
+        layout.addWidget(self.message)
+        layout.addWidget(self.buttons)
+        self.resize(520, 420)
+        self.editor.textChanged.connect(self._validate)
+        self.buttons.accepted.connect(self.try_replay)
+        self.buttons.rejected.connect(self.reject)
+        self._validate()
+
+    def edited(self) -> bool:
+        try:
+            return parse_json(self.editor.toPlainText()) != self.job.input
+        except InvalidInput:
+            return True
+
+    def _validate(self) -> bool:
+        try:
+            payload = parse_json(self.editor.toPlainText())
+            self.controller.validate(self.job.kind, payload)
+        except QueueError as exc:
+            self.message.show_error(str(exc))
+            self.replay_button.setEnabled(False)
+            return False
+        self.replay_button.setEnabled(True)
+        how = "with your edited input" if payload != self.job.input else "with the same input"
+        self.message.show_info(
+            f"Will queue a new {self.job.kind} job {how}, {self.job.priority} priority, "
+            f"up to {self.job.max_attempts} attempts."
+        )
+        return True
+
+    def try_replay(self) -> bool:
+        if not self._validate():
+            return False
+        payload = parse_json(self.editor.toPlainText())
+        try:
+            self.new_job = self.controller.replay(self.job.id, payload if payload != self.job.input else None)
+        except QueueError as exc:
+            self.message.show_error(str(exc))
+            return False
+        self.accept()
+        return True
+
+
+# --------------------------------------------------------------------------- preferences
+
+
+class PreferencesDialog(QDialog):
+    """User preferences (stored under ``preferences/`` in QSettings)."""
+
+    def __init__(self, prefs: Preferences, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Preferences")
+        self.setObjectName("preferencesDialog")
+        self.concurrency = QSpinBox()
+        self.concurrency.setRange(1, MAX_CONCURRENCY)
+        self.concurrency.setValue(prefs.concurrency)
+        self.concurrency.setToolTip("How many jobs this window runs at the same time")
+        form = QFormLayout()
+        form.addRow("Jobs running at &once:", self.concurrency)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(buttons)
+
+    def preferences(self) -> Preferences:
+        return Preferences(concurrency=self.concurrency.value())

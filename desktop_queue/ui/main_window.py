@@ -1,0 +1,566 @@
+"""The main window: queue and dead-letter panes, the event timeline, actions, status and tray."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import QByteArray, Qt, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence, QPalette
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QPushButton,
+    QSplitter,
+    QStatusBar,
+    QSystemTrayIcon,
+    QTabWidget,
+    QToolBar,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_queue.core import SubmitResult
+from desktop_queue.core.model import State
+from desktop_queue.ui import dialogs
+from desktop_queue.ui.commands import Command, actions_for, applies_to
+from desktop_queue.ui.controller import Controller
+from desktop_queue.ui.icons import icon, state_icon
+from desktop_queue.ui.models import TimelineModel
+from desktop_queue.ui.panes import STATE_ORDER, DeadLetterPane, QueuePane, TimelinePane
+from desktop_queue.ui.settings import (
+    Preferences,
+    load_preferences,
+    load_window_state,
+    save_preferences,
+    save_window_state,
+)
+
+#: command -> (text with mnemonic, icon, shortcut, status tip)
+ACTION_SPECS: dict[Command, tuple[str, str, Any, str]] = {
+    Command.NEW: ("&New job…", "action-new", QKeySequence.StandardKey.New, "Submit a new job (Ctrl+N)"),
+    Command.CANCEL: ("&Cancel job", "action-cancel", QKeySequence(Qt.Key.Key_Delete), "Cancel the selected queued or running jobs"),
+    Command.RETRY: ("&Retry", "action-retry", QKeySequence("Ctrl+R"), "Queue the selected dead or cancelled jobs again"),
+    Command.REPLAY: ("Re&play…", "action-replay", QKeySequence("Ctrl+Shift+R"), "Run a finished job again as a new linked job"),
+    Command.PAUSE: ("&Pause queue", "action-pause", QKeySequence("Ctrl+P"), "Start nothing new; running jobs finish"),
+    Command.RESUME: ("Res&ume queue", "action-resume", QKeySequence("Ctrl+Shift+P"), "Start queued jobs again"),
+    Command.STOP_AFTER_CURRENT: ("&Stop after current", "action-stop-after", None,
+                                 "Let running jobs finish, then pause the queue"),
+    Command.REFRESH: ("Re&fresh", "action-refresh", QKeySequence.StandardKey.Refresh, "Reload the queue now (F5)"),
+    Command.PREFERENCES: ("Pre&ferences…", "action-preferences", QKeySequence.StandardKey.Preferences,
+                          "Concurrency and other settings"),
+    Command.COPY_TIMELINE: ("C&opy timeline", "action-copy", QKeySequence("Ctrl+Shift+C"),
+                            "Copy the selected job's timeline to the clipboard as text"),
+    Command.FIND: ("&Find…", "action-find", QKeySequence.StandardKey.Find, "Filter the jobs by text (Ctrl+F)"),
+    Command.QUIT: ("&Quit", "", QKeySequence.StandardKey.Quit, "Close Desktop Queue"),
+}
+
+
+class Banner(QFrame):
+    """A dismissable, non-blocking message strip at the top of the window."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("banner")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setAutoFillBackground(True)
+        self.setBackgroundRole(QPalette.ColorRole.AlternateBase)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 6, 6, 6)
+        self.icon = QLabel()
+        self.icon.setFixedSize(20, 20)
+        self.text = QLabel()
+        self.text.setObjectName("bannerText")
+        self.text.setWordWrap(True)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QToolButton()
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.setToolTip("Dismiss")
+        close.clicked.connect(self.hide)
+        layout.addWidget(self.icon, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addWidget(self.text, 1)
+        layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+        self.hide()
+
+    def show_message(self, text: str, icon_name: str = "event-info") -> None:
+        self.icon.setPixmap(icon(icon_name).pixmap(18, 18))
+        self.text.setText(text)
+        self.show()
+
+
+class MainWindow(QMainWindow):
+    """Desktop Queue's window.
+
+    Args:
+        controller: the queue's Qt side (models, driver, verbs).
+        banner_lines: what start-up found (reconciliation, recoveries) to show non-blockingly.
+        parent: the Qt parent.
+
+    Signals:
+        closed(): the window closed and the driver was shut down.
+    """
+
+    closed = Signal()
+
+    def __init__(self, controller: Controller, banner_lines: list[str] | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("mainWindow")
+        self.setWindowTitle("Desktop Queue")
+        self.setWindowIcon(icon("app"))
+        self.controller = controller
+        self.shutdown_timeout_ms = 5000
+        self.prefs = load_preferences()
+        self._dead_seen: int | None = None
+        self._dead_count = 0
+        self._ran_something = False
+        self._timeline_id: str | None = None
+
+        # panes
+        self.queue_pane = QueuePane(controller.queue_model)
+        self.dead_pane = DeadLetterPane(controller.dead_model)
+        self.timeline_model = TimelineModel(self)
+        self.timeline_pane = TimelinePane(self.timeline_model)
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("paneTabs")
+        self.tabs.addTab(self.queue_pane, state_icon("queued"), "&Queue")
+        self.tabs.addTab(self.dead_pane, state_icon("dead"), "&Dead letters")
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.setObjectName("mainSplitter")
+        self.splitter.addWidget(self.tabs)
+        self.splitter.addWidget(self.timeline_pane)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        self.splitter.setChildrenCollapsible(False)
+        self.banner = Banner()
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(6, 6, 6, 0)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.splitter, 1)
+        self.setCentralWidget(central)
+
+        self.actions_: dict[Command, QAction] = {}
+        self._build_actions()
+        self._build_menus()
+        self._build_status_bar()
+        self.tray: QSystemTrayIcon | None = None
+        self._build_tray()
+
+        # wiring
+        self.queue_pane.selection_changed.connect(self._selection_changed)
+        self.dead_pane.selection_changed.connect(self._selection_changed)
+        self.tabs.currentChanged.connect(self._tab_changed)
+        self.dead_pane.retry_requested.connect(self.retry_selected)
+        self.dead_pane.replay_requested.connect(self.replay_selected)
+        self.dead_pane.retry_all_requested.connect(self.retry_all_matching)
+        self.timeline_pane.link_activated.connect(self.show_job)
+        self.timeline_pane.copy_requested.connect(self.copy_timeline)
+        for view in (self.queue_pane.view, self.dead_pane.view):
+            view.customContextMenuRequested.connect(lambda pos, v=view: self._context_menu(v, pos))
+            view.doubleClicked.connect(lambda _i: self.timeline_pane.view.setFocus())
+        controller.refresher.jobs_changed.connect(self._jobs_changed)
+        controller.refresher.refreshed.connect(self._update_status)
+        controller.refresher.refreshed.connect(self.queue_pane.repaint_live)
+        controller.refresher.error.connect(lambda m: self.banner.show_message(m, "state-dead"))
+        controller.driver.paused_changed.connect(lambda _p: self._update_actions())
+        controller.driver.job_started.connect(self._job_started)
+        controller.driver.idle.connect(self._queue_drained)
+        controller.driver.error.connect(lambda m: self.banner.show_message(m, "state-dead"))
+        controller.message.connect(lambda m: self.statusBar().showMessage(m, 6000))
+        controller.failed.connect(lambda m: self.banner.show_message(m, "state-dead"))
+
+        self.resize(1200, 720)
+        self._restore_state()
+        if banner_lines:
+            self.banner.show_message("\n".join(banner_lines), "event-reconciled")
+        self._update_actions()
+
+    # ----------------------------------------------------------------- construction
+
+    def _build_actions(self) -> None:
+        handlers = {
+            Command.NEW: self.new_job,
+            Command.CANCEL: self.cancel_selected,
+            Command.RETRY: self.retry_selected,
+            Command.REPLAY: self.replay_selected,
+            Command.PAUSE: lambda: self.controller.set_paused(True),
+            Command.RESUME: lambda: self.controller.set_paused(False),
+            Command.STOP_AFTER_CURRENT: self.controller.stop_after_current,
+            Command.REFRESH: self.refresh,
+            Command.PREFERENCES: self.edit_preferences,
+            Command.COPY_TIMELINE: self.copy_timeline,
+            Command.FIND: self.focus_search,
+            Command.QUIT: self.close,
+        }
+        for command, (text, icon_name, shortcut, tip) in ACTION_SPECS.items():
+            action = QAction(icon(icon_name) if icon_name else QIcon(), text, self)
+            action.setObjectName(f"action_{command.value}")
+            if shortcut is not None:
+                action.setShortcut(shortcut if isinstance(shortcut, QKeySequence) else QKeySequence(shortcut))
+            action.setStatusTip(tip)
+            action.setToolTip(f"{text.replace('&', '').rstrip('…')} — {tip}")
+            action.triggered.connect(lambda _checked=False, h=handlers[command]: h())
+            self.actions_[command] = action
+            self.addAction(action)
+        self.actions_[Command.QUIT].setMenuRole(QAction.MenuRole.QuitRole)
+        self.actions_[Command.PREFERENCES].setMenuRole(QAction.MenuRole.PreferencesRole)
+
+        toolbar = QToolBar("Main toolbar")
+        toolbar.setObjectName("mainToolbar")
+        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        toolbar.setMovable(False)
+        layout_: list[Command | None] = [Command.NEW, None, Command.CANCEL, Command.RETRY, Command.REPLAY, None,
+                        Command.PAUSE, Command.RESUME, Command.STOP_AFTER_CURRENT, None, Command.REFRESH]
+        for entry in layout_:
+            if entry is None:
+                toolbar.addSeparator()
+            else:
+                toolbar.addAction(self.actions_[entry])
+        self.addToolBar(toolbar)
+        self.toolbar = toolbar
+
+    def action(self, command: Command) -> QAction:
+        """The one QAction of ``command`` (shared by menu, toolbar, context menu and tray)."""
+        return self.actions_[command]
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        a = self.actions_
+        for title, commands in (
+            ("&File", [Command.NEW, None, Command.PREFERENCES, None, Command.QUIT]),
+            ("&Job", [Command.CANCEL, Command.RETRY, Command.REPLAY, None, Command.COPY_TIMELINE]),
+            ("&Queue", [Command.PAUSE, Command.RESUME, Command.STOP_AFTER_CURRENT, None, Command.REFRESH]),
+            ("&View", [Command.FIND]),
+        ):
+            menu = bar.addMenu(title)
+            for command in commands:
+                if command is None:
+                    menu.addSeparator()
+                else:
+                    menu.addAction(a[command])
+
+    def _build_status_bar(self) -> None:
+        status = QStatusBar()
+        self.setStatusBar(status)
+        self.state_labels: dict[str, QLabel] = {}
+        for state in STATE_ORDER:
+            if state == State.DEAD:
+                continue
+            item, label = self._status_item(state_icon(state), f"Jobs {state} (all processes)")
+            label.setObjectName(f"count_{state}")
+            status.addPermanentWidget(item)
+            self.state_labels[state] = label
+        item, self.capacity_label = self._status_item(icon("state-running"),
+                                                      "Jobs running in this window / jobs it may run at once")
+        self.capacity_label.setObjectName("capacityLabel")
+        status.addPermanentWidget(item)
+        item, self.throughput_label = self._status_item(icon("state-succeeded"), "Jobs that succeeded in the last minute")
+        self.throughput_label.setObjectName("throughputLabel")
+        status.addPermanentWidget(item)
+        self.dead_button = QPushButton()
+        self.dead_button.setObjectName("deadButton")
+        self.dead_button.setFlat(True)
+        self.dead_button.setIcon(state_icon("dead"))
+        self.dead_button.setToolTip("Open the dead letters")
+        self.dead_button.clicked.connect(lambda: self.tabs.setCurrentWidget(self.dead_pane))
+        status.addPermanentWidget(self.dead_button)
+
+    @staticmethod
+    def _status_item(item_icon: QIcon, tip: str) -> tuple[QWidget, QLabel]:
+        """An icon and a text label for the status bar (the text is updated later)."""
+        item = QWidget()
+        item.setToolTip(tip)
+        row = QHBoxLayout(item)
+        row.setContentsMargins(6, 0, 6, 0)
+        row.setSpacing(4)
+        picture = QLabel()
+        picture.setPixmap(item_icon.pixmap(14, 14))
+        label = QLabel()
+        row.addWidget(picture)
+        row.addWidget(label)
+        return item, label
+
+    def _build_tray(self) -> None:
+        if not QSystemTrayIcon.isSystemTrayAvailable():
+            return
+        tray = QSystemTrayIcon(icon("app"), self)
+        tray.setToolTip("Desktop Queue")
+        menu = QMenu(self)
+        show = menu.addAction("&Show Desktop Queue")
+        show.triggered.connect(self._show_from_tray)
+        menu.addAction(self.actions_[Command.PAUSE])
+        menu.addAction(self.actions_[Command.RESUME])
+        menu.addSeparator()
+        menu.addAction(self.actions_[Command.QUIT])
+        tray.setContextMenu(menu)
+        tray.activated.connect(
+            lambda reason: self._show_from_tray() if reason == QSystemTrayIcon.ActivationReason.Trigger else None
+        )
+        tray.show()
+        self.tray = tray
+
+    def _show_from_tray(self) -> None:
+        self.showNormal()
+        self.raise_()
+        self.activateWindow()
+
+    # ----------------------------------------------------------------- window state
+
+    def _restore_state(self) -> None:
+        geometry = load_window_state("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        state = load_window_state("state")
+        if state is not None:
+            self.restoreState(state)
+        splitter = load_window_state("splitter")
+        if splitter is not None:
+            self.splitter.restoreState(splitter)
+        else:
+            self.splitter.setSizes([760, 440])
+        for key, view in (("queue_header", self.queue_pane.view), ("dead_header", self.dead_pane.view)):
+            header = load_window_state(key)
+            if header is not None:
+                view.horizontalHeader().restoreState(header)
+
+    def save_state(self) -> None:
+        """Saves geometry, toolbar, splitter and header state under ``window/`` in QSettings."""
+        values: dict[str, QByteArray] = {
+            "geometry": self.saveGeometry(),
+            "state": self.saveState(),
+            "splitter": self.splitter.saveState(),
+            "queue_header": self.queue_pane.view.horizontalHeader().saveState(),
+            "dead_header": self.dead_pane.view.horizontalHeader().saveState(),
+        }
+        save_window_state(values)
+
+    # ----------------------------------------------------------------- selection and timeline
+
+    def current_pane(self) -> QueuePane | DeadLetterPane:
+        return self.dead_pane if self.tabs.currentWidget() is self.dead_pane else self.queue_pane
+
+    def selection(self) -> list[dict]:
+        """The job dicts selected in the visible pane."""
+        return self.current_pane().selected()
+
+    def _tab_changed(self, _index: int) -> None:
+        if self.tabs.currentWidget() is self.dead_pane:
+            self._dead_seen = self._dead_count
+            self._update_status()
+        self._selection_changed()
+
+    def _selection_changed(self) -> None:
+        jobs = self.selection()
+        self._update_actions(jobs)
+        job_id = jobs[0]["id"] if len(jobs) == 1 else None
+        if job_id != self._timeline_id:
+            self._timeline_id = job_id
+            self.timeline_model.show_job(self.controller.job(job_id) if job_id else None)
+
+    def _jobs_changed(self, ids: set[str] | None) -> None:
+        self._update_actions()
+        if self._timeline_id and (ids is None or self._timeline_id in ids):
+            job = self.controller.job(self._timeline_id)
+            if job is not None:
+                self.timeline_model.update_job(job)
+                self.timeline_pane.refresh_heading()
+
+    def show_job(self, job_id: str) -> bool:
+        """Selects a job in the queue pane (clearing filters that hide it) and shows its timeline."""
+        self.controller.refresher.refresh()
+        self.tabs.setCurrentWidget(self.queue_pane)
+        found = self.queue_pane.select(job_id)
+        if found:
+            self.queue_pane.view.setFocus()
+        return found
+
+    def _update_actions(self, jobs: list[dict] | None = None) -> None:
+        selected = self.selection() if jobs is None else jobs
+        allowed = actions_for(selected, paused=self.controller.driver.paused)
+        for command, action in self.actions_.items():
+            action.setEnabled(command in allowed)
+        self.dead_pane.retry_button.setEnabled(Command.RETRY in allowed and self.current_pane() is self.dead_pane)
+        self.dead_pane.replay_button.setEnabled(Command.REPLAY in allowed and self.current_pane() is self.dead_pane)
+
+    def _context_menu(self, view: Any, pos: Any) -> None:
+        menu = QMenu(self)
+        for command in (Command.CANCEL, Command.RETRY, Command.REPLAY, None, Command.COPY_TIMELINE, None, Command.NEW):
+            if command is None:
+                menu.addSeparator()
+            else:
+                menu.addAction(self.actions_[command])
+        menu.popup(view.viewport().mapToGlobal(pos))
+
+    # ----------------------------------------------------------------- status bar and notifications
+
+    def _update_status(self) -> None:
+        try:
+            counts = self.controller.queue.counts()
+        except Exception:  # the store is unreachable: the banner already says so
+            return
+        for state, label in self.state_labels.items():
+            label.setText(f"{counts.get(state, 0)} {state}")
+        self.queue_pane.set_counts(counts)
+        driver = self.controller.driver
+        paused = " (paused)" if driver.paused else ""
+        self.capacity_label.setText(f"{driver.running}/{driver.concurrency} slots busy here{paused}")
+        cutoff = time.time() - 60
+        done = sum(
+            1 for j in self.controller.queue_model.jobs()
+            if j.get("state") == State.SUCCEEDED and (j.get("finished_at") or 0) >= cutoff
+        )
+        self.throughput_label.setText(f"{done} done in the last minute")
+        dead = counts.get(State.DEAD, 0)
+        if self._dead_seen is None or self.tabs.currentWidget() is self.dead_pane:
+            self._dead_seen = dead
+        if dead > self._dead_count and self.tray is not None and self._dead_count_known:
+            self.tray.showMessage(
+                "Desktop Queue", f"{dead - self._dead_count} job(s) dead-lettered; they wait for you in Dead letters",
+                QSystemTrayIcon.MessageIcon.Warning, 8000,
+            )
+        self._dead_count_known = True
+        self._dead_count = dead
+        grown = dead > (self._dead_seen or 0)
+        self.dead_button.setText(
+            f"{dead} dead letter{'s' if dead != 1 else ''}" + (f"  (+{dead - (self._dead_seen or 0)} new)" if grown else "")
+        )
+        font = self.dead_button.font()
+        font.setBold(grown)
+        self.dead_button.setFont(font)
+        self.dead_button.setProperty("attention", grown)
+        self.dead_button.setStyleSheet(
+            "QPushButton { background: #c0392b; color: white; border-radius: 4px; padding: 2px 8px; }" if grown else ""
+        )
+        self.tabs.setTabText(1, f"&Dead letters ({dead})" if dead else "&Dead letters")
+
+    _dead_count_known = False
+
+    def _job_started(self, _job_id: str) -> None:
+        self._ran_something = True
+
+    def _queue_drained(self) -> None:
+        if self._ran_something and self.tray is not None and not self.controller.driver.paused:
+            self.tray.showMessage("Desktop Queue", "The queue is empty: every job has finished.",
+                                  QSystemTrayIcon.MessageIcon.Information, 5000)
+        self._ran_something = False
+
+    # ----------------------------------------------------------------- commands
+
+    def new_job(self) -> dialogs.SubmitDialog:
+        """Opens the submit dialog (window-modal, non-blocking); returns it."""
+        dialog = dialogs.SubmitDialog(self.controller, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.submitted.connect(self._submitted)
+        dialog.open()
+        return dialog
+
+    def _submitted(self, result: SubmitResult) -> None:
+        self.controller.refresher.refresh()
+        self.show_job(result.job.id)
+        if result.duplicate:
+            self.banner.show_message(
+                f"Already submitted: job {result.job.id} (“{result.job.title}”, {result.job.state}) has this input, "
+                "so no new job was created. It is selected now.",
+                "event-info",
+            )
+
+    def cancel_selected(self) -> None:
+        """Cancels the selected queued/running jobs (asks first if any is running)."""
+        jobs = [j for j in self.selection() if applies_to(Command.CANCEL, j)]
+        if not jobs:
+            return
+        running = [j for j in jobs if j.get("state") == State.RUNNING]
+        if running:
+            noun = "job is" if len(running) == 1 else "jobs are"
+            if not dialogs.confirm(
+                self, "Cancel running jobs?",
+                f"{len(running)} {noun} running now. Cancel anyway? Work in progress is lost; "
+                "a result that arrives later is rejected.",
+                "Cancel jobs",
+            ):
+                return
+        self.controller.cancel([j["id"] for j in jobs])
+
+    def retry_selected(self) -> None:
+        jobs = [j for j in self.selection() if applies_to(Command.RETRY, j)]
+        if jobs:
+            self.controller.retry([j["id"] for j in jobs])
+
+    def replay_selected(self) -> dialogs.ReplayDialog | None:
+        """Opens the replay preview for the one selected finished job; returns the dialog."""
+        jobs = self.selection()
+        if len(jobs) != 1 or not applies_to(Command.REPLAY, jobs[0]):
+            return None
+        job = self.controller.job(jobs[0]["id"])
+        if job is None:
+            return None
+        dialog = dialogs.ReplayDialog(self.controller, job, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: dialog.new_job is not None and self.show_job(dialog.new_job.id))
+        dialog.open()
+        return dialog
+
+    def retry_all_matching(self) -> None:
+        """Confirms with the exact count, then retries exactly those jobs in paced batches."""
+        ids = self.dead_pane.matching_ids()
+        if not ids:
+            return
+        text = self.dead_pane.search.text().strip()
+        where = f" matching “{text}”" if text else ""
+        noun = "dead job" if len(ids) == 1 else "dead jobs"
+        if not dialogs.confirm(self, "Retry dead letters?", f"Retry {len(ids)} {noun}{where}?", f"Retry {len(ids)}"):
+            return
+        batch = self.controller.retry_all(ids)
+        batch.progress.connect(self.dead_pane.set_progress)
+
+    def refresh(self) -> None:
+        self.controller.refresher.refresh()
+        self.controller.driver.wake()
+
+    def focus_search(self) -> None:
+        search = self.current_pane().search
+        search.setFocus()
+        search.selectAll()
+
+    def copy_timeline(self) -> None:
+        text = self.timeline_model.as_text()
+        if text:
+            QGuiApplication.clipboard().setText(text)
+            self.statusBar().showMessage("Timeline copied to the clipboard", 4000)
+
+    def edit_preferences(self) -> None:
+        dialog = dialogs.PreferencesDialog(self.prefs, self)
+        if dialog.exec():
+            self.apply_preferences(dialog.preferences())
+
+    def apply_preferences(self, prefs: Preferences) -> None:
+        """Stores ``prefs`` under ``preferences/`` and applies them now."""
+        self.prefs = prefs
+        save_preferences(prefs)
+        self.controller.set_concurrency(prefs.concurrency)
+        self._update_status()
+
+    # ----------------------------------------------------------------- shutdown
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt API
+        """Asks if jobs are running, then stops leasing, lets attempts stop, waits (bounded)."""
+        running = self.controller.driver.running
+        if running and not dialogs.confirm(
+            self, "Quit Desktop Queue?",
+            f"{running} job{'s are' if running != 1 else ' is'} running. Quit anyway? "
+            "They are stopped and queued again; nothing is lost.",
+            "Quit",
+        ):
+            event.ignore()
+            return
+        self.save_state()
+        self.controller.shutdown(self.shutdown_timeout_ms)
+        if self.tray is not None:
+            self.tray.hide()
+        event.accept()
+        self.closed.emit()

@@ -1,0 +1,581 @@
+"""Item models of the window: the queue, the dead letters, one job's timeline.
+
+The table models hold the store's plain job dicts (:meth:`Queue.raw_jobs`, no events, no
+input) so that 10,000 jobs load in a blink. :class:`RefreshCoordinator` owns the one
+refresh timer: every tick it asks the queue what changed since the version it last saw
+and hands only those jobs to the models, which emit ``dataChanged`` and ranged
+``beginInsertRows``/``beginRemoveRows``; a model is reset only when the whole store was
+reloaded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QAbstractTableModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    QTimer,
+    Signal,
+    Slot,
+)
+from PySide6.QtGui import QFont, QIcon
+
+from desktop_queue.core import Job, Queue, QueueError, State
+from desktop_queue.core.model import Event, EventType
+from desktop_queue.core.present import (
+    attempts_text,
+    clock_time,
+    describe_state,
+    error_signature,
+    error_text,
+    run_time,
+    seconds,
+    wait_time,
+)
+from desktop_queue.ui.icons import icon, state_icon
+
+JobDict = dict[str, Any]
+AnyIndex = QModelIndex | QPersistentModelIndex
+_ROOT = QModelIndex()
+
+
+class JobRole(IntEnum):
+    """Data roles of the job models (``JobRole.JOB`` is the raw job dict)."""
+
+    JOB = Qt.ItemDataRole.UserRole
+    ID = Qt.ItemDataRole.UserRole + 1
+    STATE = Qt.ItemDataRole.UserRole + 2
+    SORT = Qt.ItemDataRole.UserRole + 3
+    SEARCH = Qt.ItemDataRole.UserRole + 4
+
+
+_DISPLAY = int(Qt.ItemDataRole.DisplayRole.value)
+_DECORATION = int(Qt.ItemDataRole.DecorationRole.value)
+_TOOLTIP = int(Qt.ItemDataRole.ToolTipRole.value)
+_FONT = int(Qt.ItemDataRole.FontRole.value)
+_JOB, _ID, _STATE, _SORT, _SEARCH = (int(r) for r in (JobRole.JOB, JobRole.ID, JobRole.STATE, JobRole.SORT, JobRole.SEARCH))
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: a header, what it shows, how it sorts.
+
+    Attributes:
+        key: a stable name (tests and saved header state use positions, people see ``header``).
+        header: the header text.
+        display: job dict, now -> text.
+        sort: job dict, now -> a sortable value (default: the display text).
+        live: the text depends on the clock (repainted on every refresh tick).
+    """
+
+    key: str
+    header: str
+    display: Callable[[Mapping[str, Any], float], str]
+    sort: Callable[[Mapping[str, Any], float], Any] | None = None
+    live: bool = False
+
+
+_STATE_ORDER = {"running": 0, "queued": 1, "dead": 2, "cancelled": 3, "succeeded": 4}
+
+
+def _num(value: float | None) -> float:
+    return -1.0 if value is None else value
+
+
+QUEUE_COLUMNS: tuple[Column, ...] = (
+    Column("state", "State", lambda j, _n: str(j.get("state", "")), lambda j, _n: _STATE_ORDER.get(str(j.get("state")), 9)),
+    Column("title", "Title", lambda j, _n: j.get("title") or ""),
+    Column("kind", "Kind", lambda j, _n: j.get("kind") or ""),
+    Column("priority", "Priority", lambda j, _n: j.get("priority") or ""),
+    Column("attempts", "Attempts", lambda j, _n: attempts_text(j),
+           lambda j, _n: j.get("attempts", 0) * 1000 + j.get("max_attempts", 0)),
+    Column("next", "Next run", describe_state,
+           lambda j, n: float(j.get("run_after") or 0.0) if j.get("state") == State.QUEUED else 1e15, live=True),
+    Column("created", "Created", lambda j, n: clock_time(j.get("created_at"), n), lambda j, _n: j.get("seq", 0)),
+    Column("wait", "Wait", lambda j, n: seconds(wait_time(j, n)) if wait_time(j, n) is not None else "",
+           lambda j, n: _num(wait_time(j, n)), live=True),
+    Column("run", "Run time", lambda j, n: seconds(run_time(j, n)) if run_time(j, n) is not None else "",
+           lambda j, n: _num(run_time(j, n)), live=True),
+    Column("error", "Last error", lambda j, _n: error_text(j), lambda j, _n: error_signature(j)),
+)
+
+DEAD_COLUMNS: tuple[Column, ...] = (
+    Column("title", "Title", lambda j, _n: j.get("title") or ""),
+    Column("kind", "Kind", lambda j, _n: j.get("kind") or ""),
+    Column("class", "Error class", lambda j, _n: str((j.get("last_error") or {}).get("class", "")),
+           lambda j, _n: error_signature(j)),
+    Column("error", "Last error", lambda j, _n: error_text(j), lambda j, _n: error_signature(j)),
+    Column("attempts", "Attempts", lambda j, _n: f"{j.get('attempts', 0)} ({j.get('total_attempts', 0)} in all)",
+           lambda j, _n: j.get("total_attempts", 0)),
+    Column("died", "Died at", lambda j, n: clock_time(j.get("finished_at"), n), lambda j, _n: _num(j.get("finished_at"))),
+)
+
+
+def _runs(rows: Iterable[int]) -> list[tuple[int, int]]:
+    """Contiguous ``(first, last)`` runs of sorted row numbers."""
+    out: list[tuple[int, int]] = []
+    for row in sorted(rows):
+        if out and row == out[-1][1] + 1:
+            out[-1] = (out[-1][0], row)
+        else:
+            out.append((row, row))
+    return out
+
+
+class JobTableModel(QAbstractTableModel):
+    """Jobs as table rows, updated incrementally from job dicts.
+
+    Args:
+        columns: what the table shows.
+        clock: wall time (tests may pin it).
+        parent: the Qt parent.
+    """
+
+    def __init__(
+        self,
+        columns: tuple[Column, ...] = QUEUE_COLUMNS,
+        clock: Callable[[], float] = time.time,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.columns = columns
+        self._clock = clock
+        self._rows: list[JobDict] = []
+        self._row_of: dict[str, int] = {}
+        self._now = clock()
+        self._live_columns = [i for i, c in enumerate(columns) if c.live]
+        self._bold = QFont()
+        self._bold.setBold(True)
+
+    # ----------------------------------------------------------------- what belongs here
+
+    def include(self, job: Mapping[str, Any]) -> bool:
+        """Whether this model shows ``job`` (all jobs here; subclasses narrow it)."""
+        return True
+
+    # ----------------------------------------------------------------- Qt interface
+
+    def rowCount(self, parent: AnyIndex = _ROOT) -> int:  # noqa: N802 - Qt API
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: AnyIndex = _ROOT) -> int:  # noqa: N802 - Qt API
+        return 0 if parent.isValid() else len(self.columns)
+
+    def headerData(  # noqa: N802 - Qt API
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if orientation == Qt.Orientation.Horizontal and 0 <= section < len(self.columns):
+            if role == Qt.ItemDataRole.DisplayRole:
+                return self.columns[section].header
+            if role == Qt.ItemDataRole.ToolTipRole and self.columns[section].key == "error":
+                return "Sorts by error signature: alike failures end up together"
+        return None
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        row, col = index.row(), index.column()
+        if not index.isValid() or row >= len(self._rows) or col >= len(self.columns):
+            return None
+        job = self._rows[row]
+        column = self.columns[col]
+        role = int(role)
+        if role == _SORT:  # first: sorting 10,000 rows asks for it ~150,000 times
+            return column.sort(job, self._now) if column.sort is not None else column.display(job, self._now)
+        if role == _DISPLAY:
+            return column.display(job, self._now)
+        if role == _DECORATION:
+            return state_icon(str(job.get("state"))) if column.key == "state" else None
+        if role == _TOOLTIP:
+            if column.key in ("error", "class") and job.get("last_error"):
+                return error_text(job)
+            if column.key == "title":
+                return f"{job.get('title')}\njob {job.get('id')}"
+            if column.key == "state" and job.get("last_error"):
+                return f"{job.get('state')}: {error_text(job)}"
+            return column.display(job, self._now) or None
+        if role == _FONT:
+            return self._bold if column.key == "state" and job.get("state") == State.DEAD else None
+        if role == _JOB:
+            return job
+        if role == _ID:
+            return job.get("id")
+        if role == _STATE:
+            return job.get("state")
+        if role == _SEARCH:
+            return " ".join(
+                str(x) for x in (job.get("id"), job.get("title"), job.get("kind"), job.get("state"), error_text(job)) if x
+            ).casefold()
+        return None
+
+    # ----------------------------------------------------------------- access
+
+    def job_at(self, row: int) -> JobDict:
+        return self._rows[row]
+
+    def row_of(self, job_id: str) -> int | None:
+        return self._row_of.get(job_id)
+
+    def jobs(self) -> list[JobDict]:
+        return list(self._rows)
+
+    # ----------------------------------------------------------------- updates
+
+    def reset_jobs(self, jobs: Iterable[Mapping[str, Any]]) -> None:
+        """Replaces every row (start-up, or after the store was reloaded from its files)."""
+        self.beginResetModel()
+        rows = sorted((dict(j) for j in jobs if self.include(j)), key=lambda j: j.get("seq", 0))
+        self._rows = rows
+        self._row_of = {j["id"]: i for i, j in enumerate(rows)}
+        self._now = self._clock()
+        self.endResetModel()
+
+    def apply(self, jobs: Iterable[Mapping[str, Any]]) -> None:
+        """Applies changed jobs: ``dataChanged`` for known rows, ranged inserts and removals."""
+        changed: list[int] = []
+        removed: list[int] = []
+        added: list[JobDict] = []
+        for job in jobs:
+            row = self._row_of.get(job["id"])
+            if row is None:
+                if self.include(job):
+                    added.append(dict(job))
+            elif self.include(job):
+                self._rows[row] = dict(job)
+                changed.append(row)
+            else:
+                removed.append(row)
+        last_col = len(self.columns) - 1
+        for first, last in _runs(changed):
+            self.dataChanged.emit(self.index(first, 0), self.index(last, last_col))
+        if removed:
+            for first, last in reversed(_runs(removed)):
+                self.beginRemoveRows(_ROOT, first, last)
+                del self._rows[first : last + 1]
+                self.endRemoveRows()
+            self._row_of = {j["id"]: i for i, j in enumerate(self._rows)}
+        if added:
+            added.sort(key=lambda j: j.get("seq", 0))
+            start = len(self._rows)
+            self.beginInsertRows(_ROOT, start, start + len(added) - 1)
+            for offset, job in enumerate(added):
+                self._rows.append(job)
+                self._row_of[job["id"]] = start + offset
+            self.endInsertRows()
+
+    def tick(self) -> None:
+        """Moves the clock on for the time-dependent cells ("retrying in 12 s", run time).
+
+        No ``dataChanged`` is emitted for them: with 10,000 waiting jobs that would
+        re-filter every row on every tick. The views repaint their visible rows instead
+        (see :meth:`has_live_columns`); a real change of a job re-sorts it as usual.
+        """
+        self._now = self._clock()
+
+    def has_live_columns(self) -> bool:
+        """Whether some column's text depends on the clock (views repaint after each tick)."""
+        return bool(self._live_columns)
+
+
+class QueueModel(JobTableModel):
+    """Every job of the queue."""
+
+
+class DeadLetterModel(JobTableModel):
+    """Only the dead jobs: a job leaves this model when it is retried."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, parent: QObject | None = None) -> None:
+        super().__init__(DEAD_COLUMNS, clock, parent)
+
+    def include(self, job: Mapping[str, Any]) -> bool:
+        return job.get("state") == State.DEAD
+
+
+class JobFilterProxy(QSortFilterProxyModel):
+    """Text search (id, title, kind, state, error) and an optional state filter."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._text = ""
+        self._state: str | None = None
+        self.setSortRole(JobRole.SORT)  # primitive sort keys: Qt compares them in C++
+        self.setDynamicSortFilter(True)
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    def set_text(self, text: str) -> None:
+        """Shows only jobs whose id, title, kind, state or error contains ``text``."""
+        folded = text.strip().casefold()
+        if folded != self._text:
+            self._change_filter(lambda: setattr(self, "_text", folded))
+
+    def set_state(self, state: str | None) -> None:
+        """Shows only jobs in ``state`` (None: every state)."""
+        if state != self._state:
+            self._change_filter(lambda: setattr(self, "_state", state))
+
+    def _change_filter(self, change: Callable[[], None]) -> None:
+        # Qt 6.10 replaced invalidateRowsFilter() by begin/endFilterChange()
+        if hasattr(self, "beginFilterChange"):
+            self.beginFilterChange()
+            change()
+            self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+        else:  # pragma: no cover - older Qt
+            change()
+            self.invalidateRowsFilter()
+
+    def filterAcceptsRow(self, source_row: int, source_parent: AnyIndex) -> bool:  # noqa: N802 - Qt API
+        model = self.sourceModel()
+        if not isinstance(model, JobTableModel):
+            return True
+        job = model.job_at(source_row)
+        if self._state is not None and job.get("state") != self._state:
+            return False
+        if self._text:
+            haystack = model.data(model.index(source_row, 0, source_parent), JobRole.SEARCH) or ""
+            return self._text in haystack
+        return True
+
+    def job_ids(self) -> list[str]:
+        """The ids of every job the filter lets through, in view order."""
+        return [self.index(r, 0).data(JobRole.ID) for r in range(self.rowCount())]
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+class TimelineRole(IntEnum):
+    """Data roles of :class:`TimelineModel`."""
+
+    EVENT = Qt.ItemDataRole.UserRole
+    CATEGORY = Qt.ItemDataRole.UserRole + 1
+    LINK = Qt.ItemDataRole.UserRole + 2
+    HEADLINE = Qt.ItemDataRole.UserRole + 3
+    DETAIL = Qt.ItemDataRole.UserRole + 4
+
+
+#: event type -> (category, label, icon)
+EVENT_LOOK: dict[str, tuple[str, str, str]] = {
+    EventType.SUBMITTED: ("normal", "Submitted", "event-submitted"),
+    EventType.LEASED: ("normal", "Leased", "event-leased"),
+    EventType.PROVIDER_JOB: ("normal", "Provider job started", "event-info"),
+    EventType.SUCCEEDED: ("success", "Succeeded", "state-succeeded"),
+    EventType.RETRY_SCHEDULED: ("retry", "Retry scheduled", "event-retry"),
+    EventType.THROTTLED: ("throttle", "Throttled: waiting for the rate limit", "event-throttled"),
+    EventType.DEAD_LETTERED: ("failure", "Dead-lettered", "state-dead"),
+    EventType.LEASE_EXPIRED: ("expiry", "Lease expired", "event-lease-expired"),
+    EventType.CANCELLED: ("cancel", "Cancelled", "state-cancelled"),
+    EventType.RETRIED: ("retry", "Retried by hand (new run)", "event-retry"),
+    EventType.REPLAYED_AS: ("link", "Replayed as a new job", "event-link"),
+    EventType.RECONCILED: ("reconcile", "Reconciled after a crash", "event-reconciled"),
+    EventType.STALE_RESULT: ("expiry", "Late result rejected (stale lease)", "event-stale"),
+    EventType.RELEASED: ("normal", "Released (worker stopped)", "event-info"),
+}
+
+#: detail keys shown in the headline rather than in the detail line
+_HIDDEN_DETAIL = frozenset({"replayed_as", "replay_of"})
+
+
+def event_link(event: Event) -> str | None:
+    """The job id an event links to (a replay's original, or the replay), if any."""
+    target = event.detail.get("replayed_as") or event.detail.get("replay_of")
+    return str(target) if target else None
+
+
+def event_headline(event: Event, now: float | None = None) -> str:
+    """``12:03:04  Leased  · attempt 1 · epoch 3``."""
+    _cat, label, _icon = EVENT_LOOK.get(event.type, ("normal", event.type.replace("_", " ").capitalize(), "event-info"))
+    if event.type == EventType.SUBMITTED and event.detail.get("replay_of"):
+        label = f"Submitted as a replay of {event.detail['replay_of']}"
+    elif event.type == EventType.REPLAYED_AS:
+        label = f"Replayed as job {event.detail.get('replayed_as')}"
+    parts = [clock_time(event.at, now), label]
+    if event.attempt or event.epoch:
+        parts.append(f"attempt {event.attempt} · epoch {event.epoch}")
+    return "  ·  ".join(parts)
+
+
+def event_detail(event: Event) -> str:
+    """``by system on host:42 · lease_s 30 · error …``."""
+    who = f"by {event.actor}" + (f" on {event.worker}" if event.worker else "")
+    extra = []
+    for key, value in event.detail.items():
+        if key in _HIDDEN_DETAIL:
+            continue
+        if key in ("delay_s", "retry_after_s", "lease_s") and isinstance(value, (int, float)):
+            value = seconds(float(value))
+        elif key in ("run_after", "expired_at") and isinstance(value, (int, float)):
+            value = clock_time(float(value))
+        extra.append(f"{key.replace('_', ' ')}: {value}")
+    return " · ".join([who, *extra])
+
+
+class TimelineModel(QAbstractListModel):
+    """The events of one job, oldest first; new events are appended with ranged inserts.
+
+    Signals:
+        job_changed(str): the model now shows another job (id, or "" for none).
+    """
+
+    job_changed = Signal(str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._job: Job | None = None
+        self._events: list[Event] = []
+
+    @property
+    def job(self) -> Job | None:
+        return self._job
+
+    def rowCount(self, parent: AnyIndex = _ROOT) -> int:  # noqa: N802 - Qt API
+        return 0 if parent.isValid() else len(self._events)
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self._events):
+            return None
+        event = self._events[index.row()]
+        category, _label, icon_name = EVENT_LOOK.get(event.type, ("normal", event.type, "event-info"))
+        if event.type == EventType.SUBMITTED and event.detail.get("replay_of"):
+            category, icon_name = "link", "event-link"
+        if role == Qt.ItemDataRole.DisplayRole:
+            return f"{event_headline(event)}\n{event_detail(event)}"
+        if role == TimelineRole.HEADLINE:
+            return event_headline(event)
+        if role == TimelineRole.DETAIL:
+            return event_detail(event)
+        if role == Qt.ItemDataRole.DecorationRole:
+            return icon(icon_name)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            link = event_link(event)
+            return f"Click to open job {link}" if link else event_detail(event)
+        if role == TimelineRole.EVENT:
+            return event
+        if role == TimelineRole.CATEGORY:
+            return category
+        if role == TimelineRole.LINK:
+            return event_link(event)
+        return None
+
+    def show_job(self, job: Job | None) -> None:
+        """Shows another job's timeline (a reset: the rows are a different list)."""
+        self.beginResetModel()
+        self._job = job
+        self._events = list(job.events) if job is not None else []
+        self.endResetModel()
+        self.job_changed.emit(job.id if job is not None else "")
+
+    def update_job(self, job: Job) -> None:
+        """The same job changed: appends its new events (timelines only grow)."""
+        if self._job is None or job.id != self._job.id or len(job.events) < len(self._events):
+            self.show_job(job)
+            return
+        self._job = job
+        new = list(job.events[len(self._events) :])
+        if new:
+            start = len(self._events)
+            self.beginInsertRows(_ROOT, start, start + len(new) - 1)
+            self._events.extend(new)
+            self.endInsertRows()
+
+    def as_text(self) -> str:
+        """The timeline as plain text (what Copy puts on the clipboard)."""
+        if self._job is None:
+            return ""
+        job = self._job
+        lines = [f"{job.title} (job {job.id}, {job.kind}) — {job.state}"]
+        if job.replay_of:
+            lines.append(f"replay of {job.replay_of}")
+        for event in self._events:
+            lines.append(f"{event_headline(event)}\n    {event_detail(event)}")
+        return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- refresh
+
+
+class RefreshCoordinator(QObject):
+    """Polls the queue for changes on one named timer and feeds them to the models.
+
+    Changes made by any process (this window, the CLI, a headless worker) show up
+    within one interval.
+
+    Args:
+        queue: the engine.
+        models: the job table models to keep up to date.
+        interval_ms: the refresh interval (250-500 ms).
+        parent: the Qt parent.
+
+    Signals:
+        jobs_changed(object): the set of job ids that changed (None: everything was reloaded).
+        refreshed(): a refresh tick ran (the clock moved on).
+        error(str): the store could not be read.
+    """
+
+    jobs_changed = Signal(object)
+    refreshed = Signal()
+    error = Signal(str)
+
+    def __init__(
+        self, queue: Queue, models: list[JobTableModel], interval_ms: int = 300, parent: QObject | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.queue = queue
+        self.models = list(models)
+        self.version = -1
+        self.timer = QTimer(self)
+        self.timer.setObjectName("refreshTimer")
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self.refresh)
+
+    def start(self) -> None:
+        """Loads everything once, then polls."""
+        self.refresh()
+        self.timer.start()
+
+    def stop(self) -> None:
+        self.timer.stop()
+
+    def soon(self) -> None:
+        """Refreshes as soon as the event loop is free (after a verb of this window)."""
+        QTimer.singleShot(0, self, self.refresh)
+
+    @Slot()
+    def refresh(self) -> None:
+        """One coalesced update: what changed since the last version, and nothing else."""
+        try:
+            if self.version < 0:
+                self.version = self.queue.refresh()
+                jobs = self.queue.raw_jobs()
+                for model in self.models:
+                    model.reset_jobs(jobs)
+                self.jobs_changed.emit(None)
+            else:
+                version, ids = self.queue.changed_since(self.version)
+                self.version = version
+                if ids is None:
+                    jobs = self.queue.raw_jobs()
+                    for model in self.models:
+                        model.reset_jobs(jobs)
+                    self.jobs_changed.emit(None)
+                elif ids:
+                    jobs = self.queue.raw_jobs(ids)
+                    for model in self.models:
+                        model.apply(jobs)
+                    self.jobs_changed.emit(set(ids))
+        except QueueError as exc:
+            self.error.emit(str(exc))
+            return
+        for model in self.models:
+            model.tick()
+        self.refreshed.emit()

@@ -1,0 +1,119 @@
+"""Fixtures for the window tests: a started window on a temp data dir, with prompts stubbed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QThreadPool
+
+from desktop_queue.core import Outcome, RunContext
+from desktop_queue.providers.demo import DemoProvider
+
+#: the offscreen platform warns about this on every top-level show; it is not our bug
+OFFSCREEN_NOISE = r"This plugin does not support propagateSizeHints\(\)"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/ui" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.qt_log_ignore(OFFSCREEN_NOISE))
+
+
+class Prompts:
+    """Records the confirmations and errors the window asked for; answers ``answer``."""
+
+    def __init__(self) -> None:
+        self.answer = True
+        self.confirms: list[str] = []
+        self.errors: list[tuple[str, str]] = []
+
+    def confirm(self, _parent: Any, title: str, text: str, ok_text: str = "OK") -> bool:
+        self.confirms.append(f"{title}\n{text}")
+        return self.answer
+
+    def show_error(self, _parent: Any, title: str, text: str) -> None:
+        self.errors.append((title, text))
+
+
+@pytest.fixture
+def prompts(monkeypatch: pytest.MonkeyPatch) -> Prompts:
+    """Replaces the modal prompts with a recorder (no modal loop in tests)."""
+    from desktop_queue.ui import dialogs
+
+    recorder = Prompts()
+    monkeypatch.setattr(dialogs, "confirm", recorder.confirm)
+    monkeypatch.setattr(dialogs, "show_error", recorder.show_error)
+    return recorder
+
+
+class StubbornProvider:
+    """Ignores cancellation: finishes only when the test sets ``release`` (a late result)."""
+
+    kind = "stubborn"
+    version = "1"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+
+    def validate(self, payload: Any) -> None:
+        return None
+
+    def run(self, job: Any, context: RunContext) -> Outcome:
+        self.started.set()
+        self.release.wait(10)
+        return Outcome.success({"text": "late"})
+
+    def classify(self, error: BaseException) -> Outcome:
+        return Outcome.failure("retryable", type(error).__name__)
+
+
+@pytest.fixture
+def stubborn() -> Iterator[StubbornProvider]:
+    provider = StubbornProvider()
+    yield provider
+    provider.release.set()
+
+
+@pytest.fixture
+def providers(stubborn: StubbornProvider) -> dict[str, Any]:
+    return {"demo": DemoProvider(tick_s=0.01), "stubborn": stubborn}
+
+
+@pytest.fixture
+def open_session(qtbot: Any, prompts: Prompts, providers: dict[str, Any]) -> Iterator[Any]:
+    """A factory: opens windows on a data dir; every one is closed (and its pool drained) after the test."""
+    from desktop_queue.app import Session, start
+
+    sessions: list[Session] = []
+
+    def opener(data_dir: Path, **kwargs: Any) -> Session | int:
+        kwargs.setdefault("refresh_ms", 100)
+        kwargs.setdefault("tick_ms", 50)
+        result = start(data_dir, kwargs.pop("providers", providers), **kwargs)
+        if not isinstance(result, int):
+            qtbot.addWidget(result.window)
+            result.window.shutdown_timeout_ms = 3000
+            sessions.append(result)
+        return result
+
+    yield opener
+    for provider in providers.values():
+        if hasattr(provider, "release"):
+            provider.release.set()
+    for session in reversed(sessions):
+        session.close()
+    assert QThreadPool.globalInstance().waitForDone(5000)
+
+
+@pytest.fixture
+def session(open_session: Any, data_dir: Path) -> Any:
+    """One started window on a fresh data dir."""
+    result = open_session(data_dir)
+    assert not isinstance(result, int)
+    result.window.show()
+    return result
