@@ -313,12 +313,11 @@ def cmd_work(args: argparse.Namespace) -> int:
         raise InvalidInput("--concurrency must be at least 1")
     from PySide6.QtCore import QCoreApplication, QTimer
 
-    from desktop_queue.providers import discover
     from desktop_queue.runtime import LeaseDriver
 
     app = QCoreApplication.instance() or QCoreApplication([PROG])
     queue = _open(args)
-    driver = LeaseDriver(queue, discover(), concurrency=args.concurrency)
+    driver = LeaseDriver(queue, queue.providers, concurrency=args.concurrency)
     finished: dict[str, int] = {}
     driver.job_finished.connect(lambda _id, state: finished.__setitem__(state, finished.get(state, 0) + 1))
     driver.error.connect(lambda message: _err(message))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import random
@@ -260,7 +261,7 @@ class Queue:
         if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 256):
             raise InvalidInput("an idempotency key is 1 to 256 characters")
         version = str(getattr(provider, "version", "1"))
-        key_source = "caller" if key else ("replay" if replay_of else "fingerprint")
+        key_source = "replay" if replay_of else ("caller" if key else "fingerprint")
         the_key = key or fingerprint(kind, version, payload)
         digest = input_digest(kind, payload)
         clean_title = " ".join((title or "").split())[:MAX_TITLE]
@@ -740,7 +741,7 @@ class Queue:
         """Catches up, then the ids changed after ``version`` (None: reload everything)."""
         return self.store.read(lambda st: st.changed_since(version))
 
-    def raw_jobs(self, ids: set[str] | None = None) -> list[JobDict]:
+    def raw_jobs(self, ids: set[str] | None = None) -> builtins.list[JobDict]:
         """Shallow copies of job dicts without events (for the window's models)."""
 
         def fn(st: StoreState) -> list[JobDict]:
@@ -782,6 +783,9 @@ class Queue:
     def _reconcile_orphans(self) -> None:
         """Resolves every job left ``running`` by a process that died (shared/DESIGN.md section 3)."""
         self.reconciled = []
+        removed = self.results.remove_temp_files()
+        if removed:
+            self.report.notices.append(f"removed {removed} unfinished result write(s) left by a crash (nothing lost)")
         orphans = self.store.read(lambda st: sorted(st.by_state.get(State.RUNNING, ())))
         for job_id in orphans:
             try:

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from desktop_queue.core.errors import StoreCorrupt
-from desktop_queue.core.fileio import atomic_write
+from desktop_queue.core.fileio import TEMP_MARK, atomic_write
 
 RESULT_FORMAT = "desktop-queue.result"
 
@@ -85,9 +85,26 @@ class ResultStore:
         except ValueError:
             import time
 
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            target = path.with_name(f"{path.name}.corrupt-{stamp}")
+            n = 1
+            while target.exists():  # damaged again within the second: keep every copy
+                n += 1
+                target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
             with contextlib.suppress(OSError):
-                os.replace(path, path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"))
+                os.replace(path, target)
             return None
+
+    def remove_temp_files(self) -> int:
+        """Deletes unfinished writes left by a crash (only safe while no other process runs)."""
+        removed = 0
+        if not self.root.exists():
+            return 0
+        for path in self.root.glob(f"*/.*{TEMP_MARK}*"):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed += 1
+        return removed
 
     def has(self, key: str) -> bool:
         return self.path_for(key).exists()

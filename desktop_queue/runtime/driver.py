@@ -22,8 +22,11 @@ from desktop_queue.core import Lease, Outcome, Queue, RunContext, StaleLease
 from desktop_queue.core.errors import QueueError
 from desktop_queue.core.model import ErrorClass
 from desktop_queue.core.queue import default_worker_id
+from desktop_queue.runtime import qtcompat
 
 log = logging.getLogger(__name__)
+
+qtcompat.install()  # PySide6 6.12.0 + CPython 3.11: every emit() would steal a reference of True
 
 
 @dataclass
@@ -140,7 +143,7 @@ class LeaseDriver(QObject):
         concurrency: how many attempts may run at once.
         tick_ms: how often to reap, catch up with other processes and lease.
         worker_id: shown in timelines (default ``host:pid``).
-        pool: the thread pool (default: a private one sized to ``concurrency``).
+        pool: the thread pool (default: the global one, grown to ``concurrency`` threads).
 
     Signals:
         job_started(str): a job was leased and handed to the pool.
@@ -173,7 +176,7 @@ class LeaseDriver(QObject):
         self.queue = queue
         self.providers = dict(providers)
         self.worker_id = worker_id or default_worker_id()
-        self.pool = pool or QThreadPool(self)
+        self.pool = pool or QThreadPool.globalInstance()
         self._concurrency = max(1, concurrency)
         self.pool.setMaxThreadCount(max(self.pool.maxThreadCount(), self._concurrency))
         self._active: dict[str, _Active] = {}
