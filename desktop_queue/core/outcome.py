@@ -82,6 +82,9 @@ class RunContext:
         heartbeat: call regularly while working; returns False when the lease is lost.
         record_provider_job: commit a provider-side job id before polling it.
         provider_job_id: the provider-side id from an earlier attempt, if any.
+        stopping: set together with ``cancelled`` when the attempt must stop but the job
+            itself was not cancelled (the worker shuts down, or the lease was lost): leave
+            provider-side work running so that a later attempt can resume it.
     """
 
     job_id: str
@@ -91,6 +94,7 @@ class RunContext:
     heartbeat: Any = None
     record_provider_job: Any = None
     provider_job_id: str | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def beat(self) -> bool:
         """Heartbeats the lease; returns False (and sets ``cancelled``) when it is lost."""

@@ -658,6 +658,11 @@ class OpenAIResponsesProvider(_OpenAIBase):
         errors = 0
         while True:
             if context.cancelled.wait(interval):
+                if context.stopping.is_set():
+                    # not cancelled by a person: keep the paid-for provider job for the next attempt
+                    return Outcome.failure(
+                        ErrorClass.RETRYABLE, f"{self.kind}: interrupted; the provider job keeps running and will be resumed"
+                    )
                 return self._cancel(client, response_id, headers)
             interval = min(profile.poll_max_s, interval * profile.poll_growth)
             if not context.beat():

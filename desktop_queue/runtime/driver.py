@@ -43,6 +43,7 @@ class RunReport:
 class _Active:
     lease: Lease
     cancel: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -66,10 +67,18 @@ class JobRunnable(QRunnable):
         relay: the driver-owned QObject to report through.
         cancel: set to ask the provider to stop.
         heartbeat_s: minimum seconds between two heartbeat commits.
+        stopping: set with ``cancel`` when the job was not cancelled (shutdown, lost lease).
     """
 
     def __init__(
-        self, queue: Queue, provider: Any, lease: Lease, relay: _Relay, cancel: threading.Event, heartbeat_s: float
+        self,
+        queue: Queue,
+        provider: Any,
+        lease: Lease,
+        relay: _Relay,
+        cancel: threading.Event,
+        heartbeat_s: float,
+        stopping: threading.Event | None = None,
     ) -> None:
         super().__init__()
         self.setAutoDelete(True)
@@ -78,6 +87,7 @@ class JobRunnable(QRunnable):
         self._lease = lease
         self._relay = relay
         self._cancel = cancel
+        self._stopping = stopping or threading.Event()
         self._heartbeat_s = heartbeat_s
         self._last_beat = time.monotonic()
 
@@ -92,6 +102,7 @@ class JobRunnable(QRunnable):
             self._queue.heartbeat(self._lease)
             return True
         except StaleLease:
+            self._stopping.set()  # lost, not cancelled: leave provider-side work to resume
             self._cancel.set()
             return False
         except QueueError as exc:  # the store is unreachable for a moment: keep working, try again
@@ -119,6 +130,7 @@ class JobRunnable(QRunnable):
                     heartbeat=self._beat,
                     record_provider_job=self._record_provider_job,
                     provider_job_id=job.provider_job_id,
+                    stopping=self._stopping,
                 )
                 try:
                     outcome = self._provider.run(job, context)
@@ -144,6 +156,8 @@ class LeaseDriver(QObject):
         tick_ms: how often to reap, catch up with other processes and lease.
         worker_id: shown in timelines (default ``host:pid``).
         pool: the thread pool (default: the global one, grown to ``concurrency`` threads).
+        flow: rate limits, concurrency caps and circuit breakers per provider profile
+            (:class:`~desktop_queue.core.flow.FlowControl`); None: no flow control.
 
     Signals:
         job_started(str): a job was leased and handed to the pool.
@@ -170,9 +184,11 @@ class LeaseDriver(QObject):
         tick_ms: int = 250,
         worker_id: str | None = None,
         pool: QThreadPool | None = None,
+        flow: Any = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
+        self.flow = flow
         self.queue = queue
         self.providers = dict(providers)
         self.worker_id = worker_id or default_worker_id()
@@ -262,6 +278,7 @@ class LeaseDriver(QObject):
         self._timer.stop()
         if cancel_running:
             for active in self._active.values():
+                active.stopping.set()
                 active.cancel.set()
         done = self.pool.waitForDone(timeout_ms)
         # commit what the runnables reported while we waited (queued signals)
@@ -275,6 +292,8 @@ class LeaseDriver(QObject):
                 self.queue.release(active.lease, "interrupted: the worker was shut down and did not stop in time")
             except QueueError:
                 pass
+            if self.flow is not None:
+                self.flow.on_outcome(active.lease.job, None)
             self._active.pop(job_id, None)
         return done
 
@@ -293,7 +312,8 @@ class LeaseDriver(QObject):
                 self._emit_idle_if_idle()
                 return
             while len(self._active) < self._concurrency:
-                lease = self.queue.lease(self.worker_id, kinds=set(self.providers))
+                accept = self.flow.accept if self.flow is not None else None
+                lease = self.queue.lease(self.worker_id, kinds=set(self.providers), accept=accept)
                 if lease is None:
                     break
                 self._launch(lease)
@@ -309,11 +329,16 @@ class LeaseDriver(QObject):
             if active.cancel.is_set():
                 continue
             try:
+                job = self.queue.get(job_id)
                 token = self.queue.lease_token(job_id)
             except (QueueError, KeyError):
-                token = None
+                job, token = None, None
             if token != active.lease.token:
-                active.cancel.set()  # cancelled or reaped elsewhere: stop working on it
+                # cancelled elsewhere: stop and cancel provider-side work too;
+                # reaped or taken over: stop, but leave provider-side work to resume
+                if job is None or job.state != "cancelled":
+                    active.stopping.set()
+                active.cancel.set()
 
     def _emit_idle_if_idle(self) -> None:
         idle = not self._active and (self._paused or self.queue.next_wake() is None or self._nothing_runnable())
@@ -330,8 +355,10 @@ class LeaseDriver(QObject):
         active = _Active(lease)
         self._active[lease.job_id] = active
         runnable = JobRunnable(
-            self.queue, provider, lease, self._relay, active.cancel, self.queue.policy.heartbeat_s
+            self.queue, provider, lease, self._relay, active.cancel, self.queue.policy.heartbeat_s, active.stopping
         )
+        if self.flow is not None:
+            self.flow.on_start(lease.job)
         self._was_idle = False
         self.pool.start(runnable)
         self.job_started.emit(lease.job_id)
@@ -364,6 +391,13 @@ class LeaseDriver(QObject):
         except QueueError as exc:
             log.error("could not commit the outcome of %s: %s", lease.job_id, exc)
             self.error.emit(str(exc))
+        if self.flow is not None:
+            outcome = report.outcome
+            counted = not report.cancelled and state not in ("", "cancelled")
+            result = outcome.result if outcome.ok and isinstance(outcome.result, dict) else {}
+            self.flow.on_outcome(lease.job, outcome if counted else None, result.get("usage"))
+            for event in self.flow.drain_events():
+                log.info("flow control: %s", event.describe())
         self.job_finished.emit(lease.job_id, state)
         if self._stop_after_current and not self._active:
             self._stop_after_current = False
