@@ -451,6 +451,11 @@ class Store:
                         self._presence.acquire(exclusive=False)  # downgrade: others may open now
                     else:
                         self._presence.acquire(exclusive=False)
+        except BaseException:
+            # a refused open (newer schema, unreadable files) holds nothing: a later open
+            # in this process must see the store as it is, and be the first if it is
+            self.close()
+            raise
         finally:
             opener.close()
         return self.report
@@ -492,6 +497,10 @@ class Store:
 
     def _quarantine(self, path: Path, why: str) -> Path:
         target = path.with_name(f"{path.name}.corrupt-{_stamp()}")
+        n = 1
+        while target.exists():  # the same file damaged twice within a second: keep both copies
+            n += 1
+            target = path.with_name(f"{path.name}.corrupt-{_stamp()}-{n}")
         os.replace(path, target)
         fsync_dir(self.root)
         log.warning("quarantined %s: %s", path.name, why)
@@ -567,9 +576,9 @@ class Store:
             for record in read.records[1:]:
                 state.apply(record)
             if read.bad_line is not None or (read.torn_tail and not is_last):
-                self._recover_segment(path, gen, data, read, pending[index + 1 :])
+                # appends and catch-up continue after the good prefix, which is already applied
+                end_offset = self._recover_segment(path, gen, data, read, pending[index + 1 :])
                 pending = pending[: index + 1]
-                end_offset = None
                 break
             if read.torn_tail:
                 with open(path, "r+b") as fh:
@@ -590,8 +599,12 @@ class Store:
                 self._start_segment(gen)
             self._open_segment(gen)
 
-    def _recover_segment(self, path: Path, gen: int, data: bytes, read: SegmentRead, later: list[int]) -> None:
-        """Keeps the good prefix of a damaged segment, quarantines the rest, says what was lost."""
+    def _recover_segment(self, path: Path, gen: int, data: bytes, read: SegmentRead, later: list[int]) -> int:
+        """Keeps the good prefix of a damaged segment, quarantines the rest, says what was lost.
+
+        Returns:
+            the size of the good prefix (where appends continue).
+        """
         moved = self._quarantine(path, "bad record")
         good = data[: read.end] if read.records else b""
         if not good:
@@ -608,6 +621,7 @@ class Store:
             f"{path.name} has a damaged record at byte {read.bad_line}; it was kept aside as {moved.name}. "
             f"Everything before it was loaded; {lost_n} later change(s) could not be applied{detail}."
         )
+        return len(good)
 
     def _header(self, gen: int) -> Record:
         return {"op": "header", "format": JOURNAL_FORMAT, "schema_version": SCHEMA_VERSION, "gen": gen}

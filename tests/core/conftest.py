@@ -1,0 +1,68 @@
+"""Fixtures for the core engine tests: a fake clock, a seeded rng and a queue in ``tmp_path``.
+
+Nothing here may touch the real user profile: every data dir lives under
+``tmp_path``, and the profile locations themselves (``DESKTOP_QUEUE_DATA_DIR``,
+``HOME``, ``XDG_DATA_HOME``) are pointed at ``tmp_path`` for the test and every
+subprocess it starts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from desktop_queue.core import FakeClock, Queue, RetryPolicy
+
+
+@pytest.fixture(autouse=True)
+def _no_real_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Points every way of finding the user's data dir at ``tmp_path``."""
+    profile = tmp_path / "profile"
+    monkeypatch.setenv("DESKTOP_QUEUE_DATA_DIR", str(profile / "data"))
+    monkeypatch.setenv("HOME", str(profile / "home"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(profile / "xdg-data"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(profile / "xdg-config"))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def policy() -> RetryPolicy:
+    return RetryPolicy()
+
+
+@pytest.fixture
+def open_queue(data_dir: Path, clock: FakeClock, policy: RetryPolicy) -> Iterator[Callable[..., Queue]]:
+    """Opens queues on ``data_dir`` (fake clock, seeded rng); closes them all at teardown."""
+    opened: list[Queue] = []
+
+    def _open(path: Path | None = None, **kwargs: Any) -> Queue:
+        kwargs.setdefault("clock", clock)
+        kwargs.setdefault("policy", policy)
+        kwargs.setdefault("rng", random.Random(1234))
+        queue = Queue.open(path or data_dir, **kwargs)
+        opened.append(queue)
+        return queue
+
+    yield _open
+    for queue in opened:
+        if not queue.store._closed:
+            queue.close()
+
+
+@pytest.fixture
+def queue(open_queue: Callable[..., Queue]) -> Queue:
+    return open_queue()
+

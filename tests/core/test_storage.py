@@ -1,0 +1,592 @@
+"""The durable store on real files: torn and corrupt journals and snapshots, schema versions, compaction.
+
+shared/DESIGN.md section 4 and invariants 1 and 6: the store always opens; a damaged
+file is kept aside (``*.corrupt-<time>``), the last good state is loaded and the user is
+told what was lost.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from desktop_queue.core import ErrorClass, FakeClock, Outcome, Queue, State, StoreCorrupt, StoreError
+from desktop_queue.core.results import ResultStore
+from desktop_queue.core.storage import (
+    SCHEMA_VERSION,
+    Store,
+    decode_snapshot,
+    encode_record,
+    read_segment,
+    segment_name,
+    snapshot_name,
+)
+
+OpenQueue = Callable[..., Queue]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def all_jobs(queue: Queue) -> dict[str, dict[str, Any]]:
+    return {j.id: j.to_json() for j in queue.list(with_events=True)}
+
+
+def store_dir(data_dir: Path) -> Path:
+    return data_dir / "store"
+
+
+def segments(data_dir: Path) -> list[Path]:
+    return sorted(store_dir(data_dir).glob("journal-*.jsonl"))
+
+
+def snapshots(data_dir: Path) -> list[Path]:
+    return sorted(store_dir(data_dir).glob("snapshot-*.json"))
+
+
+def corrupt_files(data_dir: Path) -> list[Path]:
+    return sorted(p for p in store_dir(data_dir).iterdir() if ".corrupt-" in p.name)
+
+
+def open_raw_store(data_dir: Path) -> Store:
+    """The store alone: no reconciliation, so the loaded state is exactly what the files say."""
+    store = Store(store_dir(data_dir))
+    store.open()
+    return store
+
+
+def workload(queue: Queue, clock: FakeClock, n: int, start: int = 0) -> None:
+    """Jobs in every finished state and some queued, with retries and replays; none left running."""
+    for i in range(start, start + n):
+        queue.submit("demo", {"prompt": f"job number {i}", "pad": "x" * (i % 7)}, title=f"job {i}")
+        kind = i % 6
+        if kind in (0, 1, 2, 3):
+            lease = queue.lease("w")
+            assert lease is not None
+            if kind == 0:
+                queue.complete(lease, {"text": f"result {i}"})
+            elif kind == 1:
+                queue.fail(lease, Outcome.failure(ErrorClass.RETRYABLE, "timeout", retry_after=0))
+            elif kind == 2:
+                queue.fail(lease, Outcome.failure(ErrorClass.FATAL, "bad request", status=400))
+                queue.retry(lease.job_id)
+            else:
+                queue.cancel(lease.job_id)
+                queue.replay(lease.job_id)
+        clock.advance(1.5)
+    # drain what the loop left queued so that leases never pick stale work in later calls
+    while (lease := queue.lease("w")) is not None:
+        queue.complete(lease, {"text": "drained"})
+
+
+# =========================================================================== torn journal tails
+
+
+def _commits_with_offsets(queue: Queue, clock: FakeClock) -> list[tuple[int, dict[str, Any]]]:
+    """Runs single-record commits; returns (journal size, raw state) after each."""
+    seg = segments(queue.data_dir)[-1]
+    history = [(seg.stat().st_size, copy.deepcopy(queue.store.state.jobs))]
+
+    def mark() -> None:
+        assert segments(queue.data_dir)[-1] == seg, "this test needs a single segment"
+        history.append((seg.stat().st_size, copy.deepcopy(queue.store.state.jobs)))
+
+    for i in range(12):
+        job = queue.submit("demo", {"prompt": f"torn tail {i}"}, priority="interactive" if i % 3 == 0 else "background").job
+        mark()
+        if i % 3 == 0:
+            lease = queue.lease("w")
+            assert lease is not None and lease.job_id == job.id
+            mark()
+            queue.complete(lease, {"text": str(i)})
+            mark()
+        elif i % 3 == 1:
+            queue.cancel(job.id)
+            mark()
+        clock.advance(1)
+    return history
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_torn_journal_at_random_offsets(open_queue: OpenQueue, clock: FakeClock, tmp_path: Path, seed: int) -> None:
+    source = tmp_path / "source"
+    queue = open_queue(source)
+    history = _commits_with_offsets(queue, clock)
+    queue.close()
+    seg_name = segments(source)[-1].name
+    full = (store_dir(source) / seg_name).read_bytes()
+    assert len(full) == history[-1][0]
+    boundaries = {size for size, _ in history}
+
+    rng = random.Random(seed)
+    offsets = [rng.randrange(0, len(full)) for _ in range(3)]
+    if seed == 0:
+        offsets += [history[5][0], history[5][0] - 1, history[0][0] - 3]  # on a boundary, one byte short, in the header
+    for n, cut in enumerate(offsets):
+        target = tmp_path / f"cut-{n}"
+        shutil.copytree(source, target)
+        seg = store_dir(target) / seg_name
+        with open(seg, "r+b") as fh:
+            fh.truncate(cut)
+
+        store = open_raw_store(target)
+        expected = [jobs for size, jobs in history if size <= cut]
+        # every change completely written before the cut is intact, nothing after it
+        assert store.state.jobs == (expected[-1] if expected else {}), f"cut at {cut}"
+        if cut not in boundaries:
+            assert store.report.notices, f"cut at {cut}: something was dropped but nobody was told"
+            assert any(seg_name in notice for notice in store.report.notices)
+        store.close()
+
+        # the recovered store takes new commits and reopens cleanly
+        q2 = Queue.open(target, clock=clock)
+        extra = q2.submit("demo", {"prompt": f"after the cut {n}"}).job
+        state_after = all_jobs(q2)
+        q2.close()
+        q3 = Queue.open(target, clock=clock)
+        assert all_jobs(q3) == state_after
+        assert extra.id in state_after
+        assert q3.report.notices == []
+        q3.close()
+
+
+def test_zero_length_journal_in_a_new_store(data_dir: Path, open_queue: OpenQueue) -> None:
+    store_dir(data_dir).mkdir(parents=True)
+    (store_dir(data_dir) / segment_name(1)).write_bytes(b"")
+    queue = open_queue()
+    assert queue.list() == []
+    assert not corrupt_files(data_dir)  # nothing was in it, nothing to keep aside
+    job = queue.submit("demo", {"prompt": "p"}).job
+    queue.close()
+    assert open_queue().get(job.id).state == State.QUEUED
+
+
+def test_zero_length_journal_after_a_snapshot(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
+    queue = open_queue(background_compaction=False)
+    workload(queue, clock, 12)
+    queue.store.compact_now()
+    before = all_jobs(queue)
+    queue.close()
+    current = segments(data_dir)[-1]
+    current.write_bytes(b"")
+    reopened = open_queue()
+    assert all_jobs(reopened) == before
+    job = reopened.submit("demo", {"prompt": "new"}).job
+    reopened.close()
+    assert job.id in all_jobs(open_queue())
+
+
+def test_a_torn_tail_left_by_another_writer_is_cut_by_the_next_commit(open_queue: OpenQueue, data_dir: Path) -> None:
+    queue = open_queue()
+    a = queue.submit("demo", {"prompt": "a"}).job
+    # a writer in another process died in the middle of its write
+    with open(segments(data_dir)[-1], "ab") as fh:
+        fh.write(encode_record({"op": "new", "job": {"id": "half"}})[:30])
+    b = queue.submit("demo", {"prompt": "b"}).job
+    queue.close()
+    store = open_raw_store(data_dir)
+    assert set(store.state.jobs) == {a.id, b.id}
+    assert store.report.notices == []
+    store.close()
+
+
+# =========================================================================== a damaged record in the middle
+
+
+def test_garbage_line_in_the_middle_is_quarantined(open_queue: OpenQueue, data_dir: Path) -> None:
+    queue = open_queue()
+    ids = [queue.submit("demo", {"prompt": f"p{i}"}).job.id for i in range(10)]
+    queue.close()
+    seg = segments(data_dir)[-1]
+    lines = seg.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 11  # header + 10 submissions
+    damaged = b"".join(lines[:6]) + b'{"op":"upd","id":"nope","set":{}, garbage\n' + b"".join(lines[6:])
+    seg.write_bytes(damaged)
+
+    reopened = open_queue()
+    assert sorted(j.id for j in reopened.list()) == sorted(ids[:5])
+    moved = corrupt_files(data_dir)
+    assert len(moved) == 1 and moved[0].name.startswith(seg.name + ".corrupt-")
+    assert moved[0].read_bytes() == damaged  # kept aside exactly as found
+    notice = " ".join(reopened.report.notices)
+    assert moved[0].name in notice
+    assert "5 later change(s)" in notice
+    for lost in ids[5:]:
+        assert lost in notice
+    # the recovered journal takes new commits
+    job = reopened.submit("demo", {"prompt": "after"}).job
+    reopened.close()
+    again = open_queue()
+    assert job.id in {j.id for j in again.list()}
+    assert again.report.notices == []
+
+
+def test_recovery_does_not_apply_the_good_prefix_twice(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
+    """After cutting a damaged segment back to its good prefix, later reads must not replay that prefix."""
+    queue = open_queue(background_compaction=False)
+    a = queue.submit("demo", {"prompt": "a"}).job
+    queue.store.compact_now()  # ``a`` now lives in a snapshot
+    queue.fail(queue.lease("w"), Outcome.failure(ErrorClass.RETRYABLE, "timeout", retry_after=0))  # type: ignore[arg-type]
+    b = queue.submit("demo", {"prompt": "b"}).job
+    expected_a = queue.get(a.id).to_json()
+    queue.close()
+    seg = segments(data_dir)[-1]
+    lines = seg.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 4  # header, lease of a, failure of a, new b
+    seg.write_bytes(b"".join(lines[:3]) + b"garbage\n" + lines[3])
+
+    reopened = open_queue()
+    assert reopened.report.notices and b.id in " ".join(reopened.report.notices)
+    assert reopened.get(a.id).to_json() == expected_a
+    reopened.submit("demo", {"prompt": "c"})  # a commit catches up with the segment again
+    assert reopened.get(a.id).to_json() == expected_a
+    assert [e.type for e in reopened.get(a.id).events] == ["submitted", "leased", "retry_scheduled"]
+    reopened.close()
+    assert open_queue().get(a.id).to_json() == expected_a
+
+
+def test_repeated_quarantines_never_overwrite_each_other(open_queue: OpenQueue, data_dir: Path) -> None:
+    for round_ in range(3):
+        queue = open_queue()
+        for i in range(3):
+            queue.submit("demo", {"prompt": f"r{round_} p{i}"})
+        queue.close()
+        seg = segments(data_dir)[-1]
+        lines = seg.read_bytes().splitlines(keepends=True)
+        seg.write_bytes(b"".join(lines[:-1]) + b"garbage\n" + lines[-1])
+    queue = open_queue()
+    queue.close()
+    # three damaged versions of the same segment, each kept (the same second, the same process)
+    assert len(corrupt_files(data_dir)) == 3
+    assert len({p.read_bytes() for p in corrupt_files(data_dir)}) == 3
+
+
+# =========================================================================== snapshots
+
+
+def _two_snapshots(open_queue: OpenQueue, clock: FakeClock) -> tuple[Queue, dict[str, Any]]:
+    queue = open_queue(background_compaction=False)
+    workload(queue, clock, 10)
+    queue.store.compact_now()
+    workload(queue, clock, 10, start=10)
+    queue.store.compact_now()
+    workload(queue, clock, 5, start=20)  # in the live segment only
+    return queue, all_jobs(queue)
+
+
+def _flip_checksummed_byte(path: Path) -> None:
+    raw = path.read_bytes()
+    at = raw.index(b'"title":"job ') + len(b'"title":"job ')
+    path.write_bytes(raw[:at] + (b"7" if raw[at : at + 1] != b"7" else b"8") + raw[at + 1 :])
+
+
+def test_bad_snapshot_checksum_falls_back_to_the_previous_snapshot(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path
+) -> None:
+    queue, before = _two_snapshots(open_queue, clock)
+    queue.close()
+    snaps = snapshots(data_dir)
+    assert len(snaps) == 2
+    newest = snaps[-1]
+    damaged = newest.read_bytes()
+    _flip_checksummed_byte(newest)
+    damaged = newest.read_bytes()
+    orjson.loads(damaged)  # still valid JSON: only the checksum can tell
+
+    reopened = open_queue()
+    assert all_jobs(reopened) == before
+    moved = corrupt_files(data_dir)
+    assert [p.name.split(".corrupt-")[0] for p in moved] == [newest.name]
+    assert moved[0].read_bytes() == damaged
+    assert any("failed its checksum" in n and moved[0].name in n for n in reopened.report.notices)
+    assert snaps[0].exists()
+
+
+def test_a_snapshot_that_is_not_json_is_quarantined(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
+    queue, before = _two_snapshots(open_queue, clock)
+    queue.close()
+    newest = snapshots(data_dir)[-1]
+    newest.write_bytes(newest.read_bytes()[: 200])
+    reopened = open_queue()
+    assert all_jobs(reopened) == before
+    assert len(corrupt_files(data_dir)) == 1
+    assert reopened.report.notices
+
+
+def test_both_snapshots_lost_still_opens_and_says_so(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
+    queue, _ = _two_snapshots(open_queue, clock)
+    queue.close()
+    for snap in snapshots(data_dir):
+        _flip_checksummed_byte(snap)
+    reopened = open_queue()  # invariant 6: it opens
+    assert reopened.report.notices
+    assert any("could not be recovered" in n for n in reopened.report.notices)
+    assert len(corrupt_files(data_dir)) >= 2
+    job = reopened.submit("demo", {"prompt": "life goes on"}).job
+    reopened.close()
+    assert job.id in all_jobs(open_queue())
+
+
+def test_leftover_temp_file_is_removed_on_first_open(open_queue: OpenQueue, data_dir: Path) -> None:
+    queue = open_queue()
+    queue.submit("demo", {"prompt": "p"})
+    queue.close()
+    leftover = store_dir(data_dir) / f".{snapshot_name(1)}.tmp-123-abcd"
+    leftover.write_bytes(b'{"format":"desktop-queue.snapshot", half')
+    first = open_queue()
+    assert not leftover.exists()
+    assert any(leftover.name in n and "nothing lost" in n for n in first.report.notices)
+    # a second opener leaves temp files alone: they may belong to a live writer
+    leftover.write_bytes(b"in progress")
+    second = open_queue()
+    assert not second.report.first
+    assert leftover.exists()
+
+
+# =========================================================================== schema versions
+
+
+def _newer(raw: bytes) -> bytes:
+    return raw.replace(b'"schema_version":%d' % SCHEMA_VERSION, b'"schema_version":%d' % (SCHEMA_VERSION + 1), 1)
+
+
+def test_newer_snapshot_is_refused_and_left_untouched(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
+    queue = open_queue(background_compaction=False)
+    workload(queue, clock, 6)
+    queue.store.compact_now()
+    queue.close()
+    snap = snapshots(data_dir)[-1]
+    snap.write_bytes(_newer(snap.read_bytes()))
+    before = {p.name: p.read_bytes() for p in store_dir(data_dir).iterdir() if not p.name.endswith(".lock")}
+
+    with pytest.raises(StoreError) as info:
+        Queue.open(data_dir, clock=clock)
+    assert not isinstance(info.value, StoreCorrupt)
+    message = str(info.value)
+    assert snap.name in message and "newer" in message and "upgrade" in message
+    assert "not been touched" in message
+    after = {p.name: p.read_bytes() for p in store_dir(data_dir).iterdir() if not p.name.endswith(".lock")}
+    assert after == before
+
+
+def test_newer_journal_is_refused_and_left_untouched(data_dir: Path, clock: FakeClock) -> None:
+    store_dir(data_dir).mkdir(parents=True)
+    header = {"op": "header", "format": "desktop-queue.journal", "schema_version": SCHEMA_VERSION + 1, "gen": 1}
+    body = encode_record(header) + encode_record({"op": "frobnicate", "x": 1}) + b'{"op":"half'  # even a torn tail
+    seg = store_dir(data_dir) / segment_name(1)
+    seg.write_bytes(body)
+    with pytest.raises(StoreError) as info:
+        Queue.open(data_dir, clock=clock)
+    assert not isinstance(info.value, StoreCorrupt)
+    assert seg.name in str(info.value) and "newer" in str(info.value)
+    assert seg.read_bytes() == body
+    assert not corrupt_files(data_dir)
+
+
+def test_a_refused_open_releases_its_locks(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
+    """After a refused open, fixing the files and opening again in the same process must be the first open."""
+    queue = open_queue(background_compaction=False)
+    job = queue.submit("demo", {"prompt": "p"}).job
+    queue.lease("w")
+    queue.store.compact_now()
+    queue.close()
+    snap = snapshots(data_dir)[-1]
+    good = snap.read_bytes()
+    snap.write_bytes(_newer(good))
+    with pytest.raises(StoreError):
+        Queue.open(data_dir, clock=clock)
+    snap.write_bytes(good)
+    reopened = open_queue()
+    assert reopened.report.first  # so the orphan is reconciled
+    assert reopened.get(job.id).state == State.QUEUED
+    assert [r.decision for r in reopened.reconciled] == ["requeued"]
+
+
+def test_migration_from_schema_0_writes_a_backup_first(data_dir: Path, open_queue: OpenQueue, clock: FakeClock) -> None:
+    now = clock.now()
+
+    def v0_job(n: int, state: str, attempts: int, epoch: int) -> dict[str, Any]:
+        return {
+            "id": f"job{n:06d}", "seq": n, "kind": "demo", "title": f"old job {n}", "priority": "background",
+            "input": {"prompt": f"old {n}"}, "input_digest": f"d{n}", "key": f"key-{n}", "max_attempts": 5,
+            "state": state, "attempts": attempts, "created_at": now - 100 + n, "updated_at": now - 50,
+            "run_after": now - 100 + n, "lease_token": None, "lease_epoch": epoch, "lease_expires_at": None,
+            "worker": None, "last_error": None, "result_ref": None, "events": [
+                {"type": "submitted", "at": now - 100 + n, "attempt": 0, "epoch": 0, "worker": None,
+                 "actor": "user", "detail": {}},
+            ],
+        }  # fmt: skip
+
+    jobs = {j["id"]: j for j in (v0_job(1, "queued", 0, 0), v0_job(2, "succeeded", 1, 1), v0_job(3, "dead", 2, 2))}
+    doc = {"format": "desktop-queue.snapshot", "schema_version": 0, "data": {"seq": 3, "epoch": 2, "jobs": jobs}}
+    store_dir(data_dir).mkdir(parents=True)
+    snap = store_dir(data_dir) / snapshot_name(1)
+    original = orjson.dumps(doc)
+    snap.write_bytes(original)
+
+    queue = open_queue()
+    backup = store_dir(data_dir) / f"{snap.name}.v0-backup"
+    assert backup.read_bytes() == original
+    assert any("migrated" in n and backup.name in n for n in queue.report.notices)
+    migrated, was_migrated = decode_snapshot(snap.read_bytes(), snap.name)
+    assert not was_migrated and migrated["schema_version"] == SCHEMA_VERSION
+    assert migrated["checksum"].startswith("crc32:")
+    listed = {j.id: j for j in queue.list(with_events=True)}
+    assert set(listed) == set(jobs)
+    assert listed["job000003"].total_attempts == 2
+    assert all(j.run == 1 and j.key_source == "fingerprint" for j in listed.values())
+    assert listed["job000002"].state == State.SUCCEEDED
+    # the migrated store works: leases continue the old epochs and sequence
+    lease = queue.lease("w")
+    assert lease is not None and lease.job_id == "job000001" and lease.epoch == 3
+    assert queue.submit("demo", {"prompt": "new"}).job.seq == 4
+    queue.close()
+    again = open_queue()
+    assert not any("migrated" in n for n in again.report.notices)
+    assert backup.read_bytes() == original
+
+
+# =========================================================================== compaction
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])
+def test_compaction_keeps_every_job_and_event(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path, background: bool
+) -> None:
+    queue = open_queue(rotate_bytes=4096, background_compaction=background)
+    workload(queue, clock, 120)
+    before = all_jobs(queue)
+    assert len(before) >= 120
+    queue.close()  # waits for a compaction in flight
+    assert len(snapshots(data_dir)) in (1, 2)
+    gens = [int(p.name[8:20]) for p in segments(data_dir)]
+    assert gens == list(range(gens[0], gens[-1] + 1))  # no gap
+    assert gens[-1] > 5  # it did rotate many times ...
+    assert len(gens) < gens[-1]  # ... and deleted folded segments
+    reopened = open_queue()
+    assert all_jobs(reopened) == before
+    assert reopened.report.notices == []
+    # a second reopen, with a compaction of what the first one wrote, still agrees
+    workload(reopened, clock, 20, start=1000)
+    reopened.store.compact_now()
+    after = all_jobs(reopened)
+    reopened.close()
+    assert all_jobs(open_queue()) == after
+
+
+def test_compaction_is_seen_by_another_open_queue(open_queue: OpenQueue, clock: FakeClock) -> None:
+    writer = open_queue(rotate_bytes=2048, background_compaction=False)
+    reader = open_queue()
+    workload(writer, clock, 60)
+    assert all_jobs(reader) == all_jobs(writer)
+    lease_job = writer.submit("demo", {"prompt": "last"}).job
+    assert reader.get(lease_job.id).state == State.QUEUED
+
+
+# =========================================================================== durability across processes
+
+_DURABILITY_READER = r"""
+import sys, orjson
+from desktop_queue.core import Queue
+data_dir = sys.argv[1]
+for line in sys.stdin:
+    job_id = line.strip()
+    q = Queue.open(data_dir)
+    try:
+        job = q.get(job_id)
+        out = {"id": job.id, "state": job.state, "first": q.report.first}
+    except Exception as exc:
+        out = {"id": job_id, "error": type(exc).__name__}
+    finally:
+        q.close()
+    sys.stdout.write(orjson.dumps(out).decode() + "\n")
+    sys.stdout.flush()
+"""
+
+
+def test_every_acknowledged_submit_is_seen_by_a_fresh_open_in_another_process(
+    open_queue: OpenQueue, data_dir: Path
+) -> None:
+    queue = open_queue()
+    child = subprocess.Popen(
+        [sys.executable, "-c", _DURABILITY_READER, str(data_dir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        for i in range(8):
+            job = queue.submit("demo", {"prompt": f"durable {i}"}, priority="interactive" if i % 2 else "background").job
+            child.stdin.write(job.id + "\n")
+            child.stdin.flush()
+            seen = orjson.loads(child.stdout.readline() or b"{}")
+            assert seen == {"id": job.id, "state": "queued", "first": False}
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+    assert child.returncode == 0, child.stderr.read() if child.stderr else ""
+
+
+# =========================================================================== the result store
+
+
+def test_result_store_keeps_the_first_result(tmp_path: Path) -> None:
+    results = ResultStore(tmp_path / "results")
+    ref, created = results.put("abc123", {"n": 1}, job_id="j1", epoch=1, produced_at=1.0)
+    ref2, created2 = results.put("abc123", {"n": 2}, job_id="j2", epoch=2, produced_at=2.0)
+    assert (created, created2) == (True, False) and ref == ref2
+    doc = results.get("abc123")
+    assert doc is not None and doc["result"] == {"n": 1} and doc["job_id"] == "j1"
+    assert results.count() == 1
+    assert not [p for p in (tmp_path / "results").rglob("*") if ".tmp-" in p.name]
+
+
+@pytest.mark.parametrize("key", ["../../escape", "/etc/passwd", ".hidden", "a/b", "k" * 300, "ключ"])
+def test_result_paths_stay_inside_the_result_store(tmp_path: Path, key: str) -> None:
+    root = tmp_path / "results"
+    results = ResultStore(root)
+    results.put(key, {"ok": True}, job_id="j", epoch=1, produced_at=0.0)
+    path = results.path_for(key).resolve()
+    assert path.is_relative_to(root.resolve())
+    assert [p for p in tmp_path.rglob("*.json")] == [path]
+    assert results.get(key) is not None
+
+
+def test_a_damaged_result_file_is_kept_aside(tmp_path: Path) -> None:
+    results = ResultStore(tmp_path / "results")
+    results.put("key1", {"n": 1}, job_id="j", epoch=1, produced_at=0.0)
+    path = results.path_for("key1")
+    path.write_bytes(b'{"format": "desktop-queue.res')
+    assert results.get("key1") is None
+    assert not path.exists()
+    moved = list(path.parent.glob("key1.json.corrupt-*"))
+    assert len(moved) == 1 and moved[0].read_bytes() == b'{"format": "desktop-queue.res'
+
+
+def test_a_result_damaged_twice_keeps_both_copies(tmp_path: Path) -> None:
+    results = ResultStore(tmp_path / "results")
+    for n in range(2):
+        results.put("key1", {"n": n}, job_id="j", epoch=1, produced_at=0.0)
+        results.path_for("key1").write_bytes(b"damaged %d" % n)
+        assert results.get("key1") is None
+    moved = sorted(results.path_for("key1").parent.glob("key1.json.corrupt-*"))
+    assert sorted(p.read_bytes() for p in moved) == [b"damaged 0", b"damaged 1"]
+
+
+def test_read_segment_classifies_damage() -> None:
+    good = [encode_record({"op": "new", "n": i}) for i in range(3)]
+    whole = b"".join(good)
+    assert [r["n"] for r in read_segment(whole, 0).records] == [0, 1, 2]
+    torn = read_segment(whole[:-5], 0)
+    assert torn.torn_tail and [r["n"] for r in torn.records] == [0, 1] and torn.end == len(good[0] + good[1])
+    flipped = good[1].replace(b'"n":1', b'"n":7')
+    bad = read_segment(good[0] + flipped + good[2], 0)
+    assert bad.bad_line == len(good[0]) and [r["n"] for r in bad.lost_after] == [2]
