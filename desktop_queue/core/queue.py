@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import math
 import os
 import random
 import secrets
@@ -218,27 +219,22 @@ class Queue:
 
     # ------------------------------------------------------------------ submit
 
-    def submit(
+    def _submission(
         self,
         kind: str,
         payload: Any,
         *,
-        key: str | None = None,
-        title: str | None = None,
-        priority: str = Priority.BACKGROUND,
-        max_attempts: int | None = None,
-        actor: str = Actor.USER,
-        replay_of: str | None = None,
-    ) -> SubmitResult:
-        """Creates a job, or returns the live or succeeded one holding the same key.
+        key: str | None,
+        title: str | None,
+        priority: str,
+        max_attempts: int | None,
+        actor: str,
+        replay_of: str | None,
+    ) -> tuple[Callable[[StoreState], list[Record]], _Capture]:
+        """Validates a submission; returns the transaction function that creates the job.
 
-        The job exists durably when this returns.
-
-        Raises:
-            InvalidInput: bad input, kind, priority or attempt budget (nothing is created).
-            InputTooLarge: the input is over 1 MiB.
-            DuplicateKeyConflict: the key is held by a job with a different input.
-            QueueFull: the interactive lane already has its maximum of waiting jobs.
+        After the commit, ``out.value`` is the job id and ``out.extra["duplicate"]`` says
+        whether an existing job was returned instead.
         """
         provider = self._provider(kind)
         try:
@@ -327,6 +323,34 @@ class Queue:
             out.value = job_id
             return [{"op": "new", "job": job, "ev": [self._event(EventType.SUBMITTED, job, actor, now, detail=detail)]}]
 
+        return fn, out
+
+    def submit(
+        self,
+        kind: str,
+        payload: Any,
+        *,
+        key: str | None = None,
+        title: str | None = None,
+        priority: str = Priority.BACKGROUND,
+        max_attempts: int | None = None,
+        actor: str = Actor.USER,
+        replay_of: str | None = None,
+    ) -> SubmitResult:
+        """Creates a job, or returns the live or succeeded one holding the same key.
+
+        The job exists durably when this returns.
+
+        Raises:
+            InvalidInput: bad input, kind, priority or attempt budget (nothing is created).
+            InputTooLarge: the input is over 1 MiB.
+            DuplicateKeyConflict: the key is held by a job with a different input.
+            QueueFull: the interactive lane already has its maximum of waiting jobs.
+        """
+        fn, out = self._submission(
+            kind, payload, key=key, title=title, priority=priority, max_attempts=max_attempts,
+            actor=actor, replay_of=replay_of,
+        )
         self.store.transact(fn)
         job = self._view(out.value)
         if out.extra.get("duplicate"):
@@ -448,6 +472,11 @@ class Queue:
                 rejection is recorded in the job's timeline.
         """
         now = self.clock.now()
+        try:
+            self.store.read(lambda st: self._current(st, lease))  # a stale token stores nothing
+        except StaleLease:
+            self._record_stale(lease, "late result rejected")
+            raise
         existing = self.results.get(lease.job.idempotency_key)
         if existing is not None:
             # written by this very attempt (the runnable stores it first), or reused from earlier
@@ -518,6 +547,9 @@ class Queue:
         self, job: JobDict, outcome: Outcome, now: float, actor: str, worker: str | None, event_reason: str | None = None
     ) -> Record:
         error_class = ErrorClass(outcome.error_class or ErrorClass.RETRYABLE)
+        retry_after = outcome.retry_after
+        if retry_after is not None and not (math.isfinite(retry_after) and retry_after >= 0):
+            retry_after = None  # a garbled header: fall back to backoff
         message = redact(outcome.message or error_class.value, job.get("input"))
         error = {"class": str(error_class), "message": message, "status": outcome.status}
         detail: dict[str, Any] = {"error_class": str(error_class), "error": message, "status": outcome.status}
@@ -540,7 +572,7 @@ class Queue:
             ev = self._event(
                 kind, job, actor, now,
                 detail={**detail, "delay_s": round(delay, 3), "run_after": round(now + delay, 3),
-                        "retry_after_s": outcome.retry_after},
+                        "retry_after_s": retry_after},
                 worker=worker,
             )
             return self._upd(job["id"], {**base, **extra, "state": str(State.QUEUED), "run_after": now + delay}, ev)
@@ -548,7 +580,7 @@ class Queue:
         if error_class is ErrorClass.FATAL:
             return dead("fatal error")
         if error_class is ErrorClass.THROTTLED:
-            delay = outcome.retry_after if outcome.retry_after is not None else self.policy.backoff(max(1, attempts), self.rng)
+            delay = retry_after if retry_after is not None else self.policy.backoff(max(1, attempts), self.rng)
             # the attempt is given back: a rate limit is not the job's fault
             return requeue(EventType.THROTTLED, max(0.0, delay), attempts=max(0, attempts - 1))
         extra: dict[str, Any] = {}
@@ -560,7 +592,7 @@ class Queue:
                 return dead("poison: the same input kept producing invalid output", poison=True, **extra)
         if attempts >= job["max_attempts"]:
             return dead(f"attempts exhausted ({attempts}/{job['max_attempts']})", **extra)
-        delay = outcome.retry_after if outcome.retry_after is not None else self.policy.backoff(attempts, self.rng)
+        delay = retry_after if retry_after is not None else self.policy.backoff(attempts, self.rng)
         return requeue(EventType.RETRY_SCHEDULED, delay, **extra)
 
     def release(self, lease: Lease, reason: str = "the worker was shut down") -> Job:
@@ -597,7 +629,17 @@ class Queue:
             base = {"lease_token": None, "lease_expires_at": None, "updated_at": now}
             detail = {"expired_at": round(expires, 3), "reason": "no heartbeat before the lease expired"}
             ev = self._event(EventType.LEASE_EXPIRED, job, Actor.SYSTEM, now, detail=detail, worker=job.get("worker"))
-            if job["attempts"] >= job["max_attempts"]:
+            if self.results.has(job["key"]):
+                # the lost holder stored its result before it went quiet: never produce it again
+                ref = self.results.ref_for(job["key"])
+                done = self._event(
+                    EventType.SUCCEEDED, job, Actor.SYSTEM, now,
+                    detail={"result_ref": ref, "reason": "result already stored for this key; not produced again"},
+                )
+                records.append(self._upd(
+                    job_id, {**base, "state": str(State.SUCCEEDED), "result_ref": ref, "finished_at": now}, ev, done
+                ))
+            elif job["attempts"] >= job["max_attempts"]:
                 error = {"class": "retryable", "message": "lease expired on the last attempt", "status": None}
                 dead_ev = self._event(
                     EventType.DEAD_LETTERED, job, Actor.SYSTEM, now,
@@ -673,13 +715,16 @@ class Queue:
         return self._view(out.value)
 
     def replay(self, job_id: str, payload: Any = None, actor: str = Actor.USER, *, title: str | None = None) -> Job:
-        """A finished job -> a **new** linked job with the same (or edited) input and its own key."""
+        """A finished job -> a **new** linked job with the same (or edited) input and its own key.
+
+        The new job and the original's back-link are one commit: both or neither.
+        """
         original = self.get(job_id)
         if original.state not in TERMINAL:
             raise NotAllowed(f"job {original.id} is {original.state}; only finished jobs can be replayed")
         new_input = original.input if payload is None else payload
         replay_key = fingerprint("replay", original.idempotency_key, {"of": original.id, "nonce": secrets.token_hex(8)})
-        result = self.submit(
+        create, out = self._submission(
             original.kind,
             new_input,
             key=replay_key,
@@ -689,18 +734,23 @@ class Queue:
             actor=actor,
             replay_of=original.id,
         )
-        new_id = result.job.id
         edited = payload is not None and canonical_json(payload) != canonical_json(original.input)
 
         def fn(state: StoreState) -> list[Record]:
             job = state.jobs[original.id]
+            if job["state"] not in TERMINAL:
+                raise NotAllowed(f"job {original.id} is {job['state']}; only finished jobs can be replayed")
+            records = create(state)
+            new_id = out.value
             now = self.clock.now()
             ev = self._event(EventType.REPLAYED_AS, job, actor, now, detail={"replayed_as": new_id, "edited": edited})
-            return [self._upd(job["id"], {"replayed_as": [*job.get("replayed_as", []), new_id], "updated_at": now}, ev)]
+            records.append(
+                self._upd(job["id"], {"replayed_as": [*job.get("replayed_as", []), new_id], "updated_at": now}, ev)
+            )
+            return records
 
         self.store.transact(fn)
-        # the new job's key is a replay key, not the fingerprint: mark it so
-        return self.get(new_id)
+        return self.get(out.value)
 
     # ------------------------------------------------------------------ reading
 

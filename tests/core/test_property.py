@@ -291,8 +291,7 @@ class QueueMachine(RuleBasedStateMachine):
             pass
         else:
             raise AssertionError(f"stale {verb} was accepted")
-        if verb == "complete":
-            self.result_keys.add(job.key)  # a late result is kept in the result store, the job unchanged
+        # a stale complete() stores nothing: the result store is unchanged, and so is the job
 
     @precondition(lambda self: self.jobs)
     @rule(
