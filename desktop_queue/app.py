@@ -23,7 +23,7 @@ from desktop_queue.core.present import reconciliation_summary
 from desktop_queue.ui import dialogs
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.main_window import MainWindow
-from desktop_queue.ui.settings import APPLICATION, ORGANIZATION, load_preferences
+from desktop_queue.ui.settings import APPLICATION, ORGANIZATION, load_preferences, load_provider_profile
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,8 @@ def start(
 
     Args:
         data_dir: ``--data-dir`` (else ``DESKTOP_QUEUE_DATA_DIR``, else the user data dir).
-        providers: kind -> provider (default: every installed provider).
+        providers: kind -> provider (default: every installed provider, the OpenAI-compatible
+            kinds configured from Preferences, under flow control).
         lease: start the lease driver (the screenshot script keeps it off).
         refresh_ms: the views' refresh interval.
         tick_ms: the lease driver's tick.
@@ -140,10 +141,11 @@ def start(
     except OSError as exc:
         dialogs.show_error(None, "Desktop Queue cannot start", f"{path} is not usable: {exc.strerror or exc}.")
         return 1
+    flow = None
     if providers is None:
-        from desktop_queue.providers import discover
+        from desktop_queue.providers.setup import build
 
-        providers = discover()
+        providers, flow = build([load_provider_profile()])
     try:
         queue = Queue.open(path, providers)  # the first opener reconciles orphans here, before any lease
     except StoreError as exc:
@@ -158,7 +160,9 @@ def start(
         dialogs.show_error(None, "Desktop Queue cannot start", str(exc))
         return 1
     prefs = load_preferences()
-    controller = Controller(queue, providers, concurrency=prefs.concurrency, refresh_ms=refresh_ms, tick_ms=tick_ms)
+    controller = Controller(
+        queue, providers, concurrency=prefs.concurrency, refresh_ms=refresh_ms, tick_ms=tick_ms, flow=flow
+    )
     lines = banner_lines(queue)
     window = MainWindow(controller, lines)
     controller.setParent(window)

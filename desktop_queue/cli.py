@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("work", help="run a headless worker on the same lease engine")
     p.add_argument("--concurrency", type=int, default=4, metavar="N")
     p.add_argument("--until-idle", action="store_true", help="exit when nothing is queued or running")
+    p.add_argument("--rpm", type=float, default=None, metavar="N",
+                   help="requests per minute to the OpenAI-compatible endpoint (default: unlimited)")
+    p.add_argument("--tpm", type=float, default=None, metavar="N",
+                   help="tokens per minute to the OpenAI-compatible endpoint (default: unlimited)")
+    p.add_argument("--provider-concurrency", type=int, default=None, metavar="N",
+                   help="attempts at once against the OpenAI-compatible endpoint (default: --concurrency)")
+    p.add_argument("--model", default=None, help="default model of openai.chat / openai.responses jobs")
     p.add_argument("--max-seconds", type=float, default=None, metavar="S", help="exit after S seconds")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
 
@@ -206,10 +213,12 @@ def _submit_input(args: argparse.Namespace) -> Any:
 # ---------------------------------------------------------------------- commands
 
 
-def _open(args: argparse.Namespace) -> Queue:
-    from desktop_queue.providers import discover
+def _open(args: argparse.Namespace, providers: dict[str, Any] | None = None) -> Queue:
+    if providers is None:
+        from desktop_queue.providers import discover
 
-    queue = Queue.open(resolve_data_dir(args.data_dir), discover())
+        providers = dict(discover())
+    queue = Queue.open(resolve_data_dir(args.data_dir), providers)
     for notice in queue.report.notices:
         _err(f"note: {notice}")
     for item in queue.reconciled:
@@ -311,13 +320,21 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_work(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise InvalidInput("--concurrency must be at least 1")
+    for flag, value in (("--rpm", args.rpm), ("--tpm", args.tpm), ("--provider-concurrency", args.provider_concurrency)):
+        if value is not None and value <= 0:
+            raise InvalidInput(f"{flag} must be positive")
     from PySide6.QtCore import QCoreApplication, QTimer
 
+    from desktop_queue.providers.setup import ProfileConfig, build
     from desktop_queue.runtime import LeaseDriver
 
     app = QCoreApplication.instance() or QCoreApplication([PROG])
-    queue = _open(args)
-    driver = LeaseDriver(queue, queue.providers, concurrency=args.concurrency)
+    # the endpoint comes from OPENAI_BASE_URL, the key from the keyring or OPENAI_API_KEY
+    config = ProfileConfig(rpm=args.rpm, tpm=args.tpm, concurrency=args.provider_concurrency,
+                           **({"model": args.model} if args.model else {}))
+    providers, flow = build([config])
+    queue = _open(args, dict(providers))
+    driver = LeaseDriver(queue, queue.providers, concurrency=args.concurrency, flow=flow)
     finished: dict[str, int] = {}
     driver.job_finished.connect(lambda _id, state: finished.__setitem__(state, finished.get(state, 0) + 1))
     driver.error.connect(lambda message: _err(message))

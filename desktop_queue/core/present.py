@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from desktop_queue.core.model import State
@@ -19,12 +19,18 @@ _NUMBERS = re.compile(r"\d+(\.\d+)?")
 _HEX_IDS = re.compile(r"\b[0-9a-f]{8,}\b")
 
 
-def describe_state(job: Mapping[str, Any], now: float) -> str:
+#: job dict -> why flow control holds a due job back (e.g. ``FlowControl.waiting_reason``), or None
+HoldReason = Callable[[Mapping[str, Any]], str | None]
+
+
+def describe_state(job: Mapping[str, Any], now: float, hold: HoldReason | None = None) -> str:
     """The "next run" phrase: ``retrying in 12 s``, ``waiting: rate limit``, or the state.
 
     Args:
         job: a job dict (``state``, ``run_after``, ``attempts``, ``total_attempts``, ``last_error``).
         now: the current wall time.
+        hold: asked for a queued job that is due: a reason (``waiting: provider
+            unavailable``) replaces "ready"; None or an error keeps "ready".
     """
     state = job.get("state")
     error = job.get("last_error") or {}
@@ -36,6 +42,13 @@ def describe_state(job: Mapping[str, Any], now: float) -> str:
                 return f"waiting: rate limit ({seconds(wait)})"
             label = "retrying" if job.get("attempts") or job.get("total_attempts") else "scheduled"
             return f"{label} in {seconds(wait)}"
+        if hold is not None:
+            try:
+                reason = hold(job)
+            except Exception:  # a display must never break on a flow-control hiccup
+                reason = None
+            if reason:
+                return reason
         return "ready" if not job.get("total_attempts") else "ready to retry"
     if state == State.RUNNING:
         return f"attempt {job.get('attempts', 0)}/{job.get('max_attempts', 0)}"

@@ -355,13 +355,30 @@ class _OpenAIBase:
         self.rate_limit_listener = rate_limit_listener
         self._client_obj: openai.OpenAI | None = None
         self._key: str | None = None
+        self._retired_keys: set[str] = set()
         self._lock = threading.Lock()
         self.key_notice: str | None = None
 
     # -- plumbing
 
     def _secrets(self) -> tuple[str, ...]:
-        return (self._key,) if self._key else ()
+        keys = set(self._retired_keys)
+        if self._key:
+            keys.add(self._key)
+        return tuple(keys)
+
+    def reconfigure(self, profile: OpenAIProfile) -> None:
+        """Uses ``profile`` (and a fresh key lookup) from the next attempt on.
+
+        Attempts already running finish on the old client; their errors still redact
+        the old key.
+        """
+        with self._lock:
+            if self._key:
+                self._retired_keys.add(self._key)
+            self.profile = profile
+            self._client_obj = None
+            self._key = None
 
     def client(self) -> openai.OpenAI:
         """The SDK client (created on first use: no keyring access at discovery time).

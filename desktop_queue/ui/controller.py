@@ -13,7 +13,10 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from desktop_queue.core import Job, Queue, QueueError, SubmitResult
+from desktop_queue.core.flow import FlowControl
 from desktop_queue.core.model import Actor
+from desktop_queue.providers.setup import ProfileConfig
+from desktop_queue.providers.setup import apply as apply_profile
 from desktop_queue.runtime.driver import LeaseDriver
 from desktop_queue.ui.models import DeadLetterModel, QueueModel, RefreshCoordinator
 
@@ -100,6 +103,8 @@ class Controller(QObject):
         concurrency: global concurrency (Preferences).
         refresh_ms: the refresh timer interval.
         tick_ms: the lease driver's tick.
+        flow: rate limits, concurrency caps and breakers per provider profile (None: none);
+            the queue pane's "next run" says when it holds a job back.
         parent: the Qt parent.
 
     Signals:
@@ -118,15 +123,19 @@ class Controller(QObject):
         concurrency: int = 4,
         refresh_ms: int = 300,
         tick_ms: int = 250,
+        flow: FlowControl | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
         self.queue = queue
         self.providers = dict(providers)
-        self.queue_model = QueueModel(parent=self)
+        self.flow = flow
+        self.queue_model = QueueModel(hold=flow.waiting_reason if flow is not None else None, parent=self)
         self.dead_model = DeadLetterModel(parent=self)
         self.refresher = RefreshCoordinator(queue, [self.queue_model, self.dead_model], refresh_ms, self)
-        self.driver = LeaseDriver(queue, self.providers, concurrency=concurrency, tick_ms=tick_ms, parent=self)
+        self.driver = LeaseDriver(
+            queue, self.providers, concurrency=concurrency, tick_ms=tick_ms, flow=flow, parent=self
+        )
         self.batch: BatchRetry | None = None
         self._shut = False
 
@@ -248,3 +257,8 @@ class Controller(QObject):
 
     def set_concurrency(self, value: int) -> None:
         self.driver.set_concurrency(value)
+
+    def apply_provider_profile(self, config: ProfileConfig) -> None:
+        """Uses a changed provider profile from the next attempt on (endpoint, model, key, limits)."""
+        apply_profile(self.providers, self.flow, config)
+        self.changed()

@@ -34,7 +34,8 @@ from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.model import Priority
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.icons import icon
-from desktop_queue.ui.settings import MAX_CONCURRENCY, Preferences
+from desktop_queue.providers.setup import ProfileConfig
+from desktop_queue.ui.settings import MAX_CONCURRENCY, Preferences, load_provider_profile
 
 DEMO_FAIL_WITH = ("", "retryable", "throttled", "fatal", "poison")
 
@@ -401,9 +402,17 @@ class ReplayDialog(QDialog):
 
 
 class PreferencesDialog(QDialog):
-    """User preferences (stored under ``preferences/`` in QSettings)."""
+    """User preferences: General (``preferences/…``) and Providers (``providers/<name>/…``).
 
-    def __init__(self, prefs: Preferences, parent: QWidget | None = None) -> None:
+    Args:
+        prefs: the general preferences.
+        provider: the provider profile (default: as saved).
+        parent: the Qt parent.
+    """
+
+    def __init__(self, prefs: Preferences, provider: ProfileConfig | None = None, parent: QWidget | None = None) -> None:
+        from desktop_queue.ui.provider_prefs import ProvidersPage
+
         super().__init__(parent)
         self.setWindowTitle("Preferences")
         self.setObjectName("preferencesDialog")
@@ -411,14 +420,29 @@ class PreferencesDialog(QDialog):
         self.concurrency.setRange(1, MAX_CONCURRENCY)
         self.concurrency.setValue(prefs.concurrency)
         self.concurrency.setToolTip("How many jobs this window runs at the same time")
-        form = QFormLayout()
+        general = QWidget()
+        form = QFormLayout(general)
         form.addRow("Jobs running at &once:", self.concurrency)
+        self.providers_page = ProvidersPage(provider or load_provider_profile())
+        self.tabs = QTabWidget()
+        self.tabs.addTab(general, "&General")
+        self.tabs.addTab(self.providers_page, "&Providers")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.addLayout(form)
+        layout.addWidget(self.tabs)
         layout.addWidget(buttons)
+
+    def accept(self) -> None:
+        """Saves the provider profile (and key) first; stays open if the key cannot be saved."""
+        if not self.providers_page.save():
+            self.tabs.setCurrentWidget(self.providers_page)
+            return
+        super().accept()
 
     def preferences(self) -> Preferences:
         return Preferences(concurrency=self.concurrency.value())
+
+    def provider_profile(self) -> ProfileConfig:
+        return self.providers_page.profile()

@@ -534,9 +534,10 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("Timeline copied to the clipboard", 4000)
 
     def edit_preferences(self) -> None:
-        dialog = dialogs.PreferencesDialog(self.prefs, self)
+        dialog = dialogs.PreferencesDialog(self.prefs, parent=self)
         if dialog.exec():
             self.apply_preferences(dialog.preferences())
+            self.controller.apply_provider_profile(dialog.provider_profile())
 
     def apply_preferences(self, prefs: Preferences) -> None:
         """Stores ``prefs`` under ``preferences/`` and applies them now."""

@@ -33,6 +33,7 @@ from PySide6.QtGui import QFont, QIcon
 from desktop_queue.core import Job, Queue, QueueError, State
 from desktop_queue.core.model import Event, EventType
 from desktop_queue.core.present import (
+    HoldReason,
     attempts_text,
     clock_time,
     describe_state,
@@ -92,22 +93,31 @@ def _num(value: float | None) -> float:
     return -1.0 if value is None else value
 
 
-QUEUE_COLUMNS: tuple[Column, ...] = (
-    Column("state", "State", lambda j, _n: str(j.get("state", "")), lambda j, _n: _STATE_ORDER.get(str(j.get("state")), 9)),
-    Column("title", "Title", lambda j, _n: j.get("title") or ""),
-    Column("kind", "Kind", lambda j, _n: j.get("kind") or ""),
-    Column("priority", "Priority", lambda j, _n: j.get("priority") or ""),
-    Column("attempts", "Attempts", lambda j, _n: attempts_text(j),
-           lambda j, _n: j.get("attempts", 0) * 1000 + j.get("max_attempts", 0)),
-    Column("next", "Next run", describe_state,
-           lambda j, n: float(j.get("run_after") or 0.0) if j.get("state") == State.QUEUED else 1e15, live=True),
-    Column("created", "Created", lambda j, n: clock_time(j.get("created_at"), n), lambda j, _n: j.get("seq", 0)),
-    Column("wait", "Wait", lambda j, n: seconds(wait_time(j, n)) if wait_time(j, n) is not None else "",
-           lambda j, n: _num(wait_time(j, n)), live=True),
-    Column("run", "Run time", lambda j, n: seconds(run_time(j, n)) if run_time(j, n) is not None else "",
-           lambda j, n: _num(run_time(j, n)), live=True),
-    Column("error", "Last error", lambda j, _n: error_text(j), lambda j, _n: error_signature(j)),
-)
+def queue_columns(hold: HoldReason | None = None) -> tuple[Column, ...]:
+    """The queue pane's columns; ``hold`` says why flow control keeps a due job waiting."""
+
+    def next_run(job: Mapping[str, Any], now: float) -> str:
+        return describe_state(job, now, hold)
+
+    return (
+        Column("state", "State", lambda j, _n: str(j.get("state", "")), lambda j, _n: _STATE_ORDER.get(str(j.get("state")), 9)),
+        Column("title", "Title", lambda j, _n: j.get("title") or ""),
+        Column("kind", "Kind", lambda j, _n: j.get("kind") or ""),
+        Column("priority", "Priority", lambda j, _n: j.get("priority") or ""),
+        Column("attempts", "Attempts", lambda j, _n: attempts_text(j),
+               lambda j, _n: j.get("attempts", 0) * 1000 + j.get("max_attempts", 0)),
+        Column("next", "Next run", next_run,
+               lambda j, n: float(j.get("run_after") or 0.0) if j.get("state") == State.QUEUED else 1e15, live=True),
+        Column("created", "Created", lambda j, n: clock_time(j.get("created_at"), n), lambda j, _n: j.get("seq", 0)),
+        Column("wait", "Wait", lambda j, n: seconds(wait_time(j, n)) if wait_time(j, n) is not None else "",
+               lambda j, n: _num(wait_time(j, n)), live=True),
+        Column("run", "Run time", lambda j, n: seconds(run_time(j, n)) if run_time(j, n) is not None else "",
+               lambda j, n: _num(run_time(j, n)), live=True),
+        Column("error", "Last error", lambda j, _n: error_text(j), lambda j, _n: error_signature(j)),
+    )
+
+
+QUEUE_COLUMNS: tuple[Column, ...] = queue_columns()
 
 DEAD_COLUMNS: tuple[Column, ...] = (
     Column("title", "Title", lambda j, _n: j.get("title") or ""),
@@ -286,7 +296,22 @@ class JobTableModel(QAbstractTableModel):
 
 
 class QueueModel(JobTableModel):
-    """Every job of the queue."""
+    """Every job of the queue.
+
+    Args:
+        clock: wall time (tests may pin it).
+        hold: why flow control keeps a due job waiting (``FlowControl.waiting_reason``).
+        parent: the Qt parent.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        parent: QObject | None = None,
+        *,
+        hold: HoldReason | None = None,
+    ) -> None:
+        super().__init__(queue_columns(hold) if hold is not None else QUEUE_COLUMNS, clock, parent)
 
 
 class DeadLetterModel(JobTableModel):

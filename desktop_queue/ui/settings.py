@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from desktop_queue.providers.setup import ProfileConfig
+
 ORGANIZATION = "desktop-queue"
 APPLICATION = "Desktop Queue"
 DEFAULT_CONCURRENCY = 4
@@ -44,6 +46,44 @@ def load_preferences() -> Preferences:
 def save_preferences(prefs: Preferences) -> None:
     settings = _settings()
     settings.setValue("preferences/concurrency", prefs.concurrency)
+    settings.sync()
+
+
+def _number(value: object, kind: type[int] | type[float]) -> int | float | None:
+    try:
+        number = kind(value)  # type: ignore[call-overload, arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
+
+
+def load_provider_profile(name: str = ProfileConfig.name) -> ProfileConfig:
+    """Reads ``providers/<name>/…`` (base URL, model, rpm, tpm, concurrency; never a key).
+
+    Missing or unreadable values fall back to the defaults (rates: unlimited).
+    """
+    settings = _settings()
+    prefix = f"providers/{name}/"
+    base_url = str(settings.value(prefix + "base_url", "") or "").strip() or None
+    model = str(settings.value(prefix + "model", "") or "").strip() or ProfileConfig.model
+    concurrency = _number(settings.value(prefix + "concurrency"), int)
+    return ProfileConfig(
+        name=name, base_url=base_url, model=model,
+        rpm=_number(settings.value(prefix + "rpm"), float),
+        tpm=_number(settings.value(prefix + "tpm"), float),
+        concurrency=int(concurrency) if concurrency else None,
+    )
+
+
+def save_provider_profile(config: ProfileConfig) -> None:
+    """Writes ``providers/<name>/…`` (0 stands for "no limit"). The key goes to the keyring, never here."""
+    settings = _settings()
+    prefix = f"providers/{config.name}/"
+    settings.setValue(prefix + "base_url", config.base_url or "")
+    settings.setValue(prefix + "model", config.model)
+    settings.setValue(prefix + "rpm", config.rpm or 0)
+    settings.setValue(prefix + "tpm", config.tpm or 0)
+    settings.setValue(prefix + "concurrency", config.concurrency or 0)
     settings.sync()
 
 

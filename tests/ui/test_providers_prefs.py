@@ -1,0 +1,173 @@
+"""The Providers page of Preferences, against the real fake OpenAI server (not a mock)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import keyring
+import keyring.backends.fail
+import pytest
+from PySide6.QtWidgets import QDialog, QLineEdit
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "providers"))
+
+from fakeserver import FakeOpenAI  # noqa: E402
+from provider_helpers import CANARY_KEY, MemoryKeyring  # noqa: E402
+
+from desktop_queue.core.flow import WAITING_UNAVAILABLE, FlowControl, ProfileLimits  # noqa: E402
+from desktop_queue.core.present import describe_state  # noqa: E402
+from desktop_queue.providers.openai_compat import KEYRING_SERVICE  # noqa: E402
+from desktop_queue.providers.setup import ProfileConfig  # noqa: E402
+from desktop_queue.ui.dialogs import PreferencesDialog  # noqa: E402
+from desktop_queue.ui.models import QueueModel  # noqa: E402
+from desktop_queue.ui.settings import Preferences, load_provider_profile  # noqa: E402
+
+WAIT_MS = 5000
+WRONG_KEY = "sk-wrong-0d9e8f7a6b5c4d3e2f1a"
+
+
+@pytest.fixture(autouse=True)
+def ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryKeyring]:
+    previous = keyring.get_keyring()
+    memory = MemoryKeyring()
+    keyring.set_keyring(memory)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    yield memory
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAI]:
+    fake = FakeOpenAI(api_key=CANARY_KEY)
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def dialog(qtbot: Any, server: FakeOpenAI) -> PreferencesDialog:
+    dlg = PreferencesDialog(Preferences(), ProfileConfig(base_url=server.url, model="model-a"))
+    qtbot.addWidget(dlg)
+    return dlg
+
+
+def files_containing(root: Path, secret: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+def test_test_connection_lists_the_models_off_the_gui_thread(qtbot: Any, dialog: PreferencesDialog) -> None:
+    page = dialog.providers_page
+    assert page.api_key.echoMode() is QLineEdit.EchoMode.Password
+    page.api_key.setText(CANARY_KEY)
+    with qtbot.assertNotEmitted(page.tester.failed), qtbot.waitSignal(page.tester.succeeded, timeout=WAIT_MS) as blocker:
+        page.test_button.click()
+        assert not page.test_button.isEnabled()
+    assert blocker.args == [["model-a", "model-b"]]
+    assert page.test_button.isEnabled()
+    assert "model-a, model-b" in page.message.text.text()
+
+
+def test_test_connection_uses_the_saved_key(qtbot: Any, dialog: PreferencesDialog, ring: MemoryKeyring) -> None:
+    ring.set_password(KEYRING_SERVICE, "openai", CANARY_KEY)
+    with qtbot.waitSignal(dialog.providers_page.tester.succeeded, timeout=WAIT_MS):
+        dialog.providers_page.test_button.click()
+
+
+def test_a_wrong_key_is_reported_exactly_and_redacted(
+    qtbot: Any, dialog: PreferencesDialog, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    page = dialog.providers_page
+    page.api_key.setText(WRONG_KEY)  # the server quotes the key it got in its 401 message
+    with qtbot.waitSignal(page.tester.failed, timeout=WAIT_MS) as blocker:
+        page.test_button.click()
+    message = blocker.args[0]
+    assert "401" in message or "Incorrect API key" in message, message
+    assert WRONG_KEY not in message and WRONG_KEY[-8:] not in message
+    assert not page.message.ok
+    assert WRONG_KEY not in page.message.text.text()
+    assert WRONG_KEY not in caplog.text
+
+
+def test_unreachable_endpoint_is_reported(qtbot: Any, dialog: PreferencesDialog, server: FakeOpenAI) -> None:
+    page = dialog.providers_page
+    page.base_url.setText(server.url)
+    server.stop()
+    page.api_key.setText(CANARY_KEY)
+    with qtbot.waitSignal(page.tester.failed, timeout=WAIT_MS * 3) as blocker:
+        page.test_button.click()
+    assert blocker.args[0]
+    assert CANARY_KEY not in blocker.args[0]
+
+
+def test_ok_puts_the_key_in_the_keyring_and_never_in_settings_or_logs(
+    dialog: PreferencesDialog, ring: MemoryKeyring, isolated_profile: Path, caplog: pytest.LogCaptureFixture,
+    server: FakeOpenAI,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    page = dialog.providers_page
+    page.model.setText("model-b")
+    page.rpm.setValue(60)
+    page.tpm.setValue(40_000)
+    page.concurrency.setValue(3)
+    page.api_key.setText(CANARY_KEY)
+    dialog.accept()
+    assert dialog.result() == QDialog.DialogCode.Accepted
+    assert ring.store[(KEYRING_SERVICE, "openai")] == CANARY_KEY
+    assert page.api_key.text() == ""
+    saved = load_provider_profile()
+    assert saved == ProfileConfig(base_url=server.url, model="model-b", rpm=60.0, tpm=40_000.0, concurrency=3)
+    assert dialog.provider_profile() == saved
+    assert list((isolated_profile / "qsettings").rglob("*")), "QSettings wrote nowhere we can check"
+    assert files_containing(isolated_profile, CANARY_KEY) == []
+    assert CANARY_KEY not in caplog.text
+
+
+def test_no_keyring_is_said_inline_and_nothing_is_written(
+    dialog: PreferencesDialog, isolated_profile: Path
+) -> None:
+    keyring.set_keyring(keyring.backends.fail.Keyring())
+    page = dialog.providers_page
+    page.api_key.setText(CANARY_KEY)
+    dialog.accept()
+    assert dialog.result() != QDialog.DialogCode.Accepted
+    assert dialog.tabs.currentWidget() is page
+    assert not page.message.ok
+    assert "no usable OS keyring" in page.message.text.text()
+    assert "OPENAI_API_KEY" in page.message.text.text()
+    assert files_containing(isolated_profile, CANARY_KEY) == []
+    assert load_provider_profile() == ProfileConfig()  # nothing saved at all
+
+
+# ---------------------------------------------------------------- "next run" says why flow control holds a job
+
+
+def test_next_run_says_why_flow_control_holds_a_job() -> None:
+    flow = FlowControl({"openai": ProfileLimits(breaker_threshold=1, breaker_cooldown_s=600)})
+    job = {"id": "j1", "kind": "openai.chat", "state": "queued", "run_after": 0.0, "total_attempts": 0}
+    assert describe_state(job, 100.0, flow.waiting_reason) == "ready"
+    assert flow.accept({"id": "j0", "kind": "openai.chat", "input": {"prompt": "x"}})
+    flow.on_start({"id": "j0", "kind": "openai.chat", "input": {"prompt": "x"}})
+    from desktop_queue.core import Outcome
+
+    flow.on_outcome({"id": "j0", "kind": "openai.chat", "input": {"prompt": "x"}}, Outcome.failure("retryable", "boom"))
+    assert describe_state(job, 100.0, flow.waiting_reason).startswith(WAITING_UNAVAILABLE)
+    assert describe_state({**job, "kind": "demo"}, 100.0, flow.waiting_reason) == "ready"
+    assert describe_state(job, 100.0) == "ready"  # no flow control: as before
+
+
+def test_queue_model_shows_the_hold_reason(qtmodeltester: Any) -> None:
+    model = QueueModel(clock=lambda: 100.0, hold=lambda j: "waiting: concurrency cap" if j["kind"] == "openai.chat" else None)
+    model.reset_jobs([
+        {"id": "a", "kind": "openai.chat", "state": "queued", "run_after": 0.0, "seq": 1, "attempts": 0, "max_attempts": 5},
+        {"id": "b", "kind": "demo", "state": "queued", "run_after": 0.0, "seq": 2, "attempts": 0, "max_attempts": 5},
+    ])
+    qtmodeltester.check(model)
+    column = [c.key for c in model.columns].index("next")
+    texts = {model.job_at(r)["id"]: model.data(model.index(r, column)) for r in range(model.rowCount())}
+    assert texts == {"a": "waiting: concurrency cap", "b": "ready"}
