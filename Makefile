@@ -24,6 +24,7 @@ run: $(STAMP_RUN)
 
 test: $(STAMP_TEST)
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy desktop_queue
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP_TEST)

@@ -108,9 +108,10 @@ def apply_plain(jobs: dict[str, JobDict], record: Record) -> JobDict | None:
         jobs[job["id"]] = job
         return job
     if op == "upd":
-        job = jobs.get(record["id"])
-        if job is None:
+        found = jobs.get(record["id"])
+        if found is None:
             raise StoreCorrupt(f"journal updates job {record['id']} that does not exist")
+        job = found
         job.update(record.get("set") or {})
         events = record.get("ev")
         if events:
@@ -548,10 +549,10 @@ class Store:
             path = self.root / segment_name(gen)
             is_last = index == len(pending) - 1
             if gen != expected:
-                moved = [self._quarantine(self.root / segment_name(g), "gap") for g in pending[index:]]
+                kept = [self._quarantine(self.root / segment_name(g), "gap") for g in pending[index:]]
                 self.report.notices.append(
                     f"journal segment {expected} is missing; later segments were kept aside "
-                    f"({', '.join(m.name for m in moved)}) and the state before the gap was loaded"
+                    f"({', '.join(m.name for m in kept)}) and the state before the gap was loaded"
                 )
                 pending = pending[:index]
                 break
@@ -610,7 +611,9 @@ class Store:
         if not good:
             good = encode_record(self._header(gen))
         atomic_write(path, good)
-        lost_ids = sorted({r.get("id") or (r.get("job") or {}).get("id") for r in read.lost_after} - {None})
+        lost_ids = sorted(
+            {str(i) for r in read.lost_after if (i := r.get("id") or (r.get("job") or {}).get("id"))}
+        )
         lost_n = len(read.lost_after) + sum(
             len(read_segment((self.root / segment_name(g)).read_bytes(), 0).records) - 1 for g in later
         )
