@@ -382,6 +382,10 @@ def _check_header(record: Record, name: str) -> None:
 # --------------------------------------------------------------------------- the store
 
 
+class _NeedsExclusive(Exception):
+    """Catching up needs a reload, which must run under the exclusive commit lock."""
+
+
 @dataclass
 class OpenReport:
     """What opening the store found.
@@ -676,7 +680,10 @@ class Store:
             self._catch_up_segment(exclusive)
         if not (self.root / segment_name(self._gen)).exists():
             # compacted away under us: what we have is complete up to the end of that segment,
-            # but a newer one may also be gone; reload from the files.
+            # but a newer one may also be gone; reload from the files. Loading may cut a torn
+            # tail or quarantine a file, which only the exclusive lock holder may do.
+            if not exclusive:
+                raise _NeedsExclusive
             self._reload()
 
     def _reload(self) -> None:
@@ -690,9 +697,16 @@ class Store:
         """Runs ``fn`` on an up-to-date state (others' commits applied), under a shared lock."""
         self._check_open()
         assert self._commit_lock is not None
-        with self._mutex, self._commit_lock.held(exclusive=False):
-            self._catch_up(exclusive=False)
-            return fn(self.state)
+        with self._mutex:
+            try:
+                with self._commit_lock.held(exclusive=False):
+                    self._catch_up(exclusive=False)
+                    return fn(self.state)
+            except _NeedsExclusive:
+                pass
+            with self._commit_lock.held(exclusive=True):
+                self._catch_up(exclusive=True)
+                return fn(self.state)
 
     def transact(self, fn: Callable[[StoreState], list[Record]]) -> list[Record]:
         """Commits the records ``fn`` derives from the current state, atomically across processes.
