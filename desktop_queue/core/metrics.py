@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from desktop_queue.core.model import EventType, State
+from desktop_queue.core.model import EventType, State, events_of
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -58,7 +58,7 @@ def compute(jobs: Iterable[dict[str, Any]]) -> Stats:
         stats.counts[job["state"]] = stats.counts.get(job["state"], 0) + 1
         ready_at: float | None = None
         leased_at: float | None = None
-        for ev in job.get("events", ()):
+        for ev in events_of(job):
             kind = ev["type"]
             at = ev["at"]
             if kind in (EventType.SUBMITTED, EventType.RETRIED):

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 from desktop_queue.core.errors import IllegalTransition
 
 
@@ -138,6 +140,23 @@ def clean_detail(detail: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def events_of(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored job's events, parsed on first use.
+
+    Snapshots keep each job's events as one JSON string, so opening a large store does
+    not build millions of small dicts that nobody looks at; they are parsed (and kept
+    parsed) the first time a timeline, a change or the metrics need them.
+    """
+    events = job.get("events")
+    if isinstance(events, str):
+        events = orjson.loads(events)
+        job["events"] = events
+    elif events is None:
+        events = []
+        job["events"] = events
+    return events
+
+
 def iso(ts: float | None) -> str:
     """Formats a stored timestamp for people (local time, seconds)."""
     if ts is None:
@@ -236,7 +255,7 @@ class Job:
             poison_count=raw.get("poison_count", 0),
             started_at=raw.get("started_at"),
             finished_at=raw.get("finished_at"),
-            events=tuple(Event.from_dict(e) for e in raw.get("events", ())) if with_events else (),
+            events=tuple(Event.from_dict(e) for e in events_of(raw)) if with_events else (),
         )
 
     @property

@@ -126,7 +126,7 @@ class Queue:
         clock: Clock | None = None,
         policy: RetryPolicy | None = None,
         rng: random.Random | None = None,
-        rotate_bytes: int = 8 << 20,
+        rotate_bytes: int = 4 << 20,
         background_compaction: bool = True,
     ) -> None:
         self.data_dir = Path(data_dir)

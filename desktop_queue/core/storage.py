@@ -26,10 +26,13 @@ writer that died mid-``write``) is cut off, anything else is quarantined as
 from __future__ import annotations
 
 import contextlib
+import gc
 import heapq
 import logging
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -42,12 +45,13 @@ import orjson
 
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, write_all
+from desktop_queue.core.model import events_of
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FORMAT = "desktop-queue.snapshot"
 JOURNAL_FORMAT = "desktop-queue.journal"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SEGMENT_RE = re.compile(r"^journal-(\d{12})\.jsonl$")
 _SNAPSHOT_RE = re.compile(r"^snapshot-(\d{12})\.json$")
@@ -115,7 +119,7 @@ def apply_plain(jobs: dict[str, JobDict], record: Record) -> JobDict | None:
         job.update(record.get("set") or {})
         events = record.get("ev")
         if events:
-            job["events"].extend(events)
+            events_of(job).extend(events)
         return job
     return None  # headers and unknown-but-checksummed records change no job
 
@@ -242,9 +246,28 @@ class StoreState:
 # --------------------------------------------------------------------------- snapshots
 
 
+def _slim_event(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in event.items() if v is not None and v != {}}
+
+
+def _slim(job: JobDict) -> JobDict:
+    """A job as a snapshot keeps it: no empty fields (readers treat a missing field as
+    None), and its events as one JSON string (parsed only when needed, see
+    :func:`~desktop_queue.core.model.events_of`)."""
+    out = {k: v for k, v in job.items() if v is not None and k != "events"}
+    events = job.get("events")
+    if not isinstance(events, str):
+        events = orjson.dumps([_slim_event(e) for e in events or ()]).decode()
+    out["events"] = events
+    return out
+
+
 def encode_snapshot(gen: int, jobs: Iterable[JobDict], seq: int, epoch: int) -> bytes:
-    """A snapshot file: valid JSON whose header carries a CRC-32 of the ``data`` member."""
-    data = orjson.dumps({"seq": seq, "epoch": epoch, "jobs": list(jobs)})
+    """A snapshot file: valid JSON whose header carries a CRC-32 of the ``data`` member.
+
+    Empty fields are left out (a third of a finished job), which keeps cold opens fast.
+    """
+    data = orjson.dumps({"seq": seq, "epoch": epoch, "jobs": [_slim(j) for j in jobs]})
     head = orjson.dumps(
         {
             "format": SNAPSHOT_FORMAT,
@@ -281,8 +304,14 @@ def _migrate_v0(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _migrate_v1(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 kept events as JSON arrays; schema 2 writes them as strings but reads both."""
+    doc["schema_version"] = 2
+    return doc
+
+
 #: schema_version -> function that lifts a document one version up.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_v0}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_v0, 1: _migrate_v1}
 
 
 def decode_snapshot(raw: bytes, name: str) -> tuple[dict[str, Any], bool]:
@@ -309,7 +338,11 @@ def decode_snapshot(raw: bytes, name: str) -> tuple[dict[str, Any], bool]:
     checksum = doc.get("checksum")
     start = raw.find(b',"data":')
     if checksum is not None:
-        body = raw[start + len(b',"data":') : raw.rstrip().rfind(b"}")] if start >= 0 else b""
+        end = len(raw)
+        while end and raw[end - 1] in b" \t\r\n":
+            end -= 1
+        end = raw.rfind(b"}", 0, end)
+        body = memoryview(raw)[start + len(b',"data":') : end] if start >= 0 and end > start else b""
         if f"crc32:{zlib.crc32(body):08x}" != checksum:
             raise StoreCorrupt(f"{name} failed its checksum")
     elif version >= 1:
@@ -408,7 +441,7 @@ class Store:
         background_compaction: fold segments on a background thread (False: inline).
     """
 
-    def __init__(self, root: Path, *, rotate_bytes: int = 8 << 20, background_compaction: bool = True) -> None:
+    def __init__(self, root: Path, *, rotate_bytes: int = 4 << 20, background_compaction: bool = True) -> None:
         self.root = Path(root)
         self.rotate_bytes = rotate_bytes
         self.background_compaction = background_compaction
@@ -419,7 +452,7 @@ class Store:
         self._fd = -1
         self._offset = 0
         self._snapshot_bytes = 0
-        self._compactor: threading.Thread | None = None
+        self._compactor: subprocess.Popen[bytes] | None = None
         self._closed = True
         self._commit_lock: FileLock | None = None
         self._presence: FileLock | None = None
@@ -467,9 +500,7 @@ class Store:
 
     def close(self) -> None:
         """Waits for a running compaction, then releases files and locks."""
-        compactor = self._compactor
-        if compactor is not None:
-            compactor.join()
+        self._reap_compactor(wait=True)
         with self._mutex:
             if self._fd >= 0:
                 os.close(self._fd)
@@ -512,7 +543,22 @@ class Store:
         return target
 
     def _load(self) -> None:
-        """Reads the newest good snapshot and replays the segments after it (commit lock held)."""
+        """Reads the newest good snapshot and replays the segments after it (commit lock held).
+
+        The garbage collector is paused meanwhile (it would triple the parse time of a large
+        snapshot by scanning the new objects again and again) and the loaded objects are
+        then frozen out of its way.
+        """
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._load_files()
+        finally:
+            if was_enabled:
+                gc.enable()
+            gc.freeze()
+
+    def _load_files(self) -> None:
         snaps, segs = self._list()
         jobs: dict[str, JobDict] = {}
         seq = epoch = 0
@@ -595,7 +641,9 @@ class Store:
                 )
             end_offset = read.end
             expected = gen + 1
-        self.state.rebuild(state.jobs, state.seq, state.epoch)
+        state.version = self.state.version + 1
+        state.changes = [(state.version, "*")]
+        self.state = state
         if pending:
             self._open_segment(pending[-1], end_offset)
         else:
@@ -739,7 +787,9 @@ class Store:
             self._offset += len(payload)
             for record in records:
                 self.state.apply(record)
-            if self._offset > max(self.rotate_bytes, self._snapshot_bytes // 4):
+            # fold the journal when it reaches an eighth of the snapshot (at most 16 MiB more):
+            # compaction stays amortised O(1) per change and a cold open replays little
+            if self._offset > max(self.rotate_bytes, min(self._snapshot_bytes // 8, 16 << 20)):
                 rotate = self._rotate()
         if rotate:
             self._compact_soon(self._gen - 1)
@@ -751,9 +801,7 @@ class Store:
             self._catch_up(exclusive=True)
             self._rotate()
             upto = self._gen - 1
-        compactor = self._compactor
-        if compactor is not None:
-            compactor.join()
+        self._reap_compactor(wait=True)
         self._compact(upto)
 
     def _rotate(self) -> bool:
@@ -767,13 +815,57 @@ class Store:
         return True
 
     def _compact_soon(self, upto: int) -> None:
+        """Folds closed segments into a snapshot in a child process (or inline if asked).
+
+        A child process, not a thread: parsing and writing a large snapshot holds the GIL
+        for seconds, which would freeze the caller (and the window) meanwhile.
+        """
         if not self.background_compaction:
             self._compact(upto)
             return
-        if self._compactor is not None and self._compactor.is_alive():
-            return
-        self._compactor = threading.Thread(target=self._compact, args=(upto,), name="dq-compaction", daemon=True)
-        self._compactor.start()
+        if self._reap_compactor(wait=False) is not None:
+            return  # one at a time; the next rotation folds whatever this one left
+        try:
+            self._compactor = subprocess.Popen(
+                [sys.executable, "-m", "desktop_queue.core.compactor", str(self.root), str(upto)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                close_fds=True,
+            )
+        except OSError as exc:
+            log.warning("could not start compaction (%s); compacting inline", exc)
+            self._compact(upto)
+
+    def _reap_compactor(self, wait: bool) -> subprocess.Popen[bytes] | None:
+        """Collects a finished compaction child; returns the one still running (if any)."""
+        child = self._compactor
+        if child is None:
+            return None
+        try:
+            code = child.wait(timeout=120) if wait else child.poll()
+        except subprocess.TimeoutExpired:
+            log.warning("compaction is taking long; leaving it to finish on its own")
+            return child
+        if code is None:
+            return child
+        err = child.stderr.read().decode(errors="replace").strip() if child.stderr else ""
+        if child.stderr:
+            child.stderr.close()
+        if code != 0:
+            log.warning("compaction failed (exit %s): %s", code, err[-500:])
+        self._compactor = None
+        self._snapshot_bytes = self._newest_snapshot_size()
+        return None
+
+    def _newest_snapshot_size(self) -> int:
+        snaps, _ = self._list()
+        if not snaps:
+            return 0
+        try:
+            return (self.root / snapshot_name(snaps[-1])).stat().st_size
+        except OSError:
+            return 0
 
     def _compact(self, upto: int) -> None:
         """Folds segments ``<= upto`` into ``snapshot-<upto>`` from the files alone."""
@@ -849,3 +941,4 @@ def compact(root: Path, upto: int) -> int:
                 (root / name).unlink()
     fsync_dir(root)
     return len(raw)
+

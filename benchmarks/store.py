@@ -1,0 +1,1092 @@
+#!/usr/bin/env python3
+"""Benchmark of the durable task store, with huey's SQLite storage measured alongside.
+
+For stores already holding 1,000 / 10,000 / 100,000 completed jobs (kept with their
+events and result files), this prints, per size:
+
+* durable enqueue ops/s: ``Queue.submit`` with distinct inputs (one ``fsync``'d commit);
+* full lifecycle jobs/s: ``submit`` + ``lease`` + ``complete(lease, result)`` (the result
+  file is written, then the job committed), with per-lifecycle p50/p99 latency;
+* cold open: wall time of ``Queue.open`` on the populated directory, measured inside a
+  fresh subprocess (the OS page cache is warm; no Python-level cache can help);
+* peak RSS of the subprocess holding the store, after the open and after the ops;
+* disk usage of the populated store;
+
+and the same figures for huey's ``SqliteStorage``, once with ``fsync=True``
+(``PRAGMA synchronous=FULL``: durable per commit, like ours) and once with huey's
+default setting, plus the ratio ours/huey for each figure. Goals are then reported as
+PASS/MISS lines; timing never changes the exit status.
+
+How the stores are populated: by running the real lifecycle N times through the real
+public API of each side (``Queue.submit/lease/complete``; huey ``enqueue``/``dequeue``/
+``put_result``) with per-operation ``fsync`` suspended (ours: ``os.fsync`` is a no-op in
+the populating subprocess only; huey: ``fsync=False``), followed by ``os.sync()``. The
+files are byte-for-byte what durable lifecycles would have written, in a fraction of
+the time. Every *measured* operation runs afterwards, in a fresh process, fully durable.
+
+Each (backend, phase) runs in its own subprocess so that memory figures and caches are
+per process: this file re-invokes itself with ``--worker``. The measured operations
+are split into rounds (``--rounds``), each a fresh process, alternating the columns,
+so that other load on the machine drifts over all columns alike. Each round leaves
+its jobs completed in the store, which therefore grows by the measured and warm-up
+operations (about 5,000 jobs with the defaults) while it is measured.
+
+Usage::
+
+    python benchmarks/store.py                         # 1,000 / 10,000 / 100,000 jobs
+    python benchmarks/store.py --sizes 1000,10000
+    python benchmarks/store.py --quick                 # smoke run: 1,000 jobs, 200 ops, 1 round
+    python benchmarks/store.py --json                  # raw figures on stdout (table on stderr)
+    python benchmarks/store.py --json out.json         # table on stdout, raw figures in out.json
+    python benchmarks/store.py --workdir /some/disk    # where the temporary stores live
+
+Requires ``huey`` and ``psutil`` (``pip install -e '.[bench]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: The measured columns, in table order.
+BACKENDS = ("ours", "huey_fsync", "huey_default")
+BACKEND_TITLES = {
+    "ours": "ours",
+    "huey_fsync": "huey fsync=True",
+    "huey_default": "huey default",
+}
+REFERENCES = ("huey_fsync", "huey_default")
+
+KIND = "demo"
+WORKER = "bench-worker"
+RESULT_MARK = "@@bench-result "
+
+DEFAULT_SIZES = (1_000, 10_000, 100_000)
+QUICK_SIZES = (1_000,)
+
+#: Goals (see the module docstring); reported, never enforced through the exit status.
+GOAL_LIFECYCLE_VS_HUEY = 1.5
+GOAL_COST_GROWTH = 1.3
+GOAL_COLD_OPEN_S = 1.0
+GOAL_COLD_OPEN_SIZE = 100_000
+GOAL_GROWTH_SIZES = (1_000, 100_000)
+
+MIB = 1 << 20
+
+
+# =========================================================================== worker side
+#
+# Everything below up to the "orchestrator" banner runs inside a subprocess started
+# with ``--worker``; it prints one ``RESULT_MARK``-prefixed JSON line and exits.
+
+
+def payload_for(tag: str, i: int) -> dict[str, Any]:
+    """A distinct, realistic job input (distinct inputs give distinct idempotency keys).
+
+    Args:
+        tag: makes inputs unique per phase and run.
+        i: the operation's index.
+
+    Returns:
+        A small JSON-ready dict, like an image-generation request.
+    """
+    return {"prompt": f"a lighthouse at dusk, {tag} #{i}", "seed": i, "steps": 30, "size": "1024x1024"}
+
+
+def result_for(i: int) -> dict[str, Any]:
+    """A small result document, like a provider's answer.
+
+    Args:
+        i: the operation's index.
+
+    Returns:
+        A JSON-ready dict.
+    """
+    return {"images": [{"uri": f"file:///outputs/{i:08d}.png", "width": 1024, "height": 1024}], "ms": 1234}
+
+
+def _demo_task(payload: dict[str, Any]) -> dict[str, Any]:
+    """The huey task body (never executed by the benchmark: results are put directly)."""
+    return result_for(int(payload["seed"]))
+
+
+class Subject(Protocol):
+    """One store under test, as seen by the worker."""
+
+    def open(self) -> None:
+        """Opens the store (the cold-open measurement times exactly this)."""
+
+    def enqueue(self, payload: dict[str, Any]) -> None:
+        """Durably enqueues one job."""
+
+    def lifecycle(self, payload: dict[str, Any], result: dict[str, Any]) -> None:
+        """Enqueues one job, takes it as a worker would, and stores its result."""
+
+    def drain(self) -> int:
+        """Takes and completes every waiting job; returns how many."""
+
+    def close(self) -> None:
+        """Releases the store."""
+
+    def describe(self) -> dict[str, Any]:
+        """Settings worth reporting (called after :meth:`open`)."""
+
+
+class OursSubject:
+    """Desktop Queue's own store, through the public ``Queue`` API.
+
+    Args:
+        data_dir: the queue's data directory.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.queue: Any = None
+
+    def open(self) -> None:
+        """``Queue.open`` (no providers: kind "demo" needs none)."""
+        from desktop_queue.core.queue import Queue
+
+        self.queue = Queue.open(self.data_dir, providers={})
+
+    def enqueue(self, payload: dict[str, Any]) -> None:
+        """``Queue.submit``: one fsynced commit."""
+        self.queue.submit(KIND, payload)
+
+    def lifecycle(self, payload: dict[str, Any], result: dict[str, Any]) -> None:
+        """``submit``, ``lease`` (which must hand out that job), ``complete(lease, result)``."""
+        submitted = self.queue.submit(KIND, payload)
+        lease = self.queue.lease(WORKER)
+        if lease is None or lease.job_id != submitted.job.id:
+            raise RuntimeError(f"lease returned {lease!r}, expected job {submitted.job.id}")
+        self.queue.complete(lease, result)
+
+    def drain(self) -> int:
+        """Leases and completes queued jobs until none is left."""
+        done = 0
+        while (lease := self.queue.lease(WORKER)) is not None:
+            self.queue.complete(lease, result_for(done))
+            done += 1
+        return done
+
+    def close(self) -> None:
+        """``Queue.close`` (waits for a running compaction)."""
+        if self.queue is not None:
+            self.queue.close()
+            self.queue = None
+
+    def describe(self) -> dict[str, Any]:
+        """The rotation threshold and the journal segment being appended to."""
+        store = self.queue.store
+        return {"rotate_bytes": store.rotate_bytes, "segment": store.segment}
+
+
+class HueySubject:
+    """huey's ``SqliteStorage`` (WAL), through ``SqliteHuey`` and a registered task.
+
+    A lifecycle is ``huey.enqueue`` (by calling the task), ``huey.dequeue()`` and
+    ``huey.put_result(task.id, result)``: what a consumer does around running a task.
+
+    Args:
+        data_dir: the directory holding ``huey.db``.
+        fsync: passed to ``SqliteHuey`` (None: huey's default, the pragma left as is).
+    """
+
+    def __init__(self, data_dir: Path, fsync: bool | None) -> None:
+        self.data_dir = data_dir
+        self.fsync = fsync
+        self.huey: Any = None
+        self.task: Any = None
+
+    def open(self) -> None:
+        """``SqliteHuey(...)``, then one query on each table used, so the connection exists."""
+        from huey import SqliteHuey
+
+        kwargs: dict[str, Any] = {} if self.fsync is None else {"fsync": self.fsync}
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.huey = SqliteHuey(name="bench", filename=str(self.data_dir / "huey.db"), **kwargs)
+        self.task = self.huey.task(name="demo")(_demo_task)
+        # the connection is lazy: make it, and read the task index and the result table once
+        self.huey.storage.queue_size()
+        self.huey.storage.peek_data("probe")
+
+    def enqueue(self, payload: dict[str, Any]) -> None:
+        """Calls the task: ``huey.enqueue`` of a new task (one committed insert)."""
+        self.task(payload)
+
+    def lifecycle(self, payload: dict[str, Any], result: dict[str, Any]) -> None:
+        """``huey.enqueue``, ``huey.dequeue()``, ``huey.put_result``: three commits."""
+        self.task(payload)
+        task = self.huey.dequeue()
+        if task is None:
+            raise RuntimeError("huey dequeued nothing")
+        self.huey.put_result(task.id, result)
+
+    def drain(self) -> int:
+        """Dequeues tasks and stores their results until none is left."""
+        done = 0
+        while (task := self.huey.dequeue()) is not None:
+            self.huey.put_result(task.id, result_for(done))
+            done += 1
+        return done
+
+    def close(self) -> None:
+        """Closes the SQLite connection."""
+        if self.huey is not None:
+            self.huey.storage.close()
+            self.huey = None
+
+    def describe(self) -> dict[str, Any]:
+        """The effective ``synchronous`` and ``journal_mode`` pragmas."""
+        import sqlite3
+
+        conn = self.huey.storage.conn
+        return {
+            "synchronous": int(conn.execute("pragma synchronous").fetchone()[0]),
+            "journal_mode": str(conn.execute("pragma journal_mode").fetchone()[0]),
+            "sqlite_version": sqlite3.sqlite_version,
+        }
+
+
+def make_subject(backend: str, data_dir: Path, *, populating: bool = False) -> Subject:
+    """Builds the subject for one column.
+
+    Args:
+        backend: one of :data:`BACKENDS`.
+        data_dir: where that store lives.
+        populating: huey is opened with ``fsync=False`` (ours handles this with
+            :func:`fsync_suspended`).
+
+    Returns:
+        The subject (not yet opened).
+    """
+    if backend == "ours":
+        return OursSubject(data_dir)
+    if backend == "huey_fsync":
+        return HueySubject(data_dir, fsync=False if populating else True)
+    if backend == "huey_default":
+        return HueySubject(data_dir, fsync=False if populating else None)
+    raise ValueError(f"unknown backend {backend!r}")
+
+
+def peak_rss_bytes() -> int:
+    """The peak resident set size of this process so far, in bytes."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        import psutil
+
+        info = psutil.Process().memory_info()
+        return int(getattr(info, "peak_wset", info.rss))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+@contextlib.contextmanager
+def fsync_suspended() -> Iterator[None]:
+    """Makes ``os.fsync`` a no-op in this process, then flushes everything with ``os.sync``.
+
+    Only the populating subprocess uses this: the store code runs unchanged and writes
+    exactly the files it always writes; only their per-operation flush is skipped.
+    """
+    real = os.fsync
+    os.fsync = lambda fd: None
+    try:
+        yield
+    finally:
+        os.fsync = real
+        if hasattr(os, "sync"):
+            os.sync()
+
+
+def _timed_ops(count: int, op: Callable[[int], None]) -> dict[str, Any]:
+    """Runs ``op(0..count-1)``, timing each call and the whole.
+
+    Args:
+        count: how many operations.
+        op: the operation, given its index.
+
+    Returns:
+        ``seconds`` (wall time of the whole loop), ``cpu_seconds`` (CPU time of this
+        process meanwhile, all threads) and ``latencies`` (seconds, one per call).
+    """
+    latencies: list[float] = []
+    clock = time.perf_counter
+    cpu_start = time.process_time()
+    start = clock()
+    for i in range(count):
+        t0 = clock()
+        op(i)
+        latencies.append(clock() - t0)
+    seconds = clock() - start
+    return {"seconds": seconds, "cpu_seconds": time.process_time() - cpu_start, "latencies": latencies}
+
+
+def worker_populate(backend: str, data_dir: Path, n: int) -> dict[str, Any]:
+    """Fills a store with ``n`` completed jobs by running ``n`` real lifecycles.
+
+    Args:
+        backend: the column.
+        data_dir: the (new) store directory.
+        n: how many jobs.
+
+    Returns:
+        ``seconds`` spent.
+    """
+    start = time.perf_counter()
+    subject = make_subject(backend, data_dir, populating=True)
+    with fsync_suspended():
+        subject.open()
+        try:
+            for i in range(n):
+                subject.lifecycle(payload_for("populate", i), result_for(i))
+        finally:
+            subject.close()
+    return {"jobs": n, "seconds": time.perf_counter() - start}
+
+
+def worker_open(backend: str, data_dir: Path) -> dict[str, Any]:
+    """Times one cold open of a populated store (this process has never seen it).
+
+    Args:
+        backend: the column.
+        data_dir: the populated store.
+
+    Returns:
+        ``open_s``, ``baseline_rss`` (after imports, before the open) and ``peak_rss``.
+    """
+    subject = make_subject(backend, data_dir)
+    _import_backend(backend)
+    baseline = peak_rss_bytes()
+    start = time.perf_counter()
+    subject.open()
+    open_s = time.perf_counter() - start
+    peak = peak_rss_bytes()
+    subject.close()
+    return {"open_s": open_s, "baseline_rss": baseline, "peak_rss": peak}
+
+
+def worker_measure(backend: str, data_dir: Path, ops: int, warmup: int, tag: str) -> dict[str, Any]:
+    """One measuring round on a populated store, durable per operation.
+
+    Lifecycles come first, then enqueues; the jobs enqueued are then drained
+    (unmeasured) so that the next round again finds only completed jobs and each
+    measured lease takes the job its lifecycle just submitted. ``peak_rss`` is read
+    after the close, so it includes any compaction the round started.
+
+    Args:
+        backend: the column.
+        data_dir: the populated store.
+        ops: measured operations per phase.
+        warmup: unmeasured operations before each phase.
+        tag: makes this round's inputs distinct from every other's.
+
+    Returns:
+        ``lifecycle`` and ``enqueue`` timings (see :func:`_timed_ops`), memory figures,
+        ``settings`` (before the ops) and ``settings_after`` (after the drain).
+    """
+    subject = make_subject(backend, data_dir)
+    _import_backend(backend)
+    baseline = peak_rss_bytes()
+    start = time.perf_counter()
+    subject.open()
+    open_s = time.perf_counter() - start
+    peak_open = peak_rss_bytes()
+    try:
+        settings = subject.describe()
+        for i in range(warmup):
+            subject.lifecycle(payload_for(f"{tag}-warm-life", i), result_for(i))
+        lifecycle = _timed_ops(ops, lambda i: subject.lifecycle(payload_for(f"{tag}-life", i), result_for(i)))
+        for i in range(warmup):
+            subject.enqueue(payload_for(f"{tag}-warm-enq", i))
+        enqueue = _timed_ops(ops, lambda i: subject.enqueue(payload_for(f"{tag}-enq", i)))
+        drained = subject.drain()
+        settings_after = subject.describe()
+    finally:
+        subject.close()
+    return {
+        "open_s": open_s,
+        "baseline_rss": baseline,
+        "peak_rss_open": peak_open,
+        "peak_rss": peak_rss_bytes(),
+        "lifecycle": lifecycle,
+        "enqueue": enqueue,
+        "drained": drained,
+        "settings": settings,
+        "settings_after": settings_after,
+    }
+
+
+def _import_backend(backend: str) -> None:
+    """Imports the backend's modules up front, so that no open pays for imports."""
+    if backend == "ours":
+        import desktop_queue.core.queue  # noqa: F401
+    else:
+        import huey  # noqa: F401
+
+
+def run_worker(spec: dict[str, Any]) -> None:
+    """Entry point of a ``--worker`` subprocess: runs one phase, prints its result line.
+
+    Args:
+        spec: ``phase`` (populate | open | measure), ``backend``, ``dir`` and the
+            phase's parameters.
+    """
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    backend = spec["backend"]
+    data_dir = Path(spec["dir"])
+    phase = spec["phase"]
+    if phase == "populate":
+        out = worker_populate(backend, data_dir, int(spec["n"]))
+    elif phase == "open":
+        out = worker_open(backend, data_dir)
+    elif phase == "measure":
+        out = worker_measure(backend, data_dir, int(spec["ops"]), int(spec["warmup"]), str(spec["tag"]))
+    else:
+        raise SystemExit(f"unknown worker phase {phase!r}")
+    sys.stdout.write(RESULT_MARK + json.dumps(out) + "\n")
+    sys.stdout.flush()
+
+
+# =========================================================================== orchestrator
+
+
+@dataclass(frozen=True)
+class Config:
+    """What to run.
+
+    Attributes:
+        sizes: store sizes (completed jobs before measuring).
+        ops: measured operations per phase and size.
+        warmup: unmeasured operations before each phase.
+        repeats: cold opens per backend and size (the median is shown).
+        rounds: the measured ops are split into this many rounds, each in a fresh
+            process, alternating the columns (so load drifts hit every column alike).
+        workdir: parent of the temporary stores.
+    """
+
+    sizes: tuple[int, ...]
+    ops: int
+    warmup: int
+    repeats: int
+    rounds: int
+    workdir: Path
+
+
+def log(message: str) -> None:
+    """Progress, on stderr (stdout carries the table or the JSON)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def spawn(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """Runs one worker subprocess.
+
+    Args:
+        spec: the worker's phase and parameters (see :func:`run_worker`).
+
+    Returns:
+        The worker's result and the subprocess's wall time (start-up included).
+
+    Raises:
+        RuntimeError: the worker failed or printed no result.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_MARK) and proc.returncode == 0:
+            return json.loads(line[len(RESULT_MARK) :]), wall
+    raise RuntimeError(
+        f"worker {spec['phase']}/{spec['backend']} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    )
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes allocated on disk under ``path`` (blocks where the OS reports them)."""
+    total = 0
+    for dirpath, _dirnames, filenames in os.walk(path):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(dirpath, name))
+                blocks = getattr(st, "st_blocks", None)
+                total += blocks * 512 if blocks is not None else st.st_size
+    return total
+
+
+def filesystem_of(path: Path) -> str:
+    """The file system type holding ``path`` (Linux: from /proc/mounts), or "unknown"."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    target = str(path.resolve())
+    best, fstype = "", "unknown"
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best, fstype = point, fields[2]
+    return fstype
+
+
+def store_layout(store_dir: Path) -> dict[str, int]:
+    """What an open of our store has to read, from the file names of its layout.
+
+    Args:
+        store_dir: the ``store`` directory of a data directory.
+
+    Returns:
+        ``snapshot_bytes`` (the newest snapshot) and ``journal_bytes`` (the segments
+        after it, replayed record by record on open).
+    """
+    snapshots: dict[int, int] = {}
+    segments: dict[int, int] = {}
+    for entry in os.scandir(store_dir):
+        match = re.fullmatch(r"(snapshot|journal)-(\d{12})\.jsonl?", entry.name)
+        if match:
+            target = snapshots if match.group(1) == "snapshot" else segments
+            target[int(match.group(2))] = entry.stat().st_size
+    newest = max(snapshots, default=0)
+    return {
+        "snapshot_bytes": snapshots.get(newest, 0),
+        "journal_bytes": sum(size for gen, size in segments.items() if gen > newest),
+    }
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of already sorted values, nearest rank."""
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def summarize(timings: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Pools the timings of several rounds of one phase.
+
+    Args:
+        timings: :func:`_timed_ops` results.
+
+    Returns:
+        ``ops``, ``seconds``, ``rate`` (ops per second over all rounds),
+        ``p50_ms``/``p99_ms``/``max_ms`` per operation and ``cpu_ms`` (CPU per operation).
+    """
+    latencies = sorted(x for t in timings for x in t["latencies"])
+    seconds = sum(float(t["seconds"]) for t in timings)
+    cpu = sum(float(t["cpu_seconds"]) for t in timings)
+    return {
+        "ops": len(latencies),
+        "seconds": seconds,
+        "cpu_ms": cpu / len(latencies) * 1e3 if latencies else float("nan"),
+        "rate": len(latencies) / seconds if seconds > 0 else float("nan"),
+        "p50_ms": _percentile(latencies, 0.50) * 1e3,
+        "p99_ms": _percentile(latencies, 0.99) * 1e3,
+        "max_ms": (latencies[-1] if latencies else float("nan")) * 1e3,
+    }
+
+
+def merge_rounds(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Combines the measuring rounds of one column.
+
+    Args:
+        rounds: :func:`worker_measure` results, in order.
+
+    Returns:
+        Pooled ``lifecycle``/``enqueue`` figures, the highest ``peak_rss``/``peak_rss_open``,
+        ``rotations`` (ours: journal segments closed during the rounds, each one
+        starting a background compaction) and the per-round ``opens_s``/``settings``.
+    """
+    rotations = 0
+    for r in rounds:
+        before, after = r["settings"].get("segment"), r["settings_after"].get("segment")
+        if before is not None and after is not None:
+            rotations += int(after) - int(before)
+    return {
+        "rounds": len(rounds),
+        "lifecycle": summarize([r["lifecycle"] for r in rounds]),
+        "enqueue": summarize([r["enqueue"] for r in rounds]),
+        "peak_rss": max(int(r["peak_rss"]) for r in rounds),
+        "peak_rss_open": max(int(r["peak_rss_open"]) for r in rounds),
+        "baseline_rss": min(int(r["baseline_rss"]) for r in rounds),
+        "opens_s": [float(r["open_s"]) for r in rounds],
+        "drained": [int(r["drained"]) for r in rounds],
+        "rotations": rotations,
+        "settings": rounds[0]["settings"],
+    }
+
+
+def bench_size(config: Config, root: Path, size: int) -> dict[str, dict[str, Any]]:
+    """Populates one store per column with ``size`` jobs, then measures every column.
+
+    Args:
+        config: the run's settings.
+        root: a fresh temporary directory for this size (removed by the caller).
+        size: completed jobs in each store before measuring.
+
+    Returns:
+        backend -> figures (``populate``, ``opens``, ``measure``, ``disk_bytes``).
+    """
+    figures: dict[str, dict[str, Any]] = {b: {} for b in BACKENDS}
+    dirs = {b: root / b for b in BACKENDS}
+
+    for backend in ("ours", "huey_fsync"):
+        log(f"  populating {BACKEND_TITLES[backend]} with {size:,} completed jobs ...")
+        result, _ = spawn({"phase": "populate", "backend": backend, "dir": str(dirs[backend]), "n": size})
+        figures[backend]["populate"] = result
+        log(f"    done in {result['seconds']:.1f} s")
+    # both huey columns measure the same populated database
+    shutil.copytree(dirs["huey_fsync"], dirs["huey_default"])
+    figures["huey_default"]["populate"] = dict(figures["huey_fsync"]["populate"], copied_from="huey_fsync")
+    if hasattr(os, "sync"):
+        os.sync()
+    for backend in BACKENDS:
+        figures[backend]["disk_bytes"] = disk_usage(dirs[backend])
+    figures["ours"]["layout"] = store_layout(dirs["ours"] / "store")
+
+    for backend in BACKENDS:
+        figures[backend]["opens"] = []
+    for attempt in range(config.repeats):
+        for backend in BACKENDS:
+            log(f"  cold open {attempt + 1}/{config.repeats}: {BACKEND_TITLES[backend]}")
+            result, wall = spawn({"phase": "open", "backend": backend, "dir": str(dirs[backend])})
+            result["process_s"] = wall
+            figures[backend]["opens"].append(result)
+
+    rounds: dict[str, list[dict[str, Any]]] = {b: [] for b in BACKENDS}
+    per_round = [
+        config.ops // config.rounds + (1 if r < config.ops % config.rounds else 0) for r in range(config.rounds)
+    ]
+    for index, ops in enumerate(per_round):
+        for backend in BACKENDS:
+            log(
+                f"  measuring round {index + 1}/{config.rounds}: {BACKEND_TITLES[backend]}: "
+                f"{config.warmup} + {ops} lifecycles, {config.warmup} + {ops} enqueues"
+            )
+            result, _ = spawn(
+                {
+                    "phase": "measure",
+                    "backend": backend,
+                    "dir": str(dirs[backend]),
+                    "ops": ops,
+                    "warmup": config.warmup,
+                    "tag": f"run-{os.getpid()}-{time.time_ns()}",
+                }
+            )
+            rounds[backend].append(result)
+    for backend in BACKENDS:
+        figures[backend]["measure"] = merge_rounds(rounds[backend])
+    return figures
+
+
+# ------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table.
+
+    Attributes:
+        label: what is measured.
+        unit: its unit.
+        higher_is_better: how to read the ratio.
+        pick: extracts the value from a column's figures.
+        fmt: how to print a value.
+    """
+
+    label: str
+    unit: str
+    higher_is_better: bool
+    pick: Callable[[dict[str, Any]], float]
+    fmt: str
+
+
+def _median_open(fig: dict[str, Any]) -> float:
+    """The median cold-open time of one column, in seconds."""
+    return float(statistics.median(o["open_s"] for o in fig["opens"]))
+
+
+def _max_open_rss(fig: dict[str, Any]) -> float:
+    """The highest peak RSS seen by one column's cold-open processes, in MiB."""
+    return float(max(o["peak_rss"] for o in fig["opens"])) / MIB
+
+
+ROWS = (
+    Row("durable enqueue", "ops/s", True, lambda f: f["measure"]["enqueue"]["rate"], "{:,.0f}"),
+    Row("full lifecycle", "jobs/s", True, lambda f: f["measure"]["lifecycle"]["rate"], "{:,.0f}"),
+    Row("lifecycle p50", "ms", False, lambda f: f["measure"]["lifecycle"]["p50_ms"], "{:.2f}"),
+    Row("lifecycle p99", "ms", False, lambda f: f["measure"]["lifecycle"]["p99_ms"], "{:.2f}"),
+    Row("lifecycle max", "ms", False, lambda f: f["measure"]["lifecycle"]["max_ms"], "{:.1f}"),
+    Row("lifecycle CPU time", "ms/job", False, lambda f: f["measure"]["lifecycle"]["cpu_ms"], "{:.3f}"),
+    Row("cold open (median)", "s", False, _median_open, "{:.3f}"),
+    Row("peak RSS after cold open", "MiB", False, _max_open_rss, "{:.1f}"),
+    Row("peak RSS, measuring rounds", "MiB", False, lambda f: f["measure"]["peak_rss"] / MIB, "{:.1f}"),
+    Row("disk usage when populated", "MiB", False, lambda f: f["disk_bytes"] / MIB, "{:.1f}"),
+)
+
+
+def format_table(size: int, figures: dict[str, dict[str, Any]]) -> list[str]:
+    """The table of one size.
+
+    Args:
+        size: the store size.
+        figures: backend -> figures, as returned by :func:`bench_size`.
+
+    Returns:
+        The lines to print.
+    """
+    headers = [
+        "figure",
+        "unit",
+        "better",
+        *(BACKEND_TITLES[b] for b in BACKENDS),
+        *(f"ours/{BACKEND_TITLES[r]}" for r in REFERENCES),
+    ]
+    body: list[list[str]] = []
+    for row in ROWS:
+        values = {b: row.pick(figures[b]) for b in BACKENDS}
+        cells = [row.label, row.unit, "higher" if row.higher_is_better else "lower"]
+        cells += [row.fmt.format(values[b]) for b in BACKENDS]
+        for ref in REFERENCES:
+            cells.append(f"{values['ours'] / values[ref]:.2f}x" if values[ref] else "n/a")
+        body.append(cells)
+    widths = [max(len(line[i]) for line in [headers, *body]) for i in range(len(headers))]
+
+    def render(cells: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    rule = "-" * len(render(headers))
+    return [f"== store holding {size:,} completed jobs ==", render(headers), rule, *map(render, body), ""]
+
+
+def evaluate_goals(results: dict[int, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Checks the goals against the figures.
+
+    Args:
+        results: size -> backend -> figures.
+
+    Returns:
+        One dict per goal check: ``goal``, ``status`` (PASS | MISS | SKIP), ``detail``.
+    """
+    goals: list[dict[str, Any]] = []
+
+    def rate(size: int, backend: str) -> float:
+        return float(results[size][backend]["measure"]["lifecycle"]["rate"])
+
+    def p50(size: int, backend: str) -> float:
+        return float(results[size][backend]["measure"]["lifecycle"]["p50_ms"])
+
+    for size in sorted(results):
+        ratio = rate(size, "ours") / rate(size, "huey_fsync")
+        goals.append(
+            {
+                "goal": f"lifecycle >= {GOAL_LIFECYCLE_VS_HUEY}x huey(fsync=True) at {size:,} jobs",
+                "status": "PASS" if ratio >= GOAL_LIFECYCLE_VS_HUEY else "MISS",
+                "detail": f"{rate(size, 'ours'):,.0f} vs {rate(size, 'huey_fsync'):,.0f} jobs/s = {ratio:.2f}x "
+                f"(by p50 latency: {p50(size, 'huey_fsync') / p50(size, 'ours'):.2f}x)",
+                "value": ratio,
+            }
+        )
+
+    small, large = GOAL_GROWTH_SIZES
+    growth_goal = f"per-lifecycle cost at {large:,} jobs within {GOAL_COST_GROWTH}x of {small:,}"
+    if small in results and large in results:
+        growth = rate(small, "ours") / rate(large, "ours")  # cost ratio = inverse rate ratio
+        goals.append(
+            {
+                "goal": growth_goal,
+                "status": "PASS" if growth <= GOAL_COST_GROWTH else "MISS",
+                "detail": f"{1e3 / rate(large, 'ours'):.3f} ms vs {1e3 / rate(small, 'ours'):.3f} ms = {growth:.2f}x "
+                f"(p50: {p50(large, 'ours'):.3f} ms vs {p50(small, 'ours'):.3f} ms = "
+                f"{p50(large, 'ours') / p50(small, 'ours'):.2f}x)",
+                "value": growth,
+            }
+        )
+    else:
+        goals.append(
+            {
+                "goal": growth_goal,
+                "status": "SKIP",
+                "detail": f"needs --sizes to include {small} and {large}",
+                "value": None,
+            }
+        )
+
+    open_goal = f"cold open of {GOAL_COLD_OPEN_SIZE:,} jobs under {GOAL_COLD_OPEN_S:g} s"
+    if GOAL_COLD_OPEN_SIZE in results:
+        opened = _median_open(results[GOAL_COLD_OPEN_SIZE]["ours"])
+        goals.append(
+            {
+                "goal": open_goal,
+                "status": "PASS" if opened < GOAL_COLD_OPEN_S else "MISS",
+                "detail": f"median {opened:.3f} s",
+                "value": opened,
+            }
+        )
+    else:
+        goals.append(
+            {
+                "goal": open_goal,
+                "status": "SKIP",
+                "detail": f"needs --sizes to include {GOAL_COLD_OPEN_SIZE}",
+                "value": None,
+            }
+        )
+    return goals
+
+
+def environment(config: Config) -> dict[str, Any]:
+    """What the figures were measured on."""
+    import sqlite3
+
+    import huey
+
+    try:
+        import psutil
+
+        memory_total: int | None = int(psutil.virtual_memory().total)
+    except ImportError:
+        memory_total = None
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_total": memory_total,
+        "workdir": str(config.workdir),
+        "filesystem": filesystem_of(config.workdir),
+        "huey": getattr(huey, "__version__", "?"),
+        "sqlite": sqlite3.sqlite_version,
+        "sizes": list(config.sizes),
+        "ops": config.ops,
+        "warmup": config.warmup,
+        "open_repeats": config.repeats,
+        "rounds": config.rounds,
+        "loadavg_start": _loadavg(),
+    }
+
+
+def _loadavg() -> list[float] | None:
+    """The 1/5/15-minute load averages (other work on the machine skews timings), if known."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def format_report(
+    env: dict[str, Any], results: dict[int, dict[str, dict[str, Any]]], goals: list[dict[str, Any]]
+) -> list[str]:
+    """The whole human-readable report.
+
+    Args:
+        env: from :func:`environment`.
+        results: size -> backend -> figures.
+        goals: from :func:`evaluate_goals`.
+
+    Returns:
+        The lines to print.
+    """
+    sync_names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+    lines = [
+        "Desktop Queue store benchmark (reference: huey SqliteStorage)",
+        f"python {env['python']} on {env['platform']}, {env['cpus']} CPUs, huey {env['huey']}, SQLite {env['sqlite']}",
+        f"stores under {env['workdir']} ({env['filesystem']}); warm OS page cache; "
+        f"{env['ops']} measured ops per phase in {env['rounds']} round(s) alternating the columns, "
+        f"each after {env['warmup']} warm-up ops; cold open: median of {env['open_repeats']} fresh processes",
+        f"load average at start {env['loadavg_start']}, at end {env.get('loadavg_end')} "
+        f"({env['cpus']} CPUs; other processes skew timings)",
+    ]
+    if env["filesystem"] in ("tmpfs", "ramfs"):
+        lines.append("WARNING: the work directory is in memory; fsync costs nothing there, use --workdir on a disk")
+    any_size = next(iter(results.values()), None)
+    if any_size is not None:
+        for ref in REFERENCES:
+            settings = any_size[ref]["measure"]["settings"]
+            name = sync_names.get(settings["synchronous"], str(settings["synchronous"]))
+            lines.append(f"{BACKEND_TITLES[ref]}: journal_mode={settings['journal_mode']}, synchronous={name}")
+    lines.append(
+        "populated through the real lifecycle API with per-op fsync suspended (then os.sync); "
+        "every measured op is durable"
+    )
+    lines.append("")
+    for size in sorted(results):
+        lines += format_table(size, results[size])
+        layout = results[size]["ours"]["layout"]
+        lines.insert(
+            len(lines) - 1,
+            f"note: ours at cold open: snapshot {layout['snapshot_bytes'] / MIB:.1f} MiB "
+            f"+ journal {layout['journal_bytes'] / MIB:.1f} MiB to replay",
+        )
+        rotations = results[size]["ours"]["measure"]["rotations"]
+        if rotations:
+            lines.insert(
+                len(lines) - 1,
+                f"note: ours closed {rotations} journal segment(s) during the measuring rounds "
+                "(each starts a compaction on a background thread)",
+            )
+    lines.append("Goals (reported only; timing never fails the run):")
+    for goal in goals:
+        lines.append(f"  {goal['status']:<4}  {goal['goal']}: {goal['detail']}")
+    return lines
+
+
+# ------------------------------------------------------------------------- main
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """Parses ``--sizes`` ("1000,10000" or "1_000,10k").
+
+    Raises:
+        argparse.ArgumentTypeError: not a list of positive integers.
+    """
+    sizes = []
+    for part in text.split(","):
+        part = part.strip().lower().replace("_", "")
+        if not part:
+            continue
+        scale = 1000 if part.endswith("k") else 1
+        try:
+            value = int(part.rstrip("k")) * scale
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a size: {part!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"sizes must be positive, not {value}")
+        sizes.append(value)
+    if not sizes:
+        raise argparse.ArgumentTypeError("no sizes given")
+    return tuple(sorted(set(sizes)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        description="Benchmark the Desktop Queue store against huey's SQLite storage.",
+    )
+    parser.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        default=None,
+        help="store sizes in completed jobs, comma separated (default: 1000,10000,100000)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 1,000 jobs (unless --sizes), 200 ops, 20 warm-up, 1 cold open, 1 round",
+    )
+    parser.add_argument("--ops", type=int, default=None, help="measured ops per phase (default: 2000)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up ops per phase and round (default: 100)")
+    parser.add_argument("--repeats", type=int, default=None, help="cold opens per store (default: 3)")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="measuring rounds per store, alternating the columns (default: 5)"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(tempfile.gettempdir()),
+        help="where temporary stores are created (default: the system temp dir)",
+    )
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="FILE",
+        help="dump raw figures as JSON: to FILE, or without FILE to stdout (table then on stderr)",
+    )
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the benchmark; returns the exit status (0 unless something broke).
+
+    Args:
+        argv: command-line arguments (default: ``sys.argv[1:]``).
+    """
+    args = build_parser().parse_args(argv)
+    if args.worker is not None:
+        run_worker(json.loads(args.worker))
+        return 0
+
+    for module in ("huey", "psutil"):
+        try:
+            __import__(module)
+        except ImportError:
+            print(f"{module} is required: pip install -e '.[bench]'", file=sys.stderr)
+            return 2
+    ops = max(1, args.ops if args.ops is not None else (200 if args.quick else 2000))
+    config = Config(
+        sizes=args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES),
+        ops=ops,
+        warmup=max(0, args.warmup if args.warmup is not None else (20 if args.quick else 100)),
+        repeats=max(1, args.repeats if args.repeats is not None else (1 if args.quick else 3)),
+        rounds=min(ops, max(1, args.rounds if args.rounds is not None else (1 if args.quick else 5))),
+        workdir=args.workdir.resolve(),
+    )
+    created_workdir = not config.workdir.exists()
+    config.workdir.mkdir(parents=True, exist_ok=True)
+    env = environment(config)
+    results: dict[int, dict[str, dict[str, Any]]] = {}
+    started = time.perf_counter()
+    run_dir = Path(tempfile.mkdtemp(prefix="dq-store-bench-", dir=config.workdir))
+    try:
+        for size in config.sizes:
+            log(f"[{time.perf_counter() - started:6.0f} s] {size:,} jobs")
+            size_dir = run_dir / f"n{size}"
+            size_dir.mkdir()
+            try:
+                results[size] = bench_size(config, size_dir, size)
+            finally:
+                shutil.rmtree(size_dir, ignore_errors=True)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if created_workdir:
+            with contextlib.suppress(OSError):
+                config.workdir.rmdir()
+    log(f"[{time.perf_counter() - started:6.0f} s] done")
+    env["loadavg_end"] = _loadavg()
+
+    goals = evaluate_goals(results)
+    report = "\n".join(format_report(env, results, goals))
+    document = {"environment": env, "results": {str(k): v for k, v in results.items()}, "goals": goals}
+    if args.json == "-":
+        print(report, file=sys.stderr)
+        print(json.dumps(document, indent=2))
+    else:
+        print(report)
+        if args.json:
+            Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""``python -m desktop_queue.core.compactor ROOT UPTO``: one compaction, in its own process.
+
+The store starts this child so that parsing and writing a large snapshot never holds
+the caller's GIL (see :meth:`desktop_queue.core.storage.Store._compact_soon`).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from pathlib import Path
+
+from desktop_queue.core.errors import StoreError
+from desktop_queue.core.fileio import FileLock
+from desktop_queue.core.storage import compact
+
+
+def main(argv: list[str]) -> int:
+    """Folds the journal segments up to ``UPTO`` into a snapshot; 0 when done or not needed."""
+    root, upto = Path(argv[0]), int(argv[1])
+    gc.disable()  # a short-lived process: the collector would only slow the big parse
+    lock = FileLock(root / "compact.lock")
+    try:
+        if not lock.acquire(blocking=False):
+            return 0  # another process is compacting
+        compact(root, upto)
+        return 0
+    except (StoreError, OSError) as exc:
+        sys.stderr.write(f"compaction skipped: {exc}\n")
+        return 1
+    finally:
+        lock.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
