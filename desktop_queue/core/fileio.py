@@ -79,22 +79,43 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> bool:
 
 
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+    import ctypes
     import msvcrt
+    from ctypes import wintypes
+
+    _LOCKFILE_FAIL_IMMEDIATELY = 0x1
+    _LOCKFILE_EXCLUSIVE_LOCK = 0x2
+    _ERROR_LOCK_VIOLATION = 33
+
+    class _Overlapped(ctypes.Structure):
+        _fields_ = [
+            ("Internal", ctypes.c_void_p),
+            ("InternalHigh", ctypes.c_void_p),
+            ("Offset", wintypes.DWORD),
+            ("OffsetHigh", wintypes.DWORD),
+            ("hEvent", wintypes.HANDLE),
+        ]
+
+    _kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
 
     def _lock(fd: int, exclusive: bool, blocking: bool) -> bool:
-        mode = msvcrt.LK_LOCK if blocking else msvcrt.LK_NBLCK
-        try:
-            os.lseek(fd, 0, os.SEEK_SET)
-            msvcrt.locking(fd, mode, 1)
+        # LockFileEx, unlike msvcrt.locking, has shared locks (several readers, one opener)
+        flags = (_LOCKFILE_EXCLUSIVE_LOCK if exclusive else 0) | (0 if blocking else _LOCKFILE_FAIL_IMMEDIATELY)
+        handle = msvcrt.get_osfhandle(fd)
+        if _kernel32.LockFileEx(handle, flags, 0, 1, 0, ctypes.byref(_Overlapped())):
             return True
-        except OSError:
-            if blocking:
-                raise
+        error = ctypes.get_last_error()
+        if not blocking and error == _ERROR_LOCK_VIOLATION:
             return False
+        raise ctypes.WinError(error)
 
     def _unlock(fd: int) -> None:
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        _kernel32.UnlockFileEx(msvcrt.get_osfhandle(fd), 0, 1, 0, ctypes.byref(_Overlapped()))
+
+    def _downgrade(fd: int) -> None:
+        # a shared lock on top of the exclusive one, then one unlock removes the exclusive one
+        _lock(fd, exclusive=False, blocking=True)
+        _unlock(fd)
 
 else:
     import fcntl
@@ -111,6 +132,9 @@ else:
 
     def _unlock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _downgrade(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_SH)
 
 
 class FileLock:
@@ -130,6 +154,10 @@ class FileLock:
 
     def release(self) -> None:
         _unlock(self._fd)
+
+    def downgrade(self) -> None:
+        """Turns a held exclusive lock into a shared one (callers serialise this themselves)."""
+        _downgrade(self._fd)
 
     @contextlib.contextmanager
     def held(self, exclusive: bool = True) -> Iterator[None]:

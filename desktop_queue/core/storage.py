@@ -486,7 +486,7 @@ class Store:
                         on_first()
                 finally:
                     if first:
-                        self._presence.acquire(exclusive=False)  # downgrade: others may open now
+                        self._presence.downgrade()  # others may open now
                     else:
                         self._presence.acquire(exclusive=False)
         except BaseException:
