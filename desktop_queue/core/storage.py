@@ -88,6 +88,14 @@ def decode_record(line: bytes) -> Record | None:
     return record if isinstance(record, dict) else None
 
 
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    """``os.pread`` where the OS has it; a seek and read elsewhere (Windows; callers hold the mutex)."""
+    if hasattr(os, "pread"):
+        return os.pread(fd, size, offset)
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.read(fd, size)
+
+
 def segment_name(gen: int) -> str:
     return f"journal-{gen:012d}.jsonl"
 
@@ -693,7 +701,7 @@ class Store:
         self._fd = fd
         self._gen = gen
         if offset is None:
-            head = os.pread(fd, 1 << 16, 0)
+            head = _pread(fd, 1 << 16, 0)
             nl = head.find(b"\n")
             offset = nl + 1 if nl >= 0 else 0
         self._offset = offset
@@ -704,7 +712,7 @@ class Store:
         size = os.fstat(self._fd).st_size
         if size <= self._offset:
             return
-        data = os.pread(self._fd, size - self._offset, self._offset)
+        data = _pread(self._fd, size - self._offset, self._offset)
         read = read_segment(data, 0)
         for record in read.records:
             self.state.apply(record)
