@@ -145,7 +145,7 @@ def _print_job_line(job: Job, now: float) -> None:
     )
 
 
-def _print_job(job: Job, now: float, timeline: bool = True) -> None:
+def _print_job(job: Job, now: float, timeline: bool = True, artifact: Path | None = None) -> None:
     print(f"job       {job.id}  {job.title}")
     print(f"state     {describe_state(job, now)}")
     print(f"kind      {job.kind}  priority {job.priority}")
@@ -157,6 +157,8 @@ def _print_job(job: Job, now: float, timeline: bool = True) -> None:
         print(f"error     {job.last_error.get('class')}{status}: {job.last_error.get('message')}")
     if job.result_ref:
         print(f"result    {job.result_ref}")
+    if artifact is not None:
+        print(f"artifact  {artifact}")
     if job.provider_job_id:
         print(f"provider  {job.provider_job_id}")
     if job.replay_of:
@@ -272,9 +274,13 @@ def cmd_show(args: argparse.Namespace) -> int:
             if job.result_ref:
                 stored = queue.results.get(job.idempotency_key)
                 data["result"] = stored.get("result") if stored else None
+                artifact = queue.results.artifact_path(job.idempotency_key)
+                if artifact is not None:
+                    data["artifact_path"] = str(artifact)
             _out(data)
         else:
-            _print_job(job, time.time())
+            artifact = queue.results.artifact_path(job.idempotency_key) if job.result_ref else None
+            _print_job(job, time.time(), artifact=artifact)
     return EXIT_OK
 
 

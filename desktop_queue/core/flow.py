@@ -930,6 +930,7 @@ class FlowControl:
             out: dict[str, Any] = {
                 "profile": profile,
                 "breaker": str(flow.breaker.state),
+                "reopens_s": round(flow.breaker.reopens_in(now), 3),
                 "scale": round(flow.adaptive.scale, 3),
                 "paused_s": round(flow.adaptive.pause_left(now), 3),
                 "in_flight": len(flow.concurrency.held),

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from desktop_queue.core.model import State
+from desktop_queue.core.flow import FlowEvent, FlowEventType
+from desktop_queue.core.model import Priority, State
 
 _NUMBERS = re.compile(r"\d+(\.\d+)?")
 _HEX_IDS = re.compile(r"\b[0-9a-f]{8,}\b")
@@ -21,6 +22,10 @@ _HEX_IDS = re.compile(r"\b[0-9a-f]{8,}\b")
 
 #: job dict -> why flow control holds a due job back (e.g. ``FlowControl.waiting_reason``), or None
 HoldReason = Callable[[Mapping[str, Any]], str | None]
+
+WAITING_LOWER_PRIORITY = "waiting: lower priority"
+BACKOFF = "backoff"
+NOW_PREFIX = "now: "
 
 
 def describe_state(job: Mapping[str, Any], now: float, hold: HoldReason | None = None) -> str:
@@ -40,8 +45,9 @@ def describe_state(job: Mapping[str, Any], now: float, hold: HoldReason | None =
             wait = run_after - now
             if error.get("class") == "throttled":
                 return f"waiting: rate limit ({seconds(wait)})"
-            label = "retrying" if job.get("attempts") or job.get("total_attempts") else "scheduled"
-            return f"{label} in {seconds(wait)}"
+            if job.get("attempts") or job.get("total_attempts"):
+                return f"retrying in {seconds(wait)} ({BACKOFF})"
+            return f"scheduled in {seconds(wait)}"
         if hold is not None:
             try:
                 reason = hold(job)
@@ -55,6 +61,156 @@ def describe_state(job: Mapping[str, Any], now: float, hold: HoldReason | None =
     if state == State.DEAD and error:
         return f"dead ({error.get('class')})"
     return str(state)
+
+
+def now_line(job: Mapping[str, Any], now: float, hold: HoldReason | None = None) -> str | None:
+    """The timeline's synthetic last line for a queued job (never stored): why it waits now.
+
+    ``now: waiting: rate limit (~12 s)``, ``now: waiting: provider unavailable``,
+    ``now: waiting: concurrency cap``, ``now: waiting: lower priority (2 interactive
+    jobs ahead)``, ``now: retrying in 12 s (backoff)`` or ``now: ready``; None for a
+    job that is not queued. The same words as the queue pane's "next run" column
+    (:func:`describe_state`).
+    """
+    if job.get("state") != State.QUEUED:
+        return None
+    return NOW_PREFIX + describe_state(job, now, hold)
+
+
+def interactive_ahead(
+    jobs: Iterable[Mapping[str, Any]],
+    now: float,
+    *,
+    kinds: Collection[str] | None = None,
+    held: HoldReason | None = None,
+) -> int:
+    """How many queued, due interactive jobs the lease engine will take before any background one.
+
+    Args:
+        jobs: job dicts (e.g. the queue pane's rows).
+        now: the current wall time.
+        kinds: only jobs of these kinds count (the ones this worker runs); None: all.
+        held: a job it names a reason for (flow control holds it) is skipped, because
+            the lease engine passes over it too.
+    """
+    count = 0
+    for job in jobs:
+        if job.get("state") != State.QUEUED or job.get("priority") != Priority.INTERACTIVE:
+            continue
+        if (job.get("run_after") or 0.0) > now + 0.5:
+            continue
+        if kinds is not None and job.get("kind") not in kinds:
+            continue
+        if held is not None:
+            try:
+                if held(job):
+                    continue
+            except Exception:  # a display must never break on a flow-control hiccup
+                pass
+        count += 1
+    return count
+
+
+def priority_reason(job: Mapping[str, Any], ahead: int, free_slots: int | None = None) -> str | None:
+    """``waiting: lower priority (2 interactive jobs ahead)`` for a background job, or None.
+
+    Args:
+        job: a queued job dict.
+        ahead: queued, due interactive jobs (:func:`interactive_ahead`).
+        free_slots: attempts the worker may still start now; when they cover every job
+            ahead, the background job starts in the same round and nothing is said.
+    """
+    if job.get("priority") == Priority.INTERACTIVE or ahead <= 0:
+        return None
+    if free_slots is not None and free_slots > ahead:
+        return None
+    noun = "interactive job" if ahead == 1 else "interactive jobs"
+    return f"{WAITING_LOWER_PRIORITY} ({ahead} {noun} ahead)"
+
+
+def first_reason(*holds: HoldReason | None) -> HoldReason:
+    """One hold that asks each of ``holds`` in turn and answers with the first reason."""
+
+    def hold(job: Mapping[str, Any]) -> str | None:
+        for each in holds:
+            if each is None:
+                continue
+            try:
+                reason = each(job)
+            except Exception:  # a display must never break on a flow-control hiccup
+                reason = None
+            if reason:
+                return reason
+        return None
+
+    return hold
+
+
+# ---------------------------------------------------------------------- providers
+
+
+def _percent(value: Any) -> str:
+    try:
+        return f"{float(value) * 100:.0f}%"
+    except (TypeError, ValueError):
+        return "?"
+
+
+def flow_event_text(event: FlowEvent) -> str:
+    """A provider-level state change for people: ``openai: breaker open after 5 failures; …``."""
+    detail = event.detail
+    name = event.profile
+    kind = event.type
+    if kind == FlowEventType.BREAKER_OPENED:
+        cool = detail.get("delay_s")
+        probe = f"; one probe job goes in {seconds(float(cool))}" if isinstance(cool, (int, float)) else ""
+        why = detail.get("reason") or "retryable failures in a row"
+        return f"{name}: breaker open ({why}): its jobs wait without spending attempts{probe}"
+    if kind == FlowEventType.BREAKER_HALF_OPEN:
+        return f"{name}: breaker half-open: one probe job may go"
+    if kind == FlowEventType.BREAKER_CLOSED:
+        return f"{name}: breaker closed: the provider answers again; concurrency ramps back up"
+    if kind == FlowEventType.RATE_LOWERED:
+        return f"{name}: rate lowered to {_percent(detail.get('scale'))} (was {_percent(detail.get('was'))}) after a rate limit"
+    if kind == FlowEventType.RATE_RECOVERED:
+        return f"{name}: rate recovering: {_percent(detail.get('scale'))}"
+    if kind == FlowEventType.PAUSED:
+        wait = detail.get("retry_after_s")
+        until = f" for {seconds(float(wait))}" if isinstance(wait, (int, float)) else ""
+        return f"{name}: paused{until} by the provider's rate limit"
+    if kind == FlowEventType.RESERVED:
+        return f"{name}: a large job waited too long for its budget; smaller jobs wait until it has started"
+    return event.describe()
+
+
+#: provider status levels, worst last
+PROVIDER_OK, PROVIDER_SLOW, PROVIDER_PROBING, PROVIDER_DOWN = "ok", "slow", "probing", "down"
+
+
+def provider_status(snapshot: Mapping[str, Any]) -> tuple[str, str]:
+    """(level, text) of one provider profile for the status bar, from ``FlowControl.snapshot``.
+
+    ``("down", "openai: breaker open, retry in 25 s")``, ``("slow", "openai: rate
+    lowered to 50%")``, ``("slow", "openai: rate limited, resuming in 3.0 s")``,
+    ``("probing", "openai: breaker half-open, probing")`` or ``("ok", "openai: ok")``.
+    """
+    name = snapshot.get("profile", "?")
+    breaker = snapshot.get("breaker")
+    if breaker == "open":
+        return PROVIDER_DOWN, f"{name}: breaker open, retry in {seconds(snapshot.get('reopens_s') or 0.0)}"
+    if breaker == "half_open":
+        return PROVIDER_PROBING, f"{name}: breaker half-open, probing"
+    paused = float(snapshot.get("paused_s") or 0.0)
+    if paused > 0:
+        return PROVIDER_SLOW, f"{name}: rate limited, resuming in {seconds(paused)}"
+    scale = float(snapshot.get("scale") or 1.0)
+    if scale < 0.995:
+        return PROVIDER_SLOW, f"{name}: rate lowered to {_percent(scale)}"
+    cap = snapshot.get("concurrency_cap")
+    busy = snapshot.get("in_flight") or 0
+    if busy:
+        return PROVIDER_OK, f"{name}: ok, {busy}{'/' + str(cap) if cap else ''} in flight"
+    return PROVIDER_OK, f"{name}: ok"
 
 
 def seconds(value: float | None) -> str:

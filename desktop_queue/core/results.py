@@ -1,9 +1,21 @@
-"""The result store: one durable JSON file per idempotency key, written once, never overwritten."""
+"""The result store: one durable JSON file per idempotency key, written once, never overwritten.
+
+A result may carry a binary artifact (an image, an audio file) as ``artifact_b64``
+(with ``artifact_name`` and ``mime``). The store writes the decoded bytes as a file
+next to the JSON result, named by the key with the artifact's extension
+(``results/ab/<key>.png``), *before* the JSON result; the stored JSON keeps
+``artifact_ref`` (the file's path relative to the data dir), ``artifact_bytes``,
+``artifact_sha256`` and ``mime`` instead of the base64 text.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +25,41 @@ from desktop_queue.core.errors import StoreCorrupt
 from desktop_queue.core.fileio import TEMP_MARK, atomic_write
 
 RESULT_FORMAT = "desktop-queue.result"
+
+#: mime type -> file extension, for artifacts whose name carries none
+MIME_EXTENSIONS: dict[str, str] = {
+    "image/png": "png",
+    "image/jpeg": "jpg",
+    "image/webp": "webp",
+    "image/gif": "gif",
+    "audio/mpeg": "mp3",
+    "audio/ogg": "opus",
+    "audio/opus": "opus",
+    "audio/aac": "aac",
+    "audio/flac": "flac",
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/L16": "pcm",
+    "audio/pcm": "pcm",
+}
+
+
+class InvalidArtifact(ValueError):
+    """A result's ``artifact_b64`` is not valid base64 (nothing was written)."""
+
+
+def artifact_extension(name: Any, mime: Any) -> str:
+    """The artifact file's extension: the name's (if tame), else the mime type's, else ``bin``.
+
+    Never ``json``: that is the result document's own extension.
+    """
+    if isinstance(name, str) and "." in name:
+        ext = name.rsplit(".", 1)[1].lower()
+        if 0 < len(ext) <= 8 and ext.isalnum() and ext != "json":
+            return ext
+    if isinstance(mime, str):
+        return MIME_EXTENSIONS.get(mime.split(";", 1)[0].strip(), "bin")
+    return "bin"
 
 
 class ResultStore:
@@ -45,14 +92,76 @@ class ResultStore:
         """The ``result_ref`` stored on the job: a path relative to the data dir."""
         return str(Path("results") / self.path_for(key).relative_to(self.root))
 
+    def artifact_path_for(self, key: str, extension: str) -> Path:
+        """Where the artifact of ``key`` lives: next to its JSON result, ``<key>.<extension>``."""
+        name = self._safe(key)
+        return self.root / name[:2] / f"{name}.{extension}"
+
+    def resolve(self, ref: str) -> Path:
+        """The absolute path of a ref relative to the data dir (``results/ab/<key>.png``)."""
+        path = (self.root.parent / ref).resolve()
+        if self.root.resolve() not in path.parents:
+            raise ValueError(f"{ref!r} is not inside the result store")
+        return path
+
+    def artifact_path(self, key: str) -> Path | None:
+        """The artifact file of the result stored for ``key``, or None (no result, no artifact)."""
+        doc = self.get(key)
+        result = doc.get("result") if doc is not None else None
+        ref = result.get("artifact_ref") if isinstance(result, Mapping) else None
+        if not isinstance(ref, str):
+            return None
+        try:
+            return self.resolve(ref)
+        except ValueError:
+            return None
+
+    def _store_artifact(self, key: str, result: Any) -> Any:
+        """Writes a result's ``artifact_b64`` as a file; returns the result that refers to it.
+
+        The file is written atomically and never replaced: one left by an earlier
+        attempt of the same key (a crash between artifact and JSON, or a concurrent
+        writer that wins the JSON too) is kept, and the result describes that file.
+        """
+        if not isinstance(result, Mapping) or "artifact_b64" not in result:
+            return result
+        encoded = result["artifact_b64"]
+        try:
+            if not isinstance(encoded, str):
+                raise TypeError("not a string")
+            data = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, TypeError, ValueError) as exc:
+            raise InvalidArtifact(f"the result's artifact is not valid base64 ({exc})") from None
+        ext = artifact_extension(result.get("artifact_name"), result.get("mime"))
+        path = self.artifact_path_for(key, ext)
+        if not atomic_write(path, data, overwrite=False):
+            data = path.read_bytes()  # the first complete artifact of this key stays
+        out = {k: v for k, v in result.items() if k != "artifact_b64"}
+        out["artifact_name"] = path.name
+        out["artifact_ref"] = str(Path("results") / path.relative_to(self.root))
+        out["artifact_bytes"] = len(data)
+        out["artifact_sha256"] = hashlib.sha256(data).hexdigest()
+        if not out.get("mime"):
+            out["mime"] = "application/octet-stream"
+        return out
+
     def put(self, key: str, result: Any, *, job_id: str, epoch: int, produced_at: float) -> tuple[str, bool]:
         """Stores ``result`` for ``key`` unless one exists.
 
+        An artifact (``artifact_b64``) is written as its own file first, then the JSON
+        result that refers to it (see the module docstring).
+
         Returns:
             ``(result_ref, created)``: created is False when an earlier result was kept.
+
+        Raises:
+            InvalidArtifact: ``artifact_b64`` is not base64 (nothing was stored).
         """
         path = self.path_for(key)
         path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():  # write-once: the first result (and its artifact) is kept
+            return self.ref_for(key), False
+        result = self._store_artifact(key, result)
         body = orjson.dumps(
             {
                 "format": RESULT_FORMAT,
@@ -116,4 +225,4 @@ class ResultStore:
         return sum(1 for p in self.root.glob("*/*.json"))
 
 
-__all__ = ["ResultStore", "StoreCorrupt"]
+__all__ = ["InvalidArtifact", "MIME_EXTENSIONS", "ResultStore", "StoreCorrupt", "artifact_extension"]

@@ -23,8 +23,9 @@ output is ``poison`` (the queue dead-letters it after three).
 
 Artifacts (``openai.image``, ``openai.speech``) are returned base64-encoded in the
 JSON result (``artifact_b64``, with ``artifact_name`` = idempotency key + extension
-and ``mime``). Writing them as files next to the JSON result is the result store's
-job and is not done here yet.
+and ``mime``); the result store writes them as files next to the JSON result
+(``results/ab/<key>.png``) and keeps only ``artifact_ref``, ``artifact_bytes`` and
+``mime`` in the stored JSON (see :mod:`desktop_queue.core.results`).
 """
 
 from __future__ import annotations

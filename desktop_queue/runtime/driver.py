@@ -21,7 +21,9 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
 from desktop_queue.core import Lease, Outcome, Queue, RunContext, StaleLease
 from desktop_queue.core.errors import QueueError
 from desktop_queue.core.model import ErrorClass
+from desktop_queue.core.present import flow_event_text
 from desktop_queue.core.queue import default_worker_id
+from desktop_queue.core.results import InvalidArtifact
 from desktop_queue.runtime import qtcompat
 
 log = logging.getLogger(__name__)
@@ -140,6 +142,8 @@ class JobRunnable(QRunnable):
                     self._queue.results.put(
                         job.idempotency_key, outcome.result, job_id=job.id, epoch=lease.epoch, produced_at=time.time()
                     )
+        except InvalidArtifact as exc:  # the provider's output is unusable: poison after a few
+            outcome = Outcome.failure(ErrorClass.POISON, f"{job.kind}: {exc}")
         except Exception as exc:
             log.exception("attempt of %s crashed", job.id)
             outcome = Outcome.failure(ErrorClass.RETRYABLE, f"worker error: {type(exc).__name__}")
@@ -166,6 +170,11 @@ class LeaseDriver(QObject):
         idle(): nothing is running and nothing is runnable right now.
         paused_changed(bool): leasing was paused or resumed.
         error(str): the store could not be used (message for people).
+        flow_event(str, str, str): a provider profile's flow control changed state
+            (breaker opened/half-open/closed, rate lowered/recovered, paused): profile,
+            kind (a :class:`~desktop_queue.core.flow.FlowEventType` value), text for
+            people. Emitted from this object's thread when it drains the flow
+            control's events: on every tick and after every finished attempt.
     """
 
     job_started = Signal(str)
@@ -174,6 +183,7 @@ class LeaseDriver(QObject):
     idle = Signal()
     paused_changed = Signal(bool)
     error = Signal(str)
+    flow_event = Signal(str, str, str)
 
     def __init__(
         self,
@@ -323,6 +333,23 @@ class LeaseDriver(QObject):
         except QueueError as exc:
             log.error("lease driver: %s", exc)
             self.error.emit(str(exc))
+        finally:
+            self.drain_flow_events()
+
+    def drain_flow_events(self) -> int:
+        """Logs the flow control's recorded state changes and emits ``flow_event`` for each.
+
+        Returns:
+            How many events were drained.
+        """
+        if self.flow is None:
+            return 0
+        events = self.flow.drain_events()
+        for event in events:
+            text = flow_event_text(event)
+            log.info("flow control: %s", text)
+            self.flow_event.emit(event.profile, str(event.type), text)
+        return len(events)
 
     def _check_active(self) -> None:
         for job_id, active in list(self._active.items()):
@@ -396,8 +423,7 @@ class LeaseDriver(QObject):
             counted = not report.cancelled and state not in ("", "cancelled")
             result = outcome.result if outcome.ok and isinstance(outcome.result, dict) else {}
             self.flow.on_outcome(lease.job, outcome if counted else None, result.get("usage"))
-            for event in self.flow.drain_events():
-                log.info("flow control: %s", event.describe())
+            self.drain_flow_events()
         self.job_finished.emit(lease.job_id, state)
         if self._stop_after_current and not self._active:
             self._stop_after_current = False

@@ -15,6 +15,7 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from desktop_queue.core import Job, Queue, QueueError, SubmitResult
 from desktop_queue.core.flow import FlowControl
 from desktop_queue.core.model import Actor
+from desktop_queue.core.present import interactive_ahead, now_line, priority_reason, provider_status
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.providers.setup import apply as apply_profile
 from desktop_queue.runtime.driver import LeaseDriver
@@ -107,6 +108,10 @@ class Controller(QObject):
             the queue pane's "next run" says when it holds a job back.
         parent: the Qt parent.
 
+    Why a queued job waits (the queue pane's "next run" and the timeline's now line)
+    comes from :meth:`hold_reason`: flow control first (rate limit, breaker,
+    concurrency cap), then the lane (interactive jobs ahead of a background one).
+
     Signals:
         message(str): something to tell the user in passing (status bar).
         failed(str): a verb could not be done (message for people).
@@ -130,14 +135,55 @@ class Controller(QObject):
         self.queue = queue
         self.providers = dict(providers)
         self.flow = flow
-        self.queue_model = QueueModel(hold=flow.waiting_reason if flow is not None else None, parent=self)
+        self._interactive_ahead = 0
+        self.queue_model = QueueModel(hold=self.hold_reason, parent=self)
         self.dead_model = DeadLetterModel(parent=self)
         self.refresher = RefreshCoordinator(queue, [self.queue_model, self.dead_model], refresh_ms, self)
         self.driver = LeaseDriver(
             queue, self.providers, concurrency=concurrency, tick_ms=tick_ms, flow=flow, parent=self
         )
+        # before the views repaint on the same signal: count the interactive jobs ahead once per refresh
+        self.refresher.refreshed.connect(self.update_lanes)
         self.batch: BatchRetry | None = None
         self._shut = False
+
+    # ----------------------------------------------------------------- why jobs wait
+
+    def _flow_reason(self, job: Mapping[str, Any]) -> str | None:
+        return self.flow.waiting_reason(job) if self.flow is not None else None
+
+    def update_lanes(self) -> None:
+        """Counts the queued, due interactive jobs this window's driver will lease first."""
+        self._interactive_ahead = interactive_ahead(
+            self.queue_model.jobs(), self.queue.clock.now(), kinds=self.providers.keys(), held=self._flow_reason
+        )
+
+    def hold_reason(self, job: Mapping[str, Any]) -> str | None:
+        """Why a queued, due job does not start now (flow control first, then its lane), or None."""
+        reason = self._flow_reason(job)
+        if reason:
+            return reason
+        if self.driver.paused:
+            return None  # nothing starts while paused; the status bar says so, not the lane
+        free = max(0, self.driver.concurrency - self.driver.running)
+        return priority_reason(job, self._interactive_ahead, free)
+
+    def now_line(self, job: Job | Mapping[str, Any] | None) -> str | None:
+        """The timeline's synthetic last line for a queued job (``now: waiting: …``), else None."""
+        if job is None:
+            return None
+        data = job.to_json(with_events=False) if isinstance(job, Job) else job
+        return now_line(data, self.queue.clock.now(), self.hold_reason)
+
+    def provider_states(self) -> list[tuple[str, str, str]]:
+        """(profile, level, text) of every provider profile under flow control, for the status bar."""
+        if self.flow is None:
+            return []
+        out = []
+        for profile in self.flow.profiles():
+            level, text = provider_status(self.flow.snapshot(profile))
+            out.append((profile, level, text))
+        return out
 
     # ----------------------------------------------------------------- lifecycle
 

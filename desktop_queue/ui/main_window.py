@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any
 
 from PySide6.QtCore import QByteArray, Qt, Signal
@@ -25,12 +26,13 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_queue.core import SubmitResult
+from desktop_queue.core.flow import FlowEventType
 from desktop_queue.core.model import State
+from desktop_queue.core.present import clock_time
 from desktop_queue.ui import dialogs
 from desktop_queue.ui.commands import Command, actions_for, applies_to
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.icons import icon, state_icon
-from desktop_queue.ui.models import TimelineModel
 from desktop_queue.ui.panes import STATE_ORDER, DeadLetterPane, QueuePane, TimelinePane
 from desktop_queue.ui.settings import (
     Preferences,
@@ -39,6 +41,12 @@ from desktop_queue.ui.settings import (
     save_preferences,
     save_window_state,
 )
+from desktop_queue.ui.timeline import LiveTimelineModel
+
+#: provider status level -> status-bar icon (shapes differ, so colour is never the only cue)
+PROVIDER_ICONS = {"ok": "provider-ok", "slow": "provider-slow", "probing": "provider-probing", "down": "provider-down"}
+#: how many recent flow events a provider indicator's tooltip lists
+FLOW_TOOLTIP_EVENTS = 8
 
 #: command -> (text with mnemonic, icon, shortcut, status tip)
 ACTION_SPECS: dict[Command, tuple[str, str, Any, str]] = {
@@ -103,9 +111,12 @@ class MainWindow(QMainWindow):
 
     Signals:
         closed(): the window closed and the driver was shut down.
+        provider_alert(str, str): a provider's breaker opened and the user was told once
+            (banner, tray): profile, message.
     """
 
     closed = Signal()
+    provider_alert = Signal(str, str)
 
     def __init__(self, controller: Controller, banner_lines: list[str] | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -119,11 +130,14 @@ class MainWindow(QMainWindow):
         self._dead_count = 0
         self._ran_something = False
         self._timeline_id: str | None = None
+        #: (wall time, profile, kind, text) of recent provider state changes, newest last
+        self.flow_log: deque[tuple[float, str, str, str]] = deque(maxlen=200)
+        self._breaker_announced: set[str] = set()
 
         # panes
         self.queue_pane = QueuePane(controller.queue_model)
         self.dead_pane = DeadLetterPane(controller.dead_model)
-        self.timeline_model = TimelineModel(self)
+        self.timeline_model = LiveTimelineModel(self)
         self.timeline_pane = TimelinePane(self.timeline_model)
         self.tabs = QTabWidget()
         self.tabs.setObjectName("paneTabs")
@@ -171,6 +185,8 @@ class MainWindow(QMainWindow):
         controller.driver.job_started.connect(self._job_started)
         controller.driver.idle.connect(self._queue_drained)
         controller.driver.error.connect(lambda m: self.banner.show_message(m, "state-dead"))
+        controller.driver.flow_event.connect(self._flow_event)
+        controller.refresher.refreshed.connect(self._update_now_line)
         controller.message.connect(lambda m: self.statusBar().showMessage(m, 6000))
         controller.failed.connect(lambda m: self.banner.show_message(m, "state-dead"))
 
@@ -269,6 +285,9 @@ class MainWindow(QMainWindow):
         self.dead_button.setToolTip("Open the dead letters")
         self.dead_button.clicked.connect(lambda: self.tabs.setCurrentWidget(self.dead_pane))
         status.addPermanentWidget(self.dead_button)
+        #: profile -> (item, icon label, text label): one indicator per provider under flow control
+        self.provider_items: dict[str, tuple[QWidget, QLabel, QLabel]] = {}
+        self._provider_levels: dict[str, str] = {}
 
     @staticmethod
     def _status_item(item_icon: QIcon, tip: str) -> tuple[QWidget, QLabel]:
@@ -284,6 +303,26 @@ class MainWindow(QMainWindow):
         row.addWidget(picture)
         row.addWidget(label)
         return item, label
+
+    def _provider_item(self, profile: str) -> tuple[QWidget, QLabel, QLabel]:
+        """The status-bar indicator of ``profile`` (created on first use, left of the counts)."""
+        found = self.provider_items.get(profile)
+        if found is not None:
+            return found
+        item = QWidget()
+        item.setObjectName(f"provider_{profile}")
+        row = QHBoxLayout(item)
+        row.setContentsMargins(6, 0, 6, 0)
+        row.setSpacing(4)
+        picture = QLabel()
+        picture.setObjectName(f"providerIcon_{profile}")
+        label = QLabel()
+        label.setObjectName(f"providerLabel_{profile}")
+        row.addWidget(picture)
+        row.addWidget(label)
+        self.statusBar().insertPermanentWidget(len(self.provider_items), item)
+        self.provider_items[profile] = (item, picture, label)
+        return item, picture, label
 
     def _build_tray(self) -> None:
         if not QSystemTrayIcon.isSystemTrayAvailable():
@@ -361,6 +400,7 @@ class MainWindow(QMainWindow):
         if job_id != self._timeline_id:
             self._timeline_id = job_id
             self.timeline_model.show_job(self.controller.job(job_id) if job_id else None)
+            self._update_now_line()
 
     def _jobs_changed(self, ids: set[str] | None) -> None:
         self._update_actions()
@@ -369,6 +409,11 @@ class MainWindow(QMainWindow):
             if job is not None:
                 self.timeline_model.update_job(job)
                 self.timeline_pane.refresh_heading()
+                self._update_now_line()
+
+    def _update_now_line(self) -> None:
+        """The timeline's synthetic last line: why the shown queued job waits right now."""
+        self.timeline_model.set_now(self.controller.now_line(self.timeline_model.job))
 
     def show_job(self, job_id: str) -> bool:
         """Selects a job in the queue pane (clearing filters that hide it) and shows its timeline."""
@@ -415,6 +460,7 @@ class MainWindow(QMainWindow):
             if j.get("state") == State.SUCCEEDED and (j.get("finished_at") or 0) >= cutoff
         )
         self.throughput_label.setText(f"{done} done in the last minute")
+        self._update_providers()
         dead = counts.get(State.DEAD, 0)
         if self._dead_seen is None or self.tabs.currentWidget() is self.dead_pane:
             self._dead_seen = dead
@@ -439,6 +485,51 @@ class MainWindow(QMainWindow):
         self.tabs.setTabText(1, f"&Dead letters ({dead})" if dead else "&Dead letters")
 
     _dead_count_known = False
+
+    def _update_providers(self) -> None:
+        """Refreshes every provider indicator from its flow control's snapshot."""
+        try:
+            states = self.controller.provider_states()
+        except Exception:  # a status display must never break the refresh
+            return
+        for profile, level, text in states:
+            item, picture, label = self._provider_item(profile)
+            if self._provider_levels.get(profile) != level:
+                picture.setPixmap(icon(PROVIDER_ICONS.get(level, "provider-ok")).pixmap(14, 14))
+                self._provider_levels[profile] = level
+            label.setText(text)
+            item.setToolTip(self.provider_tooltip(profile, text))
+
+    def provider_tooltip(self, profile: str, status: str) -> str:
+        """The indicator's tooltip: the status, then the profile's recent flow events."""
+        recent = [entry for entry in self.flow_log if entry[1] == profile][-FLOW_TOOLTIP_EVENTS:]
+        lines = [f"Provider “{profile}”: {status.split(': ', 1)[-1]}"]
+        if recent:
+            lines.append("Recent changes:")
+            now = time.time()
+            lines.extend(f"{clock_time(at, now)}  {text}" for at, _p, _k, text in reversed(recent))
+        else:
+            lines.append("No rate limits or outages so far.")
+        return "\n".join(lines)
+
+    def _flow_event(self, profile: str, kind: str, text: str) -> None:
+        """A provider's breaker or rate limit changed: log it, update its indicator, tell once."""
+        self.flow_log.append((time.time(), profile, kind, text))
+        if kind == FlowEventType.BREAKER_OPENED and profile not in self._breaker_announced:
+            self._breaker_announced.add(profile)
+            message = (
+                f"The provider “{profile}” is not answering: {text.split(': ', 1)[-1]}. "
+                "Nothing burns its retries; the queue drains by itself when it answers again."
+            )
+            self.banner.show_message(message, "provider-down")
+            if self.tray is not None:
+                self.tray.showMessage("Desktop Queue", message, QSystemTrayIcon.MessageIcon.Warning, 8000)
+            self.provider_alert.emit(profile, message)
+        elif kind == FlowEventType.BREAKER_CLOSED:
+            if profile in self._breaker_announced:
+                self.statusBar().showMessage(f"The provider “{profile}” answers again; its jobs run.", 8000)
+            self._breaker_announced.discard(profile)
+        self._update_providers()
 
     def _job_started(self, _job_id: str) -> None:
         self._ran_something = True

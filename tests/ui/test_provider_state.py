@@ -1,0 +1,295 @@
+"""Provider state in the window: the status-bar indicator, the breaker banner, the timeline's now line.
+
+Flow control runs on a :class:`FakeClock`, driven into breaker-open and rate limits with
+``on_outcome`` failures (what the lease driver feeds it); the window learns of it through
+the driver's ``flow_event`` signal and its refresh timer.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt, QThreadPool
+
+from desktop_queue.core import FakeClock, Outcome, Queue, RetryPolicy, RunContext
+from desktop_queue.core.flow import FlowControl, ProfileLimits
+from desktop_queue.providers.demo import DemoProvider
+from desktop_queue.ui.controller import Controller
+from desktop_queue.ui.main_window import MainWindow
+from desktop_queue.ui.models import TimelineRole
+from desktop_queue.ui.timeline import LiveTimelineModel
+
+WAIT_MS = 3000
+
+
+class IdleChat:
+    """Stands in for ``openai.chat`` (the window never runs it in these tests)."""
+
+    kind = "openai.chat"
+    version = "1"
+
+    def validate(self, payload: Any) -> None:
+        return None
+
+    def run(self, job: Any, context: RunContext) -> Outcome:
+        return Outcome.success({"text": "unused"})
+
+    def classify(self, error: BaseException) -> Outcome:
+        return Outcome.failure("retryable", type(error).__name__)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def open_window(
+    qtbot: Any, data_dir: Path, clock: FakeClock, prompts: Any
+) -> Iterator[Callable[..., tuple[MainWindow, FlowControl]]]:
+    """Opens a window whose controller has flow control on the fake clock (the driver does not lease)."""
+    opened: list[tuple[MainWindow, Queue]] = []
+
+    def open_(limits: ProfileLimits, *, concurrency: int = 4) -> tuple[MainWindow, FlowControl]:
+        queue = Queue.open(
+            data_dir, {"demo": DemoProvider(tick_s=0.01), "openai.chat": IdleChat()},
+            policy=RetryPolicy(base_s=600.0, cap_s=600.0), rng=random.Random(3),
+        )
+        flow = FlowControl({"openai": limits}, clock=clock)
+        controller = Controller(queue, queue.providers, concurrency=concurrency, refresh_ms=40, tick_ms=40, flow=flow)
+        window = MainWindow(controller)
+        controller.setParent(window)
+        qtbot.addWidget(window)
+        controller.start(lease=False)
+        window.show()
+        opened.append((window, queue))
+        return window, flow
+
+    yield open_
+    for window, queue in opened:
+        window.close()
+        queue.close()
+    assert QThreadPool.globalInstance().waitForDone(5000)
+
+
+def fail(flow: FlowControl, job_id: str, error_class: str = "retryable", **kwargs: Any) -> None:
+    """One attempt of an ``openai.chat`` job that ends in ``error_class`` (what the driver feeds flow control)."""
+    job = {"id": job_id, "kind": "openai.chat", "input": {"prompt": "p"}, "state": "queued"}
+    assert flow.accept(job)
+    flow.on_start(job)
+    flow.on_outcome(job, Outcome.failure(error_class, f"{error_class} failure", **kwargs))
+
+
+def indicator(window: MainWindow, profile: str = "openai") -> tuple[str, str]:
+    """(text, tooltip) of a provider's status-bar indicator ("" while it does not exist)."""
+    found = window.provider_items.get(profile)
+    if found is None:
+        return "", ""
+    item, _picture, label = found
+    return label.text(), item.toolTip()
+
+
+# ---------------------------------------------------------------------- the indicator and the banner
+
+
+def test_a_breaker_opening_shows_in_the_status_bar_and_is_announced_once(
+    qtbot: Any, open_window: Any, clock: FakeClock
+) -> None:
+    window, flow = open_window(ProfileLimits(breaker_threshold=3, breaker_cooldown_s=25))
+    driver = window.controller.driver
+    qtbot.waitUntil(lambda: indicator(window)[0] == "openai: ok", timeout=WAIT_MS)
+    assert window.provider_items["openai"][0].isVisible()
+    assert window._provider_levels["openai"] == "ok"
+
+    for n in range(3):
+        fail(flow, f"down-{n}")
+    opened = lambda profile, kind, text: kind == "breaker_opened"  # noqa: E731
+    with qtbot.waitSignal(window.provider_alert, timeout=WAIT_MS) as alert, \
+            qtbot.waitSignal(driver.flow_event, check_params_cb=opened, timeout=WAIT_MS) as event:
+        driver.tick()  # every tick drains the flow events, not only a finished attempt
+
+    profile, kind, text = event.args
+    assert (profile, kind) == ("openai", "breaker_opened")
+    assert text.startswith("openai: breaker open (3 retryable failures in a row)")
+    assert alert.args[0] == "openai"
+    assert not window.banner.isHidden() and "“openai” is not answering" in window.banner.text.text()
+    assert indicator(window)[0] == "openai: breaker open, retry in 25 s"
+    assert window._provider_levels["openai"] == "down"
+    tip = indicator(window)[1]
+    assert tip.startswith("Provider “openai”: breaker open, retry in 25 s")
+    assert "Recent changes:" in tip and "breaker open (3 retryable failures in a row)" in tip
+
+    clock.advance(10)  # the refresh timer keeps the countdown current
+    qtbot.waitUntil(lambda: indicator(window)[0] == "openai: breaker open, retry in 15 s", timeout=WAIT_MS)
+
+    # cool-down over: half-open; the probe fails and the breaker opens again -- not announced twice
+    clock.advance(15)
+    qtbot.waitUntil(lambda: indicator(window)[0] == "openai: breaker half-open, probing", timeout=WAIT_MS)
+    window.banner.hide()
+    fail(flow, "probe-1")
+    with qtbot.assertNotEmitted(window.provider_alert, wait=100), \
+            qtbot.waitSignal(driver.flow_event, check_params_cb=opened, timeout=WAIT_MS):
+        driver.tick()
+    assert window.banner.isHidden()
+    assert indicator(window)[0] == "openai: breaker open, retry in 50 s"  # the cool-down doubled
+
+    # a successful probe closes it; the next outage is announced again
+    clock.advance(50)
+    probe = {"id": "probe-2", "kind": "openai.chat", "input": {"prompt": "p"}, "state": "queued"}
+    assert flow.accept(probe)
+    flow.on_start(probe)
+    flow.on_outcome(probe, Outcome.success({"text": "ok"}))
+    closed = lambda profile, kind, text: kind == "breaker_closed"  # noqa: E731
+    with qtbot.waitSignal(driver.flow_event, check_params_cb=closed, timeout=WAIT_MS):
+        driver.tick()
+    qtbot.waitUntil(lambda: indicator(window)[0].startswith("openai: ok"), timeout=WAIT_MS)
+    assert "answers again" in window.statusBar().currentMessage()
+    for n in range(3):
+        fail(flow, f"again-{n}")
+    with qtbot.waitSignal(window.provider_alert, timeout=WAIT_MS):
+        driver.tick()
+
+
+def test_a_rate_limit_lowers_the_indicator_and_lists_the_events_in_its_tooltip(
+    qtbot: Any, open_window: Any, clock: FakeClock
+) -> None:
+    window, flow = open_window(ProfileLimits(rpm=600))
+    driver = window.controller.driver
+    fail(flow, "throttled-1", "throttled", retry_after=3.0)
+    kinds: list[str] = []
+    driver.flow_event.connect(lambda _p, kind, _t: kinds.append(kind))
+    driver.tick()
+    assert kinds == ["rate_lowered", "paused"]
+    qtbot.waitUntil(lambda: indicator(window)[0] == "openai: rate limited, resuming in 3.0 s", timeout=WAIT_MS)
+    assert window._provider_levels["openai"] == "slow"
+    clock.advance(3)
+    qtbot.waitUntil(lambda: indicator(window)[0] == "openai: rate lowered to 50%", timeout=WAIT_MS)
+    tip = indicator(window)[1]
+    lines = tip.splitlines()
+    assert lines[0] == "Provider “openai”: rate lowered to 50%"
+    # newest first
+    assert re.search(r"paused for 3\.0 s", lines[2]) and "rate lowered to 50% (was 100%)" in lines[3]
+    assert window.banner.isHidden()  # a rate limit is not an outage: no banner
+
+
+# ---------------------------------------------------------------------- the timeline's now line
+
+
+def now_row(window: MainWindow) -> tuple[str | None, Any]:
+    """(headline, event) of the timeline's last row."""
+    model = window.timeline_model
+    if model.rowCount() == 0:
+        return None, None
+    index = model.index(model.rowCount() - 1)
+    return index.data(TimelineRole.HEADLINE), index.data(TimelineRole.EVENT)
+
+
+def next_run(window: MainWindow, job_id: str) -> str:
+    """The queue pane's "next run" cell of a job."""
+    model = window.controller.queue_model
+    row = model.row_of(job_id)
+    assert row is not None
+    column = [c.key for c in model.columns].index("next")
+    return str(model.index(row, column).data(Qt.ItemDataRole.DisplayRole))
+
+
+def show(qtbot: Any, window: MainWindow, job_id: str) -> None:
+    window.controller.refresher.refresh()
+    assert window.show_job(job_id)
+    qtbot.waitUntil(lambda: window.timeline_model.job is not None and window.timeline_model.job.id == job_id,
+                    timeout=WAIT_MS)
+
+
+def test_the_timeline_ends_with_why_a_queued_job_waits(qtbot: Any, open_window: Any, clock: FakeClock) -> None:
+    window, flow = open_window(ProfileLimits(breaker_threshold=2, breaker_cooldown_s=30))
+    queue = window.controller.queue
+    chat = queue.submit("openai.chat", {"prompt": "a haiku"}, title="chat").job.id
+    show(qtbot, window, chat)
+    qtbot.waitUntil(lambda: now_row(window)[0] == "now: ready", timeout=WAIT_MS)
+    assert now_row(window)[1] is None  # synthetic: not an event ...
+    assert [e.type for e in queue.get(chat).events] == ["submitted"]  # ... and nothing was stored
+
+    for n in range(2):
+        fail(flow, f"down-{n}")
+    qtbot.waitUntil(lambda: now_row(window)[0] == "now: waiting: provider unavailable", timeout=WAIT_MS)
+    assert next_run(window, chat) == "waiting: provider unavailable"  # the queue pane says the same
+    model = window.timeline_model
+    last = model.index(model.rowCount() - 1)
+    assert last.data(TimelineRole.CATEGORY) == "throttle"
+    assert not (model.flags(last) & Qt.ItemFlag.ItemIsSelectable)
+    assert window.timeline_model.as_text().rstrip().splitlines()[-2] == "now: waiting: provider unavailable"
+
+    # the job runs: the line goes away
+    lease = queue.lease("test", kinds={"openai.chat"})
+    assert lease is not None and lease.job_id == chat
+    qtbot.waitUntil(lambda: window.timeline_model.now_text is None, timeout=WAIT_MS)
+    assert now_row(window)[1] is not None
+
+    # it fails and backs off: "retrying in … (backoff)"
+    queue.fail(lease, Outcome.failure("retryable", "HTTP 500", status=500))
+    qtbot.waitUntil(lambda: (now_row(window)[0] or "").endswith("(backoff)"), timeout=WAIT_MS)
+    assert re.fullmatch(r"now: retrying in \d+ (s|min) \(backoff\)", now_row(window)[0] or "")
+    assert "now: " + next_run(window, chat) == now_row(window)[0]
+    assert [e.type for e in queue.get(chat).events][-1] == "retry_scheduled"
+
+
+def test_the_now_line_names_the_rate_limit_and_the_concurrency_cap(
+    qtbot: Any, open_window: Any, clock: FakeClock
+) -> None:
+    window, flow = open_window(ProfileLimits(rpm=1, concurrency=1))
+    queue = window.controller.queue
+    chat = queue.submit("openai.chat", {"prompt": "waits"}, title="chat").job.id
+    show(qtbot, window, chat)
+    other = {"id": "elsewhere", "kind": "openai.chat", "input": {"prompt": "p"}, "state": "queued"}
+    assert flow.accept(other)
+    flow.on_start(other)
+    qtbot.waitUntil(lambda: now_row(window)[0] == "now: waiting: concurrency cap", timeout=WAIT_MS)
+    flow.on_outcome(other, Outcome.success({"text": "ok"}))
+    qtbot.waitUntil(lambda: now_row(window)[0] == "now: waiting: rate limit (~60 s)", timeout=WAIT_MS)
+    assert next_run(window, chat) == "waiting: rate limit (~60 s)"
+    clock.advance(48)
+    qtbot.waitUntil(lambda: now_row(window)[0] == "now: waiting: rate limit (~12 s)", timeout=WAIT_MS)
+
+
+def test_a_background_job_behind_interactive_ones_says_lower_priority(qtbot: Any, open_window: Any) -> None:
+    window, _flow = open_window(ProfileLimits(), concurrency=1)
+    queue = window.controller.queue
+    background = queue.submit("demo", {"prompt": "later"}, title="bg", priority="background").job.id
+    for n in range(2):
+        queue.submit("demo", {"prompt": f"urgent {n}"}, title=f"fg {n}", priority="interactive")
+    show(qtbot, window, background)
+    expected = "waiting: lower priority (2 interactive jobs ahead)"
+    qtbot.waitUntil(lambda: now_row(window)[0] == f"now: {expected}", timeout=WAIT_MS)
+    assert next_run(window, background) == expected
+    # the interactive ones themselves are just ready
+    assert {next_run(window, j["id"]) for j in window.controller.queue_model.jobs() if j["priority"] == "interactive"} == {
+        "ready"
+    }
+    window.controller.set_paused(True)  # nothing starts while paused: the lane is not the reason then
+    assert next_run(window, background) == "ready"
+    qtbot.waitUntil(lambda: now_row(window)[0] == "now: ready", timeout=WAIT_MS)
+
+
+def test_the_live_timeline_passes_the_model_tester_with_and_without_its_now_line(
+    qtmodeltester: Any, data_dir: Path
+) -> None:
+    with Queue.open(data_dir, {"demo": DemoProvider()}) as queue:
+        job = queue.get(queue.submit("demo", {"prompt": "x"}).job.id)
+        model = LiveTimelineModel()
+        model.show_job(job)
+        qtmodeltester.check(model)
+        model.set_now("now: ready")
+        assert model.rowCount() == len(job.events) + 1
+        qtmodeltester.check(model)
+        model.set_now("now: waiting: rate limit (~3 s)")
+        assert model.index(model.rowCount() - 1).data(TimelineRole.CATEGORY) == "throttle"
+        model.show_job(job)  # another job (or the same, afresh): the line is computed anew
+        assert model.now_text is None and model.rowCount() == len(job.events)
+        model.set_now("now: ready")
+        model.set_now(None)
+        assert model.rowCount() == len(job.events)
