@@ -25,6 +25,21 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def make_dirs(path: Path) -> None:
+    """``mkdir -p`` that also makes each directory it creates durable in its parent."""
+    missing = []
+    here = path
+    while not here.exists():
+        missing.append(here)
+        here = here.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue
+        fsync_dir(directory.parent)
+
+
 def temp_path_for(path: Path) -> Path:
     """A unique temp name in the same directory (so the final rename is atomic)."""
     return path.with_name(f".{path.name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
@@ -38,11 +53,13 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> bool:
+def atomic_write(path: Path, data: bytes, *, overwrite: bool = True, durable: bool = True) -> bool:
     """Writes ``data`` to ``path`` so that readers see the old file or the new one, never half.
 
     Temp file in the same directory, write, ``fsync``, rename (or hard link when
-    ``overwrite`` is False), ``fsync`` of the directory.
+    ``overwrite`` is False), ``fsync`` of the directory. With ``durable=False`` both
+    fsyncs are skipped: still atomic for readers and safe from a process crash, but a
+    power cut may lose the file (for copies of data that is durable elsewhere).
 
     Returns:
         True if ``path`` now holds ``data``; False if ``overwrite`` is False and
@@ -56,7 +73,8 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> bool:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             write_all(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         if overwrite:
@@ -70,7 +88,8 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> bool:
                 created = False
             finally:
                 os.unlink(tmp)
-        fsync_dir(path.parent)
+        if durable:
+            fsync_dir(path.parent)
         return created
     except OSError as exc:
         with contextlib.suppress(OSError):

@@ -147,6 +147,12 @@ class Queue:
         """Opens (creating if needed) the queue; the first process to open it reconciles orphans."""
         queue = cls(data_dir, providers, **kwargs)
         queue.store.open(on_first=queue._reconcile_orphans)
+        restored = sum(queue.results.restore(doc) for doc in queue.store.replayed_results)
+        queue.store.replayed_results = []
+        if restored:
+            queue.report.notices.append(
+                f"rewrote {restored} result file(s) lost by a power cut from the journal (nothing lost)"
+            )
         return queue
 
     def close(self) -> None:
@@ -472,20 +478,26 @@ class Queue:
                 rejection is recorded in the job's timeline.
         """
         now = self.clock.now()
-        try:
-            self.store.read(lambda st: self._current(st, lease))  # a stale token stores nothing
-        except StaleLease:
-            self._record_stale(lease, "late result rejected")
-            raise
-        existing = self.results.get(lease.job.idempotency_key)
+        key = lease.job.idempotency_key
+        ref = self.results.ref_for(key)
+        existing = self.results.get(key)
         if existing is not None:
             # written by this very attempt (the runnable stores it first), or reused from earlier
-            ours = existing.get("job_id") == lease.job_id and existing.get("epoch") == lease.epoch
-            ref, created = self.results.ref_for(lease.job.idempotency_key), ours
+            doc = existing
+            created = existing.get("job_id") == lease.job_id and existing.get("epoch") == lease.epoch
+        elif self.results.has_artifact(result):
+            # the artifact file is written (durably) before the commit; a stale token writes nothing
+            try:
+                self.store.read(lambda st: self._current(st, lease))
+            except StaleLease:
+                self._record_stale(lease, "late result rejected")
+                raise
+            self.results.put(key, result, job_id=lease.job_id, epoch=lease.epoch, produced_at=now, durable=False)
+            doc = self.results.get(key) or {}
+            created = True
         else:
-            ref, created = self.results.put(
-                lease.job.idempotency_key, result, job_id=lease.job_id, epoch=lease.epoch, produced_at=now
-            )
+            doc = self.results.document(key, result, job_id=lease.job_id, epoch=lease.epoch, produced_at=now)
+            created = True
 
         def fn(state: StoreState) -> list[Record]:
             job = self._current(state, lease)
@@ -501,13 +513,17 @@ class Queue:
                 "last_error": None,
                 **self._lease_changes_cleared(now),
             }
-            return [self._upd(job["id"], changes, ev)]
+            # the record carries the result: one fsync makes both durable ("the same durable
+            # commit"); the result file is a copy, synced before compaction folds this record
+            return [{**self._upd(job["id"], changes, ev), "res": doc}]
 
         try:
             self.store.transact(fn)
         except StaleLease:
-            self._record_stale(lease, "late result rejected; it is kept in the result store for this key")
+            self._record_stale(lease, "late result rejected")
             raise
+        if existing is None:
+            self.results.write(doc, durable=False)
         return self._view(lease.job_id)
 
     def _record_stale(self, lease: Lease, reason: str) -> None:
@@ -636,9 +652,13 @@ class Queue:
                     EventType.SUCCEEDED, job, Actor.SYSTEM, now,
                     detail={"result_ref": ref, "reason": "result already stored for this key; not produced again"},
                 )
-                records.append(self._upd(
+                record = self._upd(
                     job_id, {**base, "state": str(State.SUCCEEDED), "result_ref": ref, "finished_at": now}, ev, done
-                ))
+                )
+                carried = self.results.get(job["key"])
+                if carried is not None:
+                    record["res"] = carried  # the lost holder may never have synced it
+                records.append(record)
             elif job["attempts"] >= job["max_attempts"]:
                 error = {"class": "retryable", "message": "lease expired on the last attempt", "status": None}
                 dead_ev = self._event(
@@ -858,7 +878,11 @@ class Queue:
                 ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason, "result_ref": ref})
                 changes = {"state": str(State.SUCCEEDED), "result_ref": ref, "finished_at": now, **self._lease_changes_cleared(now)}
                 decision.value = ("succeeded", reason)
-                return [self._upd(job_id, changes, ev)]
+                record = self._upd(job_id, changes, ev)
+                carried = self.results.get(job.idempotency_key)
+                if carried is not None:
+                    record["res"] = carried  # the file may never have been synced
+                return [record]
 
             return fn
 

@@ -13,16 +13,18 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import functools
 import hashlib
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from desktop_queue.core.errors import StoreCorrupt
-from desktop_queue.core.fileio import TEMP_MARK, atomic_write
+from desktop_queue.core.fileio import TEMP_MARK, atomic_write, fsync_dir, make_dirs
 
 RESULT_FORMAT = "desktop-queue.result"
 
@@ -76,12 +78,11 @@ class ResultStore:
         self.root = Path(root)
 
     @staticmethod
+    @functools.lru_cache(maxsize=4096)
     def _safe(key: str) -> str:
         # keys are hex fingerprints or caller-chosen strings; keep file names tame
         if all(c.isalnum() or c in "-_." for c in key) and 0 < len(key) <= 128 and not key.startswith("."):
             return key
-        import hashlib
-
         return "k-" + hashlib.sha256(key.encode()).hexdigest()
 
     def path_for(self, key: str) -> Path:
@@ -90,7 +91,8 @@ class ResultStore:
 
     def ref_for(self, key: str) -> str:
         """The ``result_ref`` stored on the job: a path relative to the data dir."""
-        return str(Path("results") / self.path_for(key).relative_to(self.root))
+        name = self._safe(key)
+        return os.path.join("results", name[:2], f"{name}.json")
 
     def artifact_path_for(self, key: str, extension: str) -> Path:
         """Where the artifact of ``key`` lives: next to its JSON result, ``<key>.<extension>``."""
@@ -145,11 +147,16 @@ class ResultStore:
             out["mime"] = "application/octet-stream"
         return out
 
-    def put(self, key: str, result: Any, *, job_id: str, epoch: int, produced_at: float) -> tuple[str, bool]:
+    def put(
+        self, key: str, result: Any, *, job_id: str, epoch: int, produced_at: float, durable: bool = True
+    ) -> tuple[str, bool]:
         """Stores ``result`` for ``key`` unless one exists.
 
-        An artifact (``artifact_b64``) is written as its own file first, then the JSON
-        result that refers to it (see the module docstring).
+        An artifact (``artifact_b64``) is written as its own file first (always durably),
+        then the JSON result that refers to it (see the module docstring). With
+        ``durable=False`` the JSON file is not fsynced: the caller makes the result durable
+        another way (the queue carries it in the journal record that marks the job
+        ``succeeded``, and compaction syncs the files before that record is folded away).
 
         Returns:
             ``(result_ref, created)``: created is False when an earlier result was kept.
@@ -158,23 +165,68 @@ class ResultStore:
             InvalidArtifact: ``artifact_b64`` is not base64 (nothing was stored).
         """
         path = self.path_for(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         if path.exists():  # write-once: the first result (and its artifact) is kept
             return self.ref_for(key), False
         result = self._store_artifact(key, result)
-        body = orjson.dumps(
-            {
-                "format": RESULT_FORMAT,
-                "schema_version": 1,
-                "key": key,
-                "job_id": job_id,
-                "epoch": epoch,
-                "produced_at": produced_at,
-                "result": result,
-            }
-        )
-        created = atomic_write(path, body, overwrite=False)
+        doc = self.document(key, result, job_id=job_id, epoch=epoch, produced_at=produced_at)
+        created = atomic_write(path, orjson.dumps(doc), overwrite=False, durable=durable)
         return self.ref_for(key), created
+
+    @staticmethod
+    def document(key: str, result: Any, *, job_id: str, epoch: int, produced_at: float) -> dict[str, Any]:
+        """The JSON document stored for a result without an artifact (see :meth:`put`)."""
+        return {
+            "format": RESULT_FORMAT,
+            "schema_version": 1,
+            "key": key,
+            "job_id": job_id,
+            "epoch": epoch,
+            "produced_at": produced_at,
+            "result": result,
+        }
+
+    @staticmethod
+    def has_artifact(result: Any) -> bool:
+        """True when ``result`` carries an artifact that :meth:`put` writes as its own file."""
+        return isinstance(result, Mapping) and "artifact_b64" in result
+
+    def write(self, doc: dict[str, Any], *, durable: bool) -> bool:
+        """Writes a result document unless the key has one already; True if written."""
+        path = self.path_for(doc["key"])
+        make_dirs(path.parent)
+        return atomic_write(path, orjson.dumps(doc), overwrite=False, durable=durable)
+
+    def restore(self, doc: dict[str, Any]) -> bool:
+        """Writes a result document (from the journal) durably if its file is missing.
+
+        Returns True if a file was written.
+        """
+        key = doc.get("key")
+        if not isinstance(key, str) or doc.get("format") != RESULT_FORMAT:
+            return False
+        if self.path_for(key).exists():
+            return False
+        return self.write(doc, durable=True)
+
+    def make_durable(self, keys: Iterable[str]) -> None:
+        """Flushes the result files of ``keys`` (and their directories) to disk."""
+        paths = [p for p in (self.path_for(k) for k in keys) if p.exists()]
+        if not paths:
+            return
+        if sys.platform.startswith("linux"):
+            os.sync()  # one call, and on Linux it waits for the writes to complete
+            return
+        for path in paths:
+            with contextlib.suppress(OSError):
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        for directory in {p.parent for p in paths}:
+            with contextlib.suppress(OSError):
+                fsync_dir(directory)
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The stored result document for ``key``, or None.

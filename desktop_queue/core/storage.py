@@ -44,8 +44,9 @@ from typing import Any, TypeVar
 import orjson
 
 from desktop_queue.core.errors import StoreCorrupt, StoreError
-from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, write_all
+from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs, write_all
 from desktop_queue.core.model import events_of
+from desktop_queue.core.results import ResultStore
 
 log = logging.getLogger(__name__)
 
@@ -455,6 +456,9 @@ class Store:
         self.background_compaction = background_compaction
         self.state = StoreState()
         self.report = OpenReport(first=False)
+        #: result documents carried by the journal records replayed at open; the queue
+        #: rewrites any whose file a power cut took (see :meth:`ResultStore.restore`)
+        self.replayed_results: list[dict[str, Any]] = []
         self._mutex = threading.RLock()
         self._gen = 0
         self._fd = -1
@@ -474,7 +478,7 @@ class Store:
             StoreError: the directory cannot be used, or was written by a newer version.
         """
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.root)
             opener = FileLock(self.root / "open.lock")
             self._presence = FileLock(self.root / "presence.lock")
             self._commit_lock = FileLock(self.root / "commit.lock")
@@ -567,6 +571,7 @@ class Store:
             gc.freeze()
 
     def _load_files(self) -> None:
+        self.replayed_results = []
         snaps, segs = self._list()
         jobs: dict[str, JobDict] = {}
         seq = epoch = 0
@@ -634,6 +639,8 @@ class Store:
                 _check_header(read.records[0], path.name)
             for record in read.records[1:]:
                 state.apply(record)
+                if "res" in record:
+                    self.replayed_results.append(record["res"])
             if read.bad_line is not None or (read.torn_tail and not is_last):
                 # appends and catch-up continue after the good prefix, which is already applied
                 end_offset = self._recover_segment(path, gen, data, read, pending[index + 1 :])
@@ -924,16 +931,24 @@ def compact(root: Path, upto: int) -> int:
         jobs = {job["id"]: job for job in data["jobs"]}
         seq, epoch, base_gen = data.get("seq", 0), data.get("epoch", 0), gen
         break
+    results = ResultStore(root.parent / "results")
+    result_keys: list[str] = []
     for gen in range(base_gen + 1, upto + 1):
         data = (root / segment_name(gen)).read_bytes()
         read = read_segment(data, 0)
         if read.bad_line is not None or read.torn_tail:
             raise StoreCorrupt(f"{segment_name(gen)} is damaged; left for the next open to recover")
         for record in read.records[1:]:
+            carried = record.get("res")
+            if isinstance(carried, dict):
+                results.restore(carried)
+                result_keys.append(carried.get("key", ""))
             job = apply_plain(jobs, record)
             if job is not None:
                 seq = max(seq, job.get("seq", 0))
                 epoch = max(epoch, job.get("lease_epoch") or 0)
+    # the journal records being folded away were what made these results durable
+    results.make_durable(k for k in result_keys if k)
     raw = encode_snapshot(upto, jobs.values(), seq, epoch)
     atomic_write(root / snapshot_name(upto), raw)
     # keep this snapshot and the previous one, with the segments the previous one needs

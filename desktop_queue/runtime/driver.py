@@ -139,8 +139,15 @@ class JobRunnable(QRunnable):
                 except Exception as exc:  # providers classify what they did not expect
                     outcome = self._provider.classify(exc)
                 if outcome.ok:
+                    # before the commit, so a crash in between does not lose a paid-for result;
+                    # not synced: the commit's journal record makes it durable (see Queue.complete)
                     self._queue.results.put(
-                        job.idempotency_key, outcome.result, job_id=job.id, epoch=lease.epoch, produced_at=time.time()
+                        job.idempotency_key,
+                        outcome.result,
+                        job_id=job.id,
+                        epoch=lease.epoch,
+                        produced_at=time.time(),
+                        durable=False,
                     )
         except InvalidArtifact as exc:  # the provider's output is unusable: poison after a few
             outcome = Outcome.failure(ErrorClass.POISON, f"{job.kind}: {exc}")

@@ -28,11 +28,13 @@ def test_the_artifact_is_written_before_the_json_result(store: ResultStore, monk
     order: list[str] = []
     real = fileio.atomic_write
 
-    def spy(path: Path, data: bytes, *, overwrite: bool = True) -> bool:
+    def spy(path: Path, data: bytes, *, overwrite: bool = True, durable: bool = True) -> bool:
         order.append(path.suffix)
         if path.suffix == ".json":
             assert (path.with_suffix(".png")).read_bytes() == BYTES  # already durable
-        return real(path, data, overwrite=overwrite)
+        else:
+            assert durable  # an artifact is not in the journal: its file must be synced
+        return real(path, data, overwrite=overwrite, durable=durable)
 
     monkeypatch.setattr("desktop_queue.core.results.atomic_write", spy)
     ref, created = store.put("abc123", artifact_result(text="kept"), job_id="j", epoch=1, produced_at=1.0)
