@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QApplication
 
 from desktop_queue.core import Queue, QueueError, StoreError
 from desktop_queue.core.fileio import FileLock
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.core.present import reconciliation_summary
+from desktop_queue.runtime import qtcompat
 from desktop_queue.ui import dialogs
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.main_window import MainWindow
@@ -120,6 +122,7 @@ def start(
         refresh_ms: the views' refresh interval.
         tick_ms: the lease driver's tick.
     """
+    qtcompat.install()
     path = resolve_data_dir(data_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -134,8 +137,8 @@ def start(
         dialogs.show_error(
             None, "Desktop Queue is already open",
             f"Another Desktop Queue window is already using\n{path}\n\n"
-            "Switch to that window, or start this one with another --data-dir. "
-            "(Command-line tools and `desktop-queue work` can share the directory.)",
+            "Switch to that window, or start this one with another --data-dir.\n"
+            "(Command-line tools and desktop-queue work can share the directory.)",
         )
         return 1
     except OSError as exc:
@@ -172,6 +175,7 @@ def start(
 
 def main(data_dir: str | None = None) -> int:
     """Runs the window until it is closed; the process exit code."""
+    qtcompat.install()
     app = QApplication.instance()
     if not isinstance(app, QApplication):
         app = QApplication(sys.argv[:1])

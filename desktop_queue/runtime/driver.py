@@ -28,7 +28,7 @@ from desktop_queue.runtime import qtcompat
 
 log = logging.getLogger(__name__)
 
-qtcompat.install()  # PySide6 6.12.0 + CPython 3.11: every emit() would steal a reference of True
+qtcompat.install()  # PySide6 6.12.0 + CPython 3.11 would abort a long run (see qtcompat)
 
 
 @dataclass

@@ -1,25 +1,32 @@
-"""Work-arounds for bugs in the Qt binding that would otherwise crash a long-running worker.
+"""A guard against a Qt binding that would otherwise crash a long-running process.
 
-PySide6 6.12.0 on CPython 3.11: ``SignalInstance.emit()`` returns ``True`` without
-taking a new reference to it. Every ``emit`` from Python therefore steals one
-reference of ``True``; after a few hundred emits its count reaches zero and the
-interpreter aborts with ``Fatal Python error: bool_dealloc`` (a ``work`` process died
-that way after about 500 demo jobs, the test suite at exit). CPython 3.12+ makes
-``True`` immortal and PySide6 6.11 returns a new reference, so neither is affected.
+PySide6 6.12.0 on CPython 3.11 hands back ``None`` from every void method (``setText``,
+``QTimer.singleShot``, ``QThreadPool.start``...) and ``True``/``False`` from every
+``Signal.emit()`` without taking a reference to them. Each call steals one reference;
+once a count reaches zero the interpreter aborts (``Fatal Python error: none_dealloc``
+or ``bool_dealloc``): the window died after about two minutes, a ``work`` process after
+about 500 demo jobs. CPython 3.12+ makes these singletons immortal, and other PySide6
+releases take their references properly.
 
-:func:`install` measures the leak once and, only if it is there, wraps ``emit`` to
-give back the stolen reference. It is a no-op everywhere else.
+``pyproject.toml`` excludes that release; :func:`install` covers environments that
+have it anyway. It measures the leak once and, only if it is there, does what CPython
+3.12 does: it pins ``None``, ``True`` and ``False`` with a huge reference count that no
+leak can exhaust. Elsewhere it does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import sys
-from typing import Any
 
-from PySide6.QtCore import QObject, Signal, SignalInstance
+from PySide6.QtCore import QObject, Signal
 
-_PROBES = 4
+log = logging.getLogger(__name__)
+
+#: what :func:`install` adds to the reference counts of None, True and False
+_PINNED = 1 << 40
+_PROBES = 64
 _installed = False
 
 
@@ -27,39 +34,49 @@ class _Probe(QObject):
     ping = Signal()
 
 
-def _incref_true(times: int = 1) -> None:
-    for _ in range(times):
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(True))
+def _give_back(singleton: object, count: int) -> None:
+    if count > 0:
+        ctypes.c_ssize_t.from_address(id(singleton)).value += count
+
+
+def binding_steals_none() -> bool:
+    """True when a void Qt method called from Python steals a reference of ``None``."""
+    if sys.version_info >= (3, 12):
+        return False
+    probe = QObject()
+    before = sys.getrefcount(None)
+    for _ in range(_PROBES):
+        probe.setObjectName("probe")
+    lost = before - sys.getrefcount(None)
+    _give_back(None, lost)  # give back what the probe itself took
+    return lost >= _PROBES // 2
 
 
 def emit_steals_true() -> bool:
-    """True when ``emit()`` leaks a reference of ``True`` (the lost references are given back)."""
+    """True when ``Signal.emit()`` steals a reference of ``True``."""
+    if sys.version_info >= (3, 12):
+        return False
     probe = _Probe()
     before = sys.getrefcount(True)
     for _ in range(_PROBES):
         probe.ping.emit()
     lost = before - sys.getrefcount(True)
-    if lost > 0:
-        _incref_true(lost)
-    return lost == _PROBES
+    _give_back(True, lost)
+    return lost >= _PROBES // 2
 
 
 def install() -> bool:
-    """Patches ``SignalInstance.emit`` if (and only if) this binding needs it; returns whether it did."""
+    """Pins ``None``, ``True`` and ``False`` if (and only if) the binding leaks them.
+
+    Idempotent. Returns whether the guard is active.
+    """
     global _installed
     if _installed:
         return True
-    if sys.version_info >= (3, 12) or not emit_steals_true():
+    if not (binding_steals_none() or emit_steals_true()):
         return False
-    original = SignalInstance.emit
-
-    def emit(self: SignalInstance, *args: Any) -> Any:
-        result = original(self, *args)
-        if result is True or result is False:  # the reference emit() forgot to take
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(result))
-        return result
-
-    emit.__doc__ = original.__doc__
-    SignalInstance.emit = emit  # type: ignore[method-assign]
+    for singleton in (None, True, False):
+        _give_back(singleton, _PINNED)
     _installed = True
+    log.warning("this PySide6 build leaks references of None/True; pinned them (install PySide6 != 6.12.0)")
     return True

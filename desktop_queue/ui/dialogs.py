@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMessageBox,
     QPlainTextEdit,
+    QPushButton,
     QSpinBox,
     QTabWidget,
     QVBoxLayout,
@@ -43,13 +44,39 @@ DEMO_FAIL_WITH = ("", "retryable", "throttled", "fatal", "poison")
 # --------------------------------------------------------------------------- prompts (tests replace these)
 
 
-def confirm(parent: QWidget | None, title: str, text: str, ok_text: str = "OK") -> bool:
-    """Asks a yes/no question; True if the user agreed."""
-    box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.Cancel, parent)
-    ok = box.addButton(ok_text, QMessageBox.ButtonRole.AcceptRole)
-    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+def reject_text(ok_text: str) -> str:
+    """The label of the button that says no: never "Cancel" when agreeing is itself "Cancel …"."""
+    if ok_text.casefold().startswith("cancel"):
+        return "Keep running"
+    return "Cancel"
+
+
+def confirm(parent: QWidget | None, title: str, text: str, ok_text: str = "OK", cancel_text: str | None = None) -> bool:
+    """Asks a yes/no question; True if the user agreed (the safe answer is the default).
+
+    Args:
+        parent: the window the question is about.
+        title: the window title.
+        text: the question.
+        ok_text: the label of the button that agrees ("Quit", "Cancel jobs").
+        cancel_text: the label of the button that does not (default: "Cancel", or
+            "Keep running" when ``ok_text`` itself starts with "Cancel").
+    """
+    box, ok = make_confirm_box(parent, title, text, ok_text, cancel_text)
     box.exec()
     return box.clickedButton() is ok
+
+
+def make_confirm_box(
+    parent: QWidget | None, title: str, text: str, ok_text: str = "OK", cancel_text: str | None = None
+) -> tuple[QMessageBox, QPushButton]:
+    """The message box :func:`confirm` shows (not yet shown) and its agreeing button."""
+    box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.NoButton, parent)
+    ok = box.addButton(ok_text, QMessageBox.ButtonRole.AcceptRole)
+    no = box.addButton(cancel_text or reject_text(ok_text), QMessageBox.ButtonRole.RejectRole)
+    box.setDefaultButton(no)
+    box.setEscapeButton(no)
+    return box, ok
 
 
 def show_error(parent: QWidget | None, title: str, text: str) -> None:
@@ -90,8 +117,9 @@ class InlineMessage(QWidget):
         self.text.setText(text)
         self.setAccessibleDescription(f"Error: {text}")
 
-    def show_info(self, text: str) -> None:
-        self.ok = True
+    def show_info(self, text: str, ok: bool = True) -> None:
+        """A neutral message; ``ok=False`` for a hint about what is still missing."""
+        self.ok = ok
         self.icon.setPixmap(icon("event-info").pixmap(16, 16))
         self.text.setText(text)
         self.setAccessibleDescription(text)
@@ -108,6 +136,21 @@ def parse_json(text: str) -> Any:
 
 
 # --------------------------------------------------------------------------- submit
+
+TITLE_CHARS = 60
+
+
+def default_title(payload: Any) -> str | None:
+    """The first line of the input's prompt, shortened (None: let the queue name the job).
+
+    Without it every job submitted from the dialog was listed as "demo job".
+    """
+    prompt = payload.get("prompt") if isinstance(payload, dict) else None
+    if not isinstance(prompt, str) or not prompt.strip():
+        return None
+    line = prompt.strip().splitlines()[0].strip()
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
 
 
 class DemoForm(QWidget):
@@ -144,6 +187,11 @@ class DemoForm(QWidget):
         form.addRow("Fail &with:", self.fail_with)
         form.addRow("Retry-&After:", self.retry_after)
         self.fail_times.setSuffix(" attempts")
+        self.fail_times.valueChanged.connect(
+            lambda n: self.fail_times.setSuffix(" attempt" if n == 1 else " attempts")
+        )
+        # "fail with X" fails at least once: show it, so the form and the JSON agree
+        self.fail_with.currentIndexChanged.connect(self._fail_with_changed)
         for signal in (
             self.prompt.textChanged,
             self.duration.valueChanged,
@@ -152,6 +200,10 @@ class DemoForm(QWidget):
             self.retry_after.valueChanged,
         ):
             signal.connect(self.changed)
+
+    def _fail_with_changed(self, _index: int) -> None:
+        if self.fail_with.currentData() and self.fail_times.value() == 0:
+            self.fail_times.setValue(1)
 
     def payload(self) -> dict[str, Any]:
         data: dict[str, Any] = {"prompt": self.prompt.text(), "duration_s": round(self.duration.value(), 3)}
@@ -215,7 +267,7 @@ class SubmitDialog(QDialog):
         self.tabs.addTab(self.form, "&Form")
         self.tabs.addTab(self.editor, "&JSON")
         self.title = QLineEdit()
-        self.title.setPlaceholderText("Optional: how this job is listed")
+        self.title.setPlaceholderText("Optional: how this job is listed (default: the start of the prompt)")
         self.priority = QComboBox()
         self.priority.addItem("Background", str(Priority.BACKGROUND))
         self.priority.addItem("Interactive (runs first)", str(Priority.INTERACTIVE))
@@ -226,7 +278,7 @@ class SubmitDialog(QDialog):
         self.message.setObjectName("submitMessage")
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.submit_button = self.buttons.addButton("&Submit", QDialogButtonBox.ButtonRole.AcceptRole)
-        self.submit_button.setDefault(True)
+        self._pristine = True  # nothing typed yet: say what is missing without an error mark
 
         top = QFormLayout()
         top.addRow("&Kind:", self.kind)
@@ -240,14 +292,27 @@ class SubmitDialog(QDialog):
         layout.addWidget(self.message)
         layout.addWidget(self.buttons)
         self.resize(520, 460)
+        # only once the buttons are in the dialog: set earlier, Qt made Cancel the default
+        # and Enter threw the user's input away
+        self.submit_button.setDefault(True)
 
         self.kind.currentIndexChanged.connect(self._kind_changed)
+        self.form.changed.connect(self._touch)
         self.form.changed.connect(self._form_changed)
-        self.editor.textChanged.connect(self._validate)
+        self.editor.textChanged.connect(self._editor_changed)
         self.tabs.currentChanged.connect(self._tab_changed)
         self.buttons.accepted.connect(self.try_submit)
         self.buttons.rejected.connect(self.reject)
         self._kind_changed()
+        (self.form.prompt if self._is_demo() else self.editor).setFocus()
+
+    def _touch(self) -> None:
+        self._pristine = False
+
+    def _editor_changed(self) -> None:
+        if not self._syncing:
+            self._pristine = False
+        self._validate()
 
     def _is_demo(self) -> bool:
         return self.kind.currentData() == "demo"
@@ -292,7 +357,10 @@ class SubmitDialog(QDialog):
         try:
             self.payload()
         except QueueError as exc:
-            self.message.show_error(str(exc))
+            if self._pristine:
+                self.message.show_info(f"To submit: {exc}.", ok=False)
+            else:
+                self.message.show_error(str(exc))
             return False
         self.message.show_info("Ready to submit. The job is saved to disk before it is listed.")
         return True
@@ -304,11 +372,12 @@ class SubmitDialog(QDialog):
             result = self.controller.submit(
                 str(self.kind.currentData()),
                 payload,
-                title=self.title.text() or None,
+                title=self.title.text().strip() or default_title(payload),
                 priority=str(self.priority.currentData()),
                 max_attempts=self.max_attempts.value(),
             )
         except QueueError as exc:
+            self._pristine = False
             self.message.show_error(str(exc))
             return False
         self.submit_result = result
@@ -348,7 +417,6 @@ class ReplayDialog(QDialog):
         self.message = InlineMessage()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.replay_button = self.buttons.addButton("&Replay", QDialogButtonBox.ButtonRole.AcceptRole)
-        self.replay_button.setDefault(True)
         layout = QVBoxLayout(self)
         layout.addWidget(explain)
         label = QLabel("&Input:")
@@ -358,6 +426,8 @@ class ReplayDialog(QDialog):
         layout.addWidget(self.message)
         layout.addWidget(self.buttons)
         self.resize(520, 420)
+        self.replay_button.setDefault(True)  # after the layout (see SubmitDialog)
+        self.editor.setFocus()
         self.editor.textChanged.connect(self._validate)
         self.buttons.accepted.connect(self.try_replay)
         self.buttons.rejected.connect(self.reject)
@@ -433,6 +503,12 @@ class PreferencesDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs)
         layout.addWidget(buttons)
+        # every hint readable in full, not cut off at "https://api.openai…" / "leave empty to k…"
+        for edit in self.findChildren(QLineEdit):
+            hint = edit.placeholderText()
+            if hint:
+                edit.setMinimumWidth(edit.fontMetrics().horizontalAdvance(hint) + 24)
+        self.setMinimumWidth(max(560, self.sizeHint().width()))
 
     def accept(self) -> None:
         """Saves the provider profile (and key) first; stays open if the key cannot be saved."""

@@ -119,6 +119,15 @@ def queue_columns(hold: HoldReason | None = None) -> tuple[Column, ...]:
 
 QUEUE_COLUMNS: tuple[Column, ...] = queue_columns()
 
+
+def replayed_as_text(job: Mapping[str, Any]) -> str:
+    """``job 1a2b3c`` (or ``jobs a, b``) for a job that was replayed, else ""."""
+    ids = [str(i) for i in job.get("replayed_as") or ()]
+    if not ids:
+        return ""
+    return ("job " if len(ids) == 1 else "jobs ") + ", ".join(ids)
+
+
 DEAD_COLUMNS: tuple[Column, ...] = (
     Column("title", "Title", lambda j, _n: j.get("title") or ""),
     Column("kind", "Kind", lambda j, _n: j.get("kind") or ""),
@@ -128,6 +137,8 @@ DEAD_COLUMNS: tuple[Column, ...] = (
     Column("attempts", "Attempts", lambda j, _n: f"{j.get('attempts', 0)} ({j.get('total_attempts', 0)} in all)",
            lambda j, _n: j.get("total_attempts", 0)),
     Column("died", "Died at", lambda j, n: clock_time(j.get("finished_at"), n), lambda j, _n: _num(j.get("finished_at"))),
+    # a dead job stays dead when it is replayed: say so, or it looks like nobody dealt with it
+    Column("replayed", "Replayed as", lambda j, _n: ", ".join(str(i) for i in j.get("replayed_as") or ())),
 )
 
 
@@ -199,16 +210,22 @@ class JobTableModel(QAbstractTableModel):
         column = self.columns[col]
         role = int(role)
         if role == _SORT:  # first: sorting 10,000 rows asks for it ~150,000 times
-            return column.sort(job, self._now) if column.sort is not None else column.display(job, self._now)
+            # text sorts as people expect: "apple" next to "Apple", not after "Zebra"
+            return column.sort(job, self._now) if column.sort is not None else column.display(job, self._now).casefold()
         if role == _DISPLAY:
             return column.display(job, self._now)
         if role == _DECORATION:
-            return state_icon(str(job.get("state"))) if column.key == "state" else None
+            if column.key == "state":
+                return state_icon(str(job.get("state")))
+            if column.key == "title" and job.get("replayed_as"):
+                return icon("event-link")
+            return None
         if role == _TOOLTIP:
             if column.key in ("error", "class") and job.get("last_error"):
                 return error_text(job)
             if column.key == "title":
-                return f"{job.get('title')}\njob {job.get('id')}"
+                replayed = replayed_as_text(job)
+                return f"{job.get('title')}\njob {job.get('id')}" + (f"\nreplayed as {replayed}" if replayed else "")
             if column.key == "state" and job.get("last_error"):
                 return f"{job.get('state')}: {error_text(job)}"
             return column.display(job, self._now) or None
@@ -410,6 +427,10 @@ EVENT_LOOK: dict[str, tuple[str, str, str]] = {
 #: detail keys shown in the headline rather than in the detail line
 _HIDDEN_DETAIL = frozenset({"replayed_as", "replay_of"})
 
+#: events a person caused outside any attempt: the attempt/epoch they carry is the job's
+#: previous one ("Retried by hand · attempt 1 · epoch 1" read as if attempt 1 were retried)
+_NO_ATTEMPT = frozenset({EventType.SUBMITTED, EventType.RETRIED, EventType.REPLAYED_AS})
+
 
 def event_link(event: Event) -> str | None:
     """The job id an event links to (a replay's original, or the replay), if any."""
@@ -425,7 +446,7 @@ def event_headline(event: Event, now: float | None = None) -> str:
     elif event.type == EventType.REPLAYED_AS:
         label = f"Replayed as job {event.detail.get('replayed_as')}"
     parts = [clock_time(event.at, now), label]
-    if event.attempt or event.epoch:
+    if (event.attempt or event.epoch) and event.type not in _NO_ATTEMPT:
         parts.append(f"attempt {event.attempt} · epoch {event.epoch}")
     return "  ·  ".join(parts)
 
@@ -441,6 +462,8 @@ def event_detail(event: Event) -> str:
             value = seconds(float(value))
         elif key in ("run_after", "expired_at") and isinstance(value, (int, float)):
             value = clock_time(float(value))
+        elif isinstance(value, bool):
+            value = "yes" if value else "no"
         extra.append(f"{key.replace('_', ' ')}: {value}")
     return " · ".join([who, *extra])
 

@@ -1,0 +1,291 @@
+"""Regressions found by playing the issue's "Done when" scenario in a real window.
+
+One test (or a few) per bug: Enter cancelled the submit dialog, a void Qt call leaked
+``None`` until the window aborted, "Cancel jobs" / "Cancel" buttons side by side, and
+the smaller rough edges (sorting, timeline wording, replayed dead letters, icons on
+the selection colour, a cramped Preferences dialog).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPalette
+from PySide6.QtWidgets import QMessageBox
+
+from desktop_queue.core import Outcome, Queue
+from desktop_queue.core.model import Event, EventType, State
+from desktop_queue.providers.demo import DemoProvider
+from desktop_queue.ui import dialogs
+from desktop_queue.ui.icons import state_icon
+from desktop_queue.ui.models import (
+    DEAD_COLUMNS,
+    DeadLetterModel,
+    JobFilterProxy,
+    JobRole,
+    QueueModel,
+    event_detail,
+    event_headline,
+)
+from desktop_queue.ui.settings import Preferences
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dead_job(queue: Queue, prompt: str = "fails") -> str:
+    job_id = queue.submit("demo", {"prompt": prompt, "fail_times": 1, "fail_with": "fatal"}, title=prompt).job.id
+    lease = queue.lease("w1")
+    assert lease is not None and lease.job_id == job_id
+    queue.fail(lease, Outcome.failure("fatal", "demo: simulated invalid request (400)", status=400))
+    return job_id
+
+
+# --------------------------------------------------------------------------- the submit and replay dialogs
+
+
+def test_enter_submits_the_new_job_dialog_instead_of_cancelling_it(qtbot: Any, session: Any) -> None:
+    """Enter in the title field threw the input away: Qt had made Cancel the default button."""
+    dialog = session.window.new_job()
+    assert dialog.submit_button.isDefault()
+    assert not dialog.buttons.button(dialog.buttons.StandardButton.Cancel).isDefault()
+    dialog.form.prompt.setText("typed, then Enter")
+    dialog.title.setText("Enter submits")
+    with qtbot.waitSignal(dialog.submitted, timeout=3000) as blocker:
+        qtbot.keyClick(dialog.title, Qt.Key.Key_Return)
+    assert blocker.args[0].job.title == "Enter submits"
+    assert session.queue.get(blocker.args[0].job.id).title == "Enter submits"
+
+
+def test_replay_dialog_defaults_to_replay_and_starts_in_the_editor(qtbot: Any, session: Any) -> None:
+    job = session.queue.get(dead_job(session.queue))
+    dialog = dialogs.ReplayDialog(session.controller, job, session.window)
+    qtbot.addWidget(dialog)
+    dialog.open()
+    assert dialog.replay_button.isDefault()
+    assert not dialog.buttons.button(dialog.buttons.StandardButton.Cancel).isDefault()
+    assert dialog.focusWidget() is dialog.editor
+    dialog.reject()
+
+
+def test_a_fresh_submit_dialog_focuses_the_prompt_and_shows_no_error_yet(session: Any) -> None:
+    dialog = session.window.new_job()
+    assert dialog.focusWidget() is dialog.form.prompt
+    assert not dialog.message.ok
+    assert dialog.message.text.text().startswith("To submit:")
+    assert "Error" not in dialog.message.accessibleDescription()
+    dialog.form.prompt.setText("x")
+    dialog.form.prompt.clear()  # now the user emptied it: that is an error
+    assert dialog.message.accessibleDescription().startswith("Error:")
+    assert not dialog.try_submit()
+    assert sum(session.queue.counts().values()) == 0
+    dialog.reject()
+
+
+def test_choosing_fail_with_shows_the_one_failing_attempt_it_implies(session: Any) -> None:
+    """The form said "Fail the first: 0 attempts" while the JSON said fail_times 1."""
+    dialog = session.window.new_job()
+    dialog.form.prompt.setText("x")
+    dialog.form.fail_with.setCurrentIndex(dialog.form.fail_with.findData("fatal"))
+    assert dialog.form.fail_times.value() == 1
+    assert dialog.form.payload()["fail_times"] == 1
+    dialog.form.fail_times.setValue(3)
+    dialog.form.fail_with.setCurrentIndex(dialog.form.fail_with.findData("retryable"))
+    assert dialog.form.fail_times.value() == 3  # a number the user chose is kept
+    dialog.reject()
+
+
+def test_a_job_without_a_title_is_listed_by_its_prompt(qtbot: Any, session: Any) -> None:
+    """Every job submitted from the dialog without a title was listed as "demo job"."""
+    dialog = session.window.new_job()
+    dialog.form.prompt.setText("  A haiku about queues\nsecond line")
+    with qtbot.waitSignal(dialog.submitted, timeout=3000) as blocker:
+        dialog.submit_button.click()
+    assert session.queue.get(blocker.args[0].job.id).title == "A haiku about queues"
+    assert dialogs.default_title({"prompt": "x" * 100}) == "x" * 59 + "…"
+    assert dialogs.default_title({"prompt": "   "}) is None
+    assert dialogs.default_title(["not", "a", "dict"]) is None
+
+
+def test_fail_the_first_one_attempt_is_singular(session: Any) -> None:
+    dialog = session.window.new_job()
+    dialog.form.fail_times.setValue(1)
+    assert dialog.form.fail_times.text() == "1 attempt"
+    dialog.form.fail_times.setValue(2)
+    assert dialog.form.fail_times.text() == "2 attempts"
+    dialog.reject()
+
+
+# --------------------------------------------------------------------------- confirmations
+
+
+@pytest.mark.parametrize(
+    ("ok_text", "expected_no"),
+    [("Cancel jobs", "Keep running"), ("Cancel job", "Keep running"), ("Quit", "Cancel"), ("Retry 3", "Cancel")],
+)
+def test_the_no_button_is_never_called_cancel_next_to_cancel_jobs(qtbot: Any, ok_text: str, expected_no: str) -> None:
+    box, ok = dialogs.make_confirm_box(None, "Cancel running jobs?", "1 job is running now.", ok_text)
+    qtbot.addWidget(box)
+    texts = sorted(b.text() for b in box.buttons())
+    assert texts == sorted([ok_text, expected_no])
+    default = box.defaultButton()
+    assert default is not None and default.text() == expected_no  # the safe answer
+    assert box.escapeButton() is default
+    assert ok.text() == ok_text
+    assert box.buttonRole(ok) == QMessageBox.ButtonRole.AcceptRole
+
+
+def test_confirm_returns_true_only_for_the_agreeing_button(qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    clicked: dict[str, str] = {}
+
+    def fake_exec(box: QMessageBox) -> int:
+        target = next(b for b in box.buttons() if b.text() == clicked["text"])
+        target.click()
+        return 0
+
+    monkeypatch.setattr(QMessageBox, "exec", fake_exec)
+    clicked["text"] = "Cancel jobs"
+    assert dialogs.confirm(None, "t", "x", "Cancel jobs") is True
+    clicked["text"] = "Keep running"
+    assert dialogs.confirm(None, "t", "x", "Cancel jobs") is False
+
+
+# --------------------------------------------------------------------------- preferences
+
+
+def test_preferences_are_wide_enough_for_their_hints(qtbot: Any) -> None:
+    dialog = dialogs.PreferencesDialog(Preferences())
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.tabs.setCurrentWidget(dialog.providers_page)
+    qtbot.waitUntil(dialog.providers_page.isVisible, timeout=2000)
+    assert dialog.width() >= 560
+    page = dialog.providers_page
+    for field in (page.base_url, page.api_key):
+        hint = field.placeholderText()
+        assert hint
+        assert QFontMetrics(field.font()).horizontalAdvance(hint) <= field.width(), hint
+    dialog.reject()
+
+
+# --------------------------------------------------------------------------- models
+
+
+def test_text_columns_sort_without_regard_to_case(qtbot: Any, data_dir: Path) -> None:
+    with Queue.open(data_dir, {"demo": DemoProvider()}) as queue:
+        for name in ("banana", "Cherry", "apple", "Apple pie"):
+            queue.submit("demo", {"prompt": name}, title=name)
+        jobs = queue.raw_jobs()
+    model = QueueModel()
+    model.reset_jobs(jobs)
+    proxy = JobFilterProxy()
+    proxy.setSourceModel(model)
+    title = next(i for i, c in enumerate(model.columns) if c.key == "title")
+    proxy.sort(title, Qt.SortOrder.AscendingOrder)
+    titles = [proxy.index(r, title).data() for r in range(proxy.rowCount())]
+    assert titles == ["apple", "Apple pie", "banana", "Cherry"]
+
+
+def _event(kind: str, **detail: Any) -> Event:
+    return Event(type=kind, at=1_700_000_000.0, attempt=1, epoch=1, worker=None, actor="user", detail=detail)
+
+
+@pytest.mark.parametrize("kind", [EventType.RETRIED, EventType.REPLAYED_AS])
+def test_user_verbs_do_not_claim_the_previous_attempt(kind: str) -> None:
+    """"Retried by hand · attempt 1 · epoch 1" read as if attempt 1 were being retried."""
+    headline = event_headline(_event(kind, replayed_as="abc", run=2), now=1_700_000_000.0)
+    assert "attempt" not in headline and "epoch" not in headline
+
+
+def test_lease_events_keep_their_attempt() -> None:
+    assert "attempt 1 · epoch 1" in event_headline(_event(EventType.LEASED), now=1_700_000_000.0)
+
+
+def test_timeline_details_say_yes_and_no_not_python_booleans() -> None:
+    detail = event_detail(_event(EventType.REPLAYED_AS, replayed_as="abc", edited=True, reused=False))
+    assert "edited: yes" in detail and "reused: no" in detail
+    assert "True" not in detail and "False" not in detail
+
+
+def test_a_replayed_dead_letter_says_so(qtmodeltester: Any, data_dir: Path) -> None:
+    """A dead job stays dead after a replay; the pane showed no sign anyone had dealt with it."""
+    with Queue.open(data_dir, {"demo": DemoProvider()}) as queue:
+        replayed = dead_job(queue, "replayed")
+        untouched = dead_job(queue, "untouched")
+        new_id = queue.replay(replayed, {"prompt": "fixed"}).id
+        jobs = queue.raw_jobs()
+    model = DeadLetterModel()
+    model.reset_jobs(jobs)
+    qtmodeltester.check(model)
+    column = next(i for i, c in enumerate(DEAD_COLUMNS) if c.key == "replayed")
+    title = next(i for i, c in enumerate(DEAD_COLUMNS) if c.key == "title")
+    assert model.headerData(column, Qt.Orientation.Horizontal) == "Replayed as"
+    row = model.row_of(replayed)
+    assert row is not None
+    assert model.index(row, column).data() == new_id
+    assert model.index(row, title).data(Qt.ItemDataRole.DecorationRole) is not None
+    assert f"replayed as job {new_id}" in model.index(row, title).data(Qt.ItemDataRole.ToolTipRole)
+    other = model.row_of(untouched)
+    assert other is not None
+    assert model.index(other, column).data() == ""
+    assert model.index(other, title).data(Qt.ItemDataRole.DecorationRole) is None
+    assert model.index(other, 0).data(JobRole.STATE) == State.DEAD
+
+
+# --------------------------------------------------------------------------- icons
+
+
+@pytest.mark.parametrize("state", [State.QUEUED, State.RUNNING, State.SUCCEEDED, State.DEAD, State.CANCELLED])
+def test_state_icons_stay_visible_on_the_selection_colour(qtbot: Any, state: str) -> None:
+    """The running icon (blue strokes) vanished on a selected (blue) row."""
+    highlight = QPalette().color(QPalette.ColorRole.Highlight)
+    image = QImage(16, 16, QImage.Format.Format_ARGB32)
+    image.fill(highlight)
+    painter = QPainter(image)
+    state_icon(state).paint(painter, 0, 0, 16, 16)
+    painter.end()
+
+    def distance(colour: QColor) -> int:
+        return abs(colour.red() - highlight.red()) + abs(colour.green() - highlight.green()) + abs(
+            colour.blue() - highlight.blue()
+        )
+
+    visible = sum(1 for x in range(16) for y in range(16) if distance(image.pixelColor(x, y)) > 100)
+    assert visible >= 60, f"{state}: only {visible} of 256 pixels stand out from the selection colour"
+
+
+# --------------------------------------------------------------------------- the binding guard
+
+
+def test_the_window_survives_a_binding_that_leaks_none(tmp_path: Path) -> None:
+    """PySide6 6.12.0 + CPython 3.11 returned None from void methods without a reference:
+    the window aborted with ``Fatal Python error: none_dealloc`` after ~2 minutes of use.
+    A fresh process (the leak would poison this one) does far more void calls than None
+    has references; it must exit normally, whatever the installed binding."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from PySide6.QtWidgets import QApplication, QLabel
+        from desktop_queue.runtime.qtcompat import binding_steals_none, install
+        app = QApplication([])
+        leaks = binding_steals_none()
+        install()
+        label = QLabel()
+        for i in range(300_000):
+            label.setText("x")
+        print("leaks" if leaks else "sound", sys.getrefcount(None) > 0)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "QT_QPA_PLATFORM": "offscreen"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict, healthy = done.stdout.split()
+    assert verdict in ("leaks", "sound") and healthy == "True"
