@@ -452,6 +452,7 @@ class Store:
 
     def __init__(self, root: Path, *, rotate_bytes: int = 4 << 20, background_compaction: bool = True) -> None:
         self.root = Path(root)
+        self._root_s = str(self.root)
         self.rotate_bytes = rotate_bytes
         self.background_compaction = background_compaction
         self.state = StoreState()
@@ -700,6 +701,9 @@ class Store:
         path = self.root / segment_name(gen)
         atomic_write(path, encode_record(self._header(gen)), overwrite=replace)
 
+    def _segment_path(self, gen: int) -> str:
+        return os.path.join(self._root_s, segment_name(gen))
+
     def _open_segment(self, gen: int, offset: int | None = None) -> None:
         """Switches appends and catch-up reads to segment ``gen``, at ``offset`` (default: after its header)."""
         fd = os.open(self.root / segment_name(gen), os.O_RDWR | os.O_APPEND)
@@ -735,13 +739,14 @@ class Store:
 
     def _catch_up(self, exclusive: bool) -> None:
         self._catch_up_segment(exclusive)
-        while True:
+        # os.access, not open-and-catch: this runs on every commit and read
+        while os.access(self._segment_path(self._gen + 1), os.F_OK):
             try:
                 self._open_segment(self._gen + 1)
             except FileNotFoundError:
                 break
             self._catch_up_segment(exclusive)
-        if not (self.root / segment_name(self._gen)).exists():
+        if not os.access(self._segment_path(self._gen), os.F_OK):
             # compacted away under us: what we have is complete up to the end of that segment,
             # but a newer one may also be gone; reload from the files. Loading may cut a torn
             # tail or quarantine a file, which only the exclusive lock holder may do.
