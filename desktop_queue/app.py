@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QApplication
 
 from desktop_queue.core import Queue, QueueError, StoreError

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -38,6 +38,7 @@ from typing import Any
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.model import ErrorClass
 from desktop_queue.core.outcome import Outcome
+from desktop_queue.core.redact import strings_in
 
 _EPS = 1e-9
 
@@ -112,17 +113,6 @@ class RateLimitInfo:
     reset_s: float | None = None
 
 
-def _strings(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item)
-
-
 def estimate_cost(payload: Any, *, default_output_tokens: int = 256, chars_per_token: float = 4.0) -> Cost:
     """Estimates one attempt's cost from its input, before it runs.
 
@@ -140,14 +130,14 @@ def estimate_cost(payload: Any, *, default_output_tokens: int = 256, chars_per_t
         return Cost(1, default_output_tokens)
     chars = 0
     for key in ("prompt", "input", "instructions"):
-        chars += sum(len(s) for s in _strings(payload.get(key)))
+        chars += sum(len(s) for s in strings_in(payload.get(key)))
     messages = payload.get("messages")
     framing = 0
     if isinstance(messages, list):
         framing = 4 * len(messages)  # role and separators
         for message in messages:
             content = message.get("content") if isinstance(message, dict) else message
-            chars += sum(len(s) for s in _strings(content))
+            chars += sum(len(s) for s in strings_in(content))
     output = default_output_tokens
     for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         value = payload.get(key)

@@ -22,15 +22,16 @@ MAX_PATTERN_CHARS = 2000
 _TOKEN = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt])|(\w+)')
 
 
-def _strings(value: Any) -> Iterator[str]:
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string inside a JSON value (object values, array items), depth first."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _strings(item)
+            yield from strings_in(item)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _strings(item)
+            yield from strings_in(item)
 
 
 def redact(message: str, job_input: Any = None, secrets: tuple[str, ...] = ()) -> str:
@@ -42,7 +43,7 @@ def redact(message: str, job_input: Any = None, secrets: tuple[str, ...] = ()) -
     for secret in secrets:
         if secret:
             text = text.replace(secret, REDACTED)
-    fragments = sorted({s for s in _strings(job_input) if len(s) >= 6}, key=len, reverse=True)
+    fragments = sorted({s for s in strings_in(job_input) if len(s) >= 6}, key=len, reverse=True)
     for fragment in fragments:
         text = text.replace(fragment, REDACTED)
         # quoted in another case, with its whitespace collapsed, or JSON-escaped
