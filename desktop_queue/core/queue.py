@@ -24,6 +24,7 @@ from desktop_queue.core.errors import (
     NotAllowed,
     QueueFull,
     StaleLease,
+    StoreError,
     UnknownKind,
 )
 from desktop_queue.core.fingerprint import canonical_json, fingerprint, input_digest
@@ -523,7 +524,10 @@ class Queue:
             self._record_stale(lease, "late result rejected")
             raise
         if existing is None:
-            self.results.write(doc, durable=False)
+            try:
+                self.results.write(doc, durable=False)
+            except StoreError as exc:  # the journal holds the result; the next open writes the copy
+                log.warning("result copy for job %s not written yet: %s", lease.job_id, exc)
         return self._view(lease.job_id)
 
     def _record_stale(self, lease: Lease, reason: str) -> None:
