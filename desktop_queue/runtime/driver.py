@@ -152,7 +152,8 @@ class JobRunnable(QRunnable):
         except InvalidArtifact as exc:  # the provider's output is unusable: poison after a few
             outcome = Outcome.failure(ErrorClass.POISON, f"{job.kind}: {exc}")
         except Exception as exc:
-            log.exception("attempt of %s crashed", job.id)
+            # the type only: an exception's text may quote the prompt (invariant 7)
+            log.error("attempt of %s crashed: %s", job.id, type(exc).__name__)
             outcome = Outcome.failure(ErrorClass.RETRYABLE, f"worker error: {type(exc).__name__}")
         self._relay.finished.emit(RunReport(lease, outcome, self._cancel.is_set(), reused))
 
