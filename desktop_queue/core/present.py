@@ -25,11 +25,13 @@ HoldReason = Callable[[Mapping[str, Any]], str | None]
 
 WAITING_LOWER_PRIORITY = "waiting: lower priority"
 BACKOFF = "backoff"
+#: the "next run" of a finished job (succeeded, dead, cancelled)
+NO_NEXT_RUN = "—"
 NOW_PREFIX = "now: "
 
 
 def describe_state(job: Mapping[str, Any], now: float, hold: HoldReason | None = None) -> str:
-    """The "next run" phrase: ``retrying in 12 s``, ``waiting: rate limit``, or the state.
+    """The "next run" phrase: ``retrying in 12 s``, ``waiting: rate limit``, ``running 12 s``, or ``—``.
 
     Args:
         job: a job dict (``state``, ``run_after``, ``attempts``, ``total_attempts``, ``last_error``).
@@ -57,9 +59,11 @@ def describe_state(job: Mapping[str, Any], now: float, hold: HoldReason | None =
                 return reason
         return "ready" if not job.get("total_attempts") else "ready to retry"
     if state == State.RUNNING:
-        return f"attempt {job.get('attempts', 0)}/{job.get('max_attempts', 0)}"
-    if state == State.DEAD and error:
-        return f"dead ({error.get('class')})"
+        # the State and Attempts columns say the rest; this says how long it has run
+        started = job.get("started_at")
+        return f"running {seconds(max(0.0, now - started))}" if started is not None else "running"
+    if state in (State.SUCCEEDED, State.DEAD, State.CANCELLED):
+        return NO_NEXT_RUN  # finished: no next run (State and Last error say how it ended)
     return str(state)
 
 

@@ -37,6 +37,7 @@ from desktop_queue.ui.panes import STATE_ORDER, DeadLetterPane, QueuePane, Timel
 from desktop_queue.ui.settings import (
     Preferences,
     load_preferences,
+    load_window_number,
     load_window_state,
     save_preferences,
     save_window_state,
@@ -45,6 +46,8 @@ from desktop_queue.ui.timeline import LiveTimelineModel
 
 #: provider status level -> status-bar icon (shapes differ, so colour is never the only cue)
 PROVIDER_ICONS = {"ok": "provider-ok", "slow": "provider-slow", "probing": "provider-probing", "down": "provider-down"}
+#: the default split between the job tables and the timeline (the timeline wraps its lines)
+DEFAULT_SPLITTER = [850, 350]
 #: how many recent flow events a provider indicator's tooltip lists
 FLOW_TOOLTIP_EVENTS = 8
 
@@ -66,6 +69,22 @@ ACTION_SPECS: dict[Command, tuple[str, str, Any, str]] = {
     Command.FIND: ("&Find…", "action-find", QKeySequence.StandardKey.Find, "Filter the jobs by text (Ctrl+F)"),
     Command.QUIT: ("&Quit", "", QKeySequence.StandardKey.Quit, "Close Desktop Queue"),
 }
+
+
+#: shortcuts for standard keys that some platforms leave empty (Preferences: X11, Windows)
+SHORTCUT_FALLBACKS: dict[Command, QKeySequence] = {Command.PREFERENCES: QKeySequence("Ctrl+,")}
+
+
+def shortcuts_for(
+    shortcut: QKeySequence | QKeySequence.StandardKey, fallback: QKeySequence | None = None
+) -> list[QKeySequence]:
+    """The key sequences of ``shortcut``; ``fallback`` when a standard key has none on this platform."""
+    if isinstance(shortcut, QKeySequence):
+        return [shortcut]
+    bindings = [k for k in QKeySequence.keyBindings(shortcut) if not k.isEmpty()]
+    if not bindings and fallback is not None:
+        return [fallback]
+    return bindings
 
 
 class Banner(QFrame):
@@ -174,6 +193,9 @@ class MainWindow(QMainWindow):
         self.dead_pane.retry_all_requested.connect(self.retry_all_matching)
         self.timeline_pane.link_activated.connect(self.show_job)
         self.timeline_pane.copy_requested.connect(self.copy_timeline)
+        copy = self.actions_[Command.COPY_TIMELINE]
+        copy.enabledChanged.connect(self.timeline_pane.copy_button.setEnabled)
+        self.timeline_pane.copy_button.setEnabled(copy.isEnabled())
         for view in (self.queue_pane.view, self.dead_pane.view):
             view.customContextMenuRequested.connect(lambda pos, v=view: self._context_menu(v, pos))
             view.doubleClicked.connect(lambda _i: self.timeline_pane.view.setFocus())
@@ -217,7 +239,7 @@ class MainWindow(QMainWindow):
             action = QAction(icon(icon_name) if icon_name else QIcon(), text, self)
             action.setObjectName(f"action_{command.value}")
             if shortcut is not None:
-                action.setShortcut(shortcut if isinstance(shortcut, QKeySequence) else QKeySequence(shortcut))
+                action.setShortcuts(shortcuts_for(shortcut, SHORTCUT_FALLBACKS.get(command)))
             action.setStatusTip(tip)
             action.setToolTip(f"{text.replace('&', '').rstrip('…')} — {tip}")
             action.triggered.connect(lambda _checked=False, h=handlers[command]: h())
@@ -361,11 +383,15 @@ class MainWindow(QMainWindow):
         if splitter is not None:
             self.splitter.restoreState(splitter)
         else:
-            self.splitter.setSizes([760, 440])
+            self.splitter.setSizes(DEFAULT_SPLITTER)
         for key, view in (("queue_header", self.queue_pane.view), ("dead_header", self.dead_pane.view)):
-            header = load_window_state(key)
-            if header is not None:
-                view.horizontalHeader().restoreState(header)
+            header = view.horizontalHeader()
+            saved = load_window_state(key)
+            # a state saved with other columns (an older version) would misplace every section
+            if saved is not None and load_window_number(f"{key}_columns") == header.count():
+                header.restoreState(saved)
+                # the restored sort indicator sorts the model (restoreState does not say so)
+                view.sortByColumn(header.sortIndicatorSection(), header.sortIndicatorOrder())
 
     def save_state(self) -> None:
         """Saves geometry, toolbar, splitter and header state under ``window/`` in QSettings."""
@@ -376,7 +402,10 @@ class MainWindow(QMainWindow):
             "queue_header": self.queue_pane.view.horizontalHeader().saveState(),
             "dead_header": self.dead_pane.view.horizontalHeader().saveState(),
         }
-        save_window_state(values)
+        save_window_state(values, {
+            "queue_header_columns": self.queue_pane.view.horizontalHeader().count(),
+            "dead_header_columns": self.dead_pane.view.horizontalHeader().count(),
+        })
 
     # ----------------------------------------------------------------- selection and timeline
 
@@ -645,7 +674,7 @@ class MainWindow(QMainWindow):
         if running and not dialogs.confirm(
             self, "Quit Desktop Queue?",
             f"{running} job{'s are' if running != 1 else ' is'} running. Quit anyway? "
-            "They are stopped and queued again; nothing is lost.",
+            f"{'They are' if running != 1 else 'It is'} stopped and queued again; nothing is lost.",
             "Quit",
         ):
             event.ignore()

@@ -17,6 +17,7 @@ from enum import IntEnum
 from typing import Any
 
 from PySide6.QtCore import (
+    QAbstractItemModel,
     QAbstractListModel,
     QAbstractTableModel,
     QModelIndex,
@@ -153,8 +154,42 @@ def _runs(rows: Iterable[int]) -> list[tuple[int, int]]:
     return out
 
 
+class _Row:
+    """One table row: the job dict, its sort key and its formatted cells (cached).
+
+    ``text`` holds the display text of every column that does not depend on the clock,
+    computed on first paint; a changed job gets a new ``_Row``, so nothing stale stays.
+    ``search`` is what the text filter looks in, computed on first filter.
+    """
+
+    __slots__ = ("job", "id", "seq", "key", "text", "search")
+
+    def __init__(self, job: JobDict) -> None:
+        self.job = job
+        self.id: str = job["id"]
+        self.seq = job.get("seq", 0)
+        self.key: Any = None
+        self.text: list[str] | None = None
+        self.search: str | None = None
+
+
+#: what every cell of a job table allows (QAbstractTableModel's default, spelled out for the proxy)
+_CELL_FLAGS = Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemNeverHasChildren
+
+#: the (parents, hint) overload of layoutAboutToBeChanged/layoutChanged (PySide6 splits C++ defaults)
+_LAYOUT_SIGNATURE = ("QList<QPersistentModelIndex>", "QAbstractItemModel::LayoutChangeHint")
+
+_HANDLED_ROLES = frozenset({_DISPLAY, _DECORATION, _TOOLTIP, _FONT, _JOB, _ID, _STATE, _SORT, _SEARCH})
+
+
 class JobTableModel(QAbstractTableModel):
-    """Jobs as table rows, updated incrementally from job dicts.
+    """Jobs as table rows, kept in sorted order, updated incrementally from job dicts.
+
+    The model sorts itself (:meth:`sort`): one ``list.sort`` over keys computed once
+    per row, then ``layoutChanged`` with the persistent indexes (the selection) moved
+    along. The proxy on top only filters. Changes keep the order: a new job is inserted
+    where it sorts, a changed job whose key moved it is moved (``beginMoveRows`` for
+    one, one coalesced re-sort for more). Ties sort by submission order.
 
     Args:
         columns: what the table shows.
@@ -170,13 +205,21 @@ class JobTableModel(QAbstractTableModel):
     ) -> None:
         super().__init__(parent)
         self.columns = columns
+        self._column_count = len(columns)
         self._clock = clock
-        self._rows: list[JobDict] = []
+        self._rows: list[_Row] = []
         self._row_of: dict[str, int] = {}
         self._now = clock()
         self._live_columns = [i for i, c in enumerate(columns) if c.live]
+        self._live = frozenset(self._live_columns)
+        self._static = [i for i, c in enumerate(columns) if not c.live]
+        self._sort_column = -1
+        self._sort_order = Qt.SortOrder.AscendingOrder
+        self._state_col = next((i for i, c in enumerate(columns) if c.key == "state"), -1)
+        self._title_col = next((i for i, c in enumerate(columns) if c.key == "title"), -1)
         self._bold = QFont()
         self._bold.setBold(True)
+        self._link_icon: QIcon | None = None
 
     # ----------------------------------------------------------------- what belongs here
 
@@ -192,6 +235,13 @@ class JobTableModel(QAbstractTableModel):
     def columnCount(self, parent: AnyIndex = _ROOT) -> int:  # noqa: N802 - Qt API
         return 0 if parent.isValid() else len(self.columns)
 
+    def index(self, row: int, column: int, parent: AnyIndex = _ROOT) -> QModelIndex:
+        # Qt's own index() asks rowCount() and columnCount(): two calls into Python for
+        # every cell the proxy maps while painting. One call does the same checks.
+        if 0 <= row < len(self._rows) and 0 <= column < self._column_count and not parent.isValid():
+            return self.createIndex(row, column)
+        return QModelIndex()
+
     def headerData(  # noqa: N802 - Qt API
         self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
     ) -> Any:
@@ -202,108 +252,268 @@ class JobTableModel(QAbstractTableModel):
                 return "Sorts by error signature: alike failures end up together"
         return None
 
+    def _cell(self, entry: _Row, col: int) -> str:
+        """The display text of one cell: cached per row, except the clock-dependent columns.
+
+        Live cells ("retrying in 12 s", run time, also what flow control says right now)
+        are formatted on every call, which the views make for visible rows only.
+        """
+        if col in self._live:
+            return self.columns[col].display(entry.job, self._now)
+        text = entry.text
+        if text is None:
+            job, now, live = entry.job, self._now, self._live
+            text = entry.text = ["" if i in live else c.display(job, now) for i, c in enumerate(self.columns)]
+        return text[col]
+
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        row, col = index.row(), index.column()
-        if not index.isValid() or row >= len(self._rows) or col >= len(self.columns):
-            return None
-        job = self._rows[row]
-        column = self.columns[col]
+        # the paint path asks ~7 roles per cell, most of them unhandled: leave early
         role = int(role)
-        if role == _SORT:  # first: sorting 10,000 rows asks for it ~150,000 times
-            # text sorts as people expect: "apple" next to "Apple", not after "Zebra"
-            return column.sort(job, self._now) if column.sort is not None else column.display(job, self._now).casefold()
-        if role == _DISPLAY:
-            return column.display(job, self._now)
-        if role == _DECORATION:
-            if column.key == "state":
-                return state_icon(str(job.get("state")))
-            if column.key == "title" and job.get("replayed_as"):
-                return icon("event-link")
+        if role not in _HANDLED_ROLES:
             return None
-        if role == _TOOLTIP:
-            if column.key in ("error", "class") and job.get("last_error"):
-                return error_text(job)
-            if column.key == "title":
-                replayed = replayed_as_text(job)
-                return f"{job.get('title')}\njob {job.get('id')}" + (f"\nreplayed as {replayed}" if replayed else "")
-            if column.key == "state" and job.get("last_error"):
-                return f"{job.get('state')}: {error_text(job)}"
-            return column.display(job, self._now) or None
+        return self.cell_data(index.row(), index.column(), role)
+
+    def cell_data(self, row: int, col: int, role: int) -> Any:
+        """:meth:`data` by row and column (the filter proxy calls it without an index)."""
+        if row < 0 or row >= len(self._rows) or col < 0 or col >= self._column_count:
+            return None
+        entry = self._rows[row]
+        if role == _DISPLAY:
+            return self._cell(entry, col)
+        job = entry.job
+        if role == _DECORATION:
+            if col == self._state_col:
+                return state_icon(str(job.get("state")))
+            if col == self._title_col and job.get("replayed_as"):
+                if self._link_icon is None:
+                    self._link_icon = icon("event-link")
+                return self._link_icon
+            return None
         if role == _FONT:
-            return self._bold if column.key == "state" and job.get("state") == State.DEAD else None
+            return self._bold if col == self._state_col and job.get("state") == State.DEAD else None
+        if role == _TOOLTIP:
+            key = self.columns[col].key
+            if key in ("error", "class") and job.get("last_error"):
+                return error_text(job)
+            if key == "title":
+                replayed = replayed_as_text(job)
+                return f"{job.get('title')}\njob {entry.id}" + (f"\nreplayed as {replayed}" if replayed else "")
+            if key == "state" and job.get("last_error"):
+                return f"{job.get('state')}: {error_text(job)}"
+            return self._cell(entry, col) or None
         if role == _JOB:
             return job
         if role == _ID:
-            return job.get("id")
+            return entry.id
         if role == _STATE:
             return job.get("state")
         if role == _SEARCH:
-            return " ".join(
-                str(x) for x in (job.get("id"), job.get("title"), job.get("kind"), job.get("state"), error_text(job)) if x
-            ).casefold()
+            return self._search(entry)
+        if role == _SORT:  # the key this column sorts by (the model sorts itself; kept for callers)
+            return self._column_key(col, job, self._now)
         return None
+
+    def _search(self, entry: _Row) -> str:
+        if entry.search is None:
+            job = entry.job
+            entry.search = " ".join(
+                str(x) for x in (entry.id, job.get("title"), job.get("kind"), job.get("state"), error_text(job)) if x
+            ).casefold()
+        return entry.search
+
+    # ----------------------------------------------------------------- sorting
+
+    def _column_key(self, col: int, job: Mapping[str, Any], now: float) -> Any:
+        column = self.columns[col]
+        # text sorts as people expect: "apple" next to "Apple", not after "Zebra"
+        return column.sort(job, now) if column.sort is not None else column.display(job, now).casefold()
+
+    def _key(self, entry: _Row, now: float) -> tuple[Any, int]:
+        """The row's sort key for the current column; ties go by submission order."""
+        if self._sort_column < 0:
+            return (0, entry.seq)
+        return (self._column_key(self._sort_column, entry.job, now), entry.seq)
+
+    @property
+    def sort_column(self) -> int:
+        """The column the rows are sorted by (-1: submission order)."""
+        return self._sort_column
+
+    @property
+    def sort_order(self) -> Qt.SortOrder:
+        return self._sort_order
+
+    def _order_rows(self, rows: list[_Row]) -> None:
+        """Sorts ``rows`` in place: keys computed once per row, one ``list.sort``."""
+        now = self._now
+        for entry in rows:
+            entry.key = self._key(entry, now)
+        rows.sort(key=lambda e: e.key, reverse=self._sort_order == Qt.SortOrder.DescendingOrder)
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """Sorts the rows by ``column`` (-1: submission order); the selection survives."""
+        column = column if 0 <= column < len(self.columns) else -1
+        if column == self._sort_column and order == self._sort_order:
+            return
+        self._sort_column, self._sort_order = column, order
+        self._relayout(rekey=True)
+
+    def _relayout(self, *, rekey: bool) -> None:
+        """Puts every row in sorted order with ``layoutChanged``, moving persistent indexes."""
+        hint = QAbstractItemModel.LayoutChangeHint.VerticalSortHint
+        self.layoutAboutToBeChanged[_LAYOUT_SIGNATURE].emit([], hint)  # type: ignore[index]
+        persistent = self.persistentIndexList()
+        where = [(self._rows[p.row()].id, p.column()) for p in persistent]
+        if rekey:
+            self._order_rows(self._rows)
+        else:
+            self._rows.sort(key=lambda e: e.key, reverse=self._sort_order == Qt.SortOrder.DescendingOrder)
+        self._row_of = {e.id: i for i, e in enumerate(self._rows)}
+        self.changePersistentIndexList(persistent, [self.index(self._row_of[i], c) for i, c in where])
+        self.layoutChanged[_LAYOUT_SIGNATURE].emit([], hint)  # type: ignore[index]
+
+    def _position(self, key: Any) -> int:
+        """Where a row with ``key`` goes among the rows (binary search, either order)."""
+        rows = self._rows
+        lo, hi = 0, len(rows)
+        if self._sort_order == Qt.SortOrder.DescendingOrder:
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if key < rows[mid].key:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        else:
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if rows[mid].key < key:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        return lo
+
+    def _in_place(self, row: int) -> bool:
+        """Whether row ``row`` still sorts between its neighbours."""
+        rows, key = self._rows, self._rows[row].key
+        before = rows[row - 1].key if row > 0 else None
+        after = rows[row + 1].key if row + 1 < len(rows) else None
+        if self._sort_order == Qt.SortOrder.DescendingOrder:
+            before, after = after, before
+        return (before is None or not key < before) and (after is None or not after < key)
 
     # ----------------------------------------------------------------- access
 
     def job_at(self, row: int) -> JobDict:
-        return self._rows[row]
+        return self._rows[row].job
 
     def row_of(self, job_id: str) -> int | None:
         return self._row_of.get(job_id)
 
     def jobs(self) -> list[JobDict]:
-        return list(self._rows)
+        return [e.job for e in self._rows]
+
+    def search_text(self, row: int) -> str:
+        """What the text filter searches in row ``row`` (casefolded, cached)."""
+        return self._search(self._rows[row])
 
     # ----------------------------------------------------------------- updates
 
     def reset_jobs(self, jobs: Iterable[Mapping[str, Any]]) -> None:
         """Replaces every row (start-up, or after the store was reloaded from its files)."""
         self.beginResetModel()
-        rows = sorted((dict(j) for j in jobs if self.include(j)), key=lambda j: j.get("seq", 0))
-        self._rows = rows
-        self._row_of = {j["id"]: i for i, j in enumerate(rows)}
         self._now = self._clock()
+        rows = [_Row(dict(j)) for j in jobs if self.include(j)]
+        self._order_rows(rows)
+        self._rows = rows
+        self._row_of = {e.id: i for i, e in enumerate(rows)}
         self.endResetModel()
 
     def apply(self, jobs: Iterable[Mapping[str, Any]]) -> None:
-        """Applies changed jobs: ``dataChanged`` for known rows, ranged inserts and removals."""
-        changed: list[int] = []
+        """Applies changed jobs: ``dataChanged`` for known rows, ranged inserts and removals.
+
+        Rows stay sorted: new rows are inserted where they sort; changed rows whose sort
+        key moved them are moved (one row) or re-sorted in one ``layoutChanged`` (more).
+        """
+        changed: list[str] = []
+        rekeyed: list[str] = []
         removed: list[int] = []
-        added: list[JobDict] = []
+        added: list[_Row] = []
+        now = self._now
         for job in jobs:
             row = self._row_of.get(job["id"])
             if row is None:
                 if self.include(job):
-                    added.append(dict(job))
+                    added.append(_Row(dict(job)))
             elif self.include(job):
-                self._rows[row] = dict(job)
-                changed.append(row)
+                entry = _Row(dict(job))
+                entry.key = self._key(entry, now)
+                if entry.key != self._rows[row].key:
+                    rekeyed.append(entry.id)
+                self._rows[row] = entry
+                changed.append(entry.id)
             else:
                 removed.append(row)
-        last_col = len(self.columns) - 1
-        for first, last in _runs(changed):
-            self.dataChanged.emit(self.index(first, 0), self.index(last, last_col))
         if removed:
             for first, last in reversed(_runs(removed)):
                 self.beginRemoveRows(_ROOT, first, last)
                 del self._rows[first : last + 1]
                 self.endRemoveRows()
-            self._row_of = {j["id"]: i for i, j in enumerate(self._rows)}
+            self._row_of = {e.id: i for i, e in enumerate(self._rows)}
+        last_col = len(self.columns) - 1
+        for first, last in _runs(self._row_of[i] for i in changed):
+            self.dataChanged.emit(self.index(first, 0), self.index(last, last_col))
+        misplaced = [row for row in (self._row_of[i] for i in rekeyed) if not self._in_place(row)]
+        if len(rekeyed) == 1 and misplaced:
+            self._move(misplaced[0])  # every other row kept its key: the rest is in order
+        elif misplaced:
+            self._relayout(rekey=False)
         if added:
-            added.sort(key=lambda j: j.get("seq", 0))
-            start = len(self._rows)
-            self.beginInsertRows(_ROOT, start, start + len(added) - 1)
-            for offset, job in enumerate(added):
-                self._rows.append(job)
-                self._row_of[job["id"]] = start + offset
+            self._insert(added)
+
+    def _move(self, row: int) -> None:
+        """Moves one row whose key changed to where it now sorts."""
+        entry = self._rows.pop(row)
+        target = self._position(entry.key)
+        self._rows.insert(row, entry)
+        # beginMoveRows wants the destination in the old numbering (after the moved row: +1)
+        destination = target if target < row else target + 1
+        if not self.beginMoveRows(_ROOT, row, row, _ROOT, destination):  # pragma: no cover - it is not in place
+            return
+        del self._rows[row]
+        self._rows.insert(target, entry)
+        first, last = min(row, target), max(row, target)
+        for i in range(first, last + 1):
+            self._row_of[self._rows[i].id] = i
+        self.endMoveRows()
+
+    def _insert(self, added: list[_Row]) -> None:
+        """Inserts new rows where they sort, one ranged insert per place."""
+        now = self._now
+        descending = self._sort_order == Qt.SortOrder.DescendingOrder
+        for entry in added:
+            entry.key = self._key(entry, now)
+        added.sort(key=lambda e: e.key, reverse=descending)
+        groups: list[tuple[int, list[_Row]]] = []
+        for entry in added:
+            position = self._position(entry.key)
+            if groups and groups[-1][0] == position:
+                groups[-1][1].append(entry)
+            else:
+                groups.append((position, [entry]))
+        for position, entries in reversed(groups):  # bottom first: the positions above stay valid
+            self.beginInsertRows(_ROOT, position, position + len(entries) - 1)
+            self._rows[position:position] = entries
             self.endInsertRows()
+        # once for the batch (as after removals): per group it would be O(rows × groups)
+        self._row_of = {e.id: i for i, e in enumerate(self._rows)}
 
     def tick(self) -> None:
         """Moves the clock on for the time-dependent cells ("retrying in 12 s", run time).
 
         No ``dataChanged`` is emitted for them: with 10,000 waiting jobs that would
         re-filter every row on every tick. The views repaint their visible rows instead
-        (see :meth:`has_live_columns`); a real change of a job re-sorts it as usual.
+        (see :meth:`has_live_columns`), and only those rows' live cells are formatted
+        again. Sorting by a live column uses its values at sort time.
         """
         self._now = self._clock()
 
@@ -342,14 +552,47 @@ class DeadLetterModel(JobTableModel):
 
 
 class JobFilterProxy(QSortFilterProxyModel):
-    """Text search (id, title, kind, state, error) and an optional state filter."""
+    """Text search (id, title, kind, state, error) and an optional state filter.
+
+    It only filters: :meth:`sort` hands the sort to the source :class:`JobTableModel`,
+    which sorts in one Python ``list.sort`` instead of Qt asking Python for a key on
+    every comparison. The proxy's own sort column stays -1, so it keeps the source's
+    order; ``dynamicSortFilter`` stays on so that a changed job is filtered again.
+    """
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._text = ""
         self._state: str | None = None
-        self.setSortRole(JobRole.SORT)  # primitive sort keys: Qt compares them in C++
-        self.setDynamicSortFilter(True)
+        self._jobs: JobTableModel | None = None
+        self.setDynamicSortFilter(True)  # re-filters changed rows; never sorts (sort column -1)
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """Sorts the source model (the header and ``QTableView.sortByColumn`` land here)."""
+        model = self.sourceModel()
+        if isinstance(model, JobTableModel):
+            model.sort(column, order)
+        else:  # pragma: no cover - every pane's source is a JobTableModel
+            super().sort(column, order)
+
+    def setSourceModel(self, model: QAbstractItemModel) -> None:  # noqa: N802 - Qt API
+        self._jobs = model if isinstance(model, JobTableModel) else None
+        super().setSourceModel(model)
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        # Painting asks ~7 roles per cell. Qt's path maps every one to the source, which
+        # calls into Python twice (index(), data()); unfiltered, the row is the same.
+        role = int(role)
+        if role not in _HANDLED_ROLES:
+            return None
+        jobs = self._jobs
+        if jobs is not None and self._state is None and not self._text and index.isValid():
+            return jobs.cell_data(index.row(), index.column(), role)
+        return super().data(index, role)
+
+    def flags(self, index: AnyIndex) -> Qt.ItemFlag:
+        # the source's flags are the same for every cell: no mapping needed (asked per painted cell)
+        return _CELL_FLAGS if index.isValid() else Qt.ItemFlag.NoItemFlags
 
     @property
     def text(self) -> str:
@@ -377,6 +620,8 @@ class JobFilterProxy(QSortFilterProxyModel):
             self.invalidateRowsFilter()
 
     def filterAcceptsRow(self, source_row: int, source_parent: AnyIndex) -> bool:  # noqa: N802 - Qt API
+        if self._state is None and not self._text:
+            return True  # asked for every row after each re-sort: the common case is cheap
         model = self.sourceModel()
         if not isinstance(model, JobTableModel):
             return True
@@ -384,8 +629,7 @@ class JobFilterProxy(QSortFilterProxyModel):
         if self._state is not None and job.get("state") != self._state:
             return False
         if self._text:
-            haystack = model.data(model.index(source_row, 0, source_parent), JobRole.SEARCH) or ""
-            return self._text in haystack
+            return self._text in model.search_text(source_row)
         return True
 
     def job_ids(self) -> list[str]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QPen
+import math
+
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QPen, QTextLayout, QTextOption
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -23,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from desktop_queue.core.model import State
 from desktop_queue.ui.icons import icon, state_icon
-from desktop_queue.ui.models import JobFilterProxy, JobRole, JobTableModel, TimelineModel, TimelineRole
+from desktop_queue.ui.models import JobFilterProxy, JobTableModel, TimelineModel, TimelineRole
 
 #: category -> accent colour (mid tones: readable on light and dark palettes)
 CATEGORY_COLOURS: dict[str, str] = {
@@ -133,11 +135,17 @@ class QueuePane(QWidget):
         self.state_filter.currentIndexChanged.connect(lambda _i: self.proxy.set_state(self.state_filter.currentData()))
         self.view.selectionModel().selectionChanged.connect(lambda *_: self.selection_changed.emit())
         self.view.sortByColumn(6, Qt.SortOrder.DescendingOrder)  # newest first
-        widths = {"state": 105, "title": 210, "kind": 60, "priority": 88, "attempts": 68, "next": 175,
-                  "created": 72, "wait": 56, "run": 68}
+        # Title takes what is left, so that Wait, Run time and Last error stay in sight
+        # at the default window size (1200×720) instead of behind horizontal scrolling
+        widths = {"state": 96, "title": 160, "kind": 56, "priority": 78, "attempts": 60, "next": 140,
+                  "created": 62, "wait": 48, "run": 56, "error": 110}
+        header = self.view.horizontalHeader()
+        header.setStretchLastSection(False)
         for i, column in enumerate(model.columns):
             if column.key in widths:
                 self.view.setColumnWidth(i, widths[column.key])
+            if column.key == "title":
+                header.setSectionResizeMode(i, QHeaderView.ResizeMode.Stretch)
 
     def repaint_live(self) -> None:
         """Repaints the visible rows after a clock tick (time-dependent cells)."""
@@ -238,26 +246,79 @@ class DeadLetterPane(QWidget):
 # --------------------------------------------------------------------------- timeline
 
 
+def wrapped_text(text: str, font: QFont, width: int) -> tuple[QTextLayout, int]:
+    """``text`` laid out in lines of at most ``width`` pixels, and its height.
+
+    Lines break between words, or anywhere in a word too long for a line (ids, URLs).
+    """
+    layout = QTextLayout(text, font)
+    option = QTextOption()
+    option.setWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+    layout.setTextOption(option)
+    height = 0.0
+    layout.beginLayout()
+    while True:
+        line = layout.createLine()
+        if not line.isValid():
+            break
+        line.setLineWidth(max(1, width))
+        line.setPosition(QPointF(0, height))
+        height += line.height()
+    layout.endLayout()
+    return layout, math.ceil(height)
+
+
 class TimelineDelegate(QStyledItemDelegate):
     """Paints an event as a node on a vertical line: icon, bold headline, quieter detail.
 
     Retries, throttling, lease expiries, reconciliation and replay links get a tinted
-    card and their own icon (never colour alone); links are underlined.
+    card and their own icon (never colour alone); links are underlined. The headline
+    and the detail wrap to the view's width, never cut with "…"; the row is as tall as
+    its lines (the view lays its rows out again when its width changes).
+
+    Args:
+        view: the list view it paints for (its width decides where lines wrap).
     """
 
     GUTTER = 34
     PAD = 6
+    #: card margins around the text: left, right (see :meth:`paint`)
+    TEXT_INSET = GUTTER + (PAD + 2) + PAD + 4
+
+    def __init__(self, view: QListView) -> None:
+        super().__init__(view)
+        self._view = view
 
     def _fonts(self, option: QStyleOptionViewItem) -> tuple[QFont, QFont]:
-        bold = QFont(option.font)
-        bold.setBold(True)
-        small = QFont(option.font)
-        return bold, small
+        headline = QFont(option.font)
+        headline.setBold(True)
+        return headline, QFont(option.font)
+
+    def text_width(self) -> int:
+        """Where lines wrap: the viewport's width less the card's margins.
+
+        A vertical scroll bar is assumed even before it shows, so that the rows laid
+        out without it still fit once it appears (no line goes missing).
+        """
+        width = self._view.viewport().width()
+        if not self._view.verticalScrollBar().isVisible():
+            width -= self._view.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self._view)
+        return max(60, width - self.TEXT_INSET)
+
+    def _texts(
+        self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex, width: int
+    ) -> tuple[QTextLayout, int, QTextLayout, int]:
+        headline, small = self._fonts(option)
+        if index.data(TimelineRole.LINK):
+            headline.setUnderline(True)
+        head, head_height = wrapped_text(index.data(TimelineRole.HEADLINE) or "", headline, width)
+        detail, detail_height = wrapped_text(index.data(TimelineRole.DETAIL) or "", small, width)
+        return head, head_height, detail, detail_height
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:  # noqa: N802
-        bold, small = self._fonts(option)
-        height = QFontMetrics(bold).height() + QFontMetrics(small).height() + 3 * self.PAD
-        return QSize(300, height)
+        width = self.text_width()
+        _head, head_height, _detail, detail_height = self._texts(option, index, width)
+        return QSize(width + self.TEXT_INSET, head_height + detail_height + self.PAD // 2 + 3 * self.PAD)
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:
         painter.save()
@@ -299,35 +360,21 @@ class TimelineDelegate(QStyledItemDelegate):
         else:
             painter.setBrush(accent)
             painter.drawEllipse(node.adjusted(5, 5, -5, -5))
-        # text
-        bold, small = self._fonts(option)
+        # text: the headline, then the detail, each wrapped to the card
         text_rect = card.adjusted(self.PAD + 2, self.PAD - 1, -self.PAD, -self.PAD)
         text_colour = palette.color(
             QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
         )
-        link = index.data(TimelineRole.LINK)
-        headline_font = QFont(bold)
-        if link:
-            headline_font.setUnderline(True)
-            if not selected:
-                text_colour = palette.color(QPalette.ColorRole.Link)
-        painter.setFont(headline_font)
+        if index.data(TimelineRole.LINK) and not selected:
+            text_colour = palette.color(QPalette.ColorRole.Link)
+        head, head_height, detail, _detail_height = self._texts(option, index, min(text_rect.width(), self.text_width()))
         painter.setPen(text_colour)
-        fm = QFontMetrics(headline_font)
-        painter.drawText(
-            text_rect.left(), text_rect.top() + fm.ascent(),
-            fm.elidedText(index.data(TimelineRole.HEADLINE) or "", Qt.TextElideMode.ElideRight, text_rect.width()),
-        )
-        painter.setFont(small)
+        head.draw(painter, QPointF(text_rect.topLeft()))
         detail_colour = palette.color(
             QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.PlaceholderText
         )
         painter.setPen(detail_colour)
-        sm = QFontMetrics(small)
-        painter.drawText(
-            text_rect.left(), text_rect.top() + fm.height() + self.PAD // 2 + sm.ascent(),
-            sm.elidedText(index.data(TimelineRole.DETAIL) or "", Qt.TextElideMode.ElideRight, text_rect.width()),
-        )
+        detail.draw(painter, QPointF(text_rect.left(), text_rect.top() + head_height + self.PAD // 2))
         painter.restore()
 
 
@@ -357,7 +404,9 @@ class TimelinePane(QWidget):
         self.view.setObjectName("timelineView")
         self.view.setModel(model)
         self.view.setItemDelegate(TimelineDelegate(self.view))
-        self.view.setUniformItemSizes(True)
+        self.view.setWordWrap(True)
+        self.view.setResizeMode(QListView.ResizeMode.Adjust)  # lines wrap again when the width changes
+        self.view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.view.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.view.setMouseTracking(True)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)

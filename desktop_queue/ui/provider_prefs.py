@@ -56,17 +56,23 @@ class _TestConnection(QRunnable):
         self._tester = tester
 
     def run(self) -> None:
+        # the client is closed before the result goes out: when the page hears back,
+        # nothing of the test is left running on the pool
+        models: list[str] = []
+        error: str | None = None
         try:
-            models = self._provider.test_connection()
+            models = list(self._provider.test_connection())
         except Exception as exc:  # InvalidInput carries the redacted message
-            self._tester.failed.emit(str(exc) or type(exc).__name__)
-        else:
-            self._tester.succeeded.emit(list(models))
+            error = str(exc) or type(exc).__name__
         finally:
             try:
                 self._provider.close()
             except Exception:
                 log.debug("closing the test client failed", exc_info=True)
+        if error is None:
+            self._tester.succeeded.emit(models)
+        else:
+            self._tester.failed.emit(error)
 
 
 def _spin(maximum: int, special: str, tip: str) -> QSpinBox:

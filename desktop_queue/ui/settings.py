@@ -93,8 +93,20 @@ def load_window_state(key: str) -> QByteArray | None:
     return value if isinstance(value, QByteArray) and not value.isEmpty() else None
 
 
-def save_window_state(values: dict[str, QByteArray]) -> None:
+def load_window_number(key: str) -> int | None:
+    """A saved ``window/<key>`` number (e.g. the column count next to a header state), or None."""
+    value = _settings().value(f"window/{key}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def save_window_state(values: dict[str, QByteArray], numbers: dict[str, int] | None = None) -> None:
+    """Writes ``window/<key>`` blobs and numbers (what the window remembers about itself)."""
     settings = _settings()
     for key, value in values.items():
         settings.setValue(f"window/{key}", value)
+    for key, number in (numbers or {}).items():
+        settings.setValue(f"window/{key}", number)
     settings.sync()

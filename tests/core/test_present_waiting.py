@@ -143,3 +143,13 @@ def test_provider_status_texts() -> None:
 )
 def test_flow_event_texts(kind: FlowEventType, detail: dict[str, Any], expected: str) -> None:
     assert flow_event_text(FlowEvent(1.0, "openai", kind, detail)) == expected
+
+
+def test_next_run_does_not_repeat_the_other_columns() -> None:
+    """A running job said "attempt 1/3" (the Attempts column) and a dead one "dead (fatal)" (State)."""
+    running = job(state="running", attempts=1, max_attempts=3, started_at=NOW - 12)
+    assert describe_state(running, NOW) == "running 12 s"
+    assert describe_state(job(state="running"), NOW) == "running"  # no start time recorded
+    for state in ("succeeded", "dead", "cancelled"):
+        finished = job(state=state, last_error={"class": "fatal", "message": "boom"})
+        assert describe_state(finished, NOW) == "—"

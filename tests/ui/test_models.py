@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QIcon
 
 from desktop_queue.core import Outcome, Queue
 from desktop_queue.core.model import EventType, State
@@ -168,3 +169,150 @@ def test_ten_thousand_jobs_load_into_the_queue_model(qtbot: Any, queue: Any) -> 
     updated = time.perf_counter() - started
     print(f"\n10,000 jobs: load+sort {loaded * 1000:.0f} ms, 100 scattered updates + clock tick {updated * 1000:.0f} ms")
     assert proxy.index(0, 0).data(JobRole.ID) == f"{9999:010x}"
+
+
+# --------------------------------------------------------------------------- sorting in the model
+
+
+def _jobs(n: int, **fields: Any) -> list[dict[str, Any]]:
+    """Plain job dicts (what ``Queue.raw_jobs`` returns), titles out of order and mixed case."""
+    words = ["pear", "Apple", "fig", "banana", "Cherry", "date", "elder", "grape"]
+    return [
+        {"id": f"{i:04x}", "seq": i, "title": f"{words[i % len(words)]} {i}", "kind": "demo", "state": "queued",
+         "priority": "background", "attempts": 0, "max_attempts": 3, "created_at": 1_000.0 + i, **fields}
+        for i in range(n)
+    ]
+
+
+def _column(model: QueueModel, key: str) -> int:
+    return [c.key for c in model.columns].index(key)
+
+
+def _titles(model: QueueModel) -> list[str]:
+    return [j["title"] for j in model.jobs()]
+
+
+def _sorted_titles(model: QueueModel, descending: bool = False) -> list[str]:
+    jobs = sorted(model.jobs(), key=lambda j: (j["title"].casefold(), j["seq"]), reverse=descending)
+    return [j["title"] for j in jobs]
+
+
+def test_the_source_model_sorts_and_the_proxy_only_filters(qtbot: Any, qtmodeltester: Any) -> None:
+    model = QueueModel(clock=lambda: 2_000.0)
+    model.reset_jobs(_jobs(40))
+    qtmodeltester.check(model)  # the tester stays attached: every signal below is checked too
+    proxy = JobFilterProxy()
+    proxy.setSourceModel(model)
+    title = _column(model, "title")
+    with qtbot.assertNotEmitted(model.modelReset), qtbot.waitSignal(model.layoutChanged, timeout=1000):
+        proxy.sort(title, Qt.SortOrder.AscendingOrder)  # what the header does
+    assert (model.sort_column, model.sort_order) == (title, Qt.SortOrder.AscendingOrder)
+    assert proxy.sortColumn() == -1  # the proxy never asks Python for sort keys
+    assert _titles(model) == _sorted_titles(model)
+    assert [proxy.index(r, title).data() for r in range(proxy.rowCount())] == _titles(model)
+    model.sort(title, Qt.SortOrder.DescendingOrder)
+    assert _titles(model) == _sorted_titles(model, descending=True)
+    model.sort(-1)  # submission order
+    assert [j["seq"] for j in model.jobs()] == list(range(40))
+    assert [model.row_of(j["id"]) for j in model.jobs()] == list(range(40))
+
+
+def test_the_selection_survives_a_sort(qtbot: Any) -> None:
+    from PySide6.QtCore import QItemSelectionModel
+
+    model = QueueModel(clock=lambda: 2_000.0)
+    model.reset_jobs(_jobs(30))
+    proxy = JobFilterProxy()
+    proxy.setSourceModel(model)
+    selection = QItemSelectionModel(proxy)
+    chosen = {"0003", "000b", "0014"}
+    for job_id in chosen:
+        row = proxy.mapFromSource(model.index(model.row_of(job_id), 0)).row()
+        selection.select(proxy.index(row, 0), QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows)
+    for column, order in ((_column(model, "title"), Qt.SortOrder.AscendingOrder),
+                          (_column(model, "created"), Qt.SortOrder.DescendingOrder)):
+        proxy.sort(column, order)
+        assert {index.data(JobRole.ID) for index in selection.selectedRows(0)} == chosen
+    proxy.set_text("apple")  # filtered, then sorted: still the same jobs (those the filter shows)
+    proxy.sort(_column(model, "title"), Qt.SortOrder.DescendingOrder)
+    assert {index.data(JobRole.ID) for index in selection.selectedRows(0)} <= chosen
+
+
+def test_new_jobs_are_inserted_where_they_sort(qtbot: Any, qtmodeltester: Any) -> None:
+    model = QueueModel(clock=lambda: 2_000.0)
+    jobs = _jobs(20)
+    model.reset_jobs(jobs[:12])
+    qtmodeltester.check(model)
+    model.sort(_column(model, "title"), Qt.SortOrder.AscendingOrder)
+    inserted: list[tuple[int, int]] = []
+    model.rowsInserted.connect(lambda _p, first, last: inserted.append((first, last)))
+    with qtbot.assertNotEmitted(model.modelReset), qtbot.assertNotEmitted(model.layoutChanged):
+        model.apply(jobs[12:])
+    assert _titles(model) == _sorted_titles(model)
+    assert sum(last - first + 1 for first, last in inserted) == 8
+    assert [model.row_of(j["id"]) for j in model.jobs()] == list(range(20))
+    # newest first (the pane's default): new jobs arrive on top, in one ranged insert
+    model.sort(_column(model, "created"), Qt.SortOrder.DescendingOrder)
+    inserted.clear()
+    model.apply(_jobs(23)[20:])
+    assert inserted == [(0, 2)]
+    assert [j["seq"] for j in model.jobs()][:4] == [22, 21, 20, 19]
+
+
+def test_a_changed_job_moves_to_where_it_now_sorts(qtbot: Any, qtmodeltester: Any) -> None:
+    model = QueueModel(clock=lambda: 2_000.0)
+    jobs = _jobs(20)
+    model.reset_jobs(jobs)
+    qtmodeltester.check(model)
+    state = _column(model, "state")
+    model.sort(state, Qt.SortOrder.AscendingOrder)  # running, queued, dead, cancelled, succeeded
+    with qtbot.assertNotEmitted(model.modelReset), qtbot.assertNotEmitted(model.layoutChanged), \
+            qtbot.waitSignal(model.rowsMoved, timeout=1000):
+        model.apply([{**jobs[7], "state": "running"}])
+    assert model.row_of(jobs[7]["id"]) == 0 and model.job_at(0)["state"] == "running"
+    with qtbot.assertNotEmitted(model.rowsMoved):  # a change that keeps the key stays put
+        model.apply([{**jobs[3], "attempts": 1}])
+    # several keys change at once: one coalesced re-sort, never a reset
+    changed = [{**j, "state": "succeeded"} for j in jobs[:10]]
+    with qtbot.assertNotEmitted(model.modelReset), qtbot.waitSignal(model.layoutChanged, timeout=1000):
+        model.apply(changed)
+    order = [model.job_at(r)["state"] for r in range(model.rowCount())]
+    assert order == ["queued"] * 10 + ["succeeded"] * 10
+    assert [model.row_of(j["id"]) for j in model.jobs()] == list(range(20))
+
+
+def test_cells_are_formatted_once_and_again_after_a_change(queue: Any) -> None:
+    model = QueueModel()
+    model.reset_jobs(queue.raw_jobs())
+    title = _column(model, "title")
+    job_id = queue.ids["queued"]
+    index = model.index(model.row_of(job_id), title)
+    assert index.data() == "queued job"
+    raw = dict(model.job_at(index.row()))
+    model.apply([{**raw, "title": "renamed"}])
+    assert model.index(model.row_of(job_id), title).data() == "renamed"
+    assert model.search_text(model.row_of(job_id)).startswith(job_id)
+    assert "renamed" in model.search_text(model.row_of(job_id))
+
+
+def comparable(value: Any) -> Any:
+    return value.cacheKey() if isinstance(value, QIcon) else value
+
+
+@pytest.mark.parametrize("text", ["", "apple"])
+def test_the_proxy_shows_exactly_the_source_data_filtered_or_not(text: str) -> None:
+    model = QueueModel(clock=lambda: 2_000.0)
+    model.reset_jobs(_jobs(16, last_error={"class": "fatal", "message": "boom"}))
+    proxy = JobFilterProxy()
+    proxy.setSourceModel(model)
+    proxy.set_text(text)
+    assert proxy.rowCount() == (16 if not text else 2)
+    roles = (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.DecorationRole, Qt.ItemDataRole.ToolTipRole,
+             Qt.ItemDataRole.FontRole, JobRole.ID, Qt.ItemDataRole.TextAlignmentRole)
+    for row in range(proxy.rowCount()):
+        for column in range(proxy.columnCount()):
+            index = proxy.index(row, column)
+            source = proxy.mapToSource(index)
+            assert proxy.flags(index) == model.flags(source)
+            for role in roles:
+                assert comparable(index.data(role)) == comparable(source.data(role)), (row, column, role)

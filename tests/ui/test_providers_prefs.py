@@ -11,6 +11,7 @@ from typing import Any
 import keyring
 import keyring.backends.fail
 import pytest
+from PySide6.QtCore import QThreadPool
 from PySide6.QtWidgets import QDialog, QLineEdit
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "providers"))
@@ -50,10 +51,14 @@ def server() -> Iterator[FakeOpenAI]:
 
 
 @pytest.fixture
-def dialog(qtbot: Any, server: FakeOpenAI) -> PreferencesDialog:
+def dialog(qtbot: Any, server: FakeOpenAI) -> Iterator[PreferencesDialog]:
     dlg = PreferencesDialog(Preferences(), ProfileConfig(base_url=server.url, model="model-a"))
     qtbot.addWidget(dlg)
-    return dlg
+    yield dlg
+    # A connection test reports after closing its client, but its pool thread still has
+    # to return from run() (and take the GIL to drop the runnable) after the signal went
+    # out: let it, with a bound, before the autouse check that the pool was left idle.
+    assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
 
 
 def files_containing(root: Path, secret: str) -> list[Path]:

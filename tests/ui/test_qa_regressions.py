@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPalette
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QMessageBox, QStyleOptionViewItem
 
 from desktop_queue.core import Outcome, Queue
 from desktop_queue.core.model import Event, EventType, State
@@ -31,6 +31,7 @@ from desktop_queue.ui.models import (
     JobFilterProxy,
     JobRole,
     QueueModel,
+    TimelineRole,
     event_detail,
     event_headline,
 )
@@ -289,3 +290,157 @@ def test_the_window_survives_a_binding_that_leaks_none(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     verdict, healthy = done.stdout.split()
     assert verdict in ("leaks", "sound") and healthy == "True"
+
+
+# --------------------------------------------------------------------------- second QA round
+
+
+def _queue_column(window: Any, key: str) -> int:
+    return [c.key for c in window.controller.queue_model.columns].index(key)
+
+
+def test_a_header_click_sorts_the_model_and_the_sort_is_restored(qtbot: Any, open_session: Any, data_dir: Path) -> None:
+    from PySide6.QtCore import QPoint
+
+    with Queue.open(data_dir, {"demo": DemoProvider()}) as queue:
+        for name in ("banana", "Cherry", "apple"):
+            queue.submit("demo", {"prompt": name}, title=name)
+    first = open_session(data_dir, lease=False)
+    window = first.window
+    window.show()
+    model, view = window.controller.queue_model, window.queue_pane.view
+    header = view.horizontalHeader()
+    title = _queue_column(window, "title")
+    assert (model.sort_column, model.sort_order) == (_queue_column(window, "created"), Qt.SortOrder.DescendingOrder)
+    x = header.sectionViewportPosition(title) + header.sectionSize(title) // 2
+    qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(x, header.height() // 2))
+    assert model.sort_column == title and header.sortIndicatorSection() == title
+    titles = [view.model().index(r, title).data() for r in range(3)]
+    expected = ["apple", "banana", "Cherry"]
+    assert titles == (expected if model.sort_order == Qt.SortOrder.AscendingOrder else expected[::-1])
+    order = model.sort_order
+    first.close()
+    second = open_session(data_dir, lease=False)
+    assert (second.controller.queue_model.sort_column, second.controller.queue_model.sort_order) == (title, order)
+    assert second.window.queue_pane.view.horizontalHeader().sortIndicatorSection() == title
+
+
+def test_a_header_state_saved_with_other_columns_is_not_restored(open_session: Any, data_dir: Path) -> None:
+    from PySide6.QtCore import QSettings
+
+    from desktop_queue.ui.settings import APPLICATION, ORGANIZATION
+
+    first = open_session(data_dir, lease=False)
+    first.window.queue_pane.view.sortByColumn(_queue_column(first.window, "title"), Qt.SortOrder.AscendingOrder)
+    first.close()  # saves the header state and its column count
+    settings = QSettings(ORGANIZATION, APPLICATION)
+    assert int(settings.value("window/queue_header_columns")) == len(first.controller.queue_model.columns)
+    settings.setValue("window/queue_header_columns", 7)  # as an older version with 7 columns saved it
+    settings.sync()
+    second = open_session(data_dir, lease=False)
+    header = second.window.queue_pane.view.horizontalHeader()
+    assert header.sortIndicatorSection() == _queue_column(second.window, "created")  # the defaults
+    assert header.sectionResizeMode(_queue_column(second.window, "title")) == header.ResizeMode.Stretch
+
+
+def test_the_one_job_quit_question_is_singular(qtbot: Any, session: Any, prompts: Any, monkeypatch: Any) -> None:
+    for running, expected in ((1, "1 job is running. Quit anyway? It is stopped"),
+                              (2, "2 jobs are running. Quit anyway? They are stopped")):
+        monkeypatch.setattr(type(session.controller.driver), "running", property(lambda _self, n=running: n))
+        prompts.answer = False
+        session.window.close()
+        assert expected in prompts.confirms[-1]
+
+
+def test_preferences_has_a_shortcut_on_every_platform(session: Any) -> None:
+    from PySide6.QtGui import QKeySequence
+
+    from desktop_queue.ui.commands import Command
+    from desktop_queue.ui.main_window import shortcuts_for
+
+    action = session.window.action(Command.PREFERENCES)
+    assert not action.shortcut().isEmpty()
+    native = QKeySequence.keyBindings(QKeySequence.StandardKey.Preferences)
+    assert action.shortcuts() == (native or [QKeySequence("Ctrl+,")])
+    assert shortcuts_for(QKeySequence.StandardKey.New) == QKeySequence.keyBindings(QKeySequence.StandardKey.New)
+    assert shortcuts_for(QKeySequence.StandardKey.UnknownKey, QKeySequence("Ctrl+,")) == [QKeySequence("Ctrl+,")]
+
+
+def test_copy_is_disabled_until_one_job_is_selected(qtbot: Any, session: Any) -> None:
+    window = session.window
+    button = window.timeline_pane.copy_button
+    assert not button.isEnabled()
+    job_id = session.queue.submit("demo", {"prompt": "x"}, title="copy me").job.id
+    assert window.show_job(job_id)
+    assert button.isEnabled()
+    window.queue_pane.view.clearSelection()
+    assert not button.isEnabled()
+
+
+def test_every_queue_column_is_in_sight_at_the_default_size(qtbot: Any, session: Any) -> None:
+    window = session.window
+    assert window.size().toTuple() == (1200, 720)
+    view = window.queue_pane.view
+    header = view.horizontalHeader()
+    qtbot.waitUntil(lambda: view.viewport().width() > 0, timeout=2000)
+    for i, column in enumerate(window.controller.queue_model.columns):
+        right = header.sectionViewportPosition(i) + header.sectionSize(i)
+        assert right <= view.viewport().width(), f"{column.key} is behind horizontal scrolling"
+    assert header.sectionSize(_queue_column(window, "title")) >= 120
+    assert header.sectionSize(_queue_column(window, "next")) <= 150
+
+
+def test_timeline_lines_wrap_instead_of_being_cut(qtbot: Any, session: Any) -> None:
+    from desktop_queue.ui.panes import wrapped_text
+
+    window = session.window
+    long_message = "a provider error that goes on " * 8
+    job_id = session.queue.submit("demo", {"prompt": "x"}, title="wraps").job.id
+    lease = session.queue.lease("w1")
+    assert lease is not None and lease.job_id == job_id
+    session.queue.fail(lease, Outcome.failure("fatal", long_message, status=400))
+    assert window.show_job(job_id)
+    view = window.timeline_pane.view
+    qtbot.waitUntil(lambda: view.model().rowCount() >= 3, timeout=3000)
+    delegate = view.itemDelegate()
+    last = view.model().index(view.model().rowCount() - 1, 0)
+    first = view.model().index(0, 0)
+    detail = last.data(TimelineRole.DETAIL)
+    assert long_message.strip() in detail
+    width = delegate.text_width()
+    layout, height = wrapped_text(detail, view.font(), width)
+    assert layout.lineCount() > 1  # it does not fit on one line at this width ...
+    assert all(layout.lineAt(i).naturalTextWidth() <= width for i in range(layout.lineCount()))
+    option = QStyleOptionViewItem()
+    option.initFrom(view)
+    tall, short = delegate.sizeHint(option, last), delegate.sizeHint(option, first)
+    assert tall.height() >= short.height() + height - QFontMetrics(view.font()).height()  # ... and the row grew
+    assert tall.width() <= view.viewport().width()
+    assert view.visualRect(last).height() == tall.height()
+
+
+def test_the_connection_test_closes_its_client_before_it_reports(qtbot: Any) -> None:
+    from PySide6.QtCore import QThreadPool
+
+    from desktop_queue.ui.provider_prefs import ConnectionTester, _TestConnection
+
+    class Unreachable:
+        closed = False
+
+        def test_connection(self) -> list[str]:
+            raise ConnectionError("connection refused")
+
+        def close(self) -> None:
+            self.closed = True
+
+    provider = Unreachable()
+    tester = ConnectionTester()
+    closed_at_emit: list[bool] = []
+    # direct: the slot runs in the worker at emit time, so it sees exactly what was done by then
+    tester.failed.connect(lambda _m: closed_at_emit.append(provider.closed), Qt.ConnectionType.DirectConnection)
+    pool = QThreadPool()
+    with qtbot.waitSignal(tester.failed, timeout=3000) as blocker:
+        pool.start(_TestConnection(provider, tester))
+    assert pool.waitForDone(3000)
+    assert blocker.args == ["connection refused"]
+    assert closed_at_emit == [True]

@@ -281,7 +281,7 @@ def test_close_with_a_running_job_asks_then_gives_the_lease_back(
     prompts.answer = True
     session.window.close()
     assert not session.window.isVisible()
-    assert "1 job is running" in prompts.confirms[-1]
+    assert "1 job is running" in prompts.confirms[-1] and "It is stopped and queued again" in prompts.confirms[-1]
     assert QThreadPool.globalInstance().activeThreadCount() == 0
     job = session.queue.get(job_id)
     assert job.state == State.QUEUED and job.events[-1].type == EventType.RELEASED
