@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import email.utils
+import json
 import logging
 import math
 import os
@@ -499,6 +500,35 @@ def _check_max(payload: Mapping[str, Any], *names: str) -> None:
             raise InvalidInput(f"\"{name}\" must be a whole number of at least 1")
 
 
+def output_problem(text: str, response_format: Any) -> str | None:
+    """Why ``text`` is not the output the job asked for, or None if it is.
+
+    A job that asks for JSON (``response_format`` ``json_object`` or ``json_schema``) must
+    get a JSON object back, with every ``required`` top-level property of the schema.
+    An output that fails this is ``poison``: the queue retries it and dead-letters the
+    job after three such outputs for the same input (shared/DESIGN.md section 2).
+    """
+    if not isinstance(response_format, Mapping):
+        return None
+    kind = response_format.get("type")
+    if kind not in ("json_object", "json_schema"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return "the output is not the JSON the job asked for"
+    if not isinstance(value, dict):
+        return "the output is JSON but not an object"
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, Mapping) else None
+    required = schema.get("required") if isinstance(schema, Mapping) else None
+    if isinstance(required, list):
+        missing = [name for name in required if isinstance(name, str) and name not in value]
+        if missing:
+            return f"the output misses required field(s): {', '.join(missing[:5])}"
+    return None
+
+
 class OpenAIChatProvider(_OpenAIBase):
     """``openai.chat``: one chat completion.
 
@@ -538,6 +568,9 @@ class OpenAIChatProvider(_OpenAIBase):
         text = choices[0].message.content if choices and choices[0].message is not None else None
         if not isinstance(text, str):
             return Outcome.failure(ErrorClass.POISON, f"{self.kind}: the response had no text")
+        problem = output_problem(text, payload.get("response_format"))
+        if problem:
+            return Outcome.failure(ErrorClass.POISON, f"{self.kind}: {problem}")
         return Outcome.success({
             "text": text,
             "model": completion.model,
