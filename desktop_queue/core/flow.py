@@ -522,6 +522,7 @@ class _Admission:
 class _Waiter:
     since: float
     seen: float
+    passed_over: bool = False  # a job that started waiting later (or never waited) went first
 
 
 class _ProfileFlow:
@@ -747,11 +748,14 @@ class FlowControl:
         if flow.reserved is None and now - waiter.since >= flow.limits.aging_s:
             flow.reserved = job_id
             flow.reserved_cost = cost
-            self._emit(
-                flow, FlowEventType.RESERVED, now,
-                reason="a job waited too long for its budget; smaller jobs wait until it has started",
-                delay_s=round(now - waiter.since, 3),
-            )
+            if waiter.passed_over:
+                # only then is it news: in a paced backlog of equal jobs every one waits
+                # longer than aging_s, and the head of the line taking its turn is no event
+                self._emit(
+                    flow, FlowEventType.RESERVED, now,
+                    reason="a job waited too long for its budget; smaller jobs wait until it has started",
+                    delay_s=round(now - waiter.since, 3),
+                )
 
     def _admit(self, flow: _ProfileFlow, job_id: str, cost: Cost, now: float) -> None:
         if flow.breaker.admit(job_id):
@@ -760,7 +764,11 @@ class FlowControl:
             bucket.take(cost.requests if unit == "requests" else cost.tokens, now, job_id)
         flow.concurrency.acquire(job_id)
         flow.admitted[job_id] = _Admission(cost, now)
-        flow.waiters.pop(job_id, None)
+        own = flow.waiters.pop(job_id, None)
+        since = own.since if own is not None else now
+        for waiter in flow.waiters.values():
+            if waiter.since < since:
+                waiter.passed_over = True
         if flow.reserved == job_id:
             flow.reserved = None
             flow.reserved_cost = None
@@ -839,10 +847,12 @@ class FlowControl:
             if outcome.retry_after:
                 self._emit(flow, FlowEventType.PAUSED, now, retry_after_s=outcome.retry_after)
         elif error_class is ErrorClass.RETRYABLE:
+            probing = flow.breaker.state is BreakerState.HALF_OPEN
             if flow.breaker.on_failure(job_id, now):
                 self._emit(
                     flow, FlowEventType.BREAKER_OPENED, now,
-                    reason=f"{flow.limits.breaker_threshold} retryable failures in a row",
+                    reason="the probe job failed" if probing
+                    else f"{flow.limits.breaker_threshold} retryable failures in a row",
                     delay_s=flow.breaker.cooldown_s,
                 )
         else:

@@ -213,6 +213,25 @@ def test_without_reservation_small_jobs_would_keep_the_budget_below_the_large_co
         clock.advance(1)
 
 
+def test_equal_jobs_taking_their_turn_in_order_reserve_quietly() -> None:
+    """A paced backlog of equal jobs: each waits past aging_s, but none is overtaken, so no event."""
+    clock = FakeClock()
+    events: list[FlowEvent] = []
+    flow = make(clock, events, rpm=2, aging_s=30)
+    backlog = [job(f"j{n}") for n in range(8)]
+    admitted: list[str] = []
+    for _ in range(240):
+        for each in backlog:  # the lease engine asks in queue order until one is accepted
+            if each["id"] not in admitted and flow.accept(each):
+                flow.on_start(each)
+                flow.on_outcome(each, OK)
+                admitted.append(each["id"])
+                break
+        clock.advance(1)
+    assert admitted == [j["id"] for j in backlog]  # in order, at the budget's pace
+    assert not [e for e in events if e.type is FlowEventType.RESERVED]
+
+
 def test_a_reservation_lapses_when_its_job_is_forgotten() -> None:
     clock = FakeClock()
     flow = make(clock, tpm=1000, aging_s=5)
@@ -330,7 +349,8 @@ def test_breaker_opens_after_five_retryable_failures_and_probes_once() -> None:
 
 def test_a_failed_probe_reopens_with_a_longer_cooldown() -> None:
     clock = FakeClock()
-    flow = make(clock, breaker_threshold=2, breaker_cooldown_s=10)
+    events: list[FlowEvent] = []
+    flow = make(clock, events, breaker_threshold=2, breaker_cooldown_s=10)
     for n in range(2):
         assert flow.accept(job(f"f{n}"))
         flow.on_outcome(job(f"f{n}"), FAIL)
@@ -338,6 +358,8 @@ def test_a_failed_probe_reopens_with_a_longer_cooldown() -> None:
     assert flow.accept(job("probe"))
     flow.on_outcome(job("probe"), FAIL)
     assert flow.breaker_state("openai") is BreakerState.OPEN
+    opened = [e.detail["reason"] for e in events if e.type is FlowEventType.BREAKER_OPENED]
+    assert opened == ["2 retryable failures in a row", "the probe job failed"]
     clock.advance(10)
     assert not flow.accept(job("next"))
     clock.advance(10)

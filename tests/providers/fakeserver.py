@@ -18,6 +18,7 @@ import base64
 import json
 import socket
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -64,6 +65,7 @@ class Recorded:
     route: str
     headers: dict[str, str]
     body: Any
+    at: float = field(default_factory=time.monotonic)  # when the request was read (monotonic)
 
 
 class FakeOpenAI:
@@ -91,17 +93,20 @@ class FakeOpenAI:
         self.release = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
 
     # ------------------------------------------------------------------ control
 
-    def start(self) -> str:
-        """Starts serving on an ephemeral port; returns the base URL (``.../v1``)."""
+    def start(self, port: int = 0) -> str:
+        """Starts serving (on an ephemeral port, or ``port`` to come back where a stopped
+        server was); returns the base URL (``.../v1``)."""
         fake = self
 
         class Handler(_Handler):
             server_fake = fake
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.release.clear()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-openai", daemon=True
@@ -114,13 +119,31 @@ class FakeOpenAI:
         assert self._httpd is not None
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
+    @property
+    def port(self) -> int:
+        assert self._httpd is not None
+        return int(self._httpd.server_address[1])
+
     def stop(self) -> None:
+        """Stops like a real server going down: no new connections, open ones closed.
+
+        Handler threads are daemons that ``server_close`` does not wait for, so without
+        closing their sockets a stopped server would go on answering every client that
+        still holds a keep-alive connection.
+        """
         self.release.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
         if self._thread is not None:
             self._thread.join(5)
+        with self.lock:
+            connections, self._connections = set(self._connections), set()
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by the client
 
     def push(self, route: str, *actions: Action) -> None:
         """Queues scripted answers for ``route`` (consumed one per request, in order)."""
@@ -254,6 +277,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         return
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server_fake.lock:
+            self.server_fake._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server_fake.lock:
+            self.server_fake._connections.discard(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass  # the socket was shut down by stop()
 
     def _handle(self, method: str) -> None:
         fake = self.server_fake
