@@ -17,7 +17,8 @@ API in a temporary data dir, in every state), this prints, per size:
 * **scroll**: the vertical scroll bar stepped a page at a time from top to bottom, the
   viewport repainted synchronously at each step (every row is painted once);
 
-for **ours** (``QueueModel`` + ``JobFilterProxy``, the queue pane's models) and for a
+for **ours** (``QueueModel`` + ``JobFilterProxy``, the queue pane's models, painted by the
+pane's ``JobCellDelegate``) and for a
 **reference** built in the same run: a ``QStandardItemModel`` holding the same rows
 (the same display text, state icons and sort keys per cell, filled before it is
 attached, its best case) behind a plain ``QSortFilterProxyModel`` with the same sort
@@ -65,6 +66,7 @@ from PySide6.QtWidgets import QAbstractItemView, QApplication, QHeaderView, QTab
 from desktop_queue.runtime.qtcompat import install as guard_binding  # noqa: E402
 from desktop_queue.core import Outcome, Queue  # noqa: E402
 from desktop_queue.providers.demo import DemoProvider  # noqa: E402
+from desktop_queue.ui.delegates import JobCellDelegate  # noqa: E402
 from desktop_queue.ui.icons import state_icon  # noqa: E402
 from desktop_queue.ui.models import (  # noqa: E402
     QUEUE_COLUMNS,
@@ -166,6 +168,7 @@ class Ours:
         self.proxy.setSourceModel(self.model)
         self.view = QTableView()
         configure_view(self.view)
+        self.view.setItemDelegate(JobCellDelegate(self.view))  # as the pane does (one role per cell)
         self.view.setModel(self.proxy)
         self.view.sortByColumn(CREATED_COLUMN, Qt.SortOrder.DescendingOrder)
         self.view.show()

@@ -59,13 +59,34 @@ class JobRole(IntEnum):
     STATE = Qt.ItemDataRole.UserRole + 2
     SORT = Qt.ItemDataRole.UserRole + 3
     SEARCH = Qt.ItemDataRole.UserRole + 4
+    LOOK = Qt.ItemDataRole.UserRole + 5
 
 
 _DISPLAY = int(Qt.ItemDataRole.DisplayRole.value)
 _DECORATION = int(Qt.ItemDataRole.DecorationRole.value)
 _TOOLTIP = int(Qt.ItemDataRole.ToolTipRole.value)
 _FONT = int(Qt.ItemDataRole.FontRole.value)
-_JOB, _ID, _STATE, _SORT, _SEARCH = (int(r) for r in (JobRole.JOB, JobRole.ID, JobRole.STATE, JobRole.SORT, JobRole.SEARCH))
+_JOB, _ID, _STATE, _SORT, _SEARCH, _LOOK = (
+    int(r) for r in (JobRole.JOB, JobRole.ID, JobRole.STATE, JobRole.SORT, JobRole.SEARCH, JobRole.LOOK)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CellLook:
+    """Everything a painted cell shows, in one object (``JobRole.LOOK``).
+
+    The queue views' delegate asks for this one role instead of Qt asking for display
+    text, icon, font, alignment, colours... one role at a time, each a call into Python.
+
+    Attributes:
+        text: the display text.
+        icon: the decoration (state icon, replay link), or None.
+        bold: whether the text is bold (the state of a dead job).
+    """
+
+    text: str
+    icon: QIcon | None = None
+    bold: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,19 +178,20 @@ def _runs(rows: Iterable[int]) -> list[tuple[int, int]]:
 class _Row:
     """One table row: the job dict, its sort key and its formatted cells (cached).
 
-    ``text`` holds the display text of every column that does not depend on the clock,
-    computed on first paint; a changed job gets a new ``_Row``, so nothing stale stays.
-    ``search`` is what the text filter looks in, computed on first filter.
+    ``looks`` holds the :class:`CellLook` of every column, computed on first paint (the
+    text of a clock-dependent column is left empty there: it is formatted on every
+    call); a changed job gets a new ``_Row``, so nothing stale stays. ``search`` is what
+    the text filter looks in, computed on first filter.
     """
 
-    __slots__ = ("job", "id", "seq", "key", "text", "search")
+    __slots__ = ("job", "id", "seq", "key", "looks", "search")
 
     def __init__(self, job: JobDict) -> None:
         self.job = job
         self.id: str = job["id"]
         self.seq = job.get("seq", 0)
         self.key: Any = None
-        self.text: list[str] | None = None
+        self.looks: list[CellLook] | None = None
         self.search: str | None = None
 
 
@@ -179,7 +201,7 @@ _CELL_FLAGS = Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEnabled | Qt.Item
 #: the (parents, hint) overload of layoutAboutToBeChanged/layoutChanged (PySide6 splits C++ defaults)
 _LAYOUT_SIGNATURE = ("QList<QPersistentModelIndex>", "QAbstractItemModel::LayoutChangeHint")
 
-_HANDLED_ROLES = frozenset({_DISPLAY, _DECORATION, _TOOLTIP, _FONT, _JOB, _ID, _STATE, _SORT, _SEARCH})
+_HANDLED_ROLES = frozenset({_DISPLAY, _DECORATION, _TOOLTIP, _FONT, _JOB, _ID, _STATE, _SORT, _SEARCH, _LOOK})
 
 
 class JobTableModel(QAbstractTableModel):
@@ -252,19 +274,47 @@ class JobTableModel(QAbstractTableModel):
                 return "Sorts by error signature: alike failures end up together"
         return None
 
-    def _cell(self, entry: _Row, col: int) -> str:
-        """The display text of one cell: cached per row, except the clock-dependent columns.
+    def _looks(self, entry: _Row) -> list[CellLook]:
+        """The row's cached cell looks (computed on first use; live columns' text left empty)."""
+        looks = entry.looks
+        if looks is None:
+            job, now, live = entry.job, self._now, self._live
+            state = str(job.get("state"))
+            looks = entry.looks = [CellLook("" if i in live else c.display(job, now)) for i, c in enumerate(self.columns)]
+            if self._state_col >= 0:
+                state_look = state_icon(state)
+                looks[self._state_col] = CellLook(
+                    looks[self._state_col].text, None if state_look.isNull() else state_look, state == State.DEAD
+                )
+            if self._title_col >= 0 and job.get("replayed_as"):
+                if self._link_icon is None:
+                    self._link_icon = icon("event-link")
+                if not self._link_icon.isNull():
+                    looks[self._title_col] = CellLook(looks[self._title_col].text, self._link_icon)
+        return looks
+
+    def _look(self, entry: _Row, col: int) -> CellLook:
+        """One cell's look: cached per row, except the text of the clock-dependent columns.
 
         Live cells ("retrying in 12 s", run time, also what flow control says right now)
         are formatted on every call, which the views make for visible rows only.
         """
+        look = self._looks(entry)[col]
+        if col in self._live:
+            return CellLook(self.columns[col].display(entry.job, self._now), look.icon, look.bold)
+        return look
+
+    def _cell(self, entry: _Row, col: int) -> str:
+        """The display text of one cell (see :meth:`_look`)."""
         if col in self._live:
             return self.columns[col].display(entry.job, self._now)
-        text = entry.text
-        if text is None:
-            job, now, live = entry.job, self._now, self._live
-            text = entry.text = ["" if i in live else c.display(job, now) for i, c in enumerate(self.columns)]
-        return text[col]
+        return self._looks(entry)[col].text
+
+    def cell_look(self, row: int, col: int) -> CellLook | None:
+        """What the cell at ``row``, ``col`` shows (``JobRole.LOOK``); None outside the table."""
+        if 0 <= row < len(self._rows) and 0 <= col < self._column_count:
+            return self._look(self._rows[row], col)
+        return None
 
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         # the paint path asks ~7 roles per cell, most of them unhandled: leave early
@@ -280,17 +330,13 @@ class JobTableModel(QAbstractTableModel):
         entry = self._rows[row]
         if role == _DISPLAY:
             return self._cell(entry, col)
+        if role == _LOOK:
+            return self._look(entry, col)
         job = entry.job
         if role == _DECORATION:
-            if col == self._state_col:
-                return state_icon(str(job.get("state")))
-            if col == self._title_col and job.get("replayed_as"):
-                if self._link_icon is None:
-                    self._link_icon = icon("event-link")
-                return self._link_icon
-            return None
+            return self._looks(entry)[col].icon
         if role == _FONT:
-            return self._bold if col == self._state_col and job.get("state") == State.DEAD else None
+            return self._bold if self._looks(entry)[col].bold else None
         if role == _TOOLTIP:
             key = self.columns[col].key
             if key in ("error", "class") and job.get("last_error"):
@@ -593,6 +639,16 @@ class JobFilterProxy(QSortFilterProxyModel):
     def flags(self, index: AnyIndex) -> Qt.ItemFlag:
         # the source's flags are the same for every cell: no mapping needed (asked per painted cell)
         return _CELL_FLAGS if index.isValid() else Qt.ItemFlag.NoItemFlags
+
+    def cell_look(self, index: AnyIndex) -> CellLook | None:
+        """``index.data(JobRole.LOOK)`` without the trip through Qt (the delegate's paint path)."""
+        jobs = self._jobs
+        if jobs is None or not index.isValid():
+            return None
+        if self._state is None and not self._text:  # unfiltered: the proxy's rows are the source's
+            return jobs.cell_look(index.row(), index.column())
+        source = self.mapToSource(index)
+        return jobs.cell_look(source.row(), source.column())
 
     @property
     def text(self) -> str:

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_queue.core.model import State
+from desktop_queue.ui.delegates import JobCellDelegate
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.models import JobFilterProxy, JobTableModel, TimelineModel, TimelineRole
 
@@ -62,6 +63,8 @@ def _job_table(model: JobFilterProxy, name: str) -> QTableView:
     header.setHighlightSections(False)
     header.setStretchLastSection(True)
     view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+    # one JobRole.LOOK per painted cell instead of Qt asking Python for ~8 roles one by one
+    view.setItemDelegate(JobCellDelegate(view))
     return view
 
 

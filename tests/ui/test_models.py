@@ -316,3 +316,68 @@ def test_the_proxy_shows_exactly_the_source_data_filtered_or_not(text: str) -> N
             assert proxy.flags(index) == model.flags(source)
             for role in roles:
                 assert comparable(index.data(role)) == comparable(source.data(role)), (row, column, role)
+
+
+# --------------------------------------------------------------------------- painting
+
+
+def test_the_look_role_carries_what_the_display_roles_say() -> None:
+    model = QueueModel(clock=lambda: 2_000.0)
+    model.reset_jobs(_jobs(8, last_error={"class": "fatal", "message": "boom"})
+                     + [{**_jobs(1)[0], "id": "dead", "seq": 99, "state": "dead", "replayed_as": ["x"]}])
+    proxy = JobFilterProxy()
+    proxy.setSourceModel(model)
+    for text in ("", "dead"):
+        proxy.set_text(text)
+        for row in range(proxy.rowCount()):
+            for column in range(proxy.columnCount()):
+                index = proxy.index(row, column)
+                look = index.data(JobRole.LOOK)
+                assert proxy.cell_look(index) == look
+                assert look.text == index.data()
+                assert comparable(look.icon) == comparable(index.data(Qt.ItemDataRole.DecorationRole))
+                assert look.bold == (index.data(Qt.ItemDataRole.FontRole) is not None)
+    dead = model.cell_look(model.row_of("dead"), _column(model, "state"))
+    assert dead is not None and dead.bold and dead.icon is not None
+    assert model.cell_look(model.rowCount(), 0) is None
+
+
+@pytest.mark.parametrize("dark", [False, True])
+def test_the_queue_delegate_paints_exactly_like_qt_s_own(qtbot: Any, dark: bool) -> None:
+    """One role per cell, the same pixels: icons, bold dead rows, selection, eliding, dark palette."""
+    from PySide6.QtCore import QItemSelectionModel
+    from PySide6.QtGui import QColor, QPalette
+    from PySide6.QtWidgets import QStyledItemDelegate
+
+    from desktop_queue.ui.delegates import JobCellDelegate
+    from desktop_queue.ui.panes import QueuePane
+
+    states = ["queued", "running", "succeeded", "dead", "cancelled"]
+    jobs = [{**j, "state": states[i % 5], "run_after": 2_010.0 + i, "started_at": 1_500.0,
+             "title": f"{j['title']} with a title long enough to be elided somewhere",
+             **({"last_error": {"class": "fatal", "message": "demo: simulated HTTP 400"}} if i % 3 == 0 else {}),
+             **({"replayed_as": ["abc"]} if i % 4 == 0 else {})}
+            for i, j in enumerate(_jobs(30))]
+    images = []
+    for ours in (True, False):
+        model = QueueModel(clock=lambda: 2_000.0)
+        model.reset_jobs(jobs)
+        pane = QueuePane(model)
+        qtbot.addWidget(pane)
+        if dark:
+            palette = pane.view.palette()
+            for role, colour in ((QPalette.ColorRole.Base, "#1e1e20"), (QPalette.ColorRole.AlternateBase, "#26262a"),
+                                 (QPalette.ColorRole.Text, "#e6e6e6"), (QPalette.ColorRole.Highlight, "#2f6fbf")):
+                palette.setColor(role, QColor(colour))
+            pane.view.setPalette(palette)
+        assert isinstance(pane.view.itemDelegate(), JobCellDelegate)
+        if not ours:
+            pane.view.setItemDelegate(QStyledItemDelegate(pane.view))
+        pane.resize(1000, 500)
+        pane.view.setCurrentIndex(pane.proxy.index(2, 1))
+        for row in (1, 2, 3):
+            pane.view.selectionModel().select(
+                pane.proxy.index(row, 0),
+                QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows)
+        images.append(pane.view.viewport().grab().toImage())
+    assert images[0] == images[1]
