@@ -816,11 +816,22 @@ class Queue:
         return self.store.read(lambda st: st.changed_since(version))
 
     def raw_jobs(self, ids: set[str] | None = None) -> builtins.list[JobDict]:
-        """Shallow copies of job dicts without events (for the window's models)."""
+        """Shallow copies of job dicts without events (for the window's models).
+
+        Only queued jobs keep their input: flow control reads it to say why one waits
+        (its provider profile and estimated cost); finished jobs do not need it.
+        """
 
         def fn(st: StoreState) -> list[JobDict]:
             source = st.jobs.values() if ids is None else (st.jobs[i] for i in ids if i in st.jobs)
-            return [{k: v for k, v in j.items() if k not in ("events", "lease_token", "input")} for j in source]
+            return [
+                {
+                    k: v
+                    for k, v in j.items()
+                    if k not in ("events", "lease_token") and (k != "input" or j["state"] == State.QUEUED)
+                }
+                for j in source
+            ]
 
         return self.store.read(fn)
 
