@@ -928,9 +928,9 @@ def test_compaction_restores_and_syncs_results_before_folding_their_records(
 
 
 def test_raw_jobs_keep_the_input_of_queued_jobs_only(queue: Queue) -> None:
-    waiting = queue.submit("demo", {"prompt": "still queued", "profile": "local"}).job
     done = queue.submit("demo", {"prompt": "finished"}).job
     queue.complete(lease_of(queue, done.id), {"text": "r"})
+    waiting = queue.submit("demo", {"prompt": "still queued", "profile": "local"}).job
     rows = {row["id"]: row for row in queue.raw_jobs()}
     assert rows[waiting.id]["input"] == {"prompt": "still queued", "profile": "local"}  # flow control reads it
     assert "input" not in rows[done.id]
