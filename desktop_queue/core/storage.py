@@ -205,8 +205,23 @@ class StoreState:
         self.queued_by_lane = {}
         self.seq = seq
         self.epoch = epoch
-        for job in jobs.values():
-            self._index(job)
+        # finished jobs (nearly all of a large store) only need their state and key indexed:
+        # do that inline, and leave the general _index to the queued and running ones
+        by_state = self.by_state
+        keys = self.keys
+        for job_id, job in jobs.items():
+            state = job["state"]
+            if state == "succeeded" or state == "dead" or state == "cancelled":
+                bucket = by_state.get(state)
+                if bucket is None:
+                    bucket = by_state[state] = set()
+                bucket.add(job_id)
+                if state == "succeeded":
+                    keys[job["key"]] = job_id
+            else:
+                self._index(job)
+        self.seq = max(self.seq, max((j["seq"] for j in jobs.values()), default=0))
+        self.epoch = max(self.epoch, max((j.get("lease_epoch") or 0 for j in jobs.values()), default=0))
         self.version += 1
         self.changes.clear()
         self.changes.append((self.version, "*"))
@@ -807,9 +822,9 @@ class Store:
             self._offset += len(payload)
             for record in records:
                 self.state.apply(record)
-            # fold the journal when it reaches an eighth of the snapshot (at most 16 MiB more):
+            # fold the journal when it reaches a sixteenth of the snapshot (4 to 8 MiB):
             # compaction stays amortised O(1) per change and a cold open replays little
-            if self._offset > max(self.rotate_bytes, min(self._snapshot_bytes // 8, 16 << 20)):
+            if self._offset > max(self.rotate_bytes, min(self._snapshot_bytes // 16, 8 << 20)):
                 rotate = self._rotate()
         if rotate:
             self._compact_soon(self._gen - 1)
