@@ -60,14 +60,15 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from PySide6 import __version__ as PYSIDE_VERSION  # noqa: E402
 from PySide6.QtCore import QSortFilterProxyModel, Qt  # noqa: E402
-from PySide6.QtGui import QFontMetrics, QStandardItem, QStandardItemModel  # noqa: E402
-from PySide6.QtWidgets import QAbstractItemView, QApplication, QHeaderView, QTableView  # noqa: E402
+from PySide6.QtGui import QStandardItem, QStandardItemModel  # noqa: E402
+from PySide6.QtWidgets import QApplication, QTableView  # noqa: E402
 
 from desktop_queue.runtime.qtcompat import install as guard_binding  # noqa: E402
 from desktop_queue.core import Outcome, Queue  # noqa: E402
 from desktop_queue.providers.demo import DemoProvider  # noqa: E402
 from desktop_queue.ui.delegates import JobCellDelegate  # noqa: E402
 from desktop_queue.ui.icons import state_icon  # noqa: E402
+from desktop_queue.ui.panes import configure_job_table  # noqa: E402
 from desktop_queue.ui.models import (  # noqa: E402
     QUEUE_COLUMNS,
     JobFilterProxy,
@@ -136,17 +137,7 @@ def populate(data_dir: Path, size: int, seed: int = 7) -> None:
 
 def configure_view(view: QTableView) -> None:
     """The queue pane's table settings (``desktop_queue.ui.panes``), for both sides."""
-    view.setSortingEnabled(True)
-    view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-    view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-    view.setAlternatingRowColors(True)
-    view.setShowGrid(False)
-    view.setWordWrap(False)
-    view.setTextElideMode(Qt.TextElideMode.ElideRight)
-    view.verticalHeader().setVisible(False)
-    view.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-    view.verticalHeader().setDefaultSectionSize(QFontMetrics(view.font()).height() + 10)
-    view.horizontalHeader().setStretchLastSection(True)
+    configure_job_table(view)
     view.resize(*VIEW_SIZE)
 
 

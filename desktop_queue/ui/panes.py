@@ -47,6 +47,15 @@ def _job_table(model: JobFilterProxy, name: str) -> QTableView:
     view = QTableView()
     view.setObjectName(name)
     view.setModel(model)
+    configure_job_table(view)
+    view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+    # one JobRole.LOOK per painted cell instead of Qt asking Python for ~8 roles one by one
+    view.setItemDelegate(JobCellDelegate(view))
+    return view
+
+
+def configure_job_table(view: QTableView) -> None:
+    """The settings of a job table (also given to the reference view in ``benchmarks/ui.py``)."""
     view.setSortingEnabled(True)
     view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
@@ -62,10 +71,6 @@ def _job_table(model: JobFilterProxy, name: str) -> QTableView:
     header.setSectionsMovable(True)
     header.setHighlightSections(False)
     header.setStretchLastSection(True)
-    view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-    # one JobRole.LOOK per painted cell instead of Qt asking Python for ~8 roles one by one
-    view.setItemDelegate(JobCellDelegate(view))
-    return view
 
 
 def selected_jobs(view: QTableView) -> list[dict]:
