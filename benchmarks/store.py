@@ -361,6 +361,17 @@ def worker_populate(backend: str, data_dir: Path, n: int) -> dict[str, Any]:
     return {"jobs": n, "seconds": time.perf_counter() - start}
 
 
+def _open_timed(backend: str, data_dir: Path) -> tuple[Subject, int, float, int]:
+    """Opens a column's store in this process: ``(subject, rss before, seconds, rss after)``."""
+    subject = make_subject(backend, data_dir)
+    _import_backend(backend)
+    baseline = peak_rss_bytes()
+    start = time.perf_counter()
+    subject.open()
+    open_s = time.perf_counter() - start
+    return subject, baseline, open_s, peak_rss_bytes()
+
+
 def worker_open(backend: str, data_dir: Path) -> dict[str, Any]:
     """Times one cold open of a populated store (this process has never seen it).
 
@@ -371,13 +382,7 @@ def worker_open(backend: str, data_dir: Path) -> dict[str, Any]:
     Returns:
         ``open_s``, ``baseline_rss`` (after imports, before the open) and ``peak_rss``.
     """
-    subject = make_subject(backend, data_dir)
-    _import_backend(backend)
-    baseline = peak_rss_bytes()
-    start = time.perf_counter()
-    subject.open()
-    open_s = time.perf_counter() - start
-    peak = peak_rss_bytes()
+    subject, baseline, open_s, peak = _open_timed(backend, data_dir)
     subject.close()
     return {"open_s": open_s, "baseline_rss": baseline, "peak_rss": peak}
 
@@ -401,13 +406,7 @@ def worker_measure(backend: str, data_dir: Path, ops: int, warmup: int, tag: str
         ``lifecycle`` and ``enqueue`` timings (see :func:`_timed_ops`), memory figures,
         ``settings`` (before the ops) and ``settings_after`` (after the drain).
     """
-    subject = make_subject(backend, data_dir)
-    _import_backend(backend)
-    baseline = peak_rss_bytes()
-    start = time.perf_counter()
-    subject.open()
-    open_s = time.perf_counter() - start
-    peak_open = peak_rss_bytes()
+    subject, baseline, open_s, peak_open = _open_timed(backend, data_dir)
     try:
         settings = subject.describe()
         for i in range(warmup):

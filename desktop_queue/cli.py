@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 import orjson
 
 from desktop_queue import __version__
-from desktop_queue.core import Job, Queue, QueueError, State
+from desktop_queue.core import Job, Queue, QueueError, State, present
 from desktop_queue.core.errors import InputTooLarge, InvalidInput
 from desktop_queue.core.model import iso
 from desktop_queue.core.paths import data_dir as resolve_data_dir
@@ -125,13 +125,10 @@ def _ago(ts: float | None, now: float) -> str:
 
 
 def describe_state(job: Job, now: float) -> str:
-    """The state as people read it: ``retrying in 12 s`` for a queued job that failed before."""
+    """The state as people read it, in the window's words (:mod:`desktop_queue.core.present`):
+    ``retrying in 12 s (backoff)`` for a queued job that waits, ``dead (fatal)`` for a dead letter."""
     if job.state == State.QUEUED and job.run_after > now + 0.5:
-        wait = job.run_after - now
-        label = "retrying" if job.attempts > 0 or job.total_attempts > 0 else "waiting"
-        if job.last_error and job.last_error.get("class") == "throttled":
-            label = "waiting: rate limit, retrying"
-        return f"{label} in {wait:.0f} s"
+        return present.describe_state(job.to_json(with_events=False, with_input=False), now)
     if job.state == State.DEAD and job.last_error:
         return f"dead ({job.last_error.get('class')})"
     return job.state

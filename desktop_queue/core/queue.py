@@ -784,7 +784,16 @@ class Queue:
 
     def lease_token(self, job_id: str) -> str | None:
         """The current lease token (tests and the crash drill only; never shown to people)."""
-        return self.store.read(lambda state: state.jobs[job_id].get("lease_token"))
+        return self.lease_holder(job_id)[1]
+
+    def lease_holder(self, job_id: str) -> tuple[str, str | None]:
+        """``(state, lease token)`` of a job in one read (the lease driver checks its leases with it)."""
+
+        def fn(state: StoreState) -> tuple[str, str | None]:
+            job = state.jobs[job_id]
+            return job["state"], job.get("lease_token")
+
+        return self.store.read(fn)
 
     def list(self, state: str | None = None, *, limit: int | None = None, with_events: bool = False) -> list[Job]:
         """Jobs, newest first, optionally only those in ``state``."""
@@ -837,23 +846,7 @@ class Queue:
 
     def next_wake(self) -> float | None:
         """When the earliest queued job becomes runnable (wall time), or None if none is queued."""
-
-        def fn(st: StoreState) -> float | None:
-            best = None
-            for lane in st.lanes.values():
-                while lane:
-                    run_after, _seq, job_id = lane[0]
-                    job = st.jobs.get(job_id)
-                    if job is None or job["state"] != State.QUEUED or job.get("run_after") != run_after:
-                        import heapq
-
-                        heapq.heappop(lane)
-                        continue
-                    best = run_after if best is None else min(best, run_after)
-                    break
-            return best
-
-        return self.store.read(fn)
+        return self.store.read(lambda st: st.next_wake())
 
     def is_idle(self) -> bool:
         """No job queued or running."""

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import os
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -244,8 +245,6 @@ class ResultStore:
                 raise ValueError("not a result file")
             return doc
         except ValueError:
-            import time
-
             stamp = time.strftime("%Y%m%dT%H%M%S")
             target = path.with_name(f"{path.name}.corrupt-{stamp}")
             n = 1

@@ -226,6 +226,22 @@ class StoreState:
         self.changes.clear()
         self.changes.append((self.version, "*"))
 
+    def _head(self, heap: list[tuple[float, int, str]]) -> JobDict | None:
+        """The job at the top of a lane heap, after dropping stale entries (lazy deletion)."""
+        while heap:
+            run_after, _seq, job_id = heap[0]
+            job = self.jobs.get(job_id)
+            if job is not None and job["state"] == "queued" and (job.get("run_after") or 0.0) == run_after:
+                return job
+            heapq.heappop(heap)
+        return None
+
+    def next_wake(self) -> float | None:
+        """When the earliest queued job becomes runnable, or None if none is queued."""
+        heads = [self._head(heap) for heap in self.lanes.values()]
+        times = [job.get("run_after") or 0.0 for job in heads if job is not None]
+        return min(times) if times else None
+
     def peek_runnable(self, lane: str, now: float, skip: Callable[[JobDict], bool] | None = None) -> JobDict | None:
         """The next queued job of ``lane`` whose ``run_after`` has come, or None."""
         heap = self.lanes.get(lane)
@@ -233,13 +249,9 @@ class StoreState:
             return None
         skipped: list[tuple[float, int, str]] = []
         found: JobDict | None = None
-        while heap:
-            run_after, seq, job_id = heap[0]
-            job = self.jobs.get(job_id)
-            if job is None or job["state"] != "queued" or (job.get("run_after") or 0.0) != run_after:
-                heapq.heappop(heap)  # stale entry
-                continue
-            if run_after > now:
+        while True:
+            job = self._head(heap)
+            if job is None or heap[0][0] > now:
                 break
             if skip is not None and skip(job):
                 skipped.append(heapq.heappop(heap))

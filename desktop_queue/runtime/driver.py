@@ -364,19 +364,18 @@ class LeaseDriver(QObject):
             if active.cancel.is_set():
                 continue
             try:
-                job = self.queue.get(job_id)
-                token = self.queue.lease_token(job_id)
+                state, token = self.queue.lease_holder(job_id)
             except (QueueError, KeyError):
-                job, token = None, None
+                state, token = None, None
             if token != active.lease.token:
                 # cancelled elsewhere: stop and cancel provider-side work too;
                 # reaped or taken over: stop, but leave provider-side work to resume
-                if job is None or job.state != "cancelled":
+                if state != "cancelled":
                     active.stopping.set()
                 active.cancel.set()
 
     def _emit_idle_if_idle(self) -> None:
-        idle = not self._active and (self._paused or self.queue.next_wake() is None or self._nothing_runnable())
+        idle = not self._active and (self._paused or self._nothing_runnable())
         if idle and not self._was_idle:
             self.idle.emit()
         self._was_idle = idle

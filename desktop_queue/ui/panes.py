@@ -43,6 +43,14 @@ CATEGORY_COLOURS: dict[str, str] = {
 STATE_ORDER = (State.QUEUED, State.RUNNING, State.SUCCEEDED, State.DEAD, State.CANCELLED)
 
 
+def _search_box(name: str, placeholder: str) -> QLineEdit:
+    box = QLineEdit()
+    box.setObjectName(name)
+    box.setPlaceholderText(placeholder)
+    box.setClearButtonEnabled(True)
+    return box
+
+
 def _job_table(model: JobFilterProxy, name: str) -> QTableView:
     view = QTableView()
     view.setObjectName(name)
@@ -120,10 +128,7 @@ class QueuePane(QWidget):
         self.model = model
         self.proxy = JobFilterProxy(self)
         self.proxy.setSourceModel(model)
-        self.search = QLineEdit()
-        self.search.setObjectName("queueSearch")
-        self.search.setPlaceholderText("Filter by title, id, kind or error  (Ctrl+F)")
-        self.search.setClearButtonEnabled(True)
+        self.search = _search_box("queueSearch", "Filter by title, id, kind or error  (Ctrl+F)")
         self.state_filter = QComboBox()
         self.state_filter.setObjectName("stateFilter")
         self.state_filter.setToolTip("Show only jobs in one state")
@@ -198,10 +203,7 @@ class DeadLetterPane(QWidget):
         self.model = model
         self.proxy = JobFilterProxy(self)
         self.proxy.setSourceModel(model)
-        self.search = QLineEdit()
-        self.search.setObjectName("deadSearch")
-        self.search.setPlaceholderText("Filter dead letters by title, id or error")
-        self.search.setClearButtonEnabled(True)
+        self.search = _search_box("deadSearch", "Filter dead letters by title, id or error")
         self.view = _job_table(self.proxy, "deadView")
         self.retry_button = QPushButton(icon("action-retry"), "&Retry")
         self.replay_button = QPushButton(icon("action-replay"), "Re&play…")

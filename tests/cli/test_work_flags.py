@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +18,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers"))
 
 from fakeserver import PNG_BYTES, FakeOpenAI  # noqa: E402
+from provider_helpers import CANARY_KEY as KEY  # noqa: E402
+from provider_helpers import server  # noqa: E402, F401  (fixture)
 
 from .conftest import Cli  # noqa: E402
 
-KEY = "sk-test-work-flags-0123456789"
 OK = 0
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI(api_key=KEY)
-    fake.start()
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture

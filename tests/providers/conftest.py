@@ -8,36 +8,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import keyring
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fakeserver import FakeOpenAI  # noqa: E402
-from provider_helpers import CANARY_KEY, MemoryKeyring  # noqa: E402
+from provider_helpers import CANARY_KEY, memory_keyring, server  # noqa: E402, F401  (fixtures)
 
 from desktop_queue.core import FakeClock, Queue  # noqa: E402
 from desktop_queue.providers.openai_compat import OpenAIProfile  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def memory_keyring(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryKeyring]:
-    """An empty in-memory keyring and no key or base URL in the environment."""
-    previous = keyring.get_keyring()
-    ring = MemoryKeyring()
-    keyring.set_keyring(ring)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    yield ring
-    keyring.set_keyring(previous)
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI(api_key=CANARY_KEY)
-    fake.start()
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture

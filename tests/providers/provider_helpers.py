@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import keyring
+import pytest
+from fakeserver import FakeOpenAI
 from keyring.backend import KeyringBackend
 
 from desktop_queue.core import Lease, Outcome, Queue, RunContext
@@ -78,3 +82,24 @@ def step(queue: Queue, providers: dict[str, Any], flow: FlowControl | None = Non
     if flow is not None:
         flow.on_outcome(lease.job, outcome)
     return lease, outcome
+
+
+@pytest.fixture(autouse=True)
+def memory_keyring(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryKeyring]:
+    """An empty in-memory keyring and no key or base URL in the environment."""
+    previous = keyring.get_keyring()
+    ring = MemoryKeyring()
+    keyring.set_keyring(ring)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    yield ring
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAI]:
+    """The fake OpenAI-compatible server on 127.0.0.1, expecting the canary key."""
+    fake = FakeOpenAI(api_key=CANARY_KEY)
+    fake.start()
+    yield fake
+    fake.stop()

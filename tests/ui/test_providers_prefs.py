@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QDialog, QLineEdit
 sys.path.insert(0, str(Path(__file__).parents[1] / "providers"))
 
 from fakeserver import FakeOpenAI  # noqa: E402
-from provider_helpers import CANARY_KEY, MemoryKeyring  # noqa: E402
+from provider_helpers import CANARY_KEY, MemoryKeyring, memory_keyring, server  # noqa: E402, F401  (fixtures)
 
 from desktop_queue.core.flow import WAITING_UNAVAILABLE, FlowControl, ProfileLimits  # noqa: E402
 from desktop_queue.core.present import describe_state  # noqa: E402
@@ -29,25 +29,6 @@ from desktop_queue.ui.settings import Preferences, load_provider_profile  # noqa
 
 WAIT_MS = 5000
 WRONG_KEY = "sk-wrong-0d9e8f7a6b5c4d3e2f1a"
-
-
-@pytest.fixture(autouse=True)
-def ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryKeyring]:
-    previous = keyring.get_keyring()
-    memory = MemoryKeyring()
-    keyring.set_keyring(memory)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    yield memory
-    keyring.set_keyring(previous)
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI(api_key=CANARY_KEY)
-    fake.start()
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture
@@ -77,8 +58,8 @@ def test_test_connection_lists_the_models_off_the_gui_thread(qtbot: Any, dialog:
     assert "model-a, model-b" in page.message.text.text()
 
 
-def test_test_connection_uses_the_saved_key(qtbot: Any, dialog: PreferencesDialog, ring: MemoryKeyring) -> None:
-    ring.set_password(KEYRING_SERVICE, "openai", CANARY_KEY)
+def test_test_connection_uses_the_saved_key(qtbot: Any, dialog: PreferencesDialog, memory_keyring: MemoryKeyring) -> None:
+    memory_keyring.set_password(KEYRING_SERVICE, "openai", CANARY_KEY)
     with qtbot.waitSignal(dialog.providers_page.tester.succeeded, timeout=WAIT_MS):
         dialog.providers_page.test_button.click()
 
@@ -111,7 +92,7 @@ def test_unreachable_endpoint_is_reported(qtbot: Any, dialog: PreferencesDialog,
 
 
 def test_ok_puts_the_key_in_the_keyring_and_never_in_settings_or_logs(
-    dialog: PreferencesDialog, ring: MemoryKeyring, isolated_profile: Path, caplog: pytest.LogCaptureFixture,
+    dialog: PreferencesDialog, memory_keyring: MemoryKeyring, isolated_profile: Path, caplog: pytest.LogCaptureFixture,
     server: FakeOpenAI,
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -123,7 +104,7 @@ def test_ok_puts_the_key_in_the_keyring_and_never_in_settings_or_logs(
     page.api_key.setText(CANARY_KEY)
     dialog.accept()
     assert dialog.result() == QDialog.DialogCode.Accepted
-    assert ring.store[(KEYRING_SERVICE, "openai")] == CANARY_KEY
+    assert memory_keyring.store[(KEYRING_SERVICE, "openai")] == CANARY_KEY
     assert page.api_key.text() == ""
     saved = load_provider_profile()
     assert saved == ProfileConfig(base_url=server.url, model="model-b", rpm=60.0, tpm=40_000.0, concurrency=3)
