@@ -24,7 +24,6 @@ from desktop_queue.core.errors import (
     NotAllowed,
     QueueFull,
     StaleLease,
-    StoreError,
     UnknownKind,
 )
 from desktop_queue.core.fingerprint import canonical_json, fingerprint, input_digest
@@ -138,7 +137,9 @@ class Queue:
         self.store = Store(
             self.data_dir / "store", rotate_bytes=rotate_bytes, background_compaction=background_compaction
         )
-        self.results = ResultStore(self.data_dir / "results")
+        self.results = ResultStore(
+            self.data_dir / "results", carried=self.store.carried_result, carried_keys=self.store.carried_keys
+        )
         self.reconciled: list[Reconciled] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -148,16 +149,21 @@ class Queue:
         """Opens (creating if needed) the queue; the first process to open it reconciles orphans."""
         queue = cls(data_dir, providers, **kwargs)
         queue.store.open(on_first=queue._reconcile_orphans)
-        restored = sum(queue.results.restore(doc) for doc in queue.store.replayed_results)
-        queue.store.replayed_results = []
-        if restored:
-            queue.report.notices.append(
-                f"rewrote {restored} result file(s) lost by a power cut from the journal (nothing lost)"
-            )
         return queue
 
     def close(self) -> None:
         self.store.close()
+
+    def sync(self) -> None:
+        """Puts every change this process has committed on disk (a no-op when they are).
+
+        Leases and heartbeats are committed without waiting for the disk (see
+        :meth:`lease`); the lease driver calls this before it calls a provider.
+
+        Raises:
+            StoreError: the disk refused.
+        """
+        self.store.sync()
 
     def __enter__(self) -> Queue:
         return self
@@ -378,7 +384,12 @@ class Queue:
         """Leases the next runnable job (interactive lane first, then ``run_after``, then submission order).
 
         Expired leases are reaped in the same commit. The attempt is recorded before
-        anyone calls the provider (invariant 4).
+        anyone calls the provider (invariant 4): when this returns, the lease is in the
+        journal, where it survives this process and every other process sees it. It is
+        not yet fsynced; call :meth:`sync` before calling the provider (the lease driver
+        does, on the worker thread) so that it also survives a power cut. Any later
+        durable commit of this process syncs it too; until then a power cut can forget
+        only this attempt (the job is then queued again, its attempt not counted).
 
         Args:
             worker: who holds the lease (shown in timelines).
@@ -428,7 +439,7 @@ class Queue:
             out.value = (job["id"], token, epoch, now + length, attempts)
             return records
 
-        self.store.transact(fn)
+        self.store.transact(fn, durable=False)
         if out.value is None:
             return None
         job_id, token, epoch, expires, attempt = out.value
@@ -454,7 +465,8 @@ class Queue:
             out.value = now + length
             return [self._upd(job["id"], {"lease_expires_at": now + length, "heartbeat_at": now})]
 
-        self.store.transact(fn)
+        # a heartbeat need not wait for the disk: after a power cut every lease is orphaned anyway
+        self.store.transact(fn, durable=False)
         return float(out.value)
 
     def record_provider_job(self, lease: Lease, provider_job_id: str) -> None:
@@ -515,7 +527,7 @@ class Queue:
                 **self._lease_changes_cleared(now),
             }
             # the record carries the result: one fsync makes both durable ("the same durable
-            # commit"); the result file is a copy, synced before compaction folds this record
+            # commit"); compaction writes the result file (synced) before folding this record
             return [{**self._upd(job["id"], changes, ev), "res": doc}]
 
         try:
@@ -523,11 +535,6 @@ class Queue:
         except StaleLease:
             self._record_stale(lease, "late result rejected")
             raise
-        if existing is None:
-            try:
-                self.results.write(doc, durable=False)
-            except StoreError as exc:  # the journal holds the result; the next open writes the copy
-                log.warning("result copy for job %s not written yet: %s", lease.job_id, exc)
         return self._view(lease.job_id)
 
     def _record_stale(self, lease: Lease, reason: str) -> None:

@@ -6,6 +6,12 @@ next to the JSON result, named by the key with the artifact's extension
 (``results/ab/<key>.png``), *before* the JSON result; the stored JSON keeps
 ``artifact_ref`` (the file's path relative to the data dir), ``artifact_bytes``,
 ``artifact_sha256`` and ``mime`` instead of the base64 text.
+
+The JSON result of a job is made durable by the journal record that marks the job
+succeeded, which carries it; the file under ``results/`` is written when compaction
+folds that record into a snapshot (or earlier, when someone asks for its path: see
+:meth:`ResultStore.materialize`). Until then :meth:`ResultStore.get` answers from the
+store's memory, so a lifecycle costs no result-file I/O.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +79,20 @@ class ResultStore:
 
     Args:
         root: the ``results`` directory.
+        carried: looks up a result document held by the journal and not yet written as
+            a file (the store's :meth:`~desktop_queue.core.storage.Store.carried_result`).
+        carried_keys: the keys of those documents (the store's ``carried_keys``).
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        carried: Callable[[str], dict[str, Any] | None] | None = None,
+        carried_keys: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
         self.root = Path(root)
+        self._carried = carried
+        self._carried_keys = carried_keys
 
     @staticmethod
     @functools.lru_cache(maxsize=4096)
@@ -198,8 +214,8 @@ class ResultStore:
         make_dirs(path.parent)
         return atomic_write(path, orjson.dumps(doc), overwrite=False, durable=durable)
 
-    def restore(self, doc: dict[str, Any]) -> bool:
-        """Writes a result document (from the journal) durably if its file is missing.
+    def restore(self, doc: dict[str, Any], *, durable: bool = True) -> bool:
+        """Writes a result document (from the journal) if its file is missing.
 
         Returns True if a file was written.
         """
@@ -208,7 +224,22 @@ class ResultStore:
             return False
         if self.path_for(key).exists():
             return False
-        return self.write(doc, durable=True)
+        return self.write(doc, durable=durable)
+
+    def materialize(self, key: str) -> Path | None:
+        """The result file of ``key``, written now if only the journal holds it yet; None if no result.
+
+        The file is written without an fsync: the journal already makes it durable, and
+        compaction syncs it before folding the record away.
+        """
+        path = self.path_for(key)
+        if path.exists():
+            return path
+        doc = self._carried(key) if self._carried is not None else None
+        if doc is None:
+            return None
+        self.write(doc, durable=False)
+        return path
 
     def make_durable(self, keys: Iterable[str]) -> None:
         """Flushes the result files of ``keys`` (and their directories) to disk."""
@@ -234,6 +265,10 @@ class ResultStore:
 
         A damaged result file is moved aside (``*.corrupt-<time>``) and reported as missing.
         """
+        if self._carried is not None:
+            doc = self._carried(key)
+            if doc is not None:
+                return doc
         path = self.path_for(key)
         try:
             raw = path.read_bytes()
@@ -267,13 +302,16 @@ class ResultStore:
         return removed
 
     def has(self, key: str) -> bool:
+        if self._carried is not None and self._carried(key) is not None:
+            return True
         return self.path_for(key).exists()
 
     def count(self) -> int:
-        """How many results are stored (walks the directory; for tests and stats)."""
-        if not self.root.exists():
-            return 0
-        return sum(1 for p in self.root.glob("*/*.json"))
+        """How many keys have a result, as files or carried by the journal (walks the directory)."""
+        names = {p.stem for p in self.root.glob("*/*.json")} if self.root.exists() else set()
+        if self._carried_keys is not None:
+            names.update(self._safe(k) for k in self._carried_keys())
+        return len(names)
 
 
 __all__ = ["InvalidArtifact", "MIME_EXTENSIONS", "ResultStore", "StoreCorrupt", "artifact_extension"]

@@ -12,6 +12,18 @@ since its last look (catch-up), asks the caller for the records of its change,
 appends them with one ``write`` and ``fsync``, then applies them in memory. The cost of
 a commit therefore does not grow with the number of stored jobs.
 
+Some commits need not wait for the disk: a lease, a heartbeat. They are written (so
+they survive the process, and every other process sees them) but not fsynced;
+:meth:`Store.sync` makes them durable, and so does the next durable commit of this
+process, whose ``fsync`` covers everything written before it. The lease driver calls
+``sync`` on the worker thread just before it calls a provider, so an attempt is on
+disk before anything is paid for, and several leases share one ``fsync``.
+
+The record that marks a job succeeded carries the result document (``res``), so one
+``fsync`` makes the result and the state durable together. Until compaction writes the
+result files under ``results/`` (durably, before it folds those records away), the
+store keeps these documents in memory (:meth:`Store.carried_result`).
+
 When the current segment grows past a threshold it is closed and a new one opened
 (cheap, under the lock); a background thread then folds the closed segments into a
 new snapshot from the files alone, never touching the live state, and deletes what
@@ -484,10 +496,13 @@ class Store:
         self.background_compaction = background_compaction
         self.state = StoreState()
         self.report = OpenReport(first=False)
-        #: result documents carried by the journal records replayed at open; the queue
-        #: rewrites any whose file a power cut took (see :meth:`ResultStore.restore`)
-        self.replayed_results: list[dict[str, Any]] = []
+        #: key -> (segment, result document) carried by journal records not yet folded
+        #: into a snapshot (whose compaction writes the result files)
+        self._carried: dict[str, tuple[int, dict[str, Any]]] = {}
         self._mutex = threading.RLock()
+        self._sync_lock = threading.Lock()
+        self._written = 0  # commits written by this process (durable or not)
+        self._synced = 0  # ... of which known to be on disk
         self._gen = 0
         self._fd = -1
         self._offset = 0
@@ -543,6 +558,7 @@ class Store:
         self._reap_compactor(wait=True)
         with self._mutex:
             if self._fd >= 0:
+                self._sync_current()
                 os.close(self._fd)
                 self._fd = -1
             for lock in (self._presence, self._commit_lock):
@@ -599,7 +615,7 @@ class Store:
             gc.freeze()
 
     def _load_files(self) -> None:
-        self.replayed_results = []
+        self._carried = {}
         snaps, segs = self._list()
         jobs: dict[str, JobDict] = {}
         seq = epoch = 0
@@ -668,7 +684,7 @@ class Store:
             for record in read.records[1:]:
                 state.apply(record)
                 if "res" in record:
-                    self.replayed_results.append(record["res"])
+                    self._carry(gen, record["res"])
             if read.bad_line is not None or (read.torn_tail and not is_last):
                 # appends and catch-up continue after the good prefix, which is already applied
                 end_offset = self._recover_segment(path, gen, data, read, pending[index + 1 :])
@@ -735,6 +751,7 @@ class Store:
         """Switches appends and catch-up reads to segment ``gen``, at ``offset`` (default: after its header)."""
         fd = os.open(self.root / segment_name(gen), os.O_RDWR | os.O_APPEND)
         if self._fd >= 0:
+            self._sync_current()  # what this process wrote there must not lose its fsync
             os.close(self._fd)
         self._fd = fd
         self._gen = gen
@@ -754,6 +771,8 @@ class Store:
         read = read_segment(data, 0)
         for record in read.records:
             self.state.apply(record)
+            if "res" in record:
+                self._carry(self._gen, record["res"])
         self._offset += read.end
         if read.bad_line is not None:
             raise StoreCorrupt(
@@ -772,6 +791,7 @@ class Store:
                 self._open_segment(self._gen + 1)
             except FileNotFoundError:
                 break
+            self._prune_carried()
             self._catch_up_segment(exclusive)
         if not os.access(self._segment_path(self._gen), os.F_OK):
             # compacted away under us: what we have is complete up to the end of that segment,
@@ -803,12 +823,14 @@ class Store:
                 self._catch_up(exclusive=True)
                 return fn(self.state)
 
-    def transact(self, fn: Callable[[StoreState], list[Record]]) -> list[Record]:
+    def transact(self, fn: Callable[[StoreState], list[Record]], *, durable: bool = True) -> list[Record]:
         """Commits the records ``fn`` derives from the current state, atomically across processes.
 
         ``fn`` must not change the state; it returns records (``new``/``upd``), which are
-        made durable (written and fsynced) and only then applied in memory. If ``fn``
-        raises, nothing is written.
+        written (and, if ``durable``, fsynced) and only then applied in memory. If ``fn``
+        raises, nothing is written. A commit that is not durable survives the process
+        and is seen by every other process; :meth:`sync` (or any later durable commit of
+        this process) puts it on disk.
 
         Raises:
             StoreError: the write failed (disk full...); the journal is left as it was.
@@ -824,7 +846,10 @@ class Store:
             payload = b"".join(encode_record(r) for r in records)
             try:
                 write_all(self._fd, payload)
-                os.fsync(self._fd)
+                self._written += 1
+                if durable:
+                    os.fsync(self._fd)
+                    self._synced = self._written
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, self._offset)
@@ -834,6 +859,8 @@ class Store:
             self._offset += len(payload)
             for record in records:
                 self.state.apply(record)
+                if "res" in record:
+                    self._carry(self._gen, record["res"])
             # fold the journal when it reaches a sixteenth of the snapshot (4 to 8 MiB):
             # compaction stays amortised O(1) per change and a cold open replays little
             if self._offset > max(self.rotate_bytes, min(self._snapshot_bytes // 16, 8 << 20)):
@@ -859,7 +886,68 @@ class Store:
             log.warning("could not start a new journal segment: %s", exc)
             return False
         self._open_segment(next_gen)
+        self._prune_carried()
         return True
+
+    # ----------------------------------------------------------------- durability
+
+    def sync(self) -> None:
+        """Puts every commit this process has written on disk (a no-op if they are).
+
+        The ``fsync`` runs outside the store's locks, so commits from other threads go on
+        meanwhile; concurrent callers share one ``fsync``.
+
+        Raises:
+            StoreError: the disk refused (the records stay written, not yet durable).
+        """
+        with self._sync_lock:
+            with self._mutex:
+                target = self._written
+                if self._synced >= target or self._fd < 0:
+                    return
+                fd = os.dup(self._fd)
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                raise StoreError(f"could not flush the task store to disk: {exc.strerror or exc}") from exc
+            finally:
+                os.close(fd)
+            with self._mutex:
+                self._synced = max(self._synced, target)
+
+    def _sync_current(self) -> None:
+        """Fsyncs the segment being left or closed if this process wrote to it unsynced (mutex held)."""
+        if self._synced < self._written and self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.fsync(self._fd)
+            self._synced = self._written
+
+    # ----------------------------------------------------------------- carried results
+
+    def _carry(self, gen: int, doc: Any) -> None:
+        key = doc.get("key") if isinstance(doc, dict) else None
+        if isinstance(key, str):
+            self._carried[key] = (gen, doc)
+
+    def carried_result(self, key: str) -> dict[str, Any] | None:
+        """The result document for ``key`` carried by a journal record not yet compacted, or None."""
+        entry = self._carried.get(key)
+        return entry[1] if entry is not None else None
+
+    def carried_keys(self) -> list[str]:
+        """The keys whose result documents only the journal holds so far."""
+        return list(self._carried)
+
+    def _prune_carried(self) -> None:
+        """Forgets carried results that a snapshot has folded (their files are on disk by then)."""
+        if not self._carried:
+            return
+        snaps, _ = self._list()
+        if not snaps:
+            return
+        newest = snaps[-1]
+        if any(gen <= newest for gen, _ in self._carried.values()):
+            self._carried = {k: v for k, v in self._carried.items() if v[0] > newest}
 
     def _compact_soon(self, upto: int) -> None:
         """Folds closed segments into a snapshot in a child process (or inline if asked).
@@ -903,6 +991,8 @@ class Store:
             log.warning("compaction failed (exit %s): %s", code, err[-500:])
         self._compactor = None
         self._snapshot_bytes = self._newest_snapshot_size()
+        with self._mutex:
+            self._prune_carried()
         return None
 
     def _newest_snapshot_size(self) -> int:
@@ -924,6 +1014,8 @@ class Store:
                 written = compact(self.root, upto)
                 if written:
                     self._snapshot_bytes = written
+                    with self._mutex:
+                        self._prune_carried()
             except (StoreError, OSError) as exc:
                 log.warning("compaction skipped: %s", exc)
         finally:
@@ -973,7 +1065,7 @@ def compact(root: Path, upto: int) -> int:
         for record in read.records[1:]:
             carried = record.get("res")
             if isinstance(carried, dict):
-                results.restore(carried)
+                results.restore(carried, durable=False)  # all synced at once below
                 result_keys.append(carried.get("key", ""))
             job = apply_plain(jobs, record)
             if job is not None:

@@ -134,6 +134,9 @@ class JobRunnable(QRunnable):
                     provider_job_id=job.provider_job_id,
                     stopping=self._stopping,
                 )
+                # the lease was committed without waiting for the disk: put it there before
+                # anything is paid for (invariant 4); one fsync covers every lease so far
+                self._queue.sync()
                 try:
                     outcome = self._provider.run(job, context)
                 except Exception as exc:  # providers classify what they did not expect

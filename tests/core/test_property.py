@@ -436,7 +436,13 @@ class QueueMachine(RuleBasedStateMachine):
             assert events[: len(before)] == before
             self.seen_events[job_id] = events
             if job.state == "succeeded":
-                assert job.result_ref is not None and (self.data_dir / job.result_ref).is_file()
+                # the result is stored (in the journal until compaction writes its file) and
+                # its file can be had at the ref the job names
+                assert job.result_ref is not None
+                doc = self.queue.results.get(job.idempotency_key)
+                assert doc is not None and doc["job_id"] == job_id
+                path = self.queue.results.materialize(job.idempotency_key)
+                assert path == self.data_dir / job.result_ref and path.is_file()
 
     @invariant()
     def one_live_job_per_key(self) -> None:

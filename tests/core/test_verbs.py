@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -831,7 +834,7 @@ def test_result_is_stored_before_the_job_is_marked_succeeded(
     seen: list[bool] = []
     real = queue.store.transact
 
-    def checking_transact(fn: Callable[..., Any]) -> Any:
+    def checking_transact(fn: Callable[..., Any], **kwargs: Any) -> Any:
         def wrapped(state: Any) -> Any:
             records = fn(state)
             for r in records:
@@ -842,7 +845,7 @@ def test_result_is_stored_before_the_job_is_marked_succeeded(
                     seen.append(queue.results.has(job.idempotency_key) or carried)
             return records
 
-        return real(wrapped)
+        return real(wrapped, **kwargs)
 
     monkeypatch.setattr(queue.store, "transact", checking_transact)
     done = queue.complete(lease, {"text": "r"})
@@ -850,6 +853,7 @@ def test_result_is_stored_before_the_job_is_marked_succeeded(
     assert done.state == State.SUCCEEDED
     assert done.result_ref is not None
     path = data_dir / done.result_ref
+    assert queue.results.materialize(job.idempotency_key) == path
     doc = orjson.loads(path.read_bytes())
     assert doc["result"] == {"text": "r"}
     assert (doc["key"], doc["job_id"], doc["epoch"]) == (job.idempotency_key, job.id, lease.epoch)
@@ -860,6 +864,7 @@ def test_complete_twice_is_impossible(queue: Queue, data_dir: Path) -> None:
     job = queue.submit("demo", {"prompt": "p"}).job
     lease = lease_of(queue, job.id)
     done = queue.complete(lease, {"text": "first"})
+    queue.results.materialize(job.idempotency_key)
     raw = (data_dir / str(done.result_ref)).read_bytes()
     with pytest.raises(StaleLease):
         queue.complete(lease, {"text": "second"})
@@ -899,32 +904,79 @@ def test_a_result_written_before_a_crash_is_reconciled(open_queue: OpenQueue, da
     assert os.path.exists(data_dir / after.result_ref)
 
 
-def test_a_result_file_lost_to_a_power_cut_is_rewritten_from_the_journal(open_queue: OpenQueue, data_dir: Path) -> None:
+def test_a_result_only_the_journal_holds_survives_a_reopen(open_queue: OpenQueue, data_dir: Path) -> None:
     queue = open_queue()
     job = queue.submit("demo", {"prompt": "p"}).job
     done = queue.complete(lease_of(queue, job.id), {"text": "r"})
     path = data_dir / str(done.result_ref)
-    original = path.read_bytes()
+    assert not path.exists()  # no result-file I/O on the commit path: the record carries it
     queue.close()
-    path.unlink()  # the unsynced copy did not survive the power cut; the journal did
     reopened = open_queue()
-    assert path.read_bytes() == original
-    assert any("rewrote 1 result file" in n for n in reopened.report.notices)
     assert reopened.get(job.id).state == State.SUCCEEDED
+    doc = reopened.results.get(job.idempotency_key)
+    assert doc is not None and doc["result"] == {"text": "r"} and doc["job_id"] == job.id
+    assert reopened.results.count() == 1
+    # asking for the file writes it from the journal's copy
+    assert reopened.results.materialize(job.idempotency_key) == path
+    assert orjson.loads(path.read_bytes()) == doc
+    # a duplicate submission answers with the stored result
+    again = reopened.submit("demo", {"prompt": "p"})
+    assert again.duplicate and again.result == doc
 
 
-def test_compaction_restores_and_syncs_results_before_folding_their_records(
-    open_queue: OpenQueue, data_dir: Path
+def test_compaction_writes_and_syncs_results_before_folding_their_records(
+    open_queue: OpenQueue, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queue = open_queue(background_compaction=False)
     jobs = [queue.submit("demo", {"prompt": f"p{i}"}).job for i in range(3)]
     refs = [queue.complete(lease_of(queue, j.id), {"text": j.id}).result_ref for j in jobs]
-    lost = data_dir / str(refs[1])
-    lost.unlink()
+    assert not any((data_dir / str(r)).exists() for r in refs)
+    assert sorted(queue.store.carried_keys()) == sorted(j.idempotency_key for j in jobs)
+    synced: list[bool] = []
+    monkeypatch.setattr(os, "sync", lambda: synced.append(all((data_dir / str(r)).exists() for r in refs)))
     queue.store.compact_now()  # the records carrying the results are folded away now
-    assert orjson.loads(lost.read_bytes())["result"] == {"text": jobs[1].id}
+    assert synced == [True]  # written, then synced, before the snapshot replaced the records
+    for job, ref in zip(jobs, refs):
+        assert orjson.loads((data_dir / str(ref)).read_bytes())["result"] == {"text": job.id}
+    assert queue.store.carried_keys() == []  # memory is given back once the files are on disk
+    assert queue.results.get(jobs[1].idempotency_key)["result"] == {"text": jobs[1].id}
     queue.close()
-    assert all((data_dir / str(r)).exists() for r in refs)
+    reopened = open_queue()
+    assert reopened.store.carried_keys() == [] and reopened.results.count() == 3
+
+
+def test_leases_and_heartbeats_wait_for_no_fsync_until_sync(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    fsyncs: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real(fd))[1])
+    job = queue.submit("demo", {"prompt": "p"}).job
+    assert len(fsyncs) == 1  # an acknowledged submission is durable
+    lease = lease_of(queue, job.id)
+    queue.heartbeat(lease)
+    assert len(fsyncs) == 1  # written to the journal (other processes see it), not yet synced
+    queue.sync()
+    assert len(fsyncs) == 2  # one fsync covers both
+    queue.sync()
+    assert len(fsyncs) == 2  # nothing new to sync
+    queue.heartbeat(lease)
+    queue.complete(lease, {"text": "r"})
+    assert len(fsyncs) == 3  # the durable commit covers the heartbeat written before it
+    queue.sync()
+    assert len(fsyncs) == 3
+
+
+def test_a_lease_written_without_fsync_is_seen_by_another_process(data_dir: Path, queue: Queue) -> None:
+    job = queue.submit("demo", {"prompt": "p"}).job
+    lease = lease_of(queue, job.id)
+    code = (
+        "import sys, json; from desktop_queue.core.queue import Queue\n"
+        "q = Queue.open(sys.argv[1], providers={})\n"
+        "j = q.get(sys.argv[2]); print(json.dumps([j.state, j.lease_epoch])); q.close()"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(data_dir), job.id], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(out.stdout) == ["running", lease.epoch]
 
 
 def test_raw_jobs_keep_the_input_of_queued_jobs_only(queue: Queue) -> None:
