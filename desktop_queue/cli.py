@@ -266,6 +266,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as queue:
         job = queue.get(args.id)
+        if job.result_ref:
+            # the ref names a file: write it now if only the journal holds the result yet
+            queue.results.materialize(job.idempotency_key)
         if args.json:
             data = _job_json(job)
             if job.result_ref:

@@ -286,6 +286,21 @@ class TestListAndShow:
         assert f"job       {job['id']}  Prefix me" in run.out
         assert "timeline" in run.out and "submitted" in run.out
 
+    def test_show_writes_out_a_result_file_the_journal_still_holds(self, dq: Cli) -> None:
+        job = dq.submit(FAST)
+        with Queue.open(dq.data_dir, discover()) as queue:
+            lease = queue.lease("test")
+            assert lease is not None
+            done = queue.complete(lease, {"text": "from the journal"})
+        path = dq.data_dir / str(done.result_ref)
+        assert not path.exists()  # compaction has not written it yet
+
+        run = dq.run("show", job["id"])
+
+        assert run.code == OK, run.err
+        assert f"result    {done.result_ref}" in run.out
+        assert json.loads(path.read_text())["result"] == {"text": "from the journal"}
+
 
 # ---------------------------------------------------------------------- verbs
 
