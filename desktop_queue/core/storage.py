@@ -56,7 +56,7 @@ from typing import Any, TypeVar
 import orjson
 
 from desktop_queue.core.errors import StoreCorrupt, StoreError
-from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs, write_all
+from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs
 from desktop_queue.core.model import events_of
 from desktop_queue.core.results import ResultStore
 
@@ -99,6 +99,28 @@ def decode_record(line: bytes) -> Record | None:
     except (ValueError, orjson.JSONDecodeError):
         return None
     return record if isinstance(record, dict) else None
+
+
+#: ``fdatasync`` where the OS has it: a segment is written into space filled in advance,
+#: so there is no size or block map to flush, only the data (and the disk's cache)
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+#: space written past the rotation threshold when a segment is created (the commit that
+#: crosses the threshold, and a little more, still lands in filled space)
+PREFILL_SLACK = 256 << 10
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Writes every byte of ``data`` at ``offset`` (callers hold the mutex on Windows)."""
+    view = memoryview(data)
+    while view:
+        if hasattr(os, "pwrite"):
+            written = os.pwrite(fd, view, offset)
+        else:
+            os.lseek(fd, offset, os.SEEK_SET)
+            written = os.write(fd, view)
+        view = view[written:]
+        offset += written
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:
@@ -416,25 +438,44 @@ class SegmentRead:
 
 
 def read_segment(data: bytes, start: int) -> SegmentRead:
-    """Splits ``data[start:]`` into verified records."""
+    """Splits ``data[start:]`` into verified records.
+
+    A segment is created filled with zero bytes (see :meth:`Store._start_segment`) and
+    records overwrite them in order, so the first zero byte ends the written part (a
+    record never contains one: JSON escapes it). Anything but zeros after that point
+    can only be writes a power cut left behind a hole: it is reported as a bad record.
+    """
+    size = data.find(b"\0", start)
+    if size < 0:
+        size = len(data)
+    elif data.count(b"\0", size) != len(data) - size:
+        out = _read_lines(data, start, size)
+        if out.bad_line is None:
+            out.bad_line = out.end
+            out.torn_tail = False
+            out.lost_after = [r for line in data[size:].split(b"\n") if (r := decode_record(line.strip(b"\0")))]
+        return out
+    return _read_lines(data, start, size)
+
+
+def _read_lines(data: bytes, start: int, size: int) -> SegmentRead:
     out = SegmentRead(records=[], end=start)
     pos = start
-    size = len(data)
     while pos < size:
-        nl = data.find(b"\n", pos)
+        nl = data.find(b"\n", pos, size)
         if nl < 0:
             out.torn_tail = True  # no newline: a write that never finished
             break
         record = decode_record(data[pos:nl])
         if record is None:
-            if data.find(b"\n", nl + 1) < 0 and not data[nl + 1 :].strip():
+            if data.find(b"\n", nl + 1, size) < 0 and not data[nl + 1 : size].strip():
                 out.torn_tail = True  # the last complete-looking line is torn
                 break
             out.bad_line = pos
             rest = SegmentRead(records=[], end=nl + 1)
             p = nl + 1
             while p < size:
-                n = data.find(b"\n", p)
+                n = data.find(b"\n", p, size)
                 if n < 0:
                     break
                 r = decode_record(data[p:n])
@@ -506,6 +547,7 @@ class Store:
         self._gen = 0
         self._fd = -1
         self._offset = 0
+        self._size = 0  # the segment file's size as this process last knew it
         self._snapshot_bytes = 0
         self._compactor: subprocess.Popen[bytes] | None = None
         self._closed = True
@@ -740,21 +782,44 @@ class Store:
     def _header(self, gen: int) -> Record:
         return {"op": "header", "format": JOURNAL_FORMAT, "schema_version": SCHEMA_VERSION, "gen": gen}
 
+    def _undo_write(self, length: int) -> None:
+        """Puts back what a failed write changed after ``_offset``: zeros inside the file, nothing past it."""
+        with contextlib.suppress(OSError):
+            keep = max(self._size, self._offset)
+            if os.fstat(self._fd).st_size > keep:
+                os.ftruncate(self._fd, keep)
+            if keep > self._offset:
+                _pwrite_all(self._fd, bytes(min(keep - self._offset, length)), self._offset)
+
+    def _rotate_threshold(self) -> int:
+        # fold the journal when it reaches a sixteenth of the snapshot (4 to 8 MiB):
+        # compaction stays amortised O(1) per change and a cold open replays little
+        return max(self.rotate_bytes, min(self._snapshot_bytes // 16, 8 << 20))
+
     def _start_segment(self, gen: int, replace: bool = False) -> None:
+        """Creates segment ``gen``: its header, then zero bytes up to past the rotation threshold.
+
+        Commits overwrite the zeros in place, so the file's size and block map never
+        change while it fills: the per-commit ``fdatasync`` flushes only the data, not
+        the file system's metadata (about a third cheaper on ext4 here).
+        """
         path = self.root / segment_name(gen)
-        atomic_write(path, encode_record(self._header(gen)), overwrite=replace)
+        header = encode_record(self._header(gen))
+        prefill = max(0, self._rotate_threshold() + PREFILL_SLACK - len(header))
+        atomic_write(path, header + bytes(prefill), overwrite=replace)
 
     def _segment_path(self, gen: int) -> str:
         return os.path.join(self._root_s, segment_name(gen))
 
     def _open_segment(self, gen: int, offset: int | None = None) -> None:
         """Switches appends and catch-up reads to segment ``gen``, at ``offset`` (default: after its header)."""
-        fd = os.open(self.root / segment_name(gen), os.O_RDWR | os.O_APPEND)
+        fd = os.open(self.root / segment_name(gen), os.O_RDWR)
         if self._fd >= 0:
             self._sync_current()  # what this process wrote there must not lose its fsync
             os.close(self._fd)
         self._fd = fd
         self._gen = gen
+        self._size = os.fstat(fd).st_size
         if offset is None:
             head = _pread(fd, 1 << 16, 0)
             nl = head.find(b"\n")
@@ -763,11 +828,21 @@ class Store:
 
     # ----------------------------------------------------------------- catch-up
 
+    def _unread(self) -> bytes:
+        """What was written to the segment after ``_offset``: up to its first zero byte (or its end)."""
+        chunk = 4096
+        data = _pread(self._fd, chunk, self._offset)
+        if not data or data[0] == 0:
+            return b""  # the usual case: nothing new
+        while b"\0" not in data and len(data) == chunk:
+            chunk *= 4
+            data = _pread(self._fd, chunk, self._offset)
+        return data
+
     def _catch_up_segment(self, exclusive: bool) -> None:
-        size = os.fstat(self._fd).st_size
-        if size <= self._offset:
+        data = self._unread()
+        if not data:
             return
-        data = _pread(self._fd, size - self._offset, self._offset)
         read = read_segment(data, 0)
         for record in read.records:
             self.state.apply(record)
@@ -845,25 +920,23 @@ class Store:
                 return records
             payload = b"".join(encode_record(r) for r in records)
             try:
-                write_all(self._fd, payload)
+                _pwrite_all(self._fd, payload, self._offset)
                 self._written += 1
                 if durable:
-                    os.fsync(self._fd)
+                    _datasync(self._fd)
                     self._synced = self._written
             except OSError as exc:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, self._offset)
+                self._undo_write(len(payload))
                 raise StoreError(
                     f"could not write to the task store: {exc.strerror or exc}; the change was not made"
                 ) from exc
             self._offset += len(payload)
+            self._size = max(self._size, self._offset)
             for record in records:
                 self.state.apply(record)
                 if "res" in record:
                     self._carry(self._gen, record["res"])
-            # fold the journal when it reaches a sixteenth of the snapshot (4 to 8 MiB):
-            # compaction stays amortised O(1) per change and a cold open replays little
-            if self._offset > max(self.rotate_bytes, min(self._snapshot_bytes // 16, 8 << 20)):
+            if self._offset > self._rotate_threshold():
                 rotate = self._rotate()
         if rotate:
             self._compact_soon(self._gen - 1)
@@ -907,7 +980,7 @@ class Store:
                     return
                 fd = os.dup(self._fd)
             try:
-                os.fsync(fd)
+                _datasync(fd)
             except OSError as exc:
                 raise StoreError(f"could not flush the task store to disk: {exc.strerror or exc}") from exc
             finally:
@@ -919,7 +992,7 @@ class Store:
         """Fsyncs the segment being left or closed if this process wrote to it unsynced (mutex held)."""
         if self._synced < self._written and self._fd >= 0:
             with contextlib.suppress(OSError):
-                os.fsync(self._fd)
+                _datasync(self._fd)
             self._synced = self._written
 
     # ----------------------------------------------------------------- carried results
@@ -1029,6 +1102,11 @@ class Store:
     def segment(self) -> int:
         """The journal segment this process appends to."""
         return self._gen
+
+    @property
+    def write_offset(self) -> int:
+        """Where the next record goes in that segment (the end of what is written)."""
+        return self._offset
 
 
 def compact(root: Path, upto: int) -> int:

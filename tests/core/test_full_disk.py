@@ -18,12 +18,12 @@ OpenQueue = Callable[..., Queue]
 def _disk_fills_after(monkeypatch: pytest.MonkeyPatch, room: int) -> None:
     """Every journal write gets ``room`` bytes onto the disk, then ENOSPC."""
 
-    def write_all(fd: int, data: bytes) -> None:
+    def pwrite_all(fd: int, data: bytes, offset: int) -> None:
         if room:
-            os.write(fd, data[:room])
+            os.pwrite(fd, data[:room], offset)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(storage_module, "write_all", write_all)
+    monkeypatch.setattr(storage_module, "_pwrite_all", pwrite_all)
 
 
 def _journal(data_dir: Path) -> Path:

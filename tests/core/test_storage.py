@@ -36,6 +36,11 @@ OpenQueue = Callable[..., Queue]
 REPO = Path(__file__).resolve().parents[2]
 
 
+def journal_lines(seg: Path) -> list[bytes]:
+    """The records of a journal segment as lines (the zeros it was created with left out)."""
+    return seg.read_bytes().split(b"\0", 1)[0].splitlines(keepends=True)
+
+
 def all_jobs(queue: Queue) -> dict[str, dict[str, Any]]:
     return {j.id: j.to_json() for j in queue.list(with_events=True)}
 
@@ -91,13 +96,13 @@ def workload(queue: Queue, clock: FakeClock, n: int, start: int = 0) -> None:
 
 
 def _commits_with_offsets(queue: Queue, clock: FakeClock) -> list[tuple[int, dict[str, Any]]]:
-    """Runs single-record commits; returns (journal size, raw state) after each."""
+    """Runs single-record commits; returns (end of the written journal, raw state) after each."""
     seg = segments(queue.data_dir)[-1]
-    history = [(seg.stat().st_size, copy.deepcopy(queue.store.state.jobs))]
+    history = [(queue.store.write_offset, copy.deepcopy(queue.store.state.jobs))]
 
     def mark() -> None:
         assert segments(queue.data_dir)[-1] == seg, "this test needs a single segment"
-        history.append((seg.stat().st_size, copy.deepcopy(queue.store.state.jobs)))
+        history.append((queue.store.write_offset, copy.deepcopy(queue.store.state.jobs)))
 
     for i in range(12):
         job = queue.submit("demo", {"prompt": f"torn tail {i}"}, priority="interactive" if i % 3 == 0 else "background").job
@@ -115,19 +120,25 @@ def _commits_with_offsets(queue: Queue, clock: FakeClock) -> list[tuple[int, dic
     return history
 
 
+@pytest.mark.parametrize("how", ["truncated", "zeroed"])
 @pytest.mark.parametrize("seed", range(6))
-def test_torn_journal_at_random_offsets(open_queue: OpenQueue, clock: FakeClock, tmp_path: Path, seed: int) -> None:
+def test_torn_journal_at_random_offsets(
+    open_queue: OpenQueue, clock: FakeClock, tmp_path: Path, seed: int, how: str
+) -> None:
+    """A crash mid-write: the file cut short, or (a segment filled with zeros in advance)
+    the written part ending early with the zeros still after it."""
     source = tmp_path / "source"
     queue = open_queue(source)
     history = _commits_with_offsets(queue, clock)
     queue.close()
     seg_name = segments(source)[-1].name
     full = (store_dir(source) / seg_name).read_bytes()
-    assert len(full) == history[-1][0]
+    written = history[-1][0]
+    assert b"\0" not in full[:written] and not full[written:].strip(b"\0")  # records, then the zeros
     boundaries = {size for size, _ in history}
 
     rng = random.Random(seed)
-    offsets = [rng.randrange(0, len(full)) for _ in range(3)]
+    offsets = [rng.randrange(0, written) for _ in range(3)]
     if seed == 0:
         offsets += [history[5][0], history[5][0] - 1, history[0][0] - 3]  # on a boundary, one byte short, in the header
     for n, cut in enumerate(offsets):
@@ -135,7 +146,11 @@ def test_torn_journal_at_random_offsets(open_queue: OpenQueue, clock: FakeClock,
         shutil.copytree(source, target)
         seg = store_dir(target) / seg_name
         with open(seg, "r+b") as fh:
-            fh.truncate(cut)
+            if how == "truncated":
+                fh.truncate(cut)
+            else:
+                fh.seek(cut)
+                fh.write(bytes(written - cut))
 
         store = open_raw_store(target)
         expected = [jobs for size, jobs in history if size <= cut]
@@ -188,7 +203,8 @@ def test_a_torn_tail_left_by_another_writer_is_cut_by_the_next_commit(open_queue
     queue = open_queue()
     a = queue.submit("demo", {"prompt": "a"}).job
     # a writer in another process died in the middle of its write
-    with open(segments(data_dir)[-1], "ab") as fh:
+    with open(segments(data_dir)[-1], "r+b") as fh:
+        fh.seek(queue.store.write_offset)  # where the next record goes (the zeros after it stay)
         fh.write(encode_record({"op": "new", "job": {"id": "half"}})[:30])
     b = queue.submit("demo", {"prompt": "b"}).job
     queue.close()
@@ -206,7 +222,7 @@ def test_garbage_line_in_the_middle_is_quarantined(open_queue: OpenQueue, data_d
     ids = [queue.submit("demo", {"prompt": f"p{i}"}).job.id for i in range(10)]
     queue.close()
     seg = segments(data_dir)[-1]
-    lines = seg.read_bytes().splitlines(keepends=True)
+    lines = journal_lines(seg)
     assert len(lines) == 11  # header + 10 submissions
     damaged = b"".join(lines[:6]) + b'{"op":"upd","id":"nope","set":{}, garbage\n' + b"".join(lines[6:])
     seg.write_bytes(damaged)
@@ -239,7 +255,7 @@ def test_recovery_does_not_apply_the_good_prefix_twice(open_queue: OpenQueue, cl
     expected_a = queue.get(a.id).to_json()
     queue.close()
     seg = segments(data_dir)[-1]
-    lines = seg.read_bytes().splitlines(keepends=True)
+    lines = journal_lines(seg)
     assert len(lines) == 4  # header, lease of a, failure of a, new b
     seg.write_bytes(b"".join(lines[:3]) + b"garbage\n" + lines[3])
 
@@ -260,7 +276,7 @@ def test_repeated_quarantines_never_overwrite_each_other(open_queue: OpenQueue, 
             queue.submit("demo", {"prompt": f"r{round_} p{i}"})
         queue.close()
         seg = segments(data_dir)[-1]
-        lines = seg.read_bytes().splitlines(keepends=True)
+        lines = journal_lines(seg)
         seg.write_bytes(b"".join(lines[:-1]) + b"garbage\n" + lines[-1])
     queue = open_queue()
     queue.close()

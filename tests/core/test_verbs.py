@@ -36,6 +36,7 @@ from desktop_queue.core import (
 from desktop_queue.core.fingerprint import fingerprint
 from desktop_queue.core.queue import MAX_INPUT_BYTES, MAX_INTERACTIVE_WAITING
 from desktop_queue.core.redact import REDACTED, redact
+from desktop_queue.core import storage as storage_module
 from desktop_queue.core.storage import decode_record
 
 OpenQueue = Callable[..., Queue]
@@ -56,7 +57,7 @@ def journal_records(data_dir: Path) -> list[tuple[bytes, dict[str, Any]]]:
     """Every (raw line, record) of every journal segment on disk."""
     out = []
     for seg in sorted((data_dir / "store").glob("journal-*.jsonl")):
-        for line in seg.read_bytes().splitlines():
+        for line in seg.read_bytes().split(b"\0", 1)[0].splitlines():  # the zeros after the records left out
             record = decode_record(line)
             assert record is not None, f"unreadable journal line in {seg.name}"
             out.append((line, record))
@@ -947,8 +948,8 @@ def test_compaction_writes_and_syncs_results_before_folding_their_records(
 
 def test_leases_and_heartbeats_wait_for_no_fsync_until_sync(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     fsyncs: list[int] = []
-    real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real(fd))[1])
+    real = storage_module._datasync
+    monkeypatch.setattr(storage_module, "_datasync", lambda fd: (fsyncs.append(fd), real(fd))[1])
     job = queue.submit("demo", {"prompt": "p"}).job
     assert len(fsyncs) == 1  # an acknowledged submission is durable
     lease = lease_of(queue, job.id)
