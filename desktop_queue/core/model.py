@@ -178,7 +178,10 @@ class Event:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Event:
-        return cls(
+        # filled in directly: a frozen dataclass's __init__ costs a setattr call per field,
+        # and views are built on every commit
+        event = cls.__new__(cls)
+        event.__dict__.update(
             type=raw["type"],
             at=raw["at"],
             attempt=raw.get("attempt", 0),
@@ -187,6 +190,7 @@ class Event:
             actor=raw.get("actor", "system"),
             detail=dict(raw.get("detail") or {}),
         )
+        return event
 
 
 @dataclass(frozen=True)
@@ -226,7 +230,8 @@ class Job:
     @classmethod
     def from_dict(cls, raw: dict[str, Any], with_events: bool = True) -> Job:
         """Builds the view from the store's dict (the lease token is never exposed)."""
-        return cls(
+        job = cls.__new__(cls)  # filled in directly, as in Event.from_dict
+        job.__dict__.update(
             id=raw["id"],
             seq=raw["seq"],
             kind=raw["kind"],
@@ -255,8 +260,9 @@ class Job:
             poison_count=raw.get("poison_count", 0),
             started_at=raw.get("started_at"),
             finished_at=raw.get("finished_at"),
-            events=tuple(Event.from_dict(e) for e in events_of(raw)) if with_events else (),
+            events=tuple([Event.from_dict(e) for e in events_of(raw)]) if with_events else (),
         )
+        return job
 
     @property
     def is_finished(self) -> bool:

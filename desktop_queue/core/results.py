@@ -19,9 +19,9 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import functools
 import hashlib
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -34,6 +34,9 @@ from desktop_queue.core.errors import StoreCorrupt
 from desktop_queue.core.fileio import TEMP_MARK, atomic_write, fsync_dir, make_dirs
 
 RESULT_FORMAT = "desktop-queue.result"
+
+#: a key usable as a file name as it is (``\w`` is ``str.isalnum`` plus the underscore)
+_TAME = re.compile(r"[\w.-]+")
 
 #: mime type -> file extension, for artifacts whose name carries none
 MIME_EXTENSIONS: dict[str, str] = {
@@ -91,16 +94,20 @@ class ResultStore:
         carried_keys: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         self.root = Path(root)
+        self._root_s = str(self.root)
         self._carried = carried
         self._carried_keys = carried_keys
 
     @staticmethod
-    @functools.lru_cache(maxsize=4096)
     def _safe(key: str) -> str:
         # keys are hex fingerprints or caller-chosen strings; keep file names tame
-        if all(c.isalnum() or c in "-_." for c in key) and 0 < len(key) <= 128 and not key.startswith("."):
+        if 0 < len(key) <= 128 and (key.isalnum() or (_TAME.fullmatch(key) and not key.startswith("."))):
             return key
         return "k-" + hashlib.sha256(key.encode()).hexdigest()
+
+    def _path_s(self, key: str) -> str:
+        name = self._safe(key)
+        return f"{self._root_s}{os.sep}{name[:2]}{os.sep}{name}.json"
 
     def path_for(self, key: str) -> Path:
         name = self._safe(key)
@@ -269,11 +276,17 @@ class ResultStore:
             doc = self._carried(key)
             if doc is not None:
                 return doc
-        path = self.path_for(key)
+        path_s = self._path_s(key)
         try:
-            raw = path.read_bytes()
+            fd = os.open(path_s, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except FileNotFoundError:
             return None
+        try:
+            with open(fd, "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            return None
+        path = Path(path_s)
         try:
             doc = orjson.loads(raw)
             if not isinstance(doc, dict) or doc.get("format") != RESULT_FORMAT:

@@ -548,6 +548,7 @@ class Store:
         self._fd = -1
         self._offset = 0
         self._size = 0  # the segment file's size as this process last knew it
+        self._path_current = self._path_next = ""
         self._snapshot_bytes = 0
         self._compactor: subprocess.Popen[bytes] | None = None
         self._closed = True
@@ -820,6 +821,8 @@ class Store:
         self._fd = fd
         self._gen = gen
         self._size = os.fstat(fd).st_size
+        self._path_current = self._segment_path(gen)
+        self._path_next = self._segment_path(gen + 1)
         if offset is None:
             head = _pread(fd, 1 << 16, 0)
             nl = head.find(b"\n")
@@ -861,14 +864,14 @@ class Store:
     def _catch_up(self, exclusive: bool) -> None:
         self._catch_up_segment(exclusive)
         # os.access, not open-and-catch: this runs on every commit and read
-        while os.access(self._segment_path(self._gen + 1), os.F_OK):
+        while os.access(self._path_next, os.F_OK):
             try:
                 self._open_segment(self._gen + 1)
             except FileNotFoundError:
                 break
             self._prune_carried()
             self._catch_up_segment(exclusive)
-        if not os.access(self._segment_path(self._gen), os.F_OK):
+        if not os.access(self._path_current, os.F_OK):
             # compacted away under us: what we have is complete up to the end of that segment,
             # but a newer one may also be gone; reload from the files. Loading may cut a torn
             # tail or quarantine a file, which only the exclusive lock holder may do.

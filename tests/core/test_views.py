@@ -1,0 +1,40 @@
+"""Job and event views: every field filled, equal to what the dataclass constructor would build."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from desktop_queue.core import Queue
+from desktop_queue.core.model import Event, Job
+from desktop_queue.core.results import ResultStore
+
+
+def test_views_fill_every_field_like_the_constructor(queue: Queue) -> None:
+    job = queue.submit("demo", {"prompt": "p"}).job
+    lease = queue.lease("w")
+    assert lease is not None
+    done = queue.complete(lease, {"text": "r"})
+    for view in (job, lease.job, done):
+        assert set(vars(view)) == {f.name for f in dataclasses.fields(Job)}
+        rebuilt = Job(**{f.name: getattr(view, f.name) for f in dataclasses.fields(Job)})
+        assert rebuilt == view and repr(rebuilt) == repr(view)
+        for event in view.events:
+            assert set(vars(event)) == {f.name for f in dataclasses.fields(Event)}
+            assert Event(**vars(event)) == event
+    assert [e.type for e in done.events] == ["submitted", "leased", "succeeded"]
+    # frozen all the same
+    try:
+        done.state = "queued"  # type: ignore[misc]
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("a view must not be writable")
+
+
+def test_result_file_names_keep_tame_keys_and_hash_the_rest() -> None:
+    safe = ResultStore._safe
+    assert safe("ab12") == "ab12"
+    assert safe("my-key_1.v2") == "my-key_1.v2"
+    assert safe("clé") == "clé"  # str.isalnum is Unicode-aware, as before
+    for wild in (".hidden", "a/b", "a b", "", "x" * 129, "..", "a\\b"):
+        assert safe(wild).startswith("k-") and len(safe(wild)) == 66
