@@ -300,17 +300,22 @@ def peak_rss_bytes() -> int:
 
 @contextlib.contextmanager
 def fsync_suspended() -> Iterator[None]:
-    """Makes ``os.fsync`` a no-op in this process, then flushes everything with ``os.sync``.
+    """Makes ``os.fsync`` and ``os.fdatasync`` no-ops in this process, then flushes everything with ``os.sync``.
 
     Only the populating subprocess uses this: the store code runs unchanged and writes
     exactly the files it always writes; only their per-operation flush is skipped.
     """
     real = os.fsync
+    real_data = getattr(os, "fdatasync", None)
     os.fsync = lambda fd: None
+    if real_data is not None:
+        os.fdatasync = lambda fd: None
     try:
         yield
     finally:
         os.fsync = real
+        if real_data is not None:
+            os.fdatasync = real_data
         if hasattr(os, "sync"):
             os.sync()
 

@@ -143,12 +143,12 @@ def clean_detail(detail: dict[str, Any] | None) -> dict[str, Any]:
 def events_of(job: dict[str, Any]) -> list[dict[str, Any]]:
     """A stored job's events, parsed on first use.
 
-    Snapshots keep each job's events as one JSON string, so opening a large store does
+    Snapshots keep each job's events as one JSON text (bytes), so opening a large store does
     not build millions of small dicts that nobody looks at; they are parsed (and kept
     parsed) the first time a timeline, a change or the metrics need them.
     """
     events = job.get("events")
-    if isinstance(events, str):
+    if isinstance(events, (str, bytes)):
         events = orjson.loads(events)
         job["events"] = events
     elif events is None:

@@ -868,10 +868,15 @@ class Queue:
     def _reconcile_orphans(self) -> None:
         """Resolves every job left ``running`` by a process that died (shared/DESIGN.md section 3)."""
         self.reconciled = []
-        removed = self.results.remove_temp_files()
-        if removed:
-            self.report.notices.append(f"removed {removed} unfinished result write(s) left by a crash (nothing lost)")
         orphans = self.store.read(lambda st: sorted(st.by_state.get(State.RUNNING, ())))
+        if orphans:
+            # a worker that died mid-attempt may have left a result half written; other
+            # leftovers (rarer) are swept by compaction (see storage.compact)
+            removed = self.results.remove_temp_files()
+            if removed:
+                self.report.notices.append(
+                    f"removed {removed} unfinished result write(s) left by a crash (nothing lost)"
+                )
         for job_id in orphans:
             try:
                 self.reconciled.append(self._reconcile_one(job_id))

@@ -303,15 +303,32 @@ class ResultStore:
                 os.replace(path, target)
             return None
 
-    def remove_temp_files(self) -> int:
-        """Deletes unfinished writes left by a crash (only safe while no other process runs)."""
+    def remove_temp_files(self, older_than_s: float | None = None) -> int:
+        """Deletes unfinished writes left by a crash; returns how many.
+
+        Without ``older_than_s`` this is only safe while no other process runs (another
+        one's write in progress would go too); compaction passes an hour, far longer than
+        any write takes.
+        """
         removed = 0
-        if not self.root.exists():
+        cutoff = time.time() - older_than_s if older_than_s is not None else None
+        try:
+            subdirs = [e.path for e in os.scandir(self._root_s) if e.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
             return 0
-        for path in self.root.glob(f"*/.*{TEMP_MARK}*"):
-            with contextlib.suppress(OSError):
-                path.unlink()
-                removed += 1
+        for subdir in subdirs:
+            with contextlib.suppress(OSError), os.scandir(subdir) as entries:
+                leftovers = [
+                    e.path
+                    for e in entries
+                    if e.name.startswith(".")
+                    and TEMP_MARK in e.name
+                    and (cutoff is None or e.stat(follow_symlinks=False).st_mtime < cutoff)
+                ]
+            for path in leftovers:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                    removed += 1
         return removed
 
     def has(self, key: str) -> bool:

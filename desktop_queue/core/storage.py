@@ -64,7 +64,7 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_FORMAT = "desktop-queue.snapshot"
 JOURNAL_FORMAT = "desktop-queue.journal"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SEGMENT_RE = re.compile(r"^journal-(\d{12})\.jsonl$")
 _SNAPSHOT_RE = re.compile(r"^snapshot-(\d{12})\.json$")
@@ -101,9 +101,16 @@ def decode_record(line: bytes) -> Record | None:
     return record if isinstance(record, dict) else None
 
 
-#: ``fdatasync`` where the OS has it: a segment is written into space filled in advance,
-#: so there is no size or block map to flush, only the data (and the disk's cache)
-_datasync = getattr(os, "fdatasync", os.fsync)
+def _datasync(fd: int) -> None:
+    """``fdatasync`` where the OS has it (else ``fsync``).
+
+    A segment is written into space filled in advance, so there is no size or block
+    map to flush, only the data (and the disk's cache).
+    """
+    if hasattr(os, "fdatasync"):
+        os.fdatasync(fd)
+    else:
+        os.fsync(fd)
 
 #: space written past the rotation threshold when a segment is created (the commit that
 #: crosses the threshold, and a little more, still lands in filled space)
@@ -243,6 +250,7 @@ class StoreState:
         # do that inline, and leave the general _index to the queued and running ones
         by_state = self.by_state
         keys = self.keys
+        top_seq = top_epoch = 0
         for job_id, job in jobs.items():
             state = job["state"]
             if state == "succeeded" or state == "dead" or state == "cancelled":
@@ -252,10 +260,15 @@ class StoreState:
                 bucket.add(job_id)
                 if state == "succeeded":
                     keys[job["key"]] = job_id
+                if job["seq"] > top_seq:
+                    top_seq = job["seq"]
+                epoch = job.get("lease_epoch") or 0
+                if epoch > top_epoch:
+                    top_epoch = epoch
             else:
-                self._index(job)
-        self.seq = max(self.seq, max((j["seq"] for j in jobs.values()), default=0))
-        self.epoch = max(self.epoch, max((j.get("lease_epoch") or 0 for j in jobs.values()), default=0))
+                self._index(job)  # keeps self.seq and self.epoch up to date itself
+        self.seq = max(self.seq, top_seq)
+        self.epoch = max(self.epoch, top_epoch)
         self.version += 1
         self.changes.clear()
         self.changes.append((self.version, "*"))
@@ -320,33 +333,49 @@ def _slim_event(event: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in event.items() if v is not None and v != {}}
 
 
-def _slim(job: JobDict) -> JobDict:
-    """A job as a snapshot keeps it: no empty fields (readers treat a missing field as
-    None), and its events as one JSON string (parsed only when needed, see
-    :func:`~desktop_queue.core.model.events_of`)."""
-    out = {k: v for k, v in job.items() if v is not None and k != "events"}
+def _events_bytes(job: JobDict) -> bytes:
+    """A job's events as the JSON array the snapshot keeps (already encoded if never parsed)."""
     events = job.get("events")
-    if not isinstance(events, str):
-        events = orjson.dumps([_slim_event(e) for e in events or ()]).decode()
-    out["events"] = events
-    return out
+    if isinstance(events, bytes):
+        return events
+    if isinstance(events, str):
+        return events.encode()
+    return orjson.dumps([_slim_event(e) for e in events or ()])
 
 
 def encode_snapshot(gen: int, jobs: Iterable[JobDict], seq: int, epoch: int) -> bytes:
-    """A snapshot file: valid JSON whose header carries a CRC-32 of the ``data`` member.
+    """A snapshot file: one JSON line (the jobs), then every job's events, with one CRC-32 over both.
 
-    Empty fields are left out (a third of a finished job), which keeps cold opens fast.
+    Layout (schema 3)::
+
+        {"format":...,"schema_version":3,"gen":7,"checksum":"crc32:…","events_bytes":N,"data":{"seq":…,"epoch":…,"jobs":[…]}}
+        <N bytes: each job's events as a JSON array, one after the other, in the order of "jobs">
+
+    Each job records the length of its events as ``ev_bytes``. The events are not
+    parsed when the store opens: each job keeps its slice as bytes until a timeline,
+    a change or the metrics need them (see :func:`~desktop_queue.core.model.events_of`).
+    Empty fields are left out (a third of a finished job). Both keep cold opens fast.
     """
-    data = orjson.dumps({"seq": seq, "epoch": epoch, "jobs": [_slim(j) for j in jobs]})
+    slim: list[JobDict] = []
+    chunks: list[bytes] = []
+    for job in jobs:
+        out = {k: v for k, v in job.items() if v is not None and k != "events"}
+        events = _events_bytes(job)
+        out["ev_bytes"] = len(events)
+        chunks.append(events)
+        slim.append(out)
+    data = orjson.dumps({"seq": seq, "epoch": epoch, "jobs": slim})
+    blob = b"".join(chunks)
     head = orjson.dumps(
         {
             "format": SNAPSHOT_FORMAT,
             "schema_version": SCHEMA_VERSION,
             "gen": gen,
-            "checksum": f"crc32:{zlib.crc32(data):08x}",
+            "checksum": f"crc32:{zlib.crc32(blob, zlib.crc32(data)):08x}",
+            "events_bytes": len(blob),
         }
     )
-    return head[:-1] + b',"data":' + data + b"}\n"
+    return head[:-1] + b',"data":' + data + b"}\n" + blob + b"\n"
 
 
 def migrate_snapshot(doc: dict[str, Any]) -> dict[str, Any]:
@@ -380,8 +409,19 @@ def _migrate_v1(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _migrate_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 kept each job's events as a JSON string inside the document; schema 3 keeps
+    them after it (the jobs read them all the same: a string, bytes or a list)."""
+    doc["schema_version"] = 3
+    return doc
+
+
 #: schema_version -> function that lifts a document one version up.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_v0, 1: _migrate_v1}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    0: _migrate_v0,
+    1: _migrate_v1,
+    2: _migrate_v2,
+}
 
 
 def decode_snapshot(raw: bytes, name: str) -> tuple[dict[str, Any], bool]:
@@ -391,8 +431,11 @@ def decode_snapshot(raw: bytes, name: str) -> tuple[dict[str, Any], bool]:
         StoreCorrupt: it is not a valid snapshot.
         StoreError: it was written by a newer Desktop Queue (it is left untouched).
     """
+    # the document is one line (schema 3 puts the events after it); older ones are the whole file
+    line_end = raw.find(b"\n")
+    head = memoryview(raw)[:line_end] if line_end >= 0 else raw
     try:
-        doc = orjson.loads(raw)
+        doc = orjson.loads(head)
     except orjson.JSONDecodeError as exc:
         raise StoreCorrupt(f"{name} is not valid JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != SNAPSHOT_FORMAT or "data" not in doc:
@@ -407,20 +450,41 @@ def decode_snapshot(raw: bytes, name: str) -> tuple[dict[str, Any], bool]:
         )
     checksum = doc.get("checksum")
     start = raw.find(b',"data":')
+    blob: bytes | memoryview = b""
+    if version >= 3:
+        size = doc.get("events_bytes")
+        if not isinstance(size, int) or size < 0 or line_end < 0:
+            raise StoreCorrupt(f"{name} has no events section")
+        blob = memoryview(raw)[line_end + 1 : line_end + 1 + size]
+        if len(blob) != size or raw[line_end + 1 + size :] not in (b"", b"\n"):
+            raise StoreCorrupt(f"{name} is cut short or has bytes after its end")
     if checksum is not None:
-        end = len(raw)
+        end = line_end if line_end >= 0 else len(raw)
         while end and raw[end - 1] in b" \t\r\n":
             end -= 1
         end = raw.rfind(b"}", 0, end)
         body = memoryview(raw)[start + len(b',"data":') : end] if start >= 0 and end > start else b""
-        if f"crc32:{zlib.crc32(body):08x}" != checksum:
+        if f"crc32:{zlib.crc32(blob, zlib.crc32(body)):08x}" != checksum:
             raise StoreCorrupt(f"{name} failed its checksum")
     elif version >= 1:
         raise StoreCorrupt(f"{name} has no checksum")
+    if version >= 3:
+        _attach_events(doc, blob, name)
     migrated = version < SCHEMA_VERSION
     if migrated:
         doc = migrate_snapshot(doc)
     return doc, migrated
+
+
+def _attach_events(doc: dict[str, Any], blob: bytes | memoryview, name: str) -> None:
+    """Gives each job of a schema-3 document its slice of the events (bytes, parsed later)."""
+    offset = 0
+    for job in doc["data"]["jobs"]:
+        size = job.pop("ev_bytes", 0)
+        job["events"] = bytes(blob[offset : offset + size])
+        offset += size
+    if offset != len(blob):
+        raise StoreCorrupt(f"{name}: its events do not match its jobs")
 
 
 # --------------------------------------------------------------------------- segment reading
@@ -551,6 +615,7 @@ class Store:
         self._path_current = self._path_next = ""
         self._snapshot_bytes = 0
         self._compactor: subprocess.Popen[bytes] | None = None
+        self._fold_wanted = 0  # the newest closed segment this process asked to fold
         self._closed = True
         self._commit_lock: FileLock | None = None
         self._presence: FileLock | None = None
@@ -597,8 +662,16 @@ class Store:
         return self.report
 
     def close(self) -> None:
-        """Waits for a running compaction, then releases files and locks."""
+        """Waits for a running compaction, folds a backlog it left, then releases files and locks.
+
+        A burst of commits can close segments faster than compactions fold them (one runs
+        at a time); if two or more closed segments are still unfolded, they are folded now
+        so that the next open does not replay them.
+        """
         self._reap_compactor(wait=True)
+        if not self._closed and self._fold_wanted - self._newest_snapshot_gen() >= 2:
+            self._compact_soon(self._fold_wanted)
+            self._reap_compactor(wait=True)
         with self._mutex:
             if self._fd >= 0:
                 self._sync_current()
@@ -943,6 +1016,10 @@ class Store:
                 rotate = self._rotate()
         if rotate:
             self._compact_soon(self._gen - 1)
+        elif self._compactor is not None and self._reap_compactor(wait=False) is None:
+            # the running compaction just finished; fold what closed meanwhile (a burst)
+            if self._fold_wanted > self._newest_snapshot_gen():
+                self._compact_soon(self._fold_wanted)
         return records
 
     def compact_now(self) -> None:
@@ -1031,11 +1108,12 @@ class Store:
         A child process, not a thread: parsing and writing a large snapshot holds the GIL
         for seconds, which would freeze the caller (and the window) meanwhile.
         """
+        self._fold_wanted = max(self._fold_wanted, upto)
         if not self.background_compaction:
             self._compact(upto)
             return
         if self._reap_compactor(wait=False) is not None:
-            return  # one at a time; the next rotation folds whatever this one left
+            return  # one at a time; the first commit after it ends starts the next
         try:
             self._compactor = subprocess.Popen(
                 [sys.executable, "-m", "desktop_queue.core.compactor", str(self.root), str(upto)],
@@ -1070,6 +1148,10 @@ class Store:
         with self._mutex:
             self._prune_carried()
         return None
+
+    def _newest_snapshot_gen(self) -> int:
+        snaps, _ = self._list()
+        return snaps[-1] if snaps else 0
 
     def _newest_snapshot_size(self) -> int:
         snaps, _ = self._list()
@@ -1154,6 +1236,7 @@ def compact(root: Path, upto: int) -> int:
                 epoch = max(epoch, job.get("lease_epoch") or 0)
     # the journal records being folded away were what made these results durable
     results.make_durable(k for k in result_keys if k)
+    results.remove_temp_files(older_than_s=3600)  # writes a crash left behind, long abandoned
     raw = encode_snapshot(upto, jobs.values(), seq, epoch)
     atomic_write(root / snapshot_name(upto), raw)
     # keep this snapshot and the previous one, with the segments the previous one needs

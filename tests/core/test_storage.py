@@ -13,6 +13,8 @@ import random
 import shutil
 import subprocess
 import sys
+import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -315,7 +317,7 @@ def test_bad_snapshot_checksum_falls_back_to_the_previous_snapshot(
     damaged = newest.read_bytes()
     _flip_checksummed_byte(newest)
     damaged = newest.read_bytes()
-    orjson.loads(damaged)  # still valid JSON: only the checksum can tell
+    orjson.loads(damaged.split(b"\n", 1)[0])  # still valid JSON: only the checksum can tell
 
     reopened = open_queue()
     assert all_jobs(reopened) == before
@@ -324,6 +326,31 @@ def test_bad_snapshot_checksum_falls_back_to_the_previous_snapshot(
     assert moved[0].read_bytes() == damaged
     assert any("failed its checksum" in n and moved[0].name in n for n in reopened.report.notices)
     assert snaps[0].exists()
+
+
+@pytest.mark.parametrize("damage", ["flipped", "cut", "extra"])
+def test_a_damaged_events_section_is_caught(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path, damage: str
+) -> None:
+    """Schema 3 keeps every job's events after the JSON line; the checksum and the length cover them."""
+    queue, before = _two_snapshots(open_queue, clock)
+    queue.close()
+    newest = snapshots(data_dir)[-1]
+    raw = newest.read_bytes()
+    line_end = raw.index(b"\n")
+    assert orjson.loads(raw[:line_end])["events_bytes"] == len(raw) - line_end - 2
+    if damage == "flipped":
+        at = raw.index(b'"type":"leased"', line_end) + len(b'"type":"')
+        damaged = raw[:at] + b"L" + raw[at + 1 :]
+    elif damage == "cut":
+        damaged = raw[:-40]
+    else:
+        damaged = raw + b'[{"type":"submitted"}]\n'
+    newest.write_bytes(damaged)
+    reopened = open_queue()
+    assert all_jobs(reopened) == before
+    assert [p.read_bytes() for p in corrupt_files(data_dir)] == [damaged]
+    assert reopened.report.notices
 
 
 def test_a_snapshot_that_is_not_json_is_quarantined(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
@@ -470,6 +497,43 @@ def test_migration_from_schema_0_writes_a_backup_first(data_dir: Path, open_queu
     assert backup.read_bytes() == original
 
 
+def test_migration_from_schema_2_keeps_every_event(data_dir: Path, open_queue: OpenQueue, clock: FakeClock) -> None:
+    """Schema 2 kept each job's events as a JSON string inside the document."""
+    now = clock.now()
+    events = [
+        {"type": "submitted", "at": now - 10, "attempt": 0, "epoch": 0, "actor": "user", "detail": {"kind": "demo"}},
+        {"type": "leased", "at": now - 9, "attempt": 1, "epoch": 1, "worker": "w", "actor": "system", "detail": {}},
+        {"type": "succeeded", "at": now - 8, "attempt": 1, "epoch": 1, "worker": "w", "actor": "system", "detail": {}},
+    ]
+    job = {
+        "id": "job000001", "seq": 1, "kind": "demo", "title": "old", "priority": "background",
+        "input": {"prompt": "old"}, "input_digest": "d1", "key": "key-1", "key_source": "fingerprint",
+        "max_attempts": 5, "state": "succeeded", "attempts": 1, "total_attempts": 1, "run": 1,
+        "created_at": now - 10, "updated_at": now - 8, "run_after": now - 10, "lease_epoch": 1,
+        "events": orjson.dumps(events).decode(),
+    }  # fmt: skip
+    data = orjson.dumps({"seq": 1, "epoch": 1, "jobs": [job]})
+    head = orjson.dumps(
+        {"format": "desktop-queue.snapshot", "schema_version": 2, "gen": 1, "checksum": f"crc32:{zlib.crc32(data):08x}"}
+    )
+    original = head[:-1] + b',"data":' + data + b"}\n"
+    store_dir(data_dir).mkdir(parents=True)
+    snap = store_dir(data_dir) / snapshot_name(1)
+    snap.write_bytes(original)
+
+    queue = open_queue()
+    assert (store_dir(data_dir) / f"{snap.name}.v2-backup").read_bytes() == original
+    migrated, was_migrated = decode_snapshot(snap.read_bytes(), snap.name)
+    assert not was_migrated and migrated["schema_version"] == SCHEMA_VERSION == 3
+    [listed] = queue.list(with_events=True)
+    assert [(e.type, e.at) for e in listed.events] == [(e["type"], e["at"]) for e in events]
+    assert listed.state == State.SUCCEEDED
+    queue.close()
+    assert [(e.type, e.attempt) for e in open_queue().get("job000001").events] == [
+        ("submitted", 0), ("leased", 1), ("succeeded", 1),
+    ]
+
+
 # =========================================================================== compaction
 
 
@@ -606,3 +670,30 @@ def test_read_segment_classifies_damage() -> None:
     flipped = good[1].replace(b'"n":1', b'"n":7')
     bad = read_segment(good[0] + flipped + good[2], 0)
     assert bad.bad_line == len(good[0]) and [r["n"] for r in bad.lost_after] == [2]
+
+
+def test_unfinished_result_writes_are_swept(open_queue: OpenQueue, data_dir: Path) -> None:
+    """A crash mid-write leaves ``.<name>.tmp-<pid>-…``: the first opener sweeps them when a
+    worker died mid-attempt; otherwise compaction sweeps those older than an hour."""
+    queue = open_queue(background_compaction=False)
+    job = queue.submit("demo", {"prompt": "p"}).job
+    lease = queue.lease("w")
+    assert lease is not None and lease.job_id == job.id
+    queue.complete(lease, {"text": "r"})
+    results = queue.results.root
+    (results / "ab").mkdir(parents=True, exist_ok=True)
+    old = results / "ab" / ".abcd.json.tmp-1234-deadbeef"
+    fresh = results / "ab" / ".abce.json.tmp-1234-feedface"
+    for path in (old, fresh):
+        path.write_bytes(b'{"half')
+    hours_ago = time.time() - 2 * 3600
+    os.utime(old, (hours_ago, hours_ago))
+    queue.store.compact_now()
+    assert not old.exists() and fresh.exists()  # a fresh one may be another process's write in progress
+    # a worker died mid-attempt: the next first opener sweeps every leftover
+    queue.submit("demo", {"prompt": "q"})
+    assert queue.lease("w") is not None
+    queue.close()
+    reopened = open_queue()
+    assert not fresh.exists()
+    assert any("unfinished result write" in n for n in reopened.report.notices)

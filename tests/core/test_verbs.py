@@ -37,7 +37,7 @@ from desktop_queue.core.fingerprint import fingerprint
 from desktop_queue.core.queue import MAX_INPUT_BYTES, MAX_INTERACTIVE_WAITING
 from desktop_queue.core.redact import REDACTED, redact
 from desktop_queue.core import storage as storage_module
-from desktop_queue.core.storage import decode_record
+from desktop_queue.core.storage import decode_record, decode_snapshot
 
 OpenQueue = Callable[..., Queue]
 
@@ -725,10 +725,11 @@ def test_error_messages_are_redacted_everywhere(open_queue: OpenQueue, data_dir:
         else:
             assert b"CANARY" not in line and b"lighthouse" not in line
     for snap in (data_dir / "store").glob("snapshot-*.json"):
-        doc = orjson.loads(snap.read_bytes())
+        doc, _ = decode_snapshot(snap.read_bytes(), snap.name)
         for raw_job in doc["data"]["jobs"]:
-            rest = {k: v for k, v in raw_job.items() if k != "input"}
+            rest = {k: v for k, v in raw_job.items() if k not in ("input", "events")}
             assert b"CANARY" not in orjson.dumps(rest)
+            assert b"CANARY" not in raw_job["events"] and b"lighthouse" not in raw_job["events"]
 
 
 @pytest.mark.parametrize(
