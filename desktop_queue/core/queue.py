@@ -271,8 +271,8 @@ class Queue:
             raise InvalidInput("an idempotency key is 1 to 256 characters")
         version = str(getattr(provider, "version", "1"))
         key_source = "replay" if replay_of else ("caller" if key else "fingerprint")
-        the_key = key or fingerprint(kind, version, payload)
-        digest = input_digest(kind, payload)
+        the_key = key or fingerprint(kind, version, payload, body=body)
+        digest = input_digest(kind, payload, body=body)
         clean_title = " ".join((title or "").split())[:MAX_TITLE]
         now = self.clock.now()
         out = _Capture()

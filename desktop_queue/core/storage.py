@@ -962,17 +962,23 @@ class Store:
     def read(self, fn: Callable[[StoreState], T]) -> T:
         """Runs ``fn`` on an up-to-date state (others' commits applied), under a shared lock."""
         self._check_open()
-        assert self._commit_lock is not None
+        lock = self._commit_lock
+        assert lock is not None
         with self._mutex:
+            lock.acquire(exclusive=False)
             try:
-                with self._commit_lock.held(exclusive=False):
-                    self._catch_up(exclusive=False)
-                    return fn(self.state)
+                self._catch_up(exclusive=False)
+                return fn(self.state)
             except _NeedsExclusive:
                 pass
-            with self._commit_lock.held(exclusive=True):
+            finally:
+                lock.release()
+            lock.acquire(exclusive=True)
+            try:
                 self._catch_up(exclusive=True)
                 return fn(self.state)
+            finally:
+                lock.release()
 
     def transact(self, fn: Callable[[StoreState], list[Record]], *, durable: bool = True) -> list[Record]:
         """Commits the records ``fn`` derives from the current state, atomically across processes.
@@ -987,33 +993,14 @@ class Store:
             StoreError: the write failed (disk full...); the journal is left as it was.
         """
         self._check_open()
-        assert self._commit_lock is not None
-        rotate = False
-        with self._mutex, self._commit_lock.held():
-            self._catch_up(exclusive=True)
-            records = fn(self.state)
-            if not records:
-                return records
-            payload = b"".join(encode_record(r) for r in records)
+        lock = self._commit_lock
+        assert lock is not None
+        with self._mutex:
+            lock.acquire()  # not lock.held(): a generator-based context costs a microsecond a commit
             try:
-                _pwrite_all(self._fd, payload, self._offset)
-                self._written += 1
-                if durable:
-                    _datasync(self._fd)
-                    self._synced = self._written
-            except OSError as exc:
-                self._undo_write(len(payload))
-                raise StoreError(
-                    f"could not write to the task store: {exc.strerror or exc}; the change was not made"
-                ) from exc
-            self._offset += len(payload)
-            self._size = max(self._size, self._offset)
-            for record in records:
-                self.state.apply(record)
-                if "res" in record:
-                    self._carry(self._gen, record["res"])
-            if self._offset > self._rotate_threshold():
-                rotate = self._rotate()
+                records, rotate = self._commit(fn, durable)
+            finally:
+                lock.release()
         if rotate:
             self._compact_soon(self._gen - 1)
         elif self._compactor is not None and self._reap_compactor(wait=False) is None:
@@ -1021,6 +1008,32 @@ class Store:
             if self._fold_wanted > self._newest_snapshot_gen():
                 self._compact_soon(self._fold_wanted)
         return records
+
+    def _commit(self, fn: Callable[[StoreState], list[Record]], durable: bool) -> tuple[list[Record], bool]:
+        """The part of :meth:`transact` under the locks; returns the records and whether the segment rotated."""
+        self._catch_up(exclusive=True)
+        records = fn(self.state)
+        if not records:
+            return records, False
+        payload = b"".join(encode_record(r) for r in records)
+        try:
+            _pwrite_all(self._fd, payload, self._offset)
+            self._written += 1
+            if durable:
+                _datasync(self._fd)
+                self._synced = self._written
+        except OSError as exc:
+            self._undo_write(len(payload))
+            raise StoreError(
+                f"could not write to the task store: {exc.strerror or exc}; the change was not made"
+            ) from exc
+        self._offset += len(payload)
+        self._size = max(self._size, self._offset)
+        for record in records:
+            self.state.apply(record)
+            if "res" in record:
+                self._carry(self._gen, record["res"])
+        return records, self._offset > self._rotate_threshold() and self._rotate()
 
     def compact_now(self) -> None:
         """Closes the current segment and folds everything into a snapshot before returning."""
