@@ -568,16 +568,22 @@ def store_layout(store_dir: Path) -> dict[str, int]:
         store_dir: the ``store`` directory of a data directory.
 
     Returns:
-        ``snapshot_bytes`` (the newest snapshot) and ``journal_bytes`` (the segments
-        after it, replayed record by record on open).
+        ``snapshot_bytes`` (the newest snapshot) and ``journal_bytes`` (the written part
+        of the segments after it, replayed record by record on open; a segment is
+        created full of zeros, which are not counted).
     """
     snapshots: dict[int, int] = {}
     segments: dict[int, int] = {}
     for entry in os.scandir(store_dir):
         match = re.fullmatch(r"(snapshot|journal)-(\d{12})\.jsonl?", entry.name)
-        if match:
-            target = snapshots if match.group(1) == "snapshot" else segments
-            target[int(match.group(2))] = entry.stat().st_size
+        if match is None:
+            continue
+        if match.group(1) == "snapshot":
+            snapshots[int(match.group(2))] = entry.stat().st_size
+        else:
+            data = Path(entry.path).read_bytes()
+            end = data.find(b"\0")
+            segments[int(match.group(2))] = len(data) if end < 0 else end
     newest = max(snapshots, default=0)
     return {
         "snapshot_bytes": snapshots.get(newest, 0),

@@ -2,15 +2,19 @@
 
 Layout of ``<data dir>/store/``::
 
-    snapshot-000000000007.json   every job as of the end of journal segment 7
-    journal-000000000008.jsonl   the changes since, one checksummed JSON record a line
+    snapshot-000000000007.json   every job as of the end of journal segment 7 (one JSON
+                                 line with the jobs, then their events: see encode_snapshot)
+    journal-000000000008.jsonl   the changes since, one checksummed JSON record a line,
+                                 written over the zeros the segment was created with
     commit.lock                  held exclusively around each commit (all processes)
     open.lock / presence.lock    who opened the store first (that one reconciles orphans)
 
 A commit takes ``commit.lock``, first applies the records other processes appended
 since its last look (catch-up), asks the caller for the records of its change,
-appends them with one ``write`` and ``fsync``, then applies them in memory. The cost of
-a commit therefore does not grow with the number of stored jobs.
+writes them with one ``pwrite`` where the written part ends and one ``fdatasync``, then
+applies them in memory. The cost of a commit therefore does not grow with the number of
+stored jobs, and as the segment's size never changes while it fills, the sync flushes
+data only. Readers find the end of the written part at the first zero byte.
 
 Some commits need not wait for the disk: a lease, a heartbeat. They are written (so
 they survive the process, and every other process sees them) but not fsynced;
@@ -25,10 +29,12 @@ result files under ``results/`` (durably, before it folds those records away), t
 store keeps these documents in memory (:meth:`Store.carried_result`).
 
 When the current segment grows past a threshold it is closed and a new one opened
-(cheap, under the lock); a background thread then folds the closed segments into a
-new snapshot from the files alone, never touching the live state, and deletes what
-the *previous* snapshot no longer needs. Two snapshots and their segments are kept,
-so a corrupt newest snapshot still leaves a complete history to load.
+(under the lock); a child process then folds the closed segments into a new snapshot
+from the files alone, never touching the live state, and deletes what the *previous*
+snapshot no longer needs. Two snapshots and their segments are kept, so a corrupt
+newest snapshot still leaves a complete history to load. One compaction runs at a
+time; when a burst closes segments faster, the next one starts as soon as it ends, and
+:meth:`Store.close` folds a backlog so that the next open does not replay it.
 
 A record that fails its checksum is never silently dropped: a torn last line (a
 writer that died mid-``write``) is cut off, anything else is quarantined as
@@ -1047,8 +1053,12 @@ class Store:
     def _rotate(self) -> bool:
         next_gen = self._gen + 1
         try:
+            # whatever any process left unsynced here (a lease) goes to disk before later
+            # records land in the next segment, which this segment's syncs do not cover
+            _datasync(self._fd)
+            self._synced = self._written
             self._start_segment(next_gen)
-        except StoreError as exc:
+        except (OSError, StoreError) as exc:
             log.warning("could not start a new journal segment: %s", exc)
             return False
         self._open_segment(next_gen)
