@@ -7,6 +7,7 @@ The store keeps jobs as plain dicts (cheap to load, journal and snapshot);
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -225,7 +226,14 @@ class Job:
     poison_count: int
     started_at: float | None
     finished_at: float | None
-    events: tuple[Event, ...]
+    #: the stored events as of the moment the view was taken (see :attr:`events`)
+    raw_events: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+
+    @functools.cached_property
+    def events(self) -> tuple[Event, ...]:
+        """The timeline, built on first use: most views (a commit's return value, a lease)
+        never look at it."""
+        return tuple([Event.from_dict(e) for e in self.raw_events])
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], with_events: bool = True) -> Job:
@@ -260,7 +268,7 @@ class Job:
             poison_count=raw.get("poison_count", 0),
             started_at=raw.get("started_at"),
             finished_at=raw.get("finished_at"),
-            events=tuple([Event.from_dict(e) for e in events_of(raw)]) if with_events else (),
+            raw_events=tuple(events_of(raw)) if with_events else (),
         )
         return job
 

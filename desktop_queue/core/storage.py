@@ -618,7 +618,7 @@ class Store:
         self._fd = -1
         self._offset = 0
         self._size = 0  # the segment file's size as this process last knew it
-        self._path_current = self._path_next = ""
+        self._sealed = False
         self._snapshot_bytes = 0
         self._compactor: subprocess.Popen[bytes] | None = None
         self._fold_wanted = 0  # the newest closed segment this process asked to fold
@@ -812,6 +812,10 @@ class Store:
                 end_offset = self._recover_segment(path, gen, data, read, pending[index + 1 :])
                 pending = pending[: index + 1]
                 break
+            if not is_last and not (len(read.records) > 1 and read.records[-1].get("op") == "seal"):
+                # a rotation died between creating the next segment and sealing this one:
+                # processes still appending here would never look at the next one
+                self._seal_segment(path, read.end, gen + 1)
             if read.torn_tail:
                 with open(path, "r+b") as fh:
                     fh.truncate(read.end)
@@ -859,6 +863,19 @@ class Store:
         )
         return len(good)
 
+    @staticmethod
+    def _seal(next_gen: int) -> Record:
+        return {"op": "seal", "next": next_gen}
+
+    def _seal_segment(self, path: Path, end: int, next_gen: int) -> None:
+        """Appends the seal a rotation did not get to write (it died in between; load only)."""
+        fd = os.open(path, os.O_RDWR)
+        try:
+            _pwrite_all(fd, encode_record(self._seal(next_gen)), end)
+            _datasync(fd)
+        finally:
+            os.close(fd)
+
     def _header(self, gen: int) -> Record:
         return {"op": "header", "format": JOURNAL_FORMAT, "schema_version": SCHEMA_VERSION, "gen": gen}
 
@@ -899,9 +916,8 @@ class Store:
             os.close(self._fd)
         self._fd = fd
         self._gen = gen
+        self._sealed = False  # set when a seal is read here: commits go to the next segment
         self._size = os.fstat(fd).st_size
-        self._path_current = self._segment_path(gen)
-        self._path_next = self._segment_path(gen + 1)
         if offset is None:
             head = _pread(fd, 1 << 16, 0)
             nl = head.find(b"\n")
@@ -922,11 +938,15 @@ class Store:
         return data
 
     def _catch_up_segment(self, exclusive: bool) -> None:
+        """Applies what others wrote to the current segment (noting a seal: see _catch_up)."""
         data = self._unread()
         if not data:
             return
         read = read_segment(data, 0)
         for record in read.records:
+            if record.get("op") == "seal":
+                self._sealed = True
+                continue
             self.state.apply(record)
             if "res" in record:
                 self._carry(self._gen, record["res"])
@@ -937,26 +957,30 @@ class Store:
                 "restart Desktop Queue to recover the store"
             )
         if read.torn_tail and exclusive:
-            os.ftruncate(self._fd, self._offset)  # a writer died mid-record
-            os.fsync(self._fd)
+            # a writer died mid-record: zero its bytes (the segment keeps its filled space)
+            _pwrite_all(self._fd, bytes(len(data) - read.end), self._offset)
+            _datasync(self._fd)
 
     def _catch_up(self, exclusive: bool) -> None:
+        """Applies every record other processes committed since this one last looked.
+
+        A segment that was rotated away ends with a seal record, so following the journal
+        costs one read of the current segment's tail, not a look for the next file.
+        """
         self._catch_up_segment(exclusive)
-        # os.access, not open-and-catch: this runs on every commit and read
-        while os.access(self._path_next, os.F_OK):
+        while self._sealed:  # kept across calls: a shared-lock look may have read the seal
             try:
                 self._open_segment(self._gen + 1)
             except FileNotFoundError:
-                break
+                # compacted away while this process looked elsewhere: what it has is complete
+                # up to that seal, but the files are the truth now. Loading may cut a torn
+                # tail or quarantine a file, which only the exclusive lock holder may do.
+                if not exclusive:
+                    raise _NeedsExclusive from None
+                self._reload()
+                return
             self._prune_carried()
             self._catch_up_segment(exclusive)
-        if not os.access(self._path_current, os.F_OK):
-            # compacted away under us: what we have is complete up to the end of that segment,
-            # but a newer one may also be gone; reload from the files. Loading may cut a torn
-            # tail or quarantine a file, which only the exclusive lock holder may do.
-            if not exclusive:
-                raise _NeedsExclusive
-            self._reload()
 
     def _reload(self) -> None:
         notices = self.report.notices
@@ -1061,6 +1085,18 @@ class Store:
         except (OSError, StoreError) as exc:
             log.warning("could not start a new journal segment: %s", exc)
             return False
+        # the seal tells every other process to move on (see _catch_up); written after the
+        # next segment exists, so whoever reads it finds that segment
+        seal = encode_record(self._seal(next_gen))
+        try:
+            _pwrite_all(self._fd, seal, self._offset)
+        except OSError as exc:
+            self._undo_write(len(seal))
+            with contextlib.suppress(OSError):
+                os.unlink(self._segment_path(next_gen))
+            log.warning("could not close the journal segment: %s", exc)
+            return False
+        self._offset += len(seal)
         self._open_segment(next_gen)
         self._prune_carried()
         return True

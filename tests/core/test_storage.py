@@ -697,3 +697,45 @@ def test_unfinished_result_writes_are_swept(open_queue: OpenQueue, data_dir: Pat
     reopened = open_queue()
     assert not fresh.exists()
     assert any("unfinished result write" in n for n in reopened.report.notices)
+
+
+def test_a_rotated_segment_ends_with_a_seal_that_moves_every_reader_on(open_queue: OpenQueue, data_dir: Path) -> None:
+    writer = open_queue(rotate_bytes=2048, background_compaction=False)
+    reader = open_queue()
+    first = writer.submit("demo", {"prompt": "first"}).job
+    assert reader.get(first.id).state == State.QUEUED  # the reader is on segment 1 now
+    while writer.store.segment == 1:
+        writer.submit("demo", {"prompt": f"filler {writer.store.write_offset}"})
+    records = read_segment((store_dir(data_dir) / segment_name(1)).read_bytes(), 0).records
+    assert records[-1] == {"op": "seal", "next": 2}
+    assert sum(r.get("op") == "seal" for r in records) == 1
+    later = writer.submit("demo", {"prompt": "in segment 2"}).job
+    assert reader.get(later.id).state == State.QUEUED
+    assert reader.store.segment == writer.store.segment
+    # and the reader's own commits land where the writer looks
+    mine = reader.submit("demo", {"prompt": "from the reader"}).job
+    assert writer.get(mine.id).state == State.QUEUED
+
+
+def test_a_rotation_that_died_before_its_seal_is_sealed_by_the_next_open(
+    open_queue: OpenQueue, data_dir: Path
+) -> None:
+    """A process died after creating segment 2 and before sealing segment 1: a process
+    still appending to segment 1 must not be cut off from one that opens later."""
+    live = open_queue()
+    early = live.submit("demo", {"prompt": "early"}).job
+    header = {"op": "header", "format": "desktop-queue.journal", "schema_version": SCHEMA_VERSION, "gen": 2}
+    (store_dir(data_dir) / segment_name(2)).write_bytes(encode_record(header))
+    meanwhile = live.submit("demo", {"prompt": "still in segment 1"}).job  # the live one has no idea
+    late = open_queue()
+    assert {early.id, meanwhile.id} <= {j.id for j in late.list()}
+    records = read_segment((store_dir(data_dir) / segment_name(1)).read_bytes(), 0).records
+    assert records[-1] == {"op": "seal", "next": 2}
+    from_late = late.submit("demo", {"prompt": "from the late one"}).job
+    assert late.store.segment == 2
+    assert live.get(from_late.id).state == State.QUEUED  # the seal moved the live one on
+    from_live = live.submit("demo", {"prompt": "from the live one"}).job
+    assert late.get(from_live.id).state == State.QUEUED
+    live.close()
+    late.close()
+    assert {j.id for j in open_queue().list()} == {early.id, meanwhile.id, from_late.id, from_live.id}
