@@ -961,7 +961,7 @@ def format_report(
             lines.insert(
                 len(lines) - 1,
                 f"note: ours closed {rotations} journal segment(s) during the measuring rounds "
-                "(each starts a compaction on a background thread)",
+                "(each starts a compaction in a child process)",
             )
     lines.append("Goals (reported only; timing never fails the run):")
     for goal in goals:

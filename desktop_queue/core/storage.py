@@ -597,7 +597,7 @@ class Store:
     Args:
         root: the ``store`` directory.
         rotate_bytes: minimum segment size before it is folded into a snapshot.
-        background_compaction: fold segments on a background thread (False: inline).
+        background_compaction: fold segments in a child process (False: inline, in this one).
     """
 
     def __init__(self, root: Path, *, rotate_bytes: int = 4 << 20, background_compaction: bool = True) -> None:
