@@ -115,7 +115,7 @@ class Queue:
         policy: retry and lease defaults.
         rng: randomness for backoff jitter (tests pass a seeded one).
         rotate_bytes: journal segment size that triggers compaction.
-        background_compaction: fold segments on a thread (False: inline, for tests).
+        background_compaction: fold segments in a child process (False: inline, for tests).
     """
 
     def __init__(
