@@ -27,8 +27,8 @@ N_PER_PROCESS = 300
 _WORKER = r"""
 import sys, orjson
 from desktop_queue.core import Queue, RetryPolicy
-data_dir, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-q = Queue.open(data_dir, policy=RetryPolicy(lease_s=3600), rotate_bytes=64 * 1024)
+data_dir, tag, n, rotate = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+q = Queue.open(data_dir, policy=RetryPolicy(lease_s=3600), rotate_bytes=rotate)
 print("ready", flush=True)
 sys.stdin.readline()
 submitted, leases = [], []
@@ -115,9 +115,16 @@ def _line(proc: subprocess.Popen[str]) -> str:
 
 
 @pytest.mark.slow
-def test_two_processes_lose_no_update(data_dir: Path, open_queue: OpenQueue) -> None:
-    open_queue().close()  # create the store first, so neither child has to
-    procs = [_spawn(_WORKER, str(data_dir), tag, str(N_PER_PROCESS)) for tag in ("p1", "p2")]
+@pytest.mark.parametrize(
+    ("n_procs", "rotate_bytes"),
+    [(2, 64 * 1024), (3, 4096)],
+    ids=["two-processes", "three-processes-rotating-every-few-commits"],
+)
+def test_processes_lose_no_update(data_dir: Path, open_queue: OpenQueue, n_procs: int, rotate_bytes: int) -> None:
+    """With 4 KiB segments every few commits rotate (a seal), and compactions run all along."""
+    open_queue().close()  # create the store first, so no child has to
+    tags = [f"p{k + 1}" for k in range(n_procs)]
+    procs = [_spawn(_WORKER, str(data_dir), tag, str(N_PER_PROCESS), str(rotate_bytes)) for tag in tags]
     with children(*procs):
         for proc in procs:
             assert _line(proc).strip() == "ready"
@@ -130,11 +137,14 @@ def test_two_processes_lose_no_update(data_dir: Path, open_queue: OpenQueue) -> 
             assert proc.wait(timeout=120) == 0
 
     queue = open_queue()
+    if rotate_bytes < 64 * 1024:
+        assert queue.store.segment > 10  # the seals were followed, many times over
     jobs = {j.id: j for j in queue.list(with_events=True)}
-    submitted = reports[0]["submitted"] + reports[1]["submitted"]
-    assert len(submitted) == len(set(submitted)) == 2 * N_PER_PROCESS
+    total = n_procs * N_PER_PROCESS
+    submitted = [job_id for report in reports for job_id in report["submitted"]]
+    assert len(submitted) == len(set(submitted)) == total
     assert set(jobs) == set(submitted)
-    assert sorted(j.seq for j in jobs.values()) == list(range(1, 2 * N_PER_PROCESS + 1))
+    assert sorted(j.seq for j in jobs.values()) == list(range(1, total + 1))
 
     # every job leased once and succeeded exactly once, whoever ran it
     leases: list[tuple[str, int]] = [tuple(x) for r in reports for x in r["leases"]]
@@ -145,7 +155,7 @@ def test_two_processes_lose_no_update(data_dir: Path, open_queue: OpenQueue) -> 
         assert (job.attempts, job.total_attempts) == (1, 1)
     # lease epochs: unique across processes, strictly increasing within each
     epochs = [epoch for _, epoch in leases]
-    assert sorted(epochs) == list(range(1, 2 * N_PER_PROCESS + 1))
+    assert sorted(epochs) == list(range(1, total + 1))
     for report in reports:
         mine = [epoch for _, epoch in report["leases"]]
         assert all(a < b for a, b in zip(mine, mine[1:]))
@@ -156,7 +166,7 @@ def test_two_processes_lose_no_update(data_dir: Path, open_queue: OpenQueue) -> 
         doc = queue.results.get(job.idempotency_key)
         assert doc is not None and doc["job_id"] == job.id and doc["epoch"] == job.lease_epoch
         assert doc["result"]["epoch"] == job.lease_epoch
-    assert queue.results.count() == 2 * N_PER_PROCESS
+    assert queue.results.count() == total
     assert queue.report.notices == []
 
 
