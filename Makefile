@@ -30,6 +30,7 @@ test: $(STAMP_TEST)
 bench: $(STAMP_TEST)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) benchmarks/store.py $(ARGS)
+	$(PY) benchmarks/lifecycle_cpu.py
 
 screenshot: $(STAMP_RUN)
 	QT_QPA_PLATFORM=offscreen $(PY) scripts/screenshot.py
