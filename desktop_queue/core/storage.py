@@ -123,6 +123,11 @@ def _datasync(fd: int) -> None:
 PREFILL_SLACK = 256 << 10
 
 
+_HAS_PREAD = hasattr(os, "pread")
+#: what reading one byte where the written part ends gives when no other process wrote
+_NOTHING_NEW = (b"", b"\0")
+
+
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     """Writes every byte of ``data`` at ``offset`` (callers hold the mutex on Windows)."""
     view = memoryview(data)
@@ -229,15 +234,30 @@ class StoreState:
             self.epoch = epoch
 
     def apply(self, record: Record) -> None:
-        op = record.get("op")
-        if op == "upd":
-            old = self.jobs.get(record["id"])
-            if old is not None:
-                self._unindex(old)
-        job = apply_plain(self.jobs, record)
-        if job is None:
-            return
-        self._index(job)
+        if record.get("op") == "upd":
+            job = self.jobs.get(record["id"])
+            if job is None:
+                raise StoreCorrupt(f"journal updates job {record['id']} that does not exist")
+            changes = record.get("set")
+            if changes:
+                if "state" in changes or "run_after" in changes or "priority" in changes or "key" in changes:
+                    self._unindex(job)
+                    job.update(changes)
+                    self._index(job)
+                else:  # a heartbeat, a provider job id: no index moves
+                    job.update(changes)
+                    epoch = changes.get("lease_epoch") or 0
+                    if epoch > self.epoch:
+                        self.epoch = epoch
+            events = record.get("ev")
+            if events:
+                events_of(job).extend(events)
+        else:
+            new = apply_plain(self.jobs, record)
+            if new is None:
+                return
+            job = new
+            self._index(job)
         self.version += 1
         self.changes.append((self.version, job["id"]))
         if len(self.changes) > 200_000:
@@ -1041,11 +1061,12 @@ class Store:
 
     def _commit(self, fn: Callable[[StoreState], list[Record]], durable: bool) -> tuple[list[Record], bool]:
         """The part of :meth:`transact` under the locks; returns the records and whether the segment rotated."""
-        self._catch_up(exclusive=True)
+        if self._sealed or _HAS_PREAD and os.pread(self._fd, 1, self._offset) not in _NOTHING_NEW or not _HAS_PREAD:
+            self._catch_up(exclusive=True)
         records = fn(self.state)
         if not records:
             return records, False
-        payload = b"".join(encode_record(r) for r in records)
+        payload = encode_record(records[0]) if len(records) == 1 else b"".join(encode_record(r) for r in records)
         try:
             _pwrite_all(self._fd, payload, self._offset)
             self._written += 1
