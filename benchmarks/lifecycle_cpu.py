@@ -19,7 +19,6 @@ Usage: ``.venv/bin/python benchmarks/lifecycle_cpu.py [--rounds N] [--ops N]``
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from store import HueySubject, payload_for, result_for  # noqa: E402
+from store import HueySubject, OursSubject, fsync_suspended, payload_for, result_for  # noqa: E402
 
 
 def _best(lifecycle: Callable[[int], None], rounds: int, ops: int) -> float:
@@ -45,31 +44,17 @@ def _best(lifecycle: Callable[[int], None], rounds: int, ops: int) -> float:
 
 
 def measure_ours(root: Path, rounds: int, ops: int) -> float:
-    """Desktop Queue through the public API, syncs turned off in this process."""
-    from desktop_queue.core.queue import Queue
+    """Desktop Queue through the public API, syncs turned off in this process.
 
-    real = os.fsync, getattr(os, "fdatasync", None)
-    os.fsync = lambda fd: None
-    if real[1] is not None:
-        os.fdatasync = lambda fd: None
-    try:
-        queue = Queue.open(root / "ours", providers={}, rotate_bytes=1 << 30)
+    Segments never rotate here, so no compaction runs meanwhile (``store.py`` counts it).
+    """
+    subject = OursSubject(root / "ours", rotate_bytes=1 << 30)
+    with fsync_suspended():
+        subject.open()
         try:
-
-            def lifecycle(i: int) -> None:
-                submitted = queue.submit("demo", payload_for("cpu", i))
-                lease = queue.lease("bench-worker")
-                if lease is None or lease.job_id != submitted.job.id:
-                    raise RuntimeError("lease returned another job")
-                queue.complete(lease, result_for(i))
-
-            return _best(lifecycle, rounds, ops)
+            return _best(lambda i: subject.lifecycle(payload_for("cpu", i), result_for(i)), rounds, ops)
         finally:
-            queue.close()
-    finally:
-        os.fsync = real[0]
-        if real[1] is not None:
-            os.fdatasync = real[1]
+            subject.close()
 
 
 def measure_huey(root: Path, rounds: int, ops: int) -> float:

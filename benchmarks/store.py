@@ -153,17 +153,20 @@ class OursSubject:
 
     Args:
         data_dir: the queue's data directory.
+        rotate_bytes: passed to ``Queue.open`` (None: the store's default).
     """
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, rotate_bytes: int | None = None) -> None:
         self.data_dir = data_dir
+        self.rotate_bytes = rotate_bytes
         self.queue: Any = None
 
     def open(self) -> None:
         """``Queue.open`` (no providers: kind "demo" needs none)."""
         from desktop_queue.core.queue import Queue
 
-        self.queue = Queue.open(self.data_dir, providers={})
+        kwargs = {} if self.rotate_bytes is None else {"rotate_bytes": self.rotate_bytes}
+        self.queue = Queue.open(self.data_dir, providers={}, **kwargs)
 
     def enqueue(self, payload: dict[str, Any]) -> None:
         """``Queue.submit``: one fsynced commit."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,16 @@ def data_dir(tmp_path: Path) -> Path:
     path = tmp_path / "data"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def opened_queues() -> Iterator[list[Any]]:
+    """Queues a test opens (the ``open_queue`` fixtures add theirs); those left open are closed at teardown."""
+    opened: list[Any] = []
+    yield opened
+    for queue in opened:
+        if not queue.store._closed:
+            queue.close()
 
 
 @pytest.fixture(autouse=True)

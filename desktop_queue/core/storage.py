@@ -81,6 +81,8 @@ Record = dict[str, Any]
 JobDict = dict[str, Any]
 
 LIVE_OR_DONE = ("queued", "running", "succeeded")
+#: the job fields StoreState indexes (an update touching none of them moves no index)
+_INDEXED = frozenset({"state", "run_after", "priority", "key", "seq", "lease_epoch"})
 
 
 # --------------------------------------------------------------------------- records
@@ -123,11 +125,6 @@ def _datasync(fd: int) -> None:
 PREFILL_SLACK = 256 << 10
 
 
-_HAS_PREAD = hasattr(os, "pread")
-#: what reading one byte where the written part ends gives when no other process wrote
-_NOTHING_NEW = (b"", b"\0")
-
-
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     """Writes every byte of ``data`` at ``offset`` (callers hold the mutex on Windows)."""
     view = memoryview(data)
@@ -139,6 +136,13 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
             written = os.write(fd, view)
         view = view[written:]
         offset += written
+
+
+def _cut_torn_tail(fd: int, end: int, length: int) -> None:
+    """Zeroes the ``length`` bytes a writer left half written at ``end`` (the segment keeps
+    its filled space, and a reader holding it open sees exactly what was there before)."""
+    _pwrite_all(fd, bytes(length), end)
+    _datasync(fd)
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:
@@ -234,29 +238,15 @@ class StoreState:
             self.epoch = epoch
 
     def apply(self, record: Record) -> None:
-        if record.get("op") == "upd":
-            job = self.jobs.get(record["id"])
-            if job is None:
-                raise StoreCorrupt(f"journal updates job {record['id']} that does not exist")
-            changes = record.get("set")
-            if changes:
-                if "state" in changes or "run_after" in changes or "priority" in changes or "key" in changes:
-                    self._unindex(job)
-                    job.update(changes)
-                    self._index(job)
-                else:  # a heartbeat, a provider job id: no index moves
-                    job.update(changes)
-                    epoch = changes.get("lease_epoch") or 0
-                    if epoch > self.epoch:
-                        self.epoch = epoch
-            events = record.get("ev")
-            if events:
-                events_of(job).extend(events)
-        else:
-            new = apply_plain(self.jobs, record)
-            if new is None:
-                return
-            job = new
+        # an update that touches no indexed field (a heartbeat, a provider job id) moves no index
+        old = self.jobs.get(record["id"]) if record.get("op") == "upd" else None
+        moves = old is None or not _INDEXED.isdisjoint(record.get("set") or ())
+        if old is not None and moves:
+            self._unindex(old)
+        job = apply_plain(self.jobs, record)
+        if job is None:
+            return
+        if moves:
             self._index(job)
         self.version += 1
         self.changes.append((self.version, job["id"]))
@@ -527,6 +517,12 @@ class SegmentRead:
     lost_after: list[Record] = field(default_factory=list)  # readable records after the bad line
 
 
+def _written_end(data: bytes, start: int = 0) -> int:
+    """Where the written part of segment bytes ends: at the first zero byte, or the end."""
+    end = data.find(b"\0", start)
+    return len(data) if end < 0 else end
+
+
 def read_segment(data: bytes, start: int) -> SegmentRead:
     """Splits ``data[start:]`` into verified records.
 
@@ -535,10 +531,8 @@ def read_segment(data: bytes, start: int) -> SegmentRead:
     record never contains one: JSON escapes it). Anything but zeros after that point
     can only be writes a power cut left behind a hole: it is reported as a bad record.
     """
-    size = data.find(b"\0", start)
-    if size < 0:
-        size = len(data)
-    elif data.count(b"\0", size) != len(data) - size:
+    size = _written_end(data, start)
+    if size < len(data) and data.count(b"\0", size) != len(data) - size:
         out = _read_lines(data, start, size)
         if out.bad_line is None:
             out.bad_line = out.end
@@ -642,6 +636,7 @@ class Store:
         self._snapshot_bytes = 0
         self._compactor: subprocess.Popen[bytes] | None = None
         self._fold_wanted = 0  # the newest closed segment this process asked to fold
+        self._reaped_gen = 0  # the newest snapshot when this process last collected a compaction
         self._closed = True
         self._commit_lock: FileLock | None = None
         self._presence: FileLock | None = None
@@ -837,9 +832,11 @@ class Store:
                 # processes still appending here would never look at the next one
                 self._seal_segment(path, read.end, gen + 1)
             if read.torn_tail:
-                with open(path, "r+b") as fh:
-                    fh.truncate(read.end)
-                    os.fsync(fh.fileno())
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    _cut_torn_tail(fd, read.end, _written_end(data) - read.end)
+                finally:
+                    os.close(fd)
                 self.report.notices.append(
                     f"the last journal record of {path.name} was only half written by a crash and was dropped "
                     "(that change had not been acknowledged)"
@@ -884,14 +881,15 @@ class Store:
         return len(good)
 
     @staticmethod
-    def _seal(next_gen: int) -> Record:
-        return {"op": "seal", "next": next_gen}
+    def _seal(next_gen: int) -> bytes:
+        """The record that closes a segment and names the next one (see :meth:`_catch_up`)."""
+        return encode_record({"op": "seal", "next": next_gen})
 
     def _seal_segment(self, path: Path, end: int, next_gen: int) -> None:
         """Appends the seal a rotation did not get to write (it died in between; load only)."""
         fd = os.open(path, os.O_RDWR)
         try:
-            _pwrite_all(fd, encode_record(self._seal(next_gen)), end)
+            _pwrite_all(fd, self._seal(next_gen), end)
             _datasync(fd)
         finally:
             os.close(fd)
@@ -946,6 +944,10 @@ class Store:
 
     # ----------------------------------------------------------------- catch-up
 
+    def _has_news(self) -> bool:
+        """True if another process wrote after ``_offset`` (one byte read: nothing, or a zero)."""
+        return _pread(self._fd, 1, self._offset) not in (b"", b"\0")
+
     def _unread(self) -> bytes:
         """What was written to the segment after ``_offset``: up to its first zero byte (or its end)."""
         chunk = 4096
@@ -977,9 +979,7 @@ class Store:
                 "restart Desktop Queue to recover the store"
             )
         if read.torn_tail and exclusive:
-            # a writer died mid-record: zero its bytes (the segment keeps its filled space)
-            _pwrite_all(self._fd, bytes(len(data) - read.end), self._offset)
-            _datasync(self._fd)
+            _cut_torn_tail(self._fd, self._offset, _written_end(data) - read.end)  # a writer died mid-record
 
     def _catch_up(self, exclusive: bool) -> None:
         """Applies every record other processes committed since this one last looked.
@@ -1055,13 +1055,13 @@ class Store:
             self._compact_soon(self._gen - 1)
         elif self._compactor is not None and self._reap_compactor(wait=False) is None:
             # the running compaction just finished; fold what closed meanwhile (a burst)
-            if self._fold_wanted > self._newest_snapshot_gen():
+            if self._fold_wanted > self._reaped_gen:
                 self._compact_soon(self._fold_wanted)
         return records
 
     def _commit(self, fn: Callable[[StoreState], list[Record]], durable: bool) -> tuple[list[Record], bool]:
         """The part of :meth:`transact` under the locks; returns the records and whether the segment rotated."""
-        if self._sealed or _HAS_PREAD and os.pread(self._fd, 1, self._offset) not in _NOTHING_NEW or not _HAS_PREAD:
+        if self._sealed or self._has_news():
             self._catch_up(exclusive=True)
         records = fn(self.state)
         if not records:
@@ -1108,7 +1108,7 @@ class Store:
             return False
         # the seal tells every other process to move on (see _catch_up); written after the
         # next segment exists, so whoever reads it finds that segment
-        seal = encode_record(self._seal(next_gen))
+        seal = self._seal(next_gen)
         try:
             _pwrite_all(self._fd, seal, self._offset)
         except OSError as exc:
@@ -1171,14 +1171,18 @@ class Store:
         """The keys whose result documents only the journal holds so far."""
         return list(self._carried)
 
-    def _prune_carried(self) -> None:
-        """Forgets carried results that a snapshot has folded (their files are on disk by then)."""
+    def _prune_carried(self, newest: int | None = None) -> None:
+        """Forgets carried results that a snapshot has folded (their files are on disk by then).
+
+        Args:
+            newest: the newest snapshot's generation, if the caller has just listed it.
+        """
         if not self._carried:
             return
-        snaps, _ = self._list()
-        if not snaps:
+        if newest is None:
+            newest = self._newest_snapshot_gen()
+        if not newest:
             return
-        newest = snaps[-1]
         if any(gen <= newest for gen, _ in self._carried.values()):
             self._carried = {k: v for k, v in self._carried.items() if v[0] > newest}
 
@@ -1224,23 +1228,24 @@ class Store:
         if code != 0:
             log.warning("compaction failed (exit %s): %s", code, err[-500:])
         self._compactor = None
-        self._snapshot_bytes = self._newest_snapshot_size()
+        gen, self._snapshot_bytes = self._newest_snapshot()
+        self._reaped_gen = gen
         with self._mutex:
-            self._prune_carried()
+            self._prune_carried(gen)
         return None
 
     def _newest_snapshot_gen(self) -> int:
-        snaps, _ = self._list()
-        return snaps[-1] if snaps else 0
+        return self._newest_snapshot()[0]
 
-    def _newest_snapshot_size(self) -> int:
+    def _newest_snapshot(self) -> tuple[int, int]:
+        """The newest snapshot's generation and size (0, 0 if none), from one directory listing."""
         snaps, _ = self._list()
         if not snaps:
-            return 0
+            return 0, 0
         try:
-            return (self.root / snapshot_name(snaps[-1])).stat().st_size
+            return snaps[-1], (self.root / snapshot_name(snaps[-1])).stat().st_size
         except OSError:
-            return 0
+            return snaps[-1], 0
 
     def _compact(self, upto: int) -> None:
         """Folds segments ``<= upto`` into ``snapshot-<upto>`` from the files alone."""

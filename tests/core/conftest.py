@@ -9,7 +9,7 @@ subprocess it starts.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,22 +44,20 @@ def policy() -> RetryPolicy:
 
 
 @pytest.fixture
-def open_queue(data_dir: Path, clock: FakeClock, policy: RetryPolicy) -> Iterator[Callable[..., Queue]]:
+def open_queue(
+    data_dir: Path, clock: FakeClock, policy: RetryPolicy, opened_queues: list[Queue]
+) -> Callable[..., Queue]:
     """Opens queues on ``data_dir`` (fake clock, seeded rng); closes them all at teardown."""
-    opened: list[Queue] = []
 
     def _open(path: Path | None = None, **kwargs: Any) -> Queue:
         kwargs.setdefault("clock", clock)
         kwargs.setdefault("policy", policy)
         kwargs.setdefault("rng", random.Random(1234))
         queue = Queue.open(path or data_dir, **kwargs)
-        opened.append(queue)
+        opened_queues.append(queue)
         return queue
 
-    yield _open
-    for queue in opened:
-        if not queue.store._closed:
-            queue.close()
+    return _open
 
 
 @pytest.fixture

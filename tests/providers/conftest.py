@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +35,15 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def open_queue(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Queue]]:
-    opened: list[Queue] = []
+def open_queue(tmp_path: Path, clock: FakeClock, opened_queues: list[Queue]) -> Callable[..., Queue]:
+    """Opens queues with these providers (fake clock, seeded rng); closes them all at teardown."""
 
     def _open(providers: dict[str, Any], **kwargs: Any) -> Queue:
         kwargs.setdefault("clock", clock)
         kwargs.setdefault("rng", random.Random(7))
         kwargs.setdefault("background_compaction", False)
         queue = Queue.open(tmp_path / "data", providers, **kwargs)
-        opened.append(queue)
+        opened_queues.append(queue)
         return queue
 
-    yield _open
-    for queue in opened:
-        if not queue.store._closed:
-            queue.close()
+    return _open

@@ -17,8 +17,21 @@ from PySide6.QtCore import QThreadPool
 from desktop_queue.core import FakeClock, Outcome, Queue, RetryPolicy, RunContext, State
 from desktop_queue.providers import discover
 from desktop_queue.providers.demo import DemoProvider
+from desktop_queue.runtime import LeaseDriver
 
 from .conftest import WAIT_MS, BlockingDemo, DriverFactory
+
+
+def _blocked_attempt(
+    qtbot: Any, queue: Queue, make_driver: DriverFactory, prompt: str
+) -> tuple[str, BlockingDemo, LeaseDriver]:
+    """Submits a demo job and starts a driver whose provider holds the attempt until its gate opens."""
+    job_id = queue.submit("demo", demo(prompt)).job.id
+    provider = BlockingDemo()
+    driver = make_driver({"demo": provider})
+    driver.start()
+    qtbot.waitUntil(provider.entered.is_set, timeout=WAIT_MS)
+    return job_id, provider, driver
 
 
 def demo(prompt: str, duration_s: float = 0.05, **extra: Any) -> dict[str, Any]:
@@ -201,11 +214,7 @@ def test_heartbeats_keep_a_long_attempt_leased(
 def test_late_success_after_a_cancel_by_another_process_is_rejected(
     qtbot: Any, queue: Queue, data_dir: Path, make_driver: DriverFactory
 ) -> None:
-    job_id = queue.submit("demo", demo("slow remote call")).job.id
-    provider = BlockingDemo()
-    driver = make_driver({"demo": provider})
-    driver.start()
-    qtbot.waitUntil(provider.entered.is_set, timeout=WAIT_MS)
+    job_id, provider, driver = _blocked_attempt(qtbot, queue, make_driver, "slow remote call")
     epoch = queue.get(job_id).lease_epoch
 
     # "another process": its own Queue object, its own file descriptors and locks
@@ -231,11 +240,7 @@ def test_late_success_after_a_cancel_by_another_process_is_rejected(
 def test_late_success_after_the_lease_expired_elsewhere_is_rejected(
     qtbot: Any, queue: Queue, data_dir: Path, make_driver: DriverFactory
 ) -> None:
-    job_id = queue.submit("demo", demo("slow remote call")).job.id
-    provider = BlockingDemo()
-    driver = make_driver({"demo": provider})
-    driver.start()
-    qtbot.waitUntil(provider.entered.is_set, timeout=WAIT_MS)
+    job_id, provider, driver = _blocked_attempt(qtbot, queue, make_driver, "slow remote call")
     epoch = queue.get(job_id).lease_epoch
 
     # another process whose clock is an hour ahead: to it, the lease ran out long ago
@@ -338,11 +343,7 @@ def test_shutdown_releases_unfinished_leases(qtbot: Any, queue: Queue, make_driv
 def test_shutdown_gives_back_a_lease_whose_worker_does_not_stop(
     qtbot: Any, queue: Queue, make_driver: DriverFactory
 ) -> None:
-    job_id = queue.submit("demo", demo("stuck")).job.id
-    provider = BlockingDemo()
-    driver = make_driver({"demo": provider})
-    driver.start()
-    qtbot.waitUntil(provider.entered.is_set, timeout=WAIT_MS)
+    job_id, provider, driver = _blocked_attempt(qtbot, queue, make_driver, "stuck")
 
     clean = driver.shutdown(timeout_ms=100)
 
