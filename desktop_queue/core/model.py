@@ -84,9 +84,13 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 }
 
 
+#: the table as ``(current, target)`` string pairs: one set lookup per check
+_ALLOWED = frozenset((str(current), str(target)) for current, targets in TRANSITIONS.items() for target in targets)
+
+
 def check_transition(job_id: str, current: str, target: str) -> None:
     """Raises :class:`IllegalTransition` unless ``current -> target`` is in the table."""
-    if State(target) not in TRANSITIONS[State(current)]:
+    if (current, target) not in _ALLOWED:
         raise IllegalTransition(job_id, current, target)
 
 

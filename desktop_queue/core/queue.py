@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import (
@@ -47,6 +47,8 @@ from desktop_queue.core.retry import RetryPolicy
 from desktop_queue.core.storage import JobDict, OpenReport, Record, Store, StoreState
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MAX_INPUT_BYTES = 1 << 20
 MAX_INTERACTIVE_WAITING = 5
@@ -91,12 +93,28 @@ class Reconciled:
     reason: str
 
 
-@dataclass
 class _Capture:
     """Carries a value out of a transaction function."""
 
-    value: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("value", "extra")
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.extra: dict[str, Any] = {}
+
+
+def _fill(cls: type[T], **fields: Any) -> T:
+    """Builds a frozen dataclass without its ``__init__`` (which costs a setattr call per
+    field), for the values the hot verbs return on every commit."""
+    obj = cls.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
+#: priority name -> lane (a dict lookup: calling the enum costs a microsecond a submission)
+_LANES = {str(p): p for p in Priority}
+_QUEUED, _RUNNING, _SUCCEEDED = str(State.QUEUED), str(State.RUNNING), str(State.SUCCEEDED)
+_LANE_ORDER = (str(Priority.INTERACTIVE), str(Priority.BACKGROUND))
 
 
 def default_worker_id() -> str:
@@ -260,10 +278,9 @@ class Queue:
             )
         if provider is not None and hasattr(provider, "validate"):
             provider.validate(payload)
-        try:
-            lane = Priority(priority)
-        except ValueError:
-            raise InvalidInput(f"priority must be interactive or background, not {priority!r}") from None
+        lane = _LANES.get(priority) if isinstance(priority, str) else None
+        if lane is None:
+            raise InvalidInput(f"priority must be interactive or background, not {priority!r}")
         budget = self.policy.max_attempts if max_attempts is None else max_attempts
         if not isinstance(budget, int) or not 1 <= budget <= 100:
             raise InvalidInput(f"max attempts must be between 1 and 100, not {max_attempts!r}")
@@ -334,7 +351,11 @@ class Queue:
             if replay_of:
                 detail["replay_of"] = replay_of
             out.value = job_id
-            return [{"op": "new", "job": job, "ev": [self._event(EventType.SUBMITTED, job, actor, now, detail=detail)]}]
+            event = {
+                "type": "submitted", "at": round(now, 3), "attempt": 0, "epoch": 0, "worker": None,
+                "actor": str(actor), "detail": clean_detail(detail),
+            }
+            return [{"op": "new", "job": job, "ev": [event]}]
 
         return fn, out
 
@@ -369,7 +390,7 @@ class Queue:
         if out.extra.get("duplicate"):
             result = self.results.get(job.idempotency_key) if job.state == State.SUCCEEDED else None
             return SubmitResult(job=job, duplicate=True, result=result)
-        return SubmitResult(job=job, duplicate=False)
+        return _fill(SubmitResult, job=job, duplicate=False, result=None)
 
     # ------------------------------------------------------------------ leases
 
@@ -401,18 +422,25 @@ class Queue:
         length = self.policy.lease_s if lease_s is None else lease_s
         out = _Capture()
 
+        reaped: set[str] = set()
+
         def skip(job: JobDict) -> bool:
+            if job["id"] in reaped:
+                return True
             if kinds is not None and job["kind"] not in kinds:
                 return True
             return accept is not None and not accept(job)
 
         def fn(state: StoreState) -> list[Record]:
             now = self.clock.now()
-            records = self._reap_records(state, now)
-            reaped = {r["id"] for r in records}
+            # only a running job's lease can have expired: none running, nothing to reap
+            records = self._reap_records(state, now) if state.by_state.get(_RUNNING) else []
+            reaped.clear()
+            reaped.update(r["id"] for r in records)
+            filtered = records or kinds is not None or accept is not None
             job = None
-            for lane in (Priority.INTERACTIVE, Priority.BACKGROUND):
-                job = state.peek_runnable(lane, now, lambda j: j["id"] in reaped or skip(j))
+            for lane in _LANE_ORDER:
+                job = state.peek_runnable(lane, now, skip if filtered else None)
                 if job is not None:
                     break
             if job is None:
@@ -420,30 +448,34 @@ class Queue:
             token = secrets.token_urlsafe(24)
             epoch = state.epoch + 1
             attempts = job["attempts"] + 1
+            expires = now + length
             changes = {
-                "state": str(State.RUNNING),
+                "state": _RUNNING,
                 "attempts": attempts,
                 "total_attempts": job.get("total_attempts", 0) + 1,
                 "lease_token": token,
                 "lease_epoch": epoch,
-                "lease_expires_at": now + length,
+                "lease_expires_at": expires,
                 "worker": who,
                 "started_at": now,
                 "updated_at": now,
             }
-            event = self._event(
-                EventType.LEASED, job, Actor.SYSTEM, now, detail={"lease_s": length}, worker=who,
-                attempt=attempts, epoch=epoch,
-            )
-            records.append(self._upd(job["id"], changes, event))
-            out.value = (job["id"], token, epoch, now + length, attempts)
+            event = {
+                "type": "leased", "at": round(now, 3), "attempt": attempts, "epoch": epoch, "worker": who,
+                "actor": "system", "detail": clean_detail({"lease_s": length}),
+            }
+            records.append({"op": "upd", "id": job["id"], "set": changes, "ev": [event]})
+            out.value = (job["id"], token, epoch, expires, attempts)
             return records
 
         self.store.transact(fn, durable=False)
         if out.value is None:
             return None
         job_id, token, epoch, expires, attempt = out.value
-        return Lease(job_id, token, epoch, expires, attempt, who, self._view(job_id))
+        return _fill(
+            Lease, job_id=job_id, token=token, epoch=epoch, expires_at=expires, attempt=attempt, worker=who,
+            job=self._view(job_id),
+        )
 
     def _current(self, state: StoreState, lease: Lease) -> JobDict:
         job = state.jobs.get(lease.job_id)
@@ -514,21 +546,27 @@ class Queue:
 
         def fn(state: StoreState) -> list[Record]:
             job = self._current(state, lease)
-            check_transition(job["id"], job["state"], State.SUCCEEDED)
+            check_transition(job["id"], job["state"], _SUCCEEDED)
             detail: dict[str, Any] = {"result_ref": ref}
             if reused or not created:
                 detail["reason"] = "result already stored for this key; not produced again"
-            ev = self._event(EventType.SUCCEEDED, job, Actor.SYSTEM, now, detail=detail, worker=lease.worker)
+            event = {
+                "type": "succeeded", "at": round(now, 3), "attempt": job.get("attempts", 0),
+                "epoch": job.get("lease_epoch", 0), "worker": lease.worker, "actor": "system",
+                "detail": clean_detail(detail),
+            }
             changes = {
-                "state": str(State.SUCCEEDED),
+                "state": _SUCCEEDED,
                 "result_ref": ref,
                 "finished_at": now,
                 "last_error": None,
-                **self._lease_changes_cleared(now),
+                "lease_token": None,
+                "lease_expires_at": None,
+                "updated_at": now,
             }
             # the record carries the result: one fsync makes both durable ("the same durable
             # commit"); compaction writes the result file (synced) before folding this record
-            return [{**self._upd(job["id"], changes, ev), "res": doc}]
+            return [{"op": "upd", "id": job["id"], "set": changes, "ev": [event], "res": doc}]
 
         try:
             self.store.transact(fn)

@@ -115,10 +115,15 @@ def _datasync(fd: int) -> None:
     A segment is written into space filled in advance, so there is no size or block
     map to flush, only the data (and the disk's cache).
     """
-    if hasattr(os, "fdatasync"):
+    if _HAS_FDATASYNC:
         os.fdatasync(fd)
     else:
         os.fsync(fd)
+
+
+_HAS_FDATASYNC = hasattr(os, "fdatasync")
+_HAS_PREAD = hasattr(os, "pread") and hasattr(os, "pwrite")
+_NO_NEWS = frozenset((b"", b"\0"))
 
 #: space written past the rotation threshold when a segment is created (the commit that
 #: crosses the threshold, and a little more, still lands in filled space)
@@ -127,9 +132,11 @@ PREFILL_SLACK = 256 << 10
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     """Writes every byte of ``data`` at ``offset`` (callers hold the mutex on Windows)."""
+    if _HAS_PREAD and os.pwrite(fd, data, offset) == len(data):
+        return  # the usual case: one call wrote it all
     view = memoryview(data)
     while view:
-        if hasattr(os, "pwrite"):
+        if _HAS_PREAD:
             written = os.pwrite(fd, view, offset)
         else:
             os.lseek(fd, offset, os.SEEK_SET)
@@ -147,7 +154,7 @@ def _cut_torn_tail(fd: int, end: int, length: int) -> None:
 
 def _pread(fd: int, size: int, offset: int) -> bytes:
     """``os.pread`` where the OS has it; a seek and read elsewhere (Windows; callers hold the mutex)."""
-    if hasattr(os, "pread"):
+    if _HAS_PREAD:
         return os.pread(fd, size, offset)
     os.lseek(fd, offset, os.SEEK_SET)
     return os.read(fd, size)
@@ -214,12 +221,6 @@ class StoreState:
     changes: list[tuple[int, str]] = field(default_factory=list)
     queued_by_lane: dict[str, set[str]] = field(default_factory=dict)
 
-    def _unindex(self, job: JobDict) -> None:
-        self.by_state.get(job["state"], set()).discard(job["id"])
-        self.queued_by_lane.get(job["priority"], set()).discard(job["id"])
-        if self.keys.get(job["key"]) == job["id"]:
-            del self.keys[job["key"]]
-
     def _index(self, job: JobDict) -> None:
         state = job["state"]
         self.by_state.setdefault(state, set()).add(job["id"])
@@ -238,20 +239,66 @@ class StoreState:
             self.epoch = epoch
 
     def apply(self, record: Record) -> None:
-        # an update that touches no indexed field (a heartbeat, a provider job id) moves no index
-        old = self.jobs.get(record["id"]) if record.get("op") == "upd" else None
-        moves = old is None or not _INDEXED.isdisjoint(record.get("set") or ())
-        if old is not None and moves:
-            self._unindex(old)
-        job = apply_plain(self.jobs, record)
-        if job is None:
-            return
-        if moves:
+        """Applies one journal record and moves the job in the indexes it changed.
+
+        The same as :func:`apply_plain` followed by un-indexing and re-indexing the job,
+        without touching the indexes a change leaves alone (a lease moves a job from one
+        state to another; a heartbeat moves it nowhere).
+        """
+        if record.get("op") != "upd":
+            job = apply_plain(self.jobs, record)
+            if job is None:
+                return
             self._index(job)
+        else:
+            job = self.jobs.get(record["id"])
+            if job is None:
+                raise StoreCorrupt(f"journal updates job {record['id']} that does not exist")
+            changes = record.get("set")
+            if changes:
+                if _INDEXED.isdisjoint(changes):
+                    job.update(changes)
+                else:
+                    old_state, old_key, old_lane = job["state"], job["key"], job["priority"]
+                    job.update(changes)
+                    self._reindex(job, old_state, old_key, old_lane)
+            events = record.get("ev")
+            if events:
+                events_of(job).extend(events)
         self.version += 1
         self.changes.append((self.version, job["id"]))
         if len(self.changes) > 200_000:
             del self.changes[:100_000]
+
+    def _reindex(self, job: JobDict, old_state: str, old_key: str, old_lane: str) -> None:
+        """Moves ``job`` (just updated) out of the index entries of its old values and into its new ones."""
+        job_id = job["id"]
+        state = job["state"]
+        if state != old_state:
+            self.by_state.get(old_state, set()).discard(job_id)
+            bucket = self.by_state.get(state)
+            if bucket is None:
+                bucket = self.by_state[state] = set()
+            bucket.add(job_id)
+        if old_state == "queued":
+            self.queued_by_lane.get(old_lane, set()).discard(job_id)
+        key = job["key"]
+        if key != old_key or state not in LIVE_OR_DONE:
+            if self.keys.get(old_key) == job_id:
+                del self.keys[old_key]
+        if state in LIVE_OR_DONE:
+            self.keys[key] = job_id
+        if state == "queued":
+            self.queued_by_lane.setdefault(job["priority"], set()).add(job_id)
+            heapq.heappush(
+                self.lanes.setdefault(job["priority"], []),
+                (job.get("run_after") or 0.0, job["seq"], job_id),
+            )
+        if job["seq"] > self.seq:
+            self.seq = job["seq"]
+        epoch = job.get("lease_epoch") or 0
+        if epoch > self.epoch:
+            self.epoch = epoch
 
     def rebuild(self, jobs: dict[str, JobDict], seq: int, epoch: int) -> None:
         """Replaces everything with ``jobs`` and rebuilds the indexes."""
@@ -946,7 +993,7 @@ class Store:
 
     def _has_news(self) -> bool:
         """True if another process wrote after ``_offset`` (one byte read: nothing, or a zero)."""
-        return _pread(self._fd, 1, self._offset) not in (b"", b"\0")
+        return _pread(self._fd, 1, self._offset) not in _NO_NEWS
 
     def _unread(self) -> bytes:
         """What was written to the segment after ``_offset``: up to its first zero byte (or its end)."""
@@ -1042,8 +1089,9 @@ class Store:
         Raises:
             StoreError: the write failed (disk full...); the journal is left as it was.
         """
-        self._check_open()
         lock = self._commit_lock
+        if lock is None or self._closed:
+            self._check_open()
         assert lock is not None
         with self._mutex:
             lock.acquire()  # not lock.held(): a generator-based context costs a microsecond a commit
@@ -1063,28 +1111,34 @@ class Store:
         """The part of :meth:`transact` under the locks; returns the records and whether the segment rotated."""
         if self._sealed or self._has_news():
             self._catch_up(exclusive=True)
-        records = fn(self.state)
+        state = self.state
+        records = fn(state)
         if not records:
             return records, False
         payload = encode_record(records[0]) if len(records) == 1 else b"".join(encode_record(r) for r in records)
+        fd = self._fd
+        offset = self._offset
         try:
-            _pwrite_all(self._fd, payload, self._offset)
+            _pwrite_all(fd, payload, offset)
             self._written += 1
             if durable:
-                _datasync(self._fd)
+                _datasync(fd)
                 self._synced = self._written
         except OSError as exc:
             self._undo_write(len(payload))
             raise StoreError(
                 f"could not write to the task store: {exc.strerror or exc}; the change was not made"
             ) from exc
-        self._offset += len(payload)
-        self._size = max(self._size, self._offset)
+        offset += len(payload)
+        self._offset = offset
+        if offset > self._size:
+            self._size = offset
         for record in records:
-            self.state.apply(record)
+            state.apply(record)
             if "res" in record:
                 self._carry(self._gen, record["res"])
-        return records, self._offset > self._rotate_threshold() and self._rotate()
+        # (the threshold is never below rotate_bytes: most commits need not work it out)
+        return records, offset > self.rotate_bytes and offset > self._rotate_threshold() and self._rotate()
 
     def compact_now(self) -> None:
         """Closes the current segment and folds everything into a snapshot before returning."""
