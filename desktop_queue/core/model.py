@@ -10,7 +10,7 @@ import datetime as _dt
 import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -241,16 +241,40 @@ class Job:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], with_events: bool = True) -> Job:
-        """Builds the view from the store's dict (the lease token is never exposed)."""
-        job = cls.__new__(cls)  # filled in directly, as in Event.from_dict
-        job.__dict__.update(
-            id=raw["id"],
+        """Builds the view from the store's dict (the lease token is never exposed).
+
+        The view is taken now but filled in on first use: the engine returns a view from
+        every commit (a lease, a completion) and most are never read, while filling one in
+        costs a lookup per field. Until then it keeps a copy of the dict (the store's own
+        changes in place); its timeline is captured at once, as events are appended to.
+        """
+        job = cls.__new__(cls)
+        events = events_of(raw) if with_events else ()
+        job.__dict__.update(id=raw["id"], idempotency_key=raw["key"], _raw=dict(raw), raw_events=tuple(events))
+        return job
+
+    if not TYPE_CHECKING:  # (for mypy, a Job has its fields and nothing else)
+
+        def __getattr__(self, name: str) -> Any:
+            # called only for what __dict__ lacks: the fields of a view not yet filled in.
+            # Fill, then drop the copy: a thread that comes in between fills again (the same
+            # values, in one atomic update) or finds the fields there.
+            state = self.__dict__
+            raw = state.get("_raw")
+            if raw is not None:
+                self._fill(raw)
+                state.pop("_raw", None)
+            if name in state:
+                return state[name]
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _fill(self, raw: dict[str, Any]) -> None:
+        self.__dict__.update(  # directly: a frozen dataclass's __init__ costs a setattr per field
             seq=raw["seq"],
             kind=raw["kind"],
             title=raw.get("title") or "",
             priority=raw["priority"],
             input=raw.get("input"),
-            idempotency_key=raw["key"],
             key_source=raw.get("key_source", "fingerprint"),
             max_attempts=raw["max_attempts"],
             state=raw["state"],
@@ -272,9 +296,7 @@ class Job:
             poison_count=raw.get("poison_count", 0),
             started_at=raw.get("started_at"),
             finished_at=raw.get("finished_at"),
-            raw_events=tuple(events_of(raw)) if with_events else (),
         )
-        return job
 
     @property
     def is_finished(self) -> bool:

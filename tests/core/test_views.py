@@ -15,6 +15,8 @@ def test_views_fill_every_field_like_the_constructor(queue: Queue) -> None:
     assert lease is not None
     done = queue.complete(lease, {"text": "r"})
     for view in (job, lease.job, done):
+        assert "state" not in vars(view)  # filled in on first use
+        assert view.state in ("queued", "running", "succeeded")
         assert set(vars(view)) == {f.name for f in dataclasses.fields(Job)}  # the timeline is not built yet
         rebuilt = Job(**{f.name: getattr(view, f.name) for f in dataclasses.fields(Job)})
         assert rebuilt == view and repr(rebuilt) == repr(view)
@@ -38,3 +40,23 @@ def test_result_file_names_keep_tame_keys_and_hash_the_rest() -> None:
     assert safe("clé") == "clé"  # str.isalnum is Unicode-aware, as before
     for wild in (".hidden", "a/b", "a b", "", "x" * 129, "..", "a\\b"):
         assert safe(wild).startswith("k-") and len(safe(wild)) == 66
+
+
+def test_a_view_filled_in_late_shows_the_job_as_it_was_when_taken(queue: Queue) -> None:
+    job = queue.submit("demo", {"prompt": "p"}).job
+    lease = queue.lease("w")
+    assert lease is not None
+    queue.complete(lease, {"text": "r"})
+    # read only now, after two commits changed the stored job in place
+    assert (job.state, job.attempts, job.lease_epoch, job.result_ref) == ("queued", 0, 0, None)
+    assert [e.type for e in job.events] == ["submitted"]
+    assert (lease.job.state, lease.job.attempts) == ("running", 1)
+    assert [e.type for e in lease.job.events] == ["submitted", "leased"]
+    assert queue.get(job.id).state == "succeeded"
+    assert job != queue.get(job.id)  # equality compares the fields, filled in on demand
+    try:
+        job.no_such_field  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError:
+        pass
+    else:
+        raise AssertionError("a view has its fields and nothing else")
