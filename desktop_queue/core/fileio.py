@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from desktop_queue.core.errors import StoreError
@@ -136,6 +137,12 @@ if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
         _lock(fd, exclusive=False, blocking=True)
         _unlock(fd)
 
+    def _bind_exclusive(fd: int) -> Callable[[], object]:
+        return functools.partial(_lock, fd, True, True)
+
+    def _bind_unlock(fd: int) -> Callable[[], object]:
+        return functools.partial(_unlock, fd)
+
 else:
     import fcntl
 
@@ -155,6 +162,12 @@ else:
     def _downgrade(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_SH)
 
+    def _bind_exclusive(fd: int) -> Callable[[], object]:
+        return functools.partial(fcntl.flock, fd, fcntl.LOCK_EX)
+
+    def _bind_unlock(fd: int) -> Callable[[], object]:
+        return functools.partial(fcntl.flock, fd, fcntl.LOCK_UN)
+
 
 class FileLock:
     """An OS advisory lock on a file; released by the OS when the process dies.
@@ -166,6 +179,11 @@ class FileLock:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        #: takes the lock exclusively, blocking: the store's commit path, bound once (a
+        #: straight system call where there is one, not two Python calls a commit)
+        self.lock_exclusive: Callable[[], object] = _bind_exclusive(self._fd)
+        #: releases the lock, bound likewise
+        self.unlock: Callable[[], object] = _bind_unlock(self._fd)
 
     def acquire(self, exclusive: bool = True, blocking: bool = True) -> bool:
         """Takes the lock (shared or exclusive); returns False if not blocking and busy."""

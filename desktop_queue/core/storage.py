@@ -991,10 +991,6 @@ class Store:
 
     # ----------------------------------------------------------------- catch-up
 
-    def _has_news(self) -> bool:
-        """True if another process wrote after ``_offset`` (one byte read: nothing, or a zero)."""
-        return _pread(self._fd, 1, self._offset) not in _NO_NEWS
-
     def _unread(self) -> bytes:
         """What was written to the segment after ``_offset``: up to its first zero byte (or its end)."""
         chunk = 4096
@@ -1094,11 +1090,11 @@ class Store:
             self._check_open()
         assert lock is not None
         with self._mutex:
-            lock.acquire()  # not lock.held(): a generator-based context costs a microsecond a commit
+            lock.lock_exclusive()  # not lock.held(): a generator-based context costs a microsecond a commit
             try:
                 records, rotate = self._commit(fn, durable)
             finally:
-                lock.release()
+                lock.unlock()
         if rotate:
             self._compact_soon(self._gen - 1)
         elif self._compactor is not None and self._reap_compactor(wait=False) is None:
@@ -1109,15 +1105,18 @@ class Store:
 
     def _commit(self, fn: Callable[[StoreState], list[Record]], durable: bool) -> tuple[list[Record], bool]:
         """The part of :meth:`transact` under the locks; returns the records and whether the segment rotated."""
-        if self._sealed or self._has_news():
+        fd = self._fd
+        offset = self._offset
+        # another process wrote after _offset unless one byte read there is nothing, or a zero
+        if self._sealed or _pread(fd, 1, offset) not in _NO_NEWS:
             self._catch_up(exclusive=True)
+            fd = self._fd
+            offset = self._offset
         state = self.state
         records = fn(state)
         if not records:
             return records, False
         payload = encode_record(records[0]) if len(records) == 1 else b"".join(encode_record(r) for r in records)
-        fd = self._fd
-        offset = self._offset
         try:
             _pwrite_all(fd, payload, offset)
             self._written += 1
