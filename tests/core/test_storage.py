@@ -25,6 +25,7 @@ import pytest
 from desktop_queue.core import ErrorClass, FakeClock, Outcome, Queue, State, StoreCorrupt, StoreError
 from desktop_queue.core.results import ResultStore
 from desktop_queue.core.storage import (
+    PREFILL_SLACK,
     SCHEMA_VERSION,
     Store,
     decode_snapshot,
@@ -214,6 +215,32 @@ def test_a_torn_tail_left_by_another_writer_is_cut_by_the_next_commit(open_queue
     assert set(store.state.jobs) == {a.id, b.id}
     assert store.report.notices == []
     store.close()
+
+
+def test_commits_past_the_filled_space_fill_more_first(open_queue: OpenQueue, data_dir: Path) -> None:
+    """A segment is created filled with zeros to past the rotation threshold, but the
+    threshold grows with the snapshot: the commit that would write past the filled space
+    fills more first, in one go, so that commits never extend the file (each sync would
+    then flush its size and block map too)."""
+    queue = open_queue(rotate_bytes=4096)
+    seg = segments(data_dir)[-1]
+    filled = seg.stat().st_size
+    queue.store.rotate_bytes = filled * 3  # as a grown snapshot would raise it
+    sizes: list[int] = []
+    ids = []
+    while queue.store.write_offset < filled + 4096:
+        ids.append(queue.submit("demo", {"prompt": f"p{len(ids)}"}).job.id)
+        size = seg.stat().st_size
+        assert size > queue.store.write_offset  # never written up to the end
+        if not sizes or sizes[-1] != size:
+            sizes.append(size)
+    assert sizes == [filled, filled * 3 + PREFILL_SLACK]  # filled once more, to past the new threshold
+    assert seg.read_bytes()[queue.store.write_offset :].strip(b"\0") == b""
+    assert queue.store.segment == 1  # no rotation meanwhile
+    queue.close()
+    reopened = open_queue()
+    assert set(ids) <= set(all_jobs(reopened))
+    assert reopened.report.notices == []
 
 
 # =========================================================================== a damaged record in the middle
