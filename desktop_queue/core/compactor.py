@@ -6,7 +6,9 @@ the caller's GIL (see :meth:`desktop_queue.core.storage.Store._compact_soon`).
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +21,9 @@ def main(argv: list[str]) -> int:
     """Folds the journal segments up to ``UPTO`` into a snapshot; 0 when done or not needed."""
     root, upto = Path(argv[0]), int(argv[1])
     gc.disable()  # a short-lived process: the collector would only slow the big parse
+    if hasattr(os, "nice"):
+        with contextlib.suppress(OSError):
+            os.nice(10)  # background work: the processes serving people come first for the CPU
     lock = FileLock(root / "compact.lock")
     try:
         if not lock.acquire(blocking=False):

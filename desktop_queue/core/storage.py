@@ -125,6 +125,9 @@ _HAS_FDATASYNC = hasattr(os, "fdatasync")
 _HAS_PREAD = hasattr(os, "pread") and hasattr(os, "pwrite")
 _NO_NEWS = frozenset((b"", b"\0"))
 
+#: a snapshot is written in pieces of this size, each synced before the next (see fileio.write_all)
+SNAPSHOT_SYNC_EVERY = 4 << 20
+
 #: space written past the rotation threshold when a segment is created (the commit that
 #: crosses the threshold, and a little more, still lands in filled space)
 PREFILL_SLACK = 256 << 10
@@ -1397,7 +1400,8 @@ def compact(root: Path, upto: int) -> int:
     results.make_durable(k for k in result_keys if k)
     results.remove_temp_files(older_than_s=3600)  # writes a crash left behind, long abandoned
     raw = encode_snapshot(upto, jobs.values(), seq, epoch)
-    atomic_write(root / snapshot_name(upto), raw)
+    # paced: written all at once, 100 MiB would hold up every commit's sync for as long
+    atomic_write(root / snapshot_name(upto), raw, sync_every=SNAPSHOT_SYNC_EVERY)
     # keep this snapshot and the previous one, with the segments the previous one needs
     keep_from = base_gen
     for gen in snaps:

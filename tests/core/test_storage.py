@@ -23,6 +23,8 @@ import orjson
 import pytest
 
 from desktop_queue.core import ErrorClass, FakeClock, Outcome, Queue, State, StoreCorrupt, StoreError
+from desktop_queue.core import storage as storage_module
+from desktop_queue.core.fileio import write_all
 from desktop_queue.core.results import ResultStore
 from desktop_queue.core.storage import (
     PREFILL_SLACK,
@@ -766,3 +768,46 @@ def test_a_rotation_that_died_before_its_seal_is_sealed_by_the_next_open(
     live.close()
     late.close()
     assert {j.id for j in open_queue().list()} == {early.id, meanwhile.id, from_late.id, from_live.id}
+
+
+# =========================================================================== a snapshot written in paced pieces
+
+
+def test_a_paced_write_syncs_each_piece_before_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_size), real_fsync(fd))[1])
+    data = os.urandom(10_000)
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        write_all(fd, data, sync_every=4096)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == data
+    assert synced == [4096, 8192]  # the last piece is synced by the caller (atomic_write does)
+
+
+def test_compaction_writes_the_snapshot_in_synced_pieces(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc to tell which file each fsync is for")
+    monkeypatch.setattr(storage_module, "SNAPSHOT_SYNC_EVERY", 1024)
+    synced: list[tuple[str, int]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), os.fstat(fd).st_size))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    queue = open_queue(background_compaction=False)
+    workload(queue, clock, 30)
+    before = all_jobs(queue)
+    queue.store.compact_now()
+    queue.close()
+    snapshot = snapshots(data_dir)[-1]
+    size = snapshot.stat().st_size
+    pieces = [n for path, n in synced if Path(path).name.startswith(f".{snapshot.name}")]  # its temp file
+    assert pieces == [*range(1024, size, 1024), size]  # each piece synced before the next, then the whole
+    assert all_jobs(open_queue()) == before
