@@ -137,9 +137,11 @@ def clean_detail(detail: dict[str, Any] | None) -> dict[str, Any]:
     for key, value in detail.items():
         if key not in DETAIL_KEYS or value is None:
             continue
-        if isinstance(value, str):
-            value = value if len(value) <= MAX_DETAIL_TEXT else value[: MAX_DETAIL_TEXT - 1] + "…"
-        elif not isinstance(value, (int, float, bool)):
+        kind = type(value)
+        if kind is str or isinstance(value, str):
+            if len(value) > MAX_DETAIL_TEXT:
+                value = value[: MAX_DETAIL_TEXT - 1] + "…"
+        elif kind is not int and kind is not float and not isinstance(value, (int, float, bool)):
             continue
         out[key] = value
     return out

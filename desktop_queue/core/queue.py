@@ -436,7 +436,8 @@ class Queue:
             # only a running job's lease can have expired: none running, nothing to reap
             records = self._reap_records(state, now) if state.by_state.get(_RUNNING) else []
             reaped.clear()
-            reaped.update(r["id"] for r in records)
+            if records:
+                reaped.update(r["id"] for r in records)
             filtered = records or kinds is not None or accept is not None
             job = None
             for lane in _LANE_ORDER:

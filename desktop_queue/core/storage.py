@@ -278,13 +278,17 @@ class StoreState:
         job_id = job["id"]
         state = job["state"]
         if state != old_state:
-            self.by_state.get(old_state, set()).discard(job_id)
+            bucket = self.by_state.get(old_state)
+            if bucket is not None:
+                bucket.discard(job_id)
             bucket = self.by_state.get(state)
             if bucket is None:
                 bucket = self.by_state[state] = set()
             bucket.add(job_id)
         if old_state == "queued":
-            self.queued_by_lane.get(old_lane, set()).discard(job_id)
+            bucket = self.queued_by_lane.get(old_lane)
+            if bucket is not None:
+                bucket.discard(job_id)
         key = job["key"]
         if key != old_key or state not in LIVE_OR_DONE:
             if self.keys.get(old_key) == job_id:
