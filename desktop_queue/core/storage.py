@@ -6,6 +6,7 @@ Layout of ``<data dir>/store/``::
                                  line with the jobs, then their events: see encode_snapshot)
     journal-000000000008.jsonl   the changes since, one checksummed JSON record a line,
                                  written over the zeros the segment was created with
+    spare-000000000009.jsonl     the next segment, made in advance (see prepare_spare)
     commit.lock                  held exclusively around each commit (all processes)
     open.lock / presence.lock    who opened the store first (that one reconciles orphans)
 
@@ -74,6 +75,7 @@ SCHEMA_VERSION = 3
 
 _SEGMENT_RE = re.compile(r"^journal-(\d{12})\.jsonl$")
 _SNAPSHOT_RE = re.compile(r"^snapshot-(\d{12})\.json$")
+_SPARE_RE = re.compile(r"^spare-(\d{12})\.jsonl$")
 _CRC_MARK = b',"crc":"'
 
 T = TypeVar("T")
@@ -169,6 +171,48 @@ def segment_name(gen: int) -> str:
 
 def snapshot_name(gen: int) -> str:
     return f"snapshot-{gen:012d}.json"
+
+
+def spare_name(gen: int) -> str:
+    return f"spare-{gen:012d}.jsonl"
+
+
+def journal_header(gen: int) -> Record:
+    """The first record of journal segment ``gen``."""
+    return {"op": "header", "format": JOURNAL_FORMAT, "schema_version": SCHEMA_VERSION, "gen": gen}
+
+
+def new_segment_bytes(gen: int, size: int) -> bytes:
+    """What segment ``gen`` is created with: its header, then zeros to ``size`` bytes."""
+    header = encode_record(journal_header(gen))
+    return header + bytes(max(0, size - len(header)))
+
+
+def prepare_spare(root: Path, gen: int, size: int) -> bool:
+    """Creates segment ``gen`` ahead of the rotation that will need it, as ``spare-<gen>``.
+
+    A new segment is ``size`` bytes of zeros after its header, several MiB written and
+    synced: done in the commit that rotates, the whole write holds up that commit and
+    every other process's. Each rotation instead starts a thread that makes the next
+    segment in advance (in synced pieces, see :func:`~desktop_queue.core.fileio.write_all`;
+    the writes leave the GIL free), and the next rotation, in whichever process, only
+    links it into place (:meth:`Store._start_segment`). Spares of earlier segments, left
+    behind when a rotation came before its spare was ready, are removed.
+
+    Returns:
+        True if the spare was written (False: the segment or its spare exists already).
+
+    Raises:
+        StoreError: the disk is full or not writable (the rotation then writes the segment itself).
+    """
+    for name in os.listdir(root):
+        m = _SPARE_RE.match(name)
+        if m and int(m.group(1)) < gen:
+            with contextlib.suppress(OSError):
+                (root / name).unlink()
+    if (root / segment_name(gen)).exists() or (root / spare_name(gen)).exists():
+        return False
+    return atomic_write(root / spare_name(gen), new_segment_bytes(gen, size), overwrite=False, sync_every=1 << 20)
 
 
 def _stamp() -> str:
@@ -689,6 +733,7 @@ class Store:
         self._sealed = False
         self._snapshot_bytes = 0
         self._compactor: subprocess.Popen[bytes] | None = None
+        self._spare_maker: threading.Thread | None = None  # see _prepare_next_segment
         self._fold_wanted = 0  # the newest closed segment this process asked to fold
         self._reaped_gen = 0  # the newest snapshot when this process last collected a compaction
         self._closed = True
@@ -737,12 +782,16 @@ class Store:
         return self.report
 
     def close(self) -> None:
-        """Waits for a running compaction, folds a backlog it left, then releases files and locks.
+        """Waits for a running compaction (and a segment being made in advance), folds a
+        backlog it left, then releases files and locks.
 
         A burst of commits can close segments faster than compactions fold them (one runs
         at a time); if two or more closed segments are still unfolded, they are folded now
         so that the next open does not replay them.
         """
+        if self._spare_maker is not None:
+            self._spare_maker.join()  # a few MiB: no half-written spare left behind
+            self._spare_maker = None
         self._reap_compactor(wait=True)
         if not self._closed and self._fold_wanted - self._newest_snapshot_gen() >= 2:
             self._compact_soon(self._fold_wanted)
@@ -949,7 +998,7 @@ class Store:
             os.close(fd)
 
     def _header(self, gen: int) -> Record:
-        return {"op": "header", "format": JOURNAL_FORMAT, "schema_version": SCHEMA_VERSION, "gen": gen}
+        return journal_header(gen)
 
     def _undo_write(self, length: int) -> None:
         """Puts back what a failed write changed after ``_offset``: zeros inside the file, nothing past it."""
@@ -990,11 +1039,46 @@ class Store:
         Commits overwrite the zeros in place, so the file's size and block map never
         change while it fills: the per-commit ``fdatasync`` flushes only the data, not
         the file system's metadata (about a third cheaper on ext4 here).
+
+        A rotation finds the segment made in advance as a spare (:func:`prepare_spare`)
+        and links it into place; without one it writes the segment itself.
         """
         path = self.root / segment_name(gen)
-        header = encode_record(self._header(gen))
-        prefill = max(0, self._rotate_threshold() + PREFILL_SLACK - len(header))
-        atomic_write(path, header + bytes(prefill), overwrite=replace)
+        if not replace and self._take_spare(gen, path):
+            return
+        atomic_write(path, new_segment_bytes(gen, self._rotate_threshold() + PREFILL_SLACK), overwrite=replace)
+
+    def _prepare_next_segment(self) -> None:
+        """Starts making the segment after the current one on a thread (see :func:`prepare_spare`)."""
+        if self._spare_maker is not None and self._spare_maker.is_alive():
+            return
+        gen, size = self._gen + 1, self._rotate_threshold() + PREFILL_SLACK
+        self._spare_maker = threading.Thread(
+            target=self._make_spare, args=(gen, size), name="desktop-queue-spare-segment", daemon=True
+        )
+        self._spare_maker.start()
+
+    def _make_spare(self, gen: int, size: int) -> None:
+        try:
+            prepare_spare(self.root, gen, size)
+        except (StoreError, OSError) as exc:  # the rotation will write the segment itself
+            log.info("could not make journal segment %d in advance: %s", gen, exc)
+
+    def _take_spare(self, gen: int, path: Path) -> bool:
+        """Links ``spare-<gen>`` into place as segment ``gen``; False if there is none (or the segment exists)."""
+        spare = self.root / spare_name(gen)
+        try:
+            os.link(spare, path)
+        except FileNotFoundError:
+            return False
+        except FileExistsError:
+            with contextlib.suppress(OSError):
+                spare.unlink()
+            return False
+        with contextlib.suppress(OSError):
+            spare.unlink()
+        fsync_dir(self.root)  # the segment's name is on disk before any commit goes there
+        return True
 
     def _segment_path(self, gen: int) -> str:
         return os.path.join(self._root_s, segment_name(gen))
@@ -1122,6 +1206,7 @@ class Store:
             finally:
                 lock.unlock()
         if rotate:
+            self._prepare_next_segment()
             self._compact_soon(self._gen - 1)
         elif self._compactor is not None and self._reap_compactor(wait=False) is None:
             # the running compaction just finished; fold what closed meanwhile (a burst)

@@ -24,7 +24,7 @@ import pytest
 
 from desktop_queue.core import ErrorClass, FakeClock, Outcome, Queue, State, StoreCorrupt, StoreError
 from desktop_queue.core import storage as storage_module
-from desktop_queue.core.fileio import write_all
+from desktop_queue.core.fileio import TEMP_MARK, write_all
 from desktop_queue.core.results import ResultStore
 from desktop_queue.core.storage import (
     PREFILL_SLACK,
@@ -32,9 +32,13 @@ from desktop_queue.core.storage import (
     Store,
     decode_snapshot,
     encode_record,
+    journal_header,
+    new_segment_bytes,
+    prepare_spare,
     read_segment,
     segment_name,
     snapshot_name,
+    spare_name,
 )
 
 OpenQueue = Callable[..., Queue]
@@ -811,3 +815,56 @@ def test_compaction_writes_the_snapshot_in_synced_pieces(
     pieces = [n for path, n in synced if Path(path).name.startswith(f".{snapshot.name}")]  # its temp file
     assert pieces == [*range(1024, size, 1024), size]  # each piece synced before the next, then the whole
     assert all_jobs(open_queue()) == before
+
+
+# =========================================================================== segments made in advance
+
+
+def _rotate_once(queue: Queue) -> None:
+    gen = queue.store.segment
+    n = 0
+    while queue.store.segment == gen:
+        queue.submit("demo", {"prompt": f"fill {gen}-{n}"})
+        n += 1
+
+
+def test_a_spare_segment_is_the_segment_a_rotation_would_write(tmp_path: Path) -> None:
+    assert prepare_spare(tmp_path, 5, 8192)
+    data = (tmp_path / spare_name(5)).read_bytes()
+    assert data == new_segment_bytes(5, 8192) and len(data) == 8192
+    assert read_segment(data, 0).records == [journal_header(5)]
+    assert not prepare_spare(tmp_path, 5, 8192)  # made already
+    (tmp_path / segment_name(6)).write_bytes(b"")
+    assert not prepare_spare(tmp_path, 6, 8192)  # the segment exists: no spare for it
+    assert prepare_spare(tmp_path, 7, 4096)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [segment_name(6), spare_name(7)]  # spare 5 was stale
+
+
+def test_a_rotation_links_the_spare_in_and_makes_the_next(open_queue: OpenQueue, data_dir: Path) -> None:
+    queue = open_queue(rotate_bytes=4096, background_compaction=False)
+    root = store_dir(data_dir)
+    assert prepare_spare(root, 2, 4096 + PREFILL_SLACK)
+    inode = (root / spare_name(2)).stat().st_ino
+    _rotate_once(queue)
+    assert queue.store.segment == 2
+    assert (root / segment_name(2)).stat().st_ino == inode  # linked into place, not written again
+    assert not (root / spare_name(2)).exists()
+    queue.close()  # waits for the segment being made in advance
+    assert (root / spare_name(3)).read_bytes() == new_segment_bytes(3, 4096 + PREFILL_SLACK)
+    reopened = open_queue(rotate_bytes=4096, background_compaction=False)
+    before = all_jobs(reopened)
+    _rotate_once(reopened)
+    assert reopened.store.segment == 3 and not (root / spare_name(3)).exists()
+    reopened.close()
+    after = open_queue()
+    assert set(before) < set(all_jobs(after)) and after.report.notices == []
+
+
+def test_a_rotation_without_a_spare_writes_the_segment_itself(open_queue: OpenQueue, data_dir: Path) -> None:
+    queue = open_queue(rotate_bytes=4096, background_compaction=False)
+    _rotate_once(queue)  # the first rotation of a store finds no spare
+    assert queue.store.segment == 2
+    queue.close()
+    root = store_dir(data_dir)
+    assert (root / segment_name(2)).stat().st_size >= 4096 + PREFILL_SLACK
+    assert not any(TEMP_MARK in p.name for p in root.iterdir())
