@@ -115,6 +115,9 @@ def _fill(cls: type[T], **fields: Any) -> T:
 _LANES = {str(p): p for p in Priority}
 _QUEUED, _RUNNING, _SUCCEEDED = str(State.QUEUED), str(State.RUNNING), str(State.SUCCEEDED)
 _LANE_ORDER = (str(Priority.INTERACTIVE), str(Priority.BACKGROUND))
+#: the hot verbs build their event dicts inline (the shape :meth:`Queue._event` makes)
+_EV_SUBMITTED, _EV_LEASED, _EV_SUCCEEDED = str(EventType.SUBMITTED), str(EventType.LEASED), str(EventType.SUCCEEDED)
+_SYSTEM = str(Actor.SYSTEM)
 
 
 def default_worker_id() -> str:
@@ -352,7 +355,7 @@ class Queue:
                 detail["replay_of"] = replay_of
             out.value = job_id
             event = {
-                "type": "submitted", "at": round(now, 3), "attempt": 0, "epoch": 0, "worker": None,
+                "type": _EV_SUBMITTED, "at": round(now, 3), "attempt": 0, "epoch": 0, "worker": None,
                 "actor": str(actor), "detail": clean_detail(detail),
             }
             return [{"op": "new", "job": job, "ev": [event]}]
@@ -462,8 +465,8 @@ class Queue:
                 "updated_at": now,
             }
             event = {
-                "type": "leased", "at": round(now, 3), "attempt": attempts, "epoch": epoch, "worker": who,
-                "actor": "system", "detail": clean_detail({"lease_s": length}),
+                "type": _EV_LEASED, "at": round(now, 3), "attempt": attempts, "epoch": epoch, "worker": who,
+                "actor": _SYSTEM, "detail": clean_detail({"lease_s": length}),
             }
             records.append({"op": "upd", "id": job["id"], "set": changes, "ev": [event]})
             out.value = (job["id"], token, epoch, expires, attempts)
@@ -552,8 +555,8 @@ class Queue:
             if reused or not created:
                 detail["reason"] = "result already stored for this key; not produced again"
             event = {
-                "type": "succeeded", "at": round(now, 3), "attempt": job.get("attempts", 0),
-                "epoch": job.get("lease_epoch", 0), "worker": lease.worker, "actor": "system",
+                "type": _EV_SUCCEEDED, "at": round(now, 3), "attempt": job.get("attempts", 0),
+                "epoch": job.get("lease_epoch", 0), "worker": lease.worker, "actor": _SYSTEM,
                 "detail": clean_detail(detail),
             }
             changes = {

@@ -789,9 +789,9 @@ class Store:
         at a time); if two or more closed segments are still unfolded, they are folded now
         so that the next open does not replay them.
         """
-        if self._spare_maker is not None:
-            self._spare_maker.join()  # a few MiB: no half-written spare left behind
-            self._spare_maker = None
+        maker = self._spare_maker
+        if maker is not None:
+            maker.join()  # a few MiB: no half-written spare left behind
         self._reap_compactor(wait=True)
         if not self._closed and self._fold_wanted - self._newest_snapshot_gen() >= 2:
             self._compact_soon(self._fold_wanted)
@@ -1050,13 +1050,14 @@ class Store:
 
     def _prepare_next_segment(self) -> None:
         """Starts making the segment after the current one on a thread (see :func:`prepare_spare`)."""
-        if self._spare_maker is not None and self._spare_maker.is_alive():
-            return
-        gen, size = self._gen + 1, self._rotate_threshold() + PREFILL_SLACK
-        self._spare_maker = threading.Thread(
-            target=self._make_spare, args=(gen, size), name="desktop-queue-spare-segment", daemon=True
-        )
-        self._spare_maker.start()
+        with self._mutex:
+            if self._spare_maker is not None and self._spare_maker.is_alive():
+                return
+            gen, size = self._gen + 1, self._rotate_threshold() + PREFILL_SLACK
+            self._spare_maker = threading.Thread(
+                target=self._make_spare, args=(gen, size), name="desktop-queue-spare-segment", daemon=True
+            )
+            self._spare_maker.start()
 
     def _make_spare(self, gen: int, size: int) -> None:
         try:
