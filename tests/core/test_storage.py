@@ -868,3 +868,25 @@ def test_a_rotation_without_a_spare_writes_the_segment_itself(open_queue: OpenQu
     root = store_dir(data_dir)
     assert (root / segment_name(2)).stat().st_size >= 4096 + PREFILL_SLACK
     assert not any(TEMP_MARK in p.name for p in root.iterdir())
+
+
+def test_a_rotation_killed_between_linking_and_removing_its_spare_loses_nothing(
+    open_queue: OpenQueue, data_dir: Path
+) -> None:
+    queue = open_queue(rotate_bytes=4096, background_compaction=False)
+    root = store_dir(data_dir)
+    _rotate_once(queue)
+    queue.close()
+    # as if killed right after linking spare 2 in: the spare's name still points at segment 2
+    os.link(root / segment_name(2), root / spare_name(2))
+    # and a spare of segment 3 half written when the process died
+    (root / f".{spare_name(3)}{TEMP_MARK}999-dead").write_bytes(b"\0" * 100)
+    reopened = open_queue(rotate_bytes=4096, background_compaction=False)
+    assert any("unfinished write" in n for n in reopened.report.notices)
+    before = all_jobs(reopened)
+    _rotate_once(reopened)  # to segment 3, which the spare-maker then follows with spare 4
+    reopened.close()
+    names = {p.name for p in root.iterdir()}
+    assert spare_name(2) not in names and segment_name(2) in names  # only the spare's name went
+    after = open_queue()
+    assert set(before) < set(all_jobs(after)) and after.report.notices == []
