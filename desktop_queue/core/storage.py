@@ -127,6 +127,9 @@ _HAS_FDATASYNC = hasattr(os, "fdatasync")
 _HAS_PREAD = hasattr(os, "pread") and hasattr(os, "pwrite")
 _NO_NEWS = frozenset((b"", b"\0"))
 
+#: how often commits look whether a running compaction has ended (seconds)
+POLL_COMPACTOR_S = 0.05
+
 #: a snapshot is written in pieces of this size, each synced before the next (see fileio.write_all)
 SNAPSHOT_SYNC_EVERY = 4 << 20
 
@@ -734,6 +737,7 @@ class Store:
         self._snapshot_bytes = 0
         self._compactor: subprocess.Popen[bytes] | None = None
         self._spare_maker: threading.Thread | None = None  # see _prepare_next_segment
+        self._poll_at = 0.0  # when a commit next looks whether the compaction child ended
         self._fold_wanted = 0  # the newest closed segment this process asked to fold
         self._reaped_gen = 0  # the newest snapshot when this process last collected a compaction
         self._closed = True
@@ -1209,9 +1213,12 @@ class Store:
         if rotate:
             self._prepare_next_segment()
             self._compact_soon(self._gen - 1)
-        elif self._compactor is not None and self._reap_compactor(wait=False) is None:
-            # the running compaction just finished; fold what closed meanwhile (a burst)
-            if self._fold_wanted > self._reaped_gen:
+        elif self._compactor is not None and (now := time.monotonic()) >= self._poll_at:
+            # look (a system call) at most every POLL_COMPACTOR_S: at 100,000 jobs a
+            # compaction runs for seconds, thousands of commits
+            self._poll_at = now + POLL_COMPACTOR_S
+            if self._reap_compactor(wait=False) is None and self._fold_wanted > self._reaped_gen:
+                # the running compaction just finished; fold what closed meanwhile (a burst)
                 self._compact_soon(self._fold_wanted)
         return records
 

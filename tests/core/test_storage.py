@@ -27,6 +27,7 @@ from desktop_queue.core import storage as storage_module
 from desktop_queue.core.fileio import TEMP_MARK, write_all
 from desktop_queue.core.results import ResultStore
 from desktop_queue.core.storage import (
+    POLL_COMPACTOR_S,
     PREFILL_SLACK,
     SCHEMA_VERSION,
     Store,
@@ -890,3 +891,37 @@ def test_a_rotation_killed_between_linking_and_removing_its_spare_loses_nothing(
     assert spare_name(2) not in names and segment_name(2) in names  # only the spare's name went
     after = open_queue()
     assert set(before) < set(all_jobs(after)) and after.report.notices == []
+
+
+# =========================================================================== compactions through a burst
+
+
+def _newest_snapshot_gen(data_dir: Path) -> int:
+    return max((int(p.name.split("-")[1].split(".")[0]) for p in snapshots(data_dir)), default=0)
+
+
+def test_close_folds_what_a_burst_left_unfolded(open_queue: OpenQueue, data_dir: Path) -> None:
+    queue = open_queue(rotate_bytes=4096)  # compactions in a child process, one at a time
+    for _ in range(6):
+        _rotate_once(queue)  # far faster than child processes start
+    closed_up_to = queue.store.segment - 1
+    queue.close()
+    assert _newest_snapshot_gen(data_dir) == closed_up_to  # the next open replays one segment
+    reopened = open_queue()
+    assert reopened.report.notices == []
+
+
+def test_the_first_commit_after_a_compaction_ends_starts_the_next(open_queue: OpenQueue, data_dir: Path) -> None:
+    queue = open_queue(rotate_bytes=4096)
+    for _ in range(6):
+        _rotate_once(queue)
+    closed_up_to = queue.store.segment - 1
+    queue.store.rotate_bytes = 1 << 30  # no more rotations: only the chaining can fold the rest
+    deadline = time.monotonic() + 20
+    n = 0
+    while _newest_snapshot_gen(data_dir) < closed_up_to and time.monotonic() < deadline:
+        time.sleep(POLL_COMPACTOR_S)
+        queue.submit("demo", {"prompt": f"after the burst {n}"})  # a commit looks whether it ended
+        n += 1
+    assert _newest_snapshot_gen(data_dir) == closed_up_to
+    queue.close()
