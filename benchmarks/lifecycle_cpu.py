@@ -37,6 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from store import HueySubject, OursSubject, fsync_suspended, payload_for, result_for  # noqa: E402
 
+#: journal bytes one lifecycle of these payloads writes, rounded up (about 2.2 KB)
+LIFECYCLE_BYTES = 3 << 10
+
 #: syncs per lifecycle: ours (submit, success), huey (enqueue, dequeue, result)
 SYNCS_OURS = 2
 SYNCS_HUEY = 3
@@ -58,9 +61,13 @@ def _best(lifecycle: Callable[[int], None], rounds: int, ops: int) -> float:
 def measure_ours(root: Path, rounds: int, ops: int, *, durable: bool) -> float:
     """Desktop Queue through the public API (syncs turned off in this process unless ``durable``).
 
-    Segments never rotate here, so no compaction runs meanwhile (``store.py`` counts it).
+    Segments never rotate here, so no compaction runs meanwhile (``store.py`` counts it):
+    the one segment is created (filled with zeros, synced) at open, with room for every
+    round. Not much more: the zeros are written before the clock starts, but a far
+    larger file (1 GiB) slowed the syncs that followed.
     """
-    subject = OursSubject(root / ("ours-durable" if durable else "ours"), rotate_bytes=1 << 30)
+    room = (200 + rounds * ops) * LIFECYCLE_BYTES
+    subject = OursSubject(root / ("ours-durable" if durable else "ours"), rotate_bytes=room)
     with contextlib.nullcontext() if durable else fsync_suspended():
         subject.open()
         try:
