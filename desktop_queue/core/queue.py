@@ -115,9 +115,27 @@ def _fill(cls: type[T], **fields: Any) -> T:
 _LANES = {str(p): p for p in Priority}
 _QUEUED, _RUNNING, _SUCCEEDED = str(State.QUEUED), str(State.RUNNING), str(State.SUCCEEDED)
 _LANE_ORDER = (str(Priority.INTERACTIVE), str(Priority.BACKGROUND))
-#: the hot verbs build their event dicts inline (the shape :meth:`Queue._event` makes)
 _EV_SUBMITTED, _EV_LEASED, _EV_SUCCEEDED = str(EventType.SUBMITTED), str(EventType.LEASED), str(EventType.SUCCEEDED)
 _SYSTEM = str(Actor.SYSTEM)
+
+
+def _event_dict(
+    kind: str, now: float, attempt: int, epoch: int, worker: str | None, actor: str, detail: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One timeline entry (``shared/DESIGN.md`` section 1), its detail through the allow-list.
+
+    Positional and plain strings: the hot verbs call it on every commit; everything else
+    goes through :meth:`Queue._event`.
+    """
+    return {
+        "type": kind,
+        "at": round(now, 3),
+        "attempt": attempt,
+        "epoch": epoch,
+        "worker": worker,
+        "actor": actor,
+        "detail": clean_detail(detail),
+    }
 
 
 def default_worker_id() -> str:
@@ -211,15 +229,15 @@ class Queue:
         attempt: int | None = None,
         epoch: int | None = None,
     ) -> dict[str, Any]:
-        return {
-            "type": str(kind),
-            "at": round(now, 3),
-            "attempt": job.get("attempts", 0) if attempt is None else attempt,
-            "epoch": job.get("lease_epoch", 0) if epoch is None else epoch,
-            "worker": worker,
-            "actor": str(actor),
-            "detail": clean_detail(detail),
-        }
+        return _event_dict(
+            str(kind),
+            now,
+            job.get("attempts", 0) if attempt is None else attempt,
+            job.get("lease_epoch", 0) if epoch is None else epoch,
+            worker,
+            str(actor),
+            detail,
+        )
 
     @staticmethod
     def _upd(job_id: str, changes: dict[str, Any], *events: dict[str, Any]) -> Record:
@@ -354,10 +372,7 @@ class Queue:
             if replay_of:
                 detail["replay_of"] = replay_of
             out.value = job_id
-            event = {
-                "type": _EV_SUBMITTED, "at": round(now, 3), "attempt": 0, "epoch": 0, "worker": None,
-                "actor": str(actor), "detail": clean_detail(detail),
-            }
+            event = _event_dict(_EV_SUBMITTED, now, 0, 0, None, str(actor), detail)
             return [{"op": "new", "job": job, "ev": [event]}]
 
         return fn, out
@@ -464,10 +479,7 @@ class Queue:
                 "started_at": now,
                 "updated_at": now,
             }
-            event = {
-                "type": _EV_LEASED, "at": round(now, 3), "attempt": attempts, "epoch": epoch, "worker": who,
-                "actor": _SYSTEM, "detail": clean_detail({"lease_s": length}),
-            }
+            event = _event_dict(_EV_LEASED, now, attempts, epoch, who, _SYSTEM, {"lease_s": length})
             records.append({"op": "upd", "id": job["id"], "set": changes, "ev": [event]})
             out.value = (job["id"], token, epoch, expires, attempts)
             return records
@@ -554,11 +566,9 @@ class Queue:
             detail: dict[str, Any] = {"result_ref": ref}
             if reused or not created:
                 detail["reason"] = "result already stored for this key; not produced again"
-            event = {
-                "type": _EV_SUCCEEDED, "at": round(now, 3), "attempt": job.get("attempts", 0),
-                "epoch": job.get("lease_epoch", 0), "worker": lease.worker, "actor": _SYSTEM,
-                "detail": clean_detail(detail),
-            }
+            event = _event_dict(
+                _EV_SUCCEEDED, now, job.get("attempts", 0), job.get("lease_epoch", 0), lease.worker, _SYSTEM, detail
+            )
             changes = {
                 "state": _SUCCEEDED,
                 "result_ref": ref,
