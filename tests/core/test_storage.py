@@ -912,12 +912,12 @@ def test_the_first_commit_after_a_compaction_ends_starts_the_next(
     for _ in range(6):
         _rotate_once(queue)
     closed_up_to = queue.store.segment - 1
-    queue.store.rotate_bytes = 8 << 20  # no more rotations: only the chaining can fold the rest
+    queue.store.rotate_bytes = 32 << 20  # no more rotations: only the chaining can fold the rest
     monkeypatch.setattr(storage_module, "POLL_COMPACTOR_S", 0.0)  # every commit looks whether it ended
     deadline = time.monotonic() + 20
     n = 0
     while _newest_snapshot_gen(data_dir) < closed_up_to and time.monotonic() < deadline:
-        # durable commits: seconds of them before 8 MiB would rotate (and fold) again
+        # durable commits: 45,000 of them before 32 MiB would rotate (and fold) again
         queue.submit("demo", {"prompt": f"after the burst {n}"})
         n += 1
     assert queue.store.segment == closed_up_to + 1
