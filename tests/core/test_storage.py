@@ -894,10 +894,20 @@ def _newest_snapshot_gen(data_dir: Path) -> int:
     return max((int(p.name.split("-")[1].split(".")[0]) for p in snapshots(data_dir)), default=0)
 
 
+def _burst(queue: Queue, rotations: int) -> None:
+    """Closes ``rotations`` segments with heartbeats: commits not synced, far faster than a
+    compaction child process can start (compactions run one at a time)."""
+    queue.submit("demo", {"prompt": "held through the burst"})
+    lease = queue.lease("w")
+    assert lease is not None
+    target = queue.store.segment + rotations
+    while queue.store.segment < target:
+        queue.heartbeat(lease)
+
+
 def test_close_folds_what_a_burst_left_unfolded(open_queue: OpenQueue, data_dir: Path) -> None:
     queue = open_queue(rotate_bytes=4096)  # compactions in a child process, one at a time
-    for _ in range(6):
-        _rotate_once(queue)  # far faster than child processes start
+    _burst(queue, 6)
     closed_up_to = queue.store.segment - 1
     queue.close()
     assert _newest_snapshot_gen(data_dir) == closed_up_to  # the next open replays one segment
@@ -909,8 +919,7 @@ def test_the_first_commit_after_a_compaction_ends_starts_the_next(
     open_queue: OpenQueue, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queue = open_queue(rotate_bytes=4096)
-    for _ in range(6):
-        _rotate_once(queue)
+    _burst(queue, 6)
     closed_up_to = queue.store.segment - 1
     queue.store.rotate_bytes = 32 << 20  # no more rotations: only the chaining can fold the rest
     monkeypatch.setattr(storage_module, "POLL_COMPACTOR_S", 0.0)  # every commit looks whether it ended
