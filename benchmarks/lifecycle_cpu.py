@@ -30,7 +30,7 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -86,19 +86,14 @@ def measure_huey(root: Path, rounds: int, ops: int, *, durable: bool) -> float:
         subject.close()
 
 
-@contextlib.contextmanager
-def _workdir(parent: Path) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(dir=parent) as tmp:
-        yield Path(tmp)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="rounds per store (default 7)")
     parser.add_argument("--ops", type=int, default=1000, help="lifecycles per round (default 1000)")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args(argv)
-    with _workdir(args.workdir) as root:
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        root = Path(tmp)
         c_huey = measure_huey(root, args.rounds, args.ops, durable=False)
         c_ours = measure_ours(root, args.rounds, args.ops, durable=False)
         d_huey = measure_huey(root, args.rounds, args.ops, durable=True)

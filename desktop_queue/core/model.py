@@ -10,11 +10,13 @@ import datetime as _dt
 import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from desktop_queue.core.errors import IllegalTransition
+
+T = TypeVar("T")
 
 
 class State(StrEnum):
@@ -164,6 +166,17 @@ def events_of(job: dict[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
+def frozen(cls: type[T], **fields: Any) -> T:
+    """An instance of the frozen dataclass ``cls`` with ``fields``, filled in directly.
+
+    Its ``__init__`` would cost a setattr call per field, and the engine builds such
+    values (views, leases) on every commit. ``fields`` must be all of them.
+    """
+    obj = cls.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
 def iso(ts: float | None) -> str:
     """Formats a stored timestamp for people (local time, seconds)."""
     if ts is None:
@@ -185,10 +198,8 @@ class Event:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Event:
-        # filled in directly: a frozen dataclass's __init__ costs a setattr call per field,
-        # and views are built on every commit
-        event = cls.__new__(cls)
-        event.__dict__.update(
+        return frozen(
+            cls,
             type=raw["type"],
             at=raw["at"],
             attempt=raw.get("attempt", 0),
@@ -197,7 +208,6 @@ class Event:
             actor=raw.get("actor", "system"),
             detail=dict(raw.get("detail") or {}),
         )
-        return event
 
 
 @dataclass(frozen=True)

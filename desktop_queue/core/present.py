@@ -30,6 +30,17 @@ NO_NEXT_RUN = "—"
 NOW_PREFIX = "now: "
 
 
+def _ask(hold: HoldReason | None, job: Mapping[str, Any]) -> str | None:
+    """``hold``'s reason for ``job``; None without a hold, or when it fails (a display
+    must never break on a flow-control hiccup)."""
+    if hold is None:
+        return None
+    try:
+        return hold(job)
+    except Exception:
+        return None
+
+
 def describe_state(job: Mapping[str, Any], now: float, hold: HoldReason | None = None) -> str:
     """The "next run" phrase: ``retrying in 12 s``, ``waiting: rate limit``, ``running 12 s``, or ``—``.
 
@@ -50,13 +61,9 @@ def describe_state(job: Mapping[str, Any], now: float, hold: HoldReason | None =
             if job.get("attempts") or job.get("total_attempts"):
                 return f"retrying in {seconds(wait)} ({BACKOFF})"
             return f"scheduled in {seconds(wait)}"
-        if hold is not None:
-            try:
-                reason = hold(job)
-            except Exception:  # a display must never break on a flow-control hiccup
-                reason = None
-            if reason:
-                return reason
+        reason = _ask(hold, job)
+        if reason:
+            return reason
         return "ready" if not job.get("total_attempts") else "ready to retry"
     if state == State.RUNNING:
         # the State and Attempts columns say the rest; this says how long it has run
@@ -137,12 +144,7 @@ def first_reason(*holds: HoldReason | None) -> HoldReason:
 
     def hold(job: Mapping[str, Any]) -> str | None:
         for each in holds:
-            if each is None:
-                continue
-            try:
-                reason = each(job)
-            except Exception:  # a display must never break on a flow-control hiccup
-                reason = None
+            reason = _ask(each, job)
             if reason:
                 return reason
         return None

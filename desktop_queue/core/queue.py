@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import (
@@ -39,6 +39,7 @@ from desktop_queue.core.model import (
     State,
     check_transition,
     clean_detail,
+    frozen,
 )
 from desktop_queue.core.outcome import LookupResult, Outcome
 from desktop_queue.core.redact import redact
@@ -47,8 +48,6 @@ from desktop_queue.core.retry import RetryPolicy
 from desktop_queue.core.storage import JobDict, OpenReport, Record, Store, StoreState
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 MAX_INPUT_BYTES = 1 << 20
 MAX_INTERACTIVE_WAITING = 5
@@ -103,17 +102,9 @@ class _Capture:
         self.extra: dict[str, Any] = {}
 
 
-def _fill(cls: type[T], **fields: Any) -> T:
-    """Builds a frozen dataclass without its ``__init__`` (which costs a setattr call per
-    field), for the values the hot verbs return on every commit."""
-    obj = cls.__new__(cls)
-    obj.__dict__.update(fields)
-    return obj
-
-
 #: priority name -> lane (a dict lookup: calling the enum costs a microsecond a submission)
 _LANES = {str(p): p for p in Priority}
-_QUEUED, _RUNNING, _SUCCEEDED = str(State.QUEUED), str(State.RUNNING), str(State.SUCCEEDED)
+_RUNNING, _SUCCEEDED = str(State.RUNNING), str(State.SUCCEEDED)
 _LANE_ORDER = (str(Priority.INTERACTIVE), str(Priority.BACKGROUND))
 _EV_SUBMITTED, _EV_LEASED, _EV_SUCCEEDED = str(EventType.SUBMITTED), str(EventType.LEASED), str(EventType.SUCCEEDED)
 _SYSTEM = str(Actor.SYSTEM)
@@ -408,7 +399,7 @@ class Queue:
         if out.extra.get("duplicate"):
             result = self.results.get(job.idempotency_key) if job.state == State.SUCCEEDED else None
             return SubmitResult(job=job, duplicate=True, result=result)
-        return _fill(SubmitResult, job=job, duplicate=False, result=None)
+        return frozen(SubmitResult, job=job, duplicate=False, result=None)
 
     # ------------------------------------------------------------------ leases
 
@@ -480,7 +471,7 @@ class Queue:
                 "updated_at": now,
             }
             event = _event_dict(_EV_LEASED, now, attempts, epoch, who, _SYSTEM, {"lease_s": length})
-            records.append({"op": "upd", "id": job["id"], "set": changes, "ev": [event]})
+            records.append(self._upd(job["id"], changes, event))
             out.value = (job["id"], token, epoch, expires, attempts)
             return records
 
@@ -488,7 +479,7 @@ class Queue:
         if out.value is None:
             return None
         job_id, token, epoch, expires, attempt = out.value
-        return _fill(
+        return frozen(
             Lease, job_id=job_id, token=token, epoch=epoch, expires_at=expires, attempt=attempt, worker=who,
             job=self._view(job_id),
         )
@@ -574,13 +565,13 @@ class Queue:
                 "result_ref": ref,
                 "finished_at": now,
                 "last_error": None,
-                "lease_token": None,
-                "lease_expires_at": None,
-                "updated_at": now,
+                **self._lease_changes_cleared(now),
             }
+            record = self._upd(job["id"], changes, event)
             # the record carries the result: one fsync makes both durable ("the same durable
             # commit"); compaction writes the result file (synced) before folding this record
-            return [{"op": "upd", "id": job["id"], "set": changes, "ev": [event], "res": doc}]
+            record["res"] = doc
+            return [record]
 
         try:
             self.store.transact(fn)

@@ -272,76 +272,15 @@ class StoreState:
     queued_by_lane: dict[str, set[str]] = field(default_factory=dict)
 
     def _index(self, job: JobDict) -> None:
-        state = job["state"]
-        self.by_state.setdefault(state, set()).add(job["id"])
-        if state in LIVE_OR_DONE:
-            self.keys[job["key"]] = job["id"]
-        if state == "queued":
-            self.queued_by_lane.setdefault(job["priority"], set()).add(job["id"])
-            heapq.heappush(
-                self.lanes.setdefault(job["priority"], []),
-                (job.get("run_after") or 0.0, job["seq"], job["id"]),
-            )
-        if job["seq"] > self.seq:
-            self.seq = job["seq"]
-        epoch = job.get("lease_epoch") or 0
-        if epoch > self.epoch:
-            self.epoch = epoch
-
-    def apply(self, record: Record) -> None:
-        """Applies one journal record and moves the job in the indexes it changed.
-
-        The same as :func:`apply_plain` followed by un-indexing and re-indexing the job,
-        without touching the indexes a change leaves alone (a lease moves a job from one
-        state to another; a heartbeat moves it nowhere).
-        """
-        if record.get("op") != "upd":
-            job = apply_plain(self.jobs, record)
-            if job is None:
-                return
-            self._index(job)
-        else:
-            job = self.jobs.get(record["id"])
-            if job is None:
-                raise StoreCorrupt(f"journal updates job {record['id']} that does not exist")
-            changes = record.get("set")
-            if changes:
-                if _INDEXED.isdisjoint(changes):
-                    job.update(changes)
-                else:
-                    old_state, old_key, old_lane = job["state"], job["key"], job["priority"]
-                    job.update(changes)
-                    self._reindex(job, old_state, old_key, old_lane)
-            events = record.get("ev")
-            if events:
-                events_of(job).extend(events)
-        self.version += 1
-        self.changes.append((self.version, job["id"]))
-        if len(self.changes) > 200_000:
-            del self.changes[:100_000]
-
-    def _reindex(self, job: JobDict, old_state: str, old_key: str, old_lane: str) -> None:
-        """Moves ``job`` (just updated) out of the index entries of its old values and into its new ones."""
+        """Adds ``job`` to the index entries of its values (adding what is there already changes nothing)."""
         job_id = job["id"]
         state = job["state"]
-        if state != old_state:
-            bucket = self.by_state.get(old_state)
-            if bucket is not None:
-                bucket.discard(job_id)
-            bucket = self.by_state.get(state)
-            if bucket is None:
-                bucket = self.by_state[state] = set()
-            bucket.add(job_id)
-        if old_state == "queued":
-            bucket = self.queued_by_lane.get(old_lane)
-            if bucket is not None:
-                bucket.discard(job_id)
-        key = job["key"]
-        if key != old_key or state not in LIVE_OR_DONE:
-            if self.keys.get(old_key) == job_id:
-                del self.keys[old_key]
+        bucket = self.by_state.get(state)
+        if bucket is None:
+            bucket = self.by_state[state] = set()
+        bucket.add(job_id)
         if state in LIVE_OR_DONE:
-            self.keys[key] = job_id
+            self.keys[job["key"]] = job_id
         if state == "queued":
             self.queued_by_lane.setdefault(job["priority"], set()).add(job_id)
             heapq.heappush(
@@ -353,6 +292,45 @@ class StoreState:
         epoch = job.get("lease_epoch") or 0
         if epoch > self.epoch:
             self.epoch = epoch
+
+    def apply(self, record: Record) -> None:
+        """Applies one journal record (:func:`apply_plain`) and moves the job in the indexes.
+
+        An update moves the job only out of the index entries its change touches: a
+        lease moves it from one state to another; a heartbeat moves it nowhere.
+        """
+        old: tuple[str, str, str] | None = None
+        is_update = record.get("op") == "upd"
+        if is_update and not _INDEXED.isdisjoint(record.get("set") or ()):
+            current = self.jobs.get(record["id"])
+            if current is not None:  # (missing: apply_plain says the journal is corrupt)
+                old = (current["state"], current["key"], current["priority"])
+        job = apply_plain(self.jobs, record)
+        if job is None:
+            return
+        if not is_update:
+            self._index(job)
+        elif old is not None:
+            self._reindex(job, *old)
+        self.version += 1
+        self.changes.append((self.version, job["id"]))
+        if len(self.changes) > 200_000:
+            del self.changes[:100_000]
+
+    def _reindex(self, job: JobDict, old_state: str, old_key: str, old_lane: str) -> None:
+        """Moves ``job`` (just updated) out of the index entries of its old values, then indexes it."""
+        job_id = job["id"]
+        if job["state"] != old_state:
+            bucket = self.by_state.get(old_state)
+            if bucket is not None:
+                bucket.discard(job_id)
+        if old_state == "queued":
+            bucket = self.queued_by_lane.get(old_lane)
+            if bucket is not None:
+                bucket.discard(job_id)
+        if self.keys.get(old_key) == job_id and (job["key"] != old_key or job["state"] not in LIVE_OR_DONE):
+            del self.keys[old_key]
+        self._index(job)
 
     def rebuild(self, jobs: dict[str, JobDict], seq: int, epoch: int) -> None:
         """Replaces everything with ``jobs`` and rebuilds the indexes."""
@@ -970,7 +948,7 @@ class Store:
         moved = self._quarantine(path, "bad record")
         good = data[: read.end] if read.records else b""
         if not good:
-            good = encode_record(self._header(gen))
+            good = encode_record(journal_header(gen))
         atomic_write(path, good)
         lost_ids = sorted(
             {str(i) for r in read.lost_after if (i := r.get("id") or (r.get("job") or {}).get("id"))}
@@ -1000,9 +978,6 @@ class Store:
             _datasync(fd)
         finally:
             os.close(fd)
-
-    def _header(self, gen: int) -> Record:
-        return journal_header(gen)
 
     def _undo_write(self, length: int) -> None:
         """Puts back what a failed write changed after ``_offset``: zeros inside the file, nothing past it."""
