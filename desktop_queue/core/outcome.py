@@ -85,6 +85,9 @@ class RunContext:
         stopping: set together with ``cancelled`` when the attempt must stop but the job
             itself was not cancelled (the worker shuts down, or the lease was lost): leave
             provider-side work running so that a later attempt can resume it.
+        timeout_s: the attempt's timeout (None: none): a provider gives each blocking call
+            no longer than this, so that a call that hangs ends as a retryable timeout.
+            The runtime renews the lease meanwhile, whatever the provider does.
     """
 
     job_id: str
@@ -95,6 +98,7 @@ class RunContext:
     record_provider_job: Any = None
     provider_job_id: str | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
+    timeout_s: float | None = None
 
     def beat(self) -> bool:
         """Heartbeats the lease; returns False (and sets ``cancelled``) when it is lost."""
