@@ -27,6 +27,7 @@ from desktop_queue.core.errors import (
     UnknownKind,
 )
 from desktop_queue.core.fingerprint import canonical_json, fingerprint, input_digest
+from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.metrics import Stats
 from desktop_queue.core.metrics import compute as compute_stats
 from desktop_queue.core.model import (
@@ -50,6 +51,9 @@ from desktop_queue.core.storage import JobDict, OpenReport, Record, Store, Store
 log = logging.getLogger(__name__)
 
 MAX_INPUT_BYTES = 1 << 20
+#: a lease whose holder still runs on this host is not reaped for being late, unless it
+#: has been silent this long (a process stopped by hand for hours, or one that hung)
+SILENT_HOLDER_S = 3600.0
 MAX_INTERACTIVE_WAITING = 5
 MAX_TITLE = 200
 
@@ -127,6 +131,11 @@ def _event_dict(
         "actor": actor,
         "detail": clean_detail(detail),
     }
+
+
+#: tokens of the leases this process's runtime renews (see Queue.keep): process-wide, as
+#: two Queue objects of one process on one data dir must not reap each other's
+_KEPT: set[str] = set()
 
 
 def default_worker_id() -> str:
@@ -410,6 +419,7 @@ class Queue:
         kinds: set[str] | None = None,
         lease_s: float | None = None,
         accept: Callable[[JobDict], bool] | None = None,
+        kept: bool = False,
     ) -> Lease | None:
         """Leases the next runnable job (interactive lane first, then ``run_after``, then submission order).
 
@@ -424,11 +434,15 @@ class Queue:
         Args:
             worker: who holds the lease (shown in timelines).
             kinds: only these job kinds (None: any).
-            lease_s: lease length (default: the policy's).
+            lease_s: lease length (default: the kind's provider's ``lease_s``, else the policy's).
             accept: a further filter (flow control), called with the job dict.
+            kept: the caller renews the lease for as long as it lives (the runtime's lease
+                keeper does): the lease names this process as its holder, and is then
+                reaped only once that process has ended (see :meth:`keep`). Without it a
+                lease is lost when it expires, as a plain lease of a script should be.
         """
         who = worker or default_worker_id()
-        length = self.policy.lease_s if lease_s is None else lease_s
+        owner = this_process() if kept else None
         out = _Capture()
 
         reaped: set[str] = set()
@@ -458,6 +472,7 @@ class Queue:
             token = secrets.token_urlsafe(24)
             epoch = state.epoch + 1
             attempts = job["attempts"] + 1
+            length = self.lease_length(job["kind"]) if lease_s is None else lease_s
             expires = now + length
             changes = {
                 "state": _RUNNING,
@@ -466,6 +481,7 @@ class Queue:
                 "lease_token": token,
                 "lease_epoch": epoch,
                 "lease_expires_at": expires,
+                "lease_owner": owner,
                 "worker": who,
                 "started_at": now,
                 "updated_at": now,
@@ -473,6 +489,8 @@ class Queue:
             event = _event_dict(_EV_LEASED, now, attempts, epoch, who, _SYSTEM, {"lease_s": length})
             records.append(self._upd(job["id"], changes, event))
             out.value = (job["id"], token, epoch, expires, attempts)
+            if kept:
+                _KEPT.add(token)  # before the commit: no other thread of ours may reap it meanwhile
             return records
 
         self.store.transact(fn, durable=False)
@@ -493,9 +511,33 @@ class Queue:
             )
         return job
 
+    def lease_length(self, kind: str) -> float:
+        """The lease length of ``kind``: its provider's ``lease_s``, else the policy's."""
+        provider = self.providers.get(kind)
+        length = getattr(provider, "lease_s", None) if provider is not None else None
+        return float(length) if isinstance(length, (int, float)) and length > 0 else self.policy.lease_s
+
+    def keep(self, lease: Lease) -> None:
+        """Says that this process's runtime renews ``lease`` for as long as it runs.
+
+        A kept lease is never reaped by this process, however late its renewal: the
+        holder is alive by definition, and after a suspension (sleep, ``SIGSTOP``) the
+        runtime renews it before anything else happens. Other processes see the holder
+        (``lease_owner``) alive and do not reap it either.
+        """
+        _KEPT.add(lease.token)
+
+    def unkeep(self, lease: Lease) -> None:
+        """The runtime no longer renews ``lease`` (the attempt ended or was abandoned)."""
+        _KEPT.discard(lease.token)
+
     def heartbeat(self, lease: Lease, lease_s: float | None = None) -> float:
-        """Extends a lease; returns the new expiry. Raises :class:`StaleLease` if it was lost."""
-        length = self.policy.lease_s if lease_s is None else lease_s
+        """Extends a lease; returns the new expiry.
+
+        Raises:
+            StaleLease: the lease was lost; the rejection is recorded in the timeline.
+        """
+        length = self.lease_length(lease.job.kind) if lease_s is None else lease_s
         out = _Capture()
 
         def fn(state: StoreState) -> list[Record]:
@@ -505,7 +547,11 @@ class Queue:
             return [self._upd(job["id"], {"lease_expires_at": now + length, "heartbeat_at": now})]
 
         # a heartbeat need not wait for the disk: after a power cut every lease is orphaned anyway
-        self.store.transact(fn, durable=False)
+        try:
+            self.store.transact(fn, durable=False)
+        except StaleLease:
+            self.record_stale(lease, "heartbeat of a lost lease rejected")
+            raise
         return float(out.value)
 
     def record_provider_job(self, lease: Lease, provider_job_id: str) -> None:
@@ -520,7 +566,11 @@ class Queue:
             )
             return [self._upd(job["id"], {"provider_job_id": provider_job_id, "updated_at": now}, ev)]
 
-        self.store.transact(fn)
+        try:
+            self.store.transact(fn)
+        except StaleLease:
+            self.record_stale(lease, "provider job id of a lost lease rejected")
+            raise
 
     def complete(self, lease: Lease, result: Any, *, reused: bool = False) -> Job:
         """Stores the result durably under the job's key, then marks the job ``succeeded``.
@@ -533,22 +583,18 @@ class Queue:
         key = lease.job.idempotency_key
         ref = self.results.ref_for(key)
         existing = self.results.get(key)
+        pending = None
         if existing is not None:
-            # written by this very attempt (the runnable stores it first), or reused from earlier
+            # a result committed earlier for this key (reused): never produced twice
             doc = existing
             created = existing.get("job_id") == lease.job_id and existing.get("epoch") == lease.epoch
-        elif self.results.has_artifact(result):
-            # the artifact file is written (durably) before the commit; a stale token writes nothing
-            try:
-                self.store.read(lambda st: self._current(st, lease))
-            except StaleLease:
-                self._record_stale(lease, "late result rejected")
-                raise
-            self.results.put(key, result, job_id=lease.job_id, epoch=lease.epoch, produced_at=now, durable=False)
-            doc = self.results.get(key) or {}
-            created = True
         else:
-            doc = self.results.document(key, result, job_id=lease.job_id, epoch=lease.epoch, produced_at=now)
+            # kept by this very attempt when the provider answered (the runnable does), or
+            # made now; an artifact is written under this epoch's own name either way
+            pending = self.results.pending(key, lease.epoch)
+            doc = pending or self.results.attempt_document(
+                key, result, job_id=lease.job_id, epoch=lease.epoch, produced_at=now
+            )
             created = True
 
         def fn(state: StoreState) -> list[Record]:
@@ -576,11 +622,16 @@ class Queue:
         try:
             self.store.transact(fn)
         except StaleLease:
-            self._record_stale(lease, "late result rejected")
+            self.record_stale(lease, "late result rejected")
+            if pending is not None:
+                self.results.drop_pending(key, lease.epoch)
             raise
+        if pending is not None:
+            self.results.drop_pending(key, lease.epoch)  # the journal record carries it now
         return self._view(lease.job_id)
 
-    def _record_stale(self, lease: Lease, reason: str) -> None:
+    def record_stale(self, lease: Lease, reason: str) -> None:
+        """Records in the job's timeline that a lost lease's holder was turned away."""
         def fn(state: StoreState) -> list[Record]:
             job = state.jobs.get(lease.job_id)
             if job is None:
@@ -609,7 +660,7 @@ class Queue:
         try:
             self.store.transact(fn)
         except StaleLease:
-            self._record_stale(lease, "late failure report ignored")
+            self.record_stale(lease, "late failure report ignored")
             raise
         return self._view(lease.job_id)
 
@@ -684,10 +735,28 @@ class Queue:
             }
             return [self._upd(job["id"], changes, ev)]
 
-        self.store.transact(fn)
+        try:
+            self.store.transact(fn)
+        except StaleLease:
+            self.record_stale(lease, "release of a lost lease rejected")
+            raise
         return self._view(lease.job_id)
 
     # ------------------------------------------------------------------ reaping
+
+    def _lost(self, job: JobDict, expires: float, now: float) -> str | None:
+        """Why an expired lease counts as lost (None: its holder lives; leave it be)."""
+        if job.get("lease_token") in _KEPT:
+            return None  # this process renews it: late only because this process was suspended
+        owner = job.get("lease_owner")
+        alive = None if owner is None or owner == this_process() else holder_alive(owner)
+        if alive is None:
+            return "no heartbeat before the lease expired"
+        if not alive:
+            return "the process holding the lease has ended"
+        if now - expires > SILENT_HOLDER_S:
+            return f"the process holding the lease runs but has not renewed it for {now - expires:.0f} s"
+        return None  # stopped or suspended for a while; it renews the lease when it runs again
 
     def _reap_records(self, state: StoreState, now: float) -> list[Record]:
         records = []
@@ -696,11 +765,15 @@ class Queue:
             expires = job.get("lease_expires_at")
             if expires is None or expires >= now:
                 continue
+            why = self._lost(job, expires, now)
+            if why is None:
+                continue
             base = {"lease_token": None, "lease_expires_at": None, "updated_at": now}
-            detail = {"expired_at": round(expires, 3), "reason": "no heartbeat before the lease expired"}
+            detail = {"expired_at": round(expires, 3), "reason": why}
             ev = self._event(EventType.LEASE_EXPIRED, job, Actor.SYSTEM, now, detail=detail, worker=job.get("worker"))
-            if self.results.has(job["key"]):
-                # the lost holder stored its result before it went quiet: never produce it again
+            found = self.results.get(job["key"]) or self.results.pending(job["key"], job.get("lease_epoch", 0))
+            if found is not None:
+                # the lost holder had its answer before it went: never produce it again
                 ref = self.results.ref_for(job["key"])
                 done = self._event(
                     EventType.SUCCEEDED, job, Actor.SYSTEM, now,
@@ -709,9 +782,7 @@ class Queue:
                 record = self._upd(
                     job_id, {**base, "state": str(State.SUCCEEDED), "result_ref": ref, "finished_at": now}, ev, done
                 )
-                carried = self.results.get(job["key"])
-                if carried is not None:
-                    record["res"] = carried  # the lost holder may never have synced it
+                record["res"] = found  # the lost holder may never have synced it
                 records.append(record)
             elif job["attempts"] >= job["max_attempts"]:
                 error = {"class": "retryable", "message": "lease expired on the last attempt", "status": None}
@@ -911,11 +982,16 @@ class Queue:
     def _reconcile_orphans(self) -> None:
         """Resolves every job left ``running`` by a process that died (shared/DESIGN.md section 3)."""
         self.reconciled = []
-        orphans = self.store.read(lambda st: sorted(st.by_state.get(State.RUNNING, ())))
+        running = self.store.read(
+            lambda st: sorted((i, st.jobs[i].get("lease_owner")) for i in st.by_state.get(State.RUNNING, ()))
+        )
+        # a job whose holder still runs is no orphan, whoever believes it opened the store first
+        orphans = [job_id for job_id, owner in running if holder_alive(owner) is not True]
         if orphans:
             # a worker that died mid-attempt may have left a result half written; other
-            # leftovers (rarer) are swept by compaction (see storage.compact)
-            removed = self.results.remove_temp_files()
+            # leftovers (rarer) are swept by compaction (see storage.compact). While another
+            # process runs, only files far older than any write in progress go.
+            removed = self.results.remove_temp_files(None if len(orphans) == len(running) else 3600.0)
             if removed:
                 self.report.notices.append(
                     f"removed {removed} unfinished result write(s) left by a crash (nothing lost)"
@@ -930,7 +1006,8 @@ class Queue:
     def _reconcile_one(self, job_id: str) -> Reconciled:
         job = self.get(job_id)
         now = self.clock.now()
-        doc = self.results.get(job.idempotency_key)
+        # the dead holder's own answer counts only if its lease was still the current one
+        doc = self.results.get(job.idempotency_key) or self.results.pending(job.idempotency_key, job.lease_epoch)
         decision = _Capture()
 
         def finish(ref: str, reason: str) -> Callable[[StoreState], list[Record]]:
@@ -942,7 +1019,7 @@ class Queue:
                 changes = {"state": str(State.SUCCEEDED), "result_ref": ref, "finished_at": now, **self._lease_changes_cleared(now)}
                 decision.value = ("succeeded", reason)
                 record = self._upd(job_id, changes, ev)
-                carried = self.results.get(job.idempotency_key)
+                carried = self.results.get(job.idempotency_key) or doc
                 if carried is not None:
                     record["res"] = carried  # the file may never have been synced
                 return [record]
@@ -951,6 +1028,9 @@ class Queue:
 
         if doc is not None:
             self.store.transact(finish(self.results.ref_for(job.idempotency_key), "result found in the local result store"))
+            self.results.drop_pending(job.idempotency_key, job.lease_epoch)  # the journal carries it now
+            if decision.value is None:
+                return Reconciled(job_id, job.title, "unchanged", "changed by another process meanwhile")
             return Reconciled(job_id, job.title, *decision.value)
 
         lookup = LookupResult(LookupResult.UNKNOWN)

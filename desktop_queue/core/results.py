@@ -119,10 +119,16 @@ class ResultStore:
         name = self._safe(key)
         return f"results{os.sep}{name[:2]}{os.sep}{name}.json"  # os.path.join's result, cheaper
 
-    def artifact_path_for(self, key: str, extension: str) -> Path:
-        """Where the artifact of ``key`` lives: next to its JSON result, ``<key>.<extension>``."""
+    def artifact_path_for(self, key: str, extension: str, epoch: int | None = None) -> Path:
+        """Where the artifact of ``key`` lives: next to its JSON result, ``<key>.<extension>``.
+
+        An attempt's artifact written before its commit is named by its lease epoch
+        too (``<key>-e<epoch>.<extension>``), so that a stale holder's file can never
+        stand in for the current holder's.
+        """
         name = self._safe(key)
-        return self.root / name[:2] / f"{name}.{extension}"
+        suffix = "" if epoch is None else f"-e{epoch}"
+        return self.root / name[:2] / f"{name}{suffix}.{extension}"
 
     def resolve(self, ref: str) -> Path:
         """The absolute path of a ref relative to the data dir (``results/ab/<key>.png``)."""
@@ -143,7 +149,7 @@ class ResultStore:
         except ValueError:
             return None
 
-    def _store_artifact(self, key: str, result: Any) -> Any:
+    def _store_artifact(self, key: str, result: Any, epoch: int | None = None) -> Any:
         """Writes a result's ``artifact_b64`` as a file; returns the result that refers to it.
 
         The file is written atomically and never replaced: one left by an earlier
@@ -160,7 +166,7 @@ class ResultStore:
         except (binascii.Error, TypeError, ValueError) as exc:
             raise InvalidArtifact(f"the result's artifact is not valid base64 ({exc})") from None
         ext = artifact_extension(result.get("artifact_name"), result.get("mime"))
-        path = self.artifact_path_for(key, ext)
+        path = self.artifact_path_for(key, ext, epoch)
         if not atomic_write(path, data, overwrite=False):
             data = path.read_bytes()  # the first complete artifact of this key stays
         out = {k: v for k, v in result.items() if k != "artifact_b64"}
@@ -197,6 +203,56 @@ class ResultStore:
         doc = self.document(key, result, job_id=job_id, epoch=epoch, produced_at=produced_at)
         created = atomic_write(path, orjson.dumps(doc), overwrite=False, durable=durable)
         return self.ref_for(key), created
+
+    def _pending_path(self, key: str, epoch: int) -> Path:
+        return self.root / "pending" / f"{self._safe(key)}.{int(epoch)}.json"
+
+    def put_pending(self, key: str, result: Any, *, job_id: str, epoch: int, produced_at: float) -> dict[str, Any]:
+        """Keeps an attempt's result until its commit: never the key's result by itself.
+
+        The worker writes this the moment the provider answers, so that a crash before
+        the commit does not lose what was paid for; only the holder of the lease
+        ``epoch`` can turn it into the key's result (:meth:`Queue.complete
+        <desktop_queue.core.queue.Queue.complete>`, or the reaper and start-up
+        reconciliation when that holder died with the lease still current). A stale
+        holder's pending result is never read. The artifact, if any, is written durably
+        under the epoch's own name; the JSON is not synced (the commit's journal record
+        carries it).
+
+        Returns:
+            The result document (artifact already replaced by its reference).
+
+        Raises:
+            InvalidArtifact: ``artifact_b64`` is not base64 (nothing was stored).
+        """
+        doc = self.attempt_document(key, result, job_id=job_id, epoch=epoch, produced_at=produced_at)
+        path = self._pending_path(key, epoch)
+        make_dirs(path.parent)
+        atomic_write(path, orjson.dumps(doc), durable=False)
+        return doc
+
+    def attempt_document(
+        self, key: str, result: Any, *, job_id: str, epoch: int, produced_at: float
+    ) -> dict[str, Any]:
+        """The document of one attempt's result; its artifact, if any, written (durably) first."""
+        return self.document(
+            key, self._store_artifact(key, result, epoch), job_id=job_id, epoch=epoch, produced_at=produced_at
+        )
+
+    def pending(self, key: str, epoch: int) -> dict[str, Any] | None:
+        """The result the holder of lease ``epoch`` kept before its commit, or None."""
+        try:
+            doc = orjson.loads(self._pending_path(key, epoch).read_bytes())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(doc, dict) or doc.get("format") != RESULT_FORMAT or doc.get("epoch") != epoch:
+            return None
+        return doc
+
+    def drop_pending(self, key: str, epoch: int) -> None:
+        """Removes a pending result once its commit made it the key's result (or it went stale)."""
+        with contextlib.suppress(OSError):
+            os.unlink(self._pending_path(key, epoch))
 
     @staticmethod
     def document(key: str, result: Any, *, job_id: str, epoch: int, produced_at: float) -> dict[str, Any]:
@@ -341,7 +397,7 @@ class ResultStore:
 
     def count(self) -> int:
         """How many keys have a result, as files or carried by the journal (walks the directory)."""
-        names = {p.stem for p in self.root.glob("*/*.json")} if self.root.exists() else set()
+        names = {p.stem for p in self.root.glob("*/*.json") if p.parent.name != "pending"} if self.root.exists() else set()
         if self._carried_keys is not None:
             names.update(self._safe(k) for k in self._carried_keys())
         return len(names)

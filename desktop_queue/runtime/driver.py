@@ -2,13 +2,23 @@
 
 This is the one runner of Desktop Queue: ``desktop-queue work`` runs it under a
 ``QCoreApplication`` and the window runs it on the GUI thread. Runnables never touch
-widgets or the driver's state: they run the provider, heartbeat their lease and hand
-the outcome back through the driver-owned :class:`_Relay`'s signal; the driver then
-commits it under the lease token.
+widgets or the driver's state: they run the provider and hand the outcome back through
+the driver-owned :class:`_Relay`'s signal; the driver then commits it under the lease
+token.
+
+Leases live as long as their holder: a :class:`~desktop_queue.core.keeper.LeaseKeeper`
+thread renews every lease the driver holds, whatever the provider is doing. An attempt
+that hangs is ended by its timeout (the job's ``timeout_s`` input, else the driver's
+``attempt_timeout_s``, else the provider's ``default_timeout_s``): the provider gives
+its calls no longer (``RunContext.timeout_s``), and the driver fails the attempt as a
+retryable timeout if it still has not answered a grace period later. An attempt that
+fails only because the machine slept or the process was stopped under it is given
+back, its attempt not spent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -20,6 +30,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
 
 from desktop_queue.core import Lease, Outcome, Queue, RunContext, StaleLease
 from desktop_queue.core.errors import QueueError
+from desktop_queue.core.keeper import LeaseKeeper
 from desktop_queue.core.model import ErrorClass
 from desktop_queue.core.present import flow_event_text
 from desktop_queue.core.queue import default_worker_id
@@ -27,6 +38,14 @@ from desktop_queue.core.results import InvalidArtifact
 from desktop_queue.runtime import qtcompat
 
 log = logging.getLogger(__name__)
+
+#: an attempt's timeout when neither the job, the driver nor its provider names one
+DEFAULT_ATTEMPT_TIMEOUT_S = 600.0
+
+
+def attempt_grace(timeout_s: float) -> float:
+    """How long past its timeout the driver waits for a provider before it gives up on it."""
+    return 5.0 + 0.1 * timeout_s
 
 qtcompat.install()  # PySide6 6.12.0 + CPython 3.11 would abort a long run (see qtcompat)
 
@@ -44,9 +63,11 @@ class RunReport:
 @dataclass
 class _Active:
     lease: Lease
+    timeout_s: float = DEFAULT_ATTEMPT_TIMEOUT_S
     cancel: threading.Event = field(default_factory=threading.Event)
     stopping: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.monotonic)
+    timed_out: bool = False
 
 
 class _Relay(QObject):
@@ -68,8 +89,8 @@ class JobRunnable(QRunnable):
         lease: the lease this attempt holds.
         relay: the driver-owned QObject to report through.
         cancel: set to ask the provider to stop.
-        heartbeat_s: minimum seconds between two heartbeat commits.
         stopping: set with ``cancel`` when the job was not cancelled (shutdown, lost lease).
+        timeout_s: the attempt's timeout, handed to the provider.
     """
 
     def __init__(
@@ -79,8 +100,8 @@ class JobRunnable(QRunnable):
         lease: Lease,
         relay: _Relay,
         cancel: threading.Event,
-        heartbeat_s: float,
         stopping: threading.Event | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         super().__init__()
         self.setAutoDelete(True)
@@ -90,26 +111,11 @@ class JobRunnable(QRunnable):
         self._relay = relay
         self._cancel = cancel
         self._stopping = stopping or threading.Event()
-        self._heartbeat_s = heartbeat_s
-        self._last_beat = time.monotonic()
+        self._timeout_s = timeout_s
 
     def _beat(self) -> bool:
-        if self._cancel.is_set():
-            return False
-        now = time.monotonic()
-        if now - self._last_beat < self._heartbeat_s:
-            return True
-        self._last_beat = now
-        try:
-            self._queue.heartbeat(self._lease)
-            return True
-        except StaleLease:
-            self._stopping.set()  # lost, not cancelled: leave provider-side work to resume
-            self._cancel.set()
-            return False
-        except QueueError as exc:  # the store is unreachable for a moment: keep working, try again
-            log.warning("heartbeat for %s failed: %s", self._lease.job_id, exc)
-            return True
+        # the lease keeper renews the lease; a provider's beat only asks whether to go on
+        return not self._cancel.is_set()
 
     def _record_provider_job(self, provider_job_id: str) -> None:
         self._queue.record_provider_job(self._lease, provider_job_id)
@@ -133,6 +139,7 @@ class JobRunnable(QRunnable):
                     record_provider_job=self._record_provider_job,
                     provider_job_id=job.provider_job_id,
                     stopping=self._stopping,
+                    timeout_s=self._timeout_s,
                 )
                 # the lease was committed without waiting for the disk: put it there before
                 # anything is paid for (invariant 4); one fsync covers every lease so far
@@ -143,14 +150,14 @@ class JobRunnable(QRunnable):
                     outcome = self._provider.classify(exc)
                 if outcome.ok:
                     # before the commit, so a crash in between does not lose a paid-for result;
-                    # not synced: the commit's journal record makes it durable (see Queue.complete)
-                    self._queue.results.put(
+                    # kept under this lease's epoch, so only this holder's commit (or the
+                    # reconciliation of this holder's death) can make it the job's result
+                    self._queue.results.put_pending(
                         job.idempotency_key,
                         outcome.result,
                         job_id=job.id,
                         epoch=lease.epoch,
                         produced_at=time.time(),
-                        durable=False,
                     )
         except InvalidArtifact as exc:  # the provider's output is unusable: poison after a few
             outcome = Outcome.failure(ErrorClass.POISON, f"{job.kind}: {exc}")
@@ -173,6 +180,10 @@ class LeaseDriver(QObject):
         pool: the thread pool (default: the global one, grown to ``concurrency`` threads).
         flow: rate limits, concurrency caps and circuit breakers per provider profile
             (:class:`~desktop_queue.core.flow.FlowControl`); None: no flow control.
+        lease_s: lease length of every kind (None: each kind's own, see ``Queue.lease_length``).
+        attempt_timeout_s: the attempt timeout of jobs whose input names none (None:
+            each provider's ``default_timeout_s``).
+        keeper_tick_s: the longest the lease keeper sleeps between two looks.
 
     Signals:
         job_started(str): a job was leased and handed to the pool.
@@ -206,10 +217,16 @@ class LeaseDriver(QObject):
         worker_id: str | None = None,
         pool: QThreadPool | None = None,
         flow: Any = None,
+        lease_s: float | None = None,
+        attempt_timeout_s: float | None = None,
+        keeper_tick_s: float = 1.0,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
         self.flow = flow
+        self.lease_s = lease_s
+        self.attempt_timeout_s = attempt_timeout_s
+        self.keeper = LeaseKeeper(queue, on_lost=self._lost, tick_s=keeper_tick_s)
         self.queue = queue
         self.providers = dict(providers)
         self.worker_id = worker_id or default_worker_id()
@@ -252,10 +269,22 @@ class LeaseDriver(QObject):
         return self._paused
 
     def start(self) -> None:
-        """Starts ticking (the first tick runs at once)."""
+        """Starts ticking (the first tick runs at once) and keeping leases."""
         self._stopping = False
+        self.keeper.start()
         self._timer.start()
         self.wake()
+
+    def _lost(self, lease: Lease) -> None:
+        """The keeper's word (on its thread) that a lease is gone: the attempt stops.
+
+        Only events are set here; the driver thread commits nothing for it (the token
+        is stale) and frees the slot when the runnable reports.
+        """
+        active = self._active.get(lease.job_id)
+        if active is not None and active.lease.token == lease.token:
+            active.stopping.set()
+            active.cancel.set()
 
     def wake(self) -> None:
         """Ticks as soon as the event loop is free (after a submit or a finish)."""
@@ -309,13 +338,18 @@ class LeaseDriver(QObject):
         QCoreApplication.processEvents()
         for job_id, active in list(self._active.items()):
             # an attempt we abandoned: give its lease back so nobody waits for it to expire
-            try:
-                self.queue.release(active.lease, "interrupted: the worker was shut down and did not stop in time")
-            except QueueError:
-                pass
-            if self.flow is not None:
-                self.flow.on_outcome(active.lease.job, None)
+            self.keeper.remove(active.lease)
+            if not active.timed_out:
+                try:
+                    self.queue.release(
+                        active.lease, "interrupted: the worker was shut down and did not stop in time"
+                    )
+                except QueueError:
+                    pass
+                if self.flow is not None:
+                    self.flow.on_outcome(active.lease.job, None)
             self._active.pop(job_id, None)
+        self.keeper.stop()
         return done
 
     # ------------------------------------------------------------------ the loop
@@ -334,7 +368,9 @@ class LeaseDriver(QObject):
                 return
             while len(self._active) < self._concurrency:
                 accept = self.flow.accept if self.flow is not None else None
-                lease = self.queue.lease(self.worker_id, kinds=set(self.providers), accept=accept)
+                lease = self.queue.lease(
+                    self.worker_id, kinds=self._available_kinds(), accept=accept, lease_s=self.lease_s, kept=True
+                )
                 if lease is None:
                     break
                 self._launch(lease)
@@ -362,7 +398,69 @@ class LeaseDriver(QObject):
             self.flow_event.emit(event.profile, str(event.type), text)
         return len(events)
 
+    def _available_kinds(self) -> set[str]:
+        """The kinds whose providers can run now; the others' jobs wait with the provider's reason.
+
+        A provider may say it cannot run (``unavailable_reason()``: no API key yet, say);
+        its jobs are then not leased, so they spend no attempt, and flow control tells the
+        window why they wait.
+        """
+        kinds = set()
+        for kind, provider in self.providers.items():
+            ask = getattr(provider, "unavailable_reason", None)
+            reason = None
+            if callable(ask):
+                try:
+                    reason = ask()
+                except Exception as exc:  # a provider's check must not stop the driver
+                    log.warning("provider %s: unavailable_reason failed: %s", kind, type(exc).__name__)
+            if self.flow is not None and hasattr(self.flow, "hold_kind"):
+                self.flow.hold_kind(kind, reason)
+            if reason is None:
+                kinds.add(kind)
+        return kinds
+
+    def timeout_for(self, job: Any) -> float:
+        """The attempt timeout of ``job``: its input's ``timeout_s``, the driver's, its provider's."""
+        payload = getattr(job, "input", None)
+        value = payload.get("timeout_s") if isinstance(payload, Mapping) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+        if self.attempt_timeout_s is not None:
+            return float(self.attempt_timeout_s)
+        default = getattr(self.providers.get(job.kind), "default_timeout_s", None)
+        if isinstance(default, (int, float)) and default > 0:
+            return float(default)
+        return DEFAULT_ATTEMPT_TIMEOUT_S
+
+    def _check_timeouts(self) -> None:
+        """Fails attempts that outlived their timeout and grace (suspended time not counted)."""
+        now = time.monotonic()
+        for active in list(self._active.values()):
+            if active.timed_out:
+                continue
+            ran = now - active.started - self.keeper.suspended_since(active.started)
+            if ran <= active.timeout_s + attempt_grace(active.timeout_s):
+                continue
+            active.timed_out = True
+            active.stopping.set()
+            active.cancel.set()
+            self.keeper.remove(active.lease)
+            lease = active.lease
+            outcome = Outcome.failure(
+                ErrorClass.RETRYABLE, f"{lease.job.kind}: no answer within {active.timeout_s:g} s (attempt timeout)"
+            )
+            try:
+                state = self.queue.fail(lease, outcome).state
+            except StaleLease:
+                continue
+            if self.flow is not None:
+                self.flow.on_outcome(lease.job, outcome)
+            log.warning("attempt of %s timed out after %g s", lease.job_id, active.timeout_s)
+            self.job_finished.emit(lease.job_id, state)
+
     def _check_active(self) -> None:
+        self._check_timeouts()
         for job_id, active in list(self._active.items()):
             if active.cancel.is_set():
                 continue
@@ -389,10 +487,11 @@ class LeaseDriver(QObject):
 
     def _launch(self, lease: Lease) -> None:
         provider = self.providers[lease.job.kind]
-        active = _Active(lease)
+        active = _Active(lease, self.timeout_for(lease.job))
         self._active[lease.job_id] = active
+        self.keeper.add(lease, self.lease_s or self.queue.lease_length(lease.job.kind))
         runnable = JobRunnable(
-            self.queue, provider, lease, self._relay, active.cancel, self.queue.policy.heartbeat_s, active.stopping
+            self.queue, provider, lease, self._relay, active.cancel, active.stopping, active.timeout_s
         )
         if self.flow is not None:
             self.flow.on_start(lease.job)
@@ -406,9 +505,33 @@ class LeaseDriver(QObject):
         active = self._active.get(lease.job_id)
         if active is not None and active.lease.token == lease.token:
             del self._active[lease.job_id]
+        else:
+            active = None
+        self.keeper.remove(lease)
+        if active is not None and active.timed_out:
+            # already failed as a timeout: whatever came back is a stale holder's
+            self.queue.results.drop_pending(lease.job.idempotency_key, lease.epoch)
+            with contextlib.suppress(QueueError):
+                self.queue.record_stale(lease, "answer after the attempt timed out ignored")
+            self.stale_result.emit(lease.job_id)
+            self._after_finish()
+            return
+        suspended = self.keeper.suspended_since(active.started) if active is not None else 0.0
         state = ""
         try:
-            if report.outcome.ok:
+            if (
+                suspended > 0
+                and not report.outcome.ok
+                and not report.cancelled
+                and report.outcome.error_class is ErrorClass.RETRYABLE
+            ):
+                # the call broke because the machine slept or the process stood still under it:
+                # not the job's fault, and no answer is coming: run it again, attempt unspent
+                state = self.queue.release(
+                    lease, f"interrupted by a suspension of {suspended:.0f} s; the attempt is not counted"
+                ).state
+                report = RunReport(lease, report.outcome, True, report.reused)
+            elif report.outcome.ok:
                 state = self.queue.complete(lease, report.outcome.result, reused=report.reused).state
             elif report.cancelled:
                 # told to stop. Cancelled or reaped elsewhere: nothing to commit (the token is
@@ -435,6 +558,9 @@ class LeaseDriver(QObject):
             self.flow.on_outcome(lease.job, outcome if counted else None, result.get("usage"))
             self.drain_flow_events()
         self.job_finished.emit(lease.job_id, state)
+        self._after_finish()
+
+    def _after_finish(self) -> None:
         if self._stop_after_current and not self._active:
             self._stop_after_current = False
         if not self._stopping:

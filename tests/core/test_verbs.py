@@ -299,7 +299,10 @@ def test_wrong_token_changes_nothing(queue: Queue, open_queue: OpenQueue) -> Non
     bad = _forged(lease)
     with pytest.raises(StaleLease):
         queue.heartbeat(bad)
-    assert queue.get(job.id).to_json() == before
+    rejected = queue.get(job.id).to_json()
+    # nothing of the job changed; only the rejection is on its timeline
+    assert {k: v for k, v in rejected.items() if k != "events"} == {k: v for k, v in before.items() if k != "events"}
+    assert [e["detail"]["reason"] for e in rejected["events"][2:]] == ["heartbeat of a lost lease rejected"]
     with pytest.raises(StaleLease):
         queue.complete(bad, {"text": "forged"})
     with pytest.raises(StaleLease):
@@ -307,7 +310,7 @@ def test_wrong_token_changes_nothing(queue: Queue, open_queue: OpenQueue) -> Non
     after = open_queue().get(job.id)
     assert after.state == State.RUNNING
     assert after.attempts == 1 and after.lease_expires_at == before["lease_expires_at"]
-    assert types(after) == ["submitted", "leased", "stale_result", "stale_result"]
+    assert types(after) == ["submitted", "leased", "stale_result", "stale_result", "stale_result"]
     # the real holder is unaffected
     assert queue.complete(lease, {"text": "real"}).state == State.SUCCEEDED
 
@@ -331,7 +334,7 @@ def test_old_token_is_rejected_after_expiry_and_re_lease(queue: Queue, clock: Fa
     assert current.lease_epoch == new.epoch
     assert queue.lease_token(job.id) == new.token
     stale = [e for e in current.events if e.type == "stale_result"]
-    assert len(stale) == 2
+    assert len(stale) == 3  # the heartbeat, the failure and the result: each one recorded
     assert all(e.detail["stale_epoch"] == old.epoch and e.epoch == old.epoch for e in stale)
     # the current holder still completes, and the result is stored once for the key
     done = queue.complete(new, {"text": "current"})
@@ -412,7 +415,7 @@ def test_cancel_a_running_job_rejects_its_late_result(queue: Queue) -> None:
     after = queue.get(job.id)
     assert after.state == State.CANCELLED
     assert after.result_ref is None
-    assert types(after) == ["submitted", "leased", "cancelled", "stale_result", "stale_result"]
+    assert types(after) == ["submitted", "leased", "cancelled", "stale_result", "stale_result", "stale_result"]
 
 
 def test_cancel_accepts_a_unique_id_prefix(queue: Queue) -> None:

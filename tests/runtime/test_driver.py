@@ -243,7 +243,9 @@ def test_late_success_after_the_lease_expired_elsewhere_is_rejected(
     job_id, provider, driver = _blocked_attempt(qtbot, queue, make_driver, "slow remote call")
     epoch = queue.get(job_id).lease_epoch
 
-    # another process whose clock is an hour ahead: to it, the lease ran out long ago
+    # the holder's renewals stop (as a holder on another host that lost the network would
+    # look), and another process whose clock is an hour ahead finds the lease long expired
+    driver.keeper.remove(driver.keeper.lease_of(job_id))
     later = FakeClock(start=time.time() + 3600)
     with Queue.open(data_dir, discover(), clock=later) as other:
         assert other.reap() == [job_id]
