@@ -15,6 +15,7 @@ from typing import Any
 
 from desktop_queue.core.clock import Clock
 from desktop_queue.core.flow import FlowControl, ProfileLimits
+from desktop_queue.core.ledger import Budget, is_local_url
 from desktop_queue.core.outcome import Provider
 from desktop_queue.providers import discover
 from desktop_queue.providers.openai_compat import DEFAULT_PROFILE, OpenAIProfile, make_providers
@@ -34,6 +35,10 @@ class ProfileConfig:
         tpm: tokens per minute (None: unlimited).
         concurrency: attempts at once against this endpoint (None: only the global limit).
         require_key: False for local servers that need no key.
+        budget_usd_per_day: dollars this profile may spend a local day (None: no limit).
+        budget_usd_per_month: dollars a local calendar month (None: no limit).
+        budget_tokens_per_day: tokens (in and out) a day (None: no limit).
+        budget_tokens_per_month: tokens a month (None: no limit).
     """
 
     name: str = DEFAULT_PROFILE
@@ -43,6 +48,23 @@ class ProfileConfig:
     tpm: float | None = None
     concurrency: int | None = None
     require_key: bool = True
+    budget_usd_per_day: float | None = None
+    budget_usd_per_month: float | None = None
+    budget_tokens_per_day: int | None = None
+    budget_tokens_per_month: int | None = None
+
+    def budget(self) -> Budget:
+        """The spending limits of this profile (0 counts as no limit, as for the rates)."""
+        return Budget(
+            usd_per_day=self.budget_usd_per_day or None,
+            usd_per_month=self.budget_usd_per_month or None,
+            tokens_per_day=int(self.budget_tokens_per_day) if self.budget_tokens_per_day else None,
+            tokens_per_month=int(self.budget_tokens_per_month) if self.budget_tokens_per_month else None,
+        )
+
+    def is_local(self) -> bool:
+        """True if the endpoint is on this machine (its calls cost nothing unless a price says so)."""
+        return is_local_url(self.openai_profile().resolved_base_url())
 
     def limits(self) -> ProfileLimits:
         """The flow-control limits of this profile."""

@@ -57,10 +57,20 @@ def _number(value: object, kind: type[int] | type[float]) -> int | float | None:
     return number if number > 0 else None
 
 
-def load_provider_profile(name: str = ProfileConfig.name) -> ProfileConfig:
-    """Reads ``providers/<name>/…`` (base URL, model, rpm, tpm, concurrency; never a key).
+#: ProfileConfig field -> number type of the budgets kept under ``providers/<name>/…``
+BUDGET_KEYS: dict[str, type[int] | type[float]] = {
+    "budget_usd_per_day": float,
+    "budget_usd_per_month": float,
+    "budget_tokens_per_day": int,
+    "budget_tokens_per_month": int,
+}
 
-    Missing or unreadable values fall back to the defaults (rates: unlimited).
+
+def load_provider_profile(name: str = ProfileConfig.name) -> ProfileConfig:
+    """Reads ``providers/<name>/…`` (base URL, model, rpm, tpm, concurrency, budgets; never a key).
+
+    Missing or unreadable values fall back to the defaults (rates and budgets: unlimited).
+    Prices are not here: they live in the data dir (``prices.json``), shared with ``work``.
     """
     settings = _settings()
     prefix = f"providers/{name}/"
@@ -72,6 +82,7 @@ def load_provider_profile(name: str = ProfileConfig.name) -> ProfileConfig:
         rpm=_number(settings.value(prefix + "rpm"), float),
         tpm=_number(settings.value(prefix + "tpm"), float),
         concurrency=int(concurrency) if concurrency else None,
+        **{key: _number(settings.value(prefix + key), kind) for key, kind in BUDGET_KEYS.items()},  # type: ignore[arg-type]
     )
 
 
@@ -84,6 +95,8 @@ def save_provider_profile(config: ProfileConfig) -> None:
     settings.setValue(prefix + "rpm", config.rpm or 0)
     settings.setValue(prefix + "tpm", config.tpm or 0)
     settings.setValue(prefix + "concurrency", config.concurrency or 0)
+    for key in BUDGET_KEYS:
+        settings.setValue(prefix + key, getattr(config, key) or 0)
     settings.sync()
 
 

@@ -20,6 +20,7 @@ from fakeserver import FakeOpenAI  # noqa: E402
 from provider_helpers import CANARY_KEY, MemoryKeyring, memory_keyring, server  # noqa: E402, F401  (fixtures)
 
 from desktop_queue.core.flow import WAITING_UNAVAILABLE, FlowControl, ProfileLimits  # noqa: E402
+from desktop_queue.core.ledger import Budget, Price, PriceTable  # noqa: E402
 from desktop_queue.core.present import describe_state  # noqa: E402
 from desktop_queue.providers.openai_compat import KEYRING_SERVICE  # noqa: E402
 from desktop_queue.providers.setup import ProfileConfig  # noqa: E402
@@ -157,3 +158,69 @@ def test_queue_model_shows_the_hold_reason(qtmodeltester: Any) -> None:
     column = [c.key for c in model.columns].index("next")
     texts = {model.job_at(r)["id"]: model.data(model.index(r, column)) for r in range(model.rowCount())}
     assert texts == {"a": "waiting: concurrency cap", "b": "ready"}
+
+
+# ---------------------------------------------------------------- budgets and the model's price
+
+
+def test_budgets_and_an_own_price_are_saved_and_shown_again(
+    qtbot: Any, memory_keyring: MemoryKeyring, isolated_profile: Path
+) -> None:
+    dlg = PreferencesDialog(Preferences(), ProfileConfig(base_url="https://api.example.com/v1", model="gpt-4o"))
+    qtbot.addWidget(dlg)
+    page = dlg.providers_page
+    assert not page.own_price.isChecked() and not page.price_in.isEnabled()
+    assert page.price_in.value() == pytest.approx(2.50) and page.price_out.value() == pytest.approx(10.0)
+    assert "Estimate for gpt-4o" in page.price_note.text() and "Prices change" in page.price_note.text()
+    assert page.budget_usd_day.text() == "no budget"
+
+    page.budget_usd_day.setValue(5.0)
+    page.budget_usd_month.setValue(50.0)
+    page.budget_tokens_day.setValue(10_000)
+    page.budget_tokens_month.setValue(200_000)
+    page.own_price.setChecked(True)
+    assert page.price_in.isEnabled()
+    page.price_in.setValue(2.0)
+    page.price_out.setValue(8.0)
+    dlg.accept()
+    assert dlg.result() == QDialog.DialogCode.Accepted
+
+    saved = load_provider_profile()
+    assert saved.budget() == Budget(usd_per_day=5.0, usd_per_month=50.0, tokens_per_day=10_000, tokens_per_month=200_000)
+    assert saved == dlg.provider_profile()
+    prices = PriceTable.load(isolated_profile / "data")  # what `desktop-queue work` on that data dir reads
+    assert prices.user_price("gpt-4o") == Price(input_per_1m=2.0, output_per_1m=8.0)
+
+    again = PreferencesDialog(Preferences(), saved)
+    qtbot.addWidget(again)
+    page = again.providers_page
+    assert (page.budget_usd_day.value(), page.budget_usd_month.value()) == (5.0, 50.0)
+    assert (page.budget_tokens_day.value(), page.budget_tokens_month.value()) == (10_000, 200_000)
+    assert page.own_price.isChecked() and page.price_in.value() == pytest.approx(2.0)
+
+    page.own_price.setChecked(False)  # back to the estimate; budgets cleared
+    page.budget_usd_day.setValue(0)
+    again.accept()
+    assert PriceTable.load(isolated_profile / "data").user_price("gpt-4o") is None
+    assert load_provider_profile().budget_usd_per_day is None
+
+
+def test_the_price_follows_the_model_and_a_local_server_is_free(qtbot: Any, dialog: PreferencesDialog) -> None:
+    page = dialog.providers_page  # the fake server listens on 127.0.0.1
+    assert "on this machine" in page.price_note.text()
+    page.base_url.setText("https://api.example.com/v1")
+    assert "No built-in price for model-a" in page.price_note.text()
+    page.model.setText("gpt-4o-mini")
+    assert page.price_in.value() == pytest.approx(0.15) and "Estimate" in page.price_note.text()
+
+
+def test_an_unchanged_price_writes_no_prices_file(
+    qtbot: Any, memory_keyring: MemoryKeyring, isolated_profile: Path
+) -> None:
+    dlg = PreferencesDialog(Preferences(), ProfileConfig(model="gpt-4o"))
+    qtbot.addWidget(dlg)
+    dlg.providers_page.budget_tokens_day.setValue(1000)
+    dlg.accept()
+    assert dlg.result() == QDialog.DialogCode.Accepted
+    assert not (isolated_profile / "data" / "prices.json").exists()
+    assert load_provider_profile().budget_tokens_per_day == 1000
