@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import email.utils
+import http
 import json
 import logging
 import math
@@ -193,9 +194,11 @@ def parse_duration(value: str | None) -> float | None:
         return None
     text = value.strip()
     try:
-        return max(0.0, float(text))
+        number = float(text)
     except ValueError:
         pass
+    else:
+        return number if math.isfinite(number) and number >= 0 else None
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text.replace(" ", ""):
         return None
@@ -211,20 +214,50 @@ def _header(headers: Mapping[str, str] | Any, name: str) -> str | None:
     return None if value is None else str(value)
 
 
+#: LiteLLM's proxy passes the upstream provider's headers through under this prefix
+#: (docs/proxy/response_headers.md: "prefixed with llm_provider-").
+GATEWAY_PREFIXES = ("", "llm_provider-")
+#: ``x-ratelimit-reset`` values above this are epoch timestamps, not a delay (2001-09-09)
+_EPOCH_S = 1e9
+#: ... and above this, epoch milliseconds (OpenRouter sends those)
+_EPOCH_MS = 1e12
+
+
+def _gateway_header(headers: Any, name: str) -> str | None:
+    """``name``, or the same header as a gateway passed it through (``llm_provider-<name>``)."""
+    for prefix in GATEWAY_PREFIXES:
+        value = _header(headers, prefix + name)
+        if value is not None and value.strip():
+            return value
+    return None
+
+
 def _int_header(headers: Any, name: str) -> int | None:
-    value = _header(headers, name)
+    value = _gateway_header(headers, name)
     try:
         return int(float(value)) if value is not None else None
-    except ValueError:
+    except (ValueError, OverflowError):  # garbled, "nan", "inf"
         return None
 
 
-def rate_limit_info(headers: Any) -> RateLimitInfo | None:
+def _until(seconds: float | None, now: Callable[[], float]) -> float | None:
+    """A reset given as a delay, or as an epoch timestamp (seconds or milliseconds) when large."""
+    if seconds is None:
+        return None
+    if seconds >= _EPOCH_MS:
+        return max(0.0, seconds / 1000.0 - now())
+    if seconds >= _EPOCH_S:
+        return max(0.0, seconds - now())
+    return seconds
+
+
+def rate_limit_info(headers: Any, now: Callable[[], float] = time.time) -> RateLimitInfo | None:
     """The ``x-ratelimit-*`` headers of a response, or None if it had none."""
     rem_req = _int_header(headers, "x-ratelimit-remaining-requests")
     rem_tok = _int_header(headers, "x-ratelimit-remaining-tokens")
-    reset_req = parse_duration(_header(headers, "x-ratelimit-reset-requests"))
-    reset_tok = parse_duration(_header(headers, "x-ratelimit-reset-tokens"))
+    # some gateways send the reset as a timestamp where OpenAI sends a duration
+    reset_req = _until(parse_duration(_gateway_header(headers, "x-ratelimit-reset-requests")), now)
+    reset_tok = _until(parse_duration(_gateway_header(headers, "x-ratelimit-reset-tokens")), now)
     if rem_req is None and rem_tok is None and reset_req is None and reset_tok is None:
         return None
     resets = []
@@ -237,28 +270,68 @@ def rate_limit_info(headers: Any) -> RateLimitInfo | None:
     return RateLimitInfo(rem_req, rem_tok, max(resets) if resets else None)
 
 
+def _seconds(value: str | None) -> float | None:
+    """A non-negative, finite number of seconds, or None for anything garbled."""
+    if value is None:
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _retry_after_value(value: str | None, now: Callable[[], float]) -> float | None:
+    """``Retry-After``: delay-seconds or an HTTP date (RFC 9110 section 10.2.3)."""
+    seconds = _seconds(value)
+    if seconds is not None or value is None:
+        return seconds
+    parsed = email.utils.parsedate_tz(value)
+    if parsed is None:
+        return None
+    try:
+        return max(0.0, float(email.utils.mktime_tz(parsed)) - now())
+    except (OverflowError, ValueError):
+        return None
+
+
+_IETF_RESET = re.compile(r"(?:^|;)\s*t\s*=\s*(\d+(?:\.\d+)?)\s*(?:;|,|$)")
+
+
+def _ietf_ratelimit(value: str | None) -> float | None:
+    """The ``t`` (seconds to reset) of the structured ``RateLimit`` header of newer IETF drafts."""
+    if value is None:
+        return None
+    resets = [float(m.group(1)) for m in _IETF_RESET.finditer(value)]
+    return max(resets) if resets else None
+
+
 def retry_after_from_headers(headers: Any, now: Callable[[], float] = time.time) -> float | None:
-    """Seconds to wait, from ``retry-after-ms``, ``Retry-After`` (seconds or HTTP date) or ``x-ratelimit-reset-*``."""
-    ms = _header(headers, "retry-after-ms")
+    """Seconds a throttled client should wait, from whichever header the server sent.
+
+    In order: ``retry-after-ms`` (OpenAI), ``Retry-After`` (seconds or HTTP date),
+    ``x-ratelimit-reset-requests`` / ``-tokens`` (OpenAI durations such as ``6m0s``),
+    ``x-ratelimit-reset`` (seconds or an epoch timestamp), ``ratelimit-reset`` and
+    ``RateLimit: ...;t=N`` (IETF drafts); each also under a gateway's
+    ``llm_provider-`` prefix (LiteLLM proxy). A garbled value is skipped, never
+    guessed at: the caller then falls back to its own backoff.
+    """
+    ms = _seconds(_gateway_header(headers, "retry-after-ms"))
     if ms is not None:
-        try:
-            value = float(ms) / 1000.0
-            if math.isfinite(value):
-                return max(0.0, value)
-        except ValueError:
-            pass
-    plain = _header(headers, "retry-after")
+        return ms / 1000.0
+    plain = _retry_after_value(_gateway_header(headers, "retry-after"), now)
     if plain is not None:
-        try:
-            value = float(plain)
-            if math.isfinite(value):
-                return max(0.0, value)
-        except ValueError:
-            parsed = email.utils.parsedate_tz(plain)
-            if parsed is not None:
-                return max(0.0, float(email.utils.mktime_tz(parsed)) - now())
-    info = rate_limit_info(headers)
-    return info.reset_s if info is not None else None
+        return plain
+    info = rate_limit_info(headers, now)
+    if info is not None and info.reset_s is not None:
+        return info.reset_s
+    reset = _until(_seconds(_gateway_header(headers, "x-ratelimit-reset")), now)
+    if reset is not None:
+        return reset
+    ietf = _seconds(_gateway_header(headers, "ratelimit-reset"))
+    if ietf is not None:
+        return ietf
+    return _ietf_ratelimit(_gateway_header(headers, "ratelimit"))
 
 
 def _status_class(status: int) -> ErrorClass:
@@ -267,24 +340,114 @@ def _status_class(status: int) -> ErrorClass:
     return ErrorClass.RETRYABLE if status >= 500 else ErrorClass.FATAL
 
 
+_HTML_TITLE = re.compile(r"<(?:title|h1)[^>]*>(.*?)</(?:title|h1)>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]+>")
+_BODY_TEXT_CHARS = 200
+
+
+def _text_of(value: Any) -> str | None:
+    """A short message from one error field: a string, or FastAPI / pydantic's list of problems."""
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, list):
+        parts = []
+        for item in value[:3]:
+            if isinstance(item, Mapping) and isinstance(item.get("msg"), str):
+                loc = item.get("loc")
+                where = ".".join(str(p) for p in loc) if isinstance(loc, list) and loc else ""
+                parts.append(f"{where}: {item['msg']}" if where else item["msg"])
+            elif isinstance(item, str):
+                parts.append(item)
+        return "; ".join(parts) or None
+    if isinstance(value, Mapping):
+        return _text_of(value.get("message") or value.get("msg") or value.get("detail"))
+    return None
+
+
 def _error_body(body: Any) -> tuple[str | None, str | None, str | None]:
-    """(code, type, message) of an OpenAI-style error body."""
+    """(code, type, message) of an error body, whatever server sent it.
+
+    The SDK hands over an OpenAI error's inner ``error`` object, or the whole body
+    when there is none. Besides OpenAI's ``{"error": {"message", "type", "code"}}``
+    this reads ``{"error": "text"}`` (Ollama, llama.cpp), ``{"message": "..."}``,
+    ``{"detail": "..."}`` and FastAPI's ``{"detail": [{"loc", "msg"}]}`` (vLLM,
+    LiteLLM, most Python servers), and a plain-text or HTML body (Go servers' "404
+    page not found", reverse proxies).
+    """
     if isinstance(body, Mapping):
         inner = body.get("error", body)
         if isinstance(inner, Mapping):
-            code, kind, msg = inner.get("code"), inner.get("type"), inner.get("message")
+            code, kind = inner.get("code"), inner.get("type")
+            msg = _text_of(inner.get("message")) or _text_of(inner.get("detail")) or _text_of(inner.get("msg"))
+            if msg is None and inner is not body:
+                msg = _text_of(body.get("message")) or _text_of(body.get("detail"))
             return (
-                str(code) if code is not None else None,
-                str(kind) if kind is not None else None,
-                str(msg) if msg is not None else None,
+                str(code) if code is not None and not isinstance(code, (dict, list)) else None,
+                str(kind) if isinstance(kind, str) else None,
+                msg,
             )
-        if isinstance(inner, str):
-            return None, None, inner
+        return None, None, _text_of(inner) or _text_of(body.get("message")) or _text_of(body.get("detail"))
+    if isinstance(body, str) and body.strip():
+        text = body.strip()
+        if text.startswith("<"):
+            found = _HTML_TITLE.search(text)
+            text = _TAG.sub(" ", found.group(1)) if found else ""
+        text = " ".join(text.split())
+        return None, None, (text[:_BODY_TEXT_CHARS] or None)
     return None, None, None
 
 
+def _reason(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _request_line(error: Any) -> str | None:
+    """``POST /v1/chat/completions``: the method and path the failed request went to (never the query)."""
+    try:
+        request = error.request if getattr(error, "request", None) is not None else error.response.request
+        return f"{request.method} {request.url.path}"
+    except (AttributeError, RuntimeError):
+        return None
+
+
+_NOT_A_ROUTE = re.compile(r"^(?:not found|404 page not found|404: not found|no route.*|unknown (?:url|endpoint|route).*)$",
+                          re.IGNORECASE)
+
+
+def _not_found_hint(line: str | None, detail: str | None) -> str | None:
+    """For a 404 that reads like a wrong URL (no detail, or a router's generic "Not Found")."""
+    if detail and not _NOT_A_ROUTE.match(detail.strip().rstrip(".")):
+        return None  # a real answer, e.g. "the model `x` does not exist"
+    if line is not None and "/v1/" not in line + "/":
+        return "is the base URL right? (it should usually end in /v1)"
+    return "is the base URL right, and does this server offer this endpoint?"
+
+
+def _timeout_text(timeout: tuple[float, str] | None) -> str:
+    if timeout is None:
+        return "the request timed out"
+    seconds, source = timeout
+    return f"no answer within {seconds:g} s ({source})"
+
+
+class MissingApiKey(InvalidInput):
+    """The profile needs an API key and none is configured yet: its jobs wait for one.
+
+    Not a fault of the job: once a key is entered (Preferences, keyring or
+    ``OPENAI_API_KEY``) the same job runs as it is.
+    """
+
+
 def classify_error(
-    error: BaseException, *, job_input: Any = None, secrets: tuple[str, ...] = (), what: str = "openai"
+    error: BaseException,
+    *,
+    job_input: Any = None,
+    secrets: tuple[str, ...] = (),
+    what: str = "openai",
+    timeout: tuple[float, str] | None = None,
 ) -> Outcome:
     """Turns an SDK (or other) exception into a classified, redacted :class:`Outcome`.
 
@@ -293,20 +456,28 @@ def classify_error(
         job_input: the job's input; any of its text is removed from the message.
         secrets: strings that must never appear (the API key).
         what: a short prefix for the message (the kind).
+        timeout: (seconds, where they came from) of the request, to say so when it timed out.
     """
 
     def clean(text: str) -> str:
         return redact(f"{what}: {text}", job_input, secrets=secrets)
 
     if isinstance(error, _sdk().APITimeoutError):
-        return Outcome.failure(ErrorClass.RETRYABLE, clean("the request timed out"))
+        return Outcome.failure(ErrorClass.RETRYABLE, clean(_timeout_text(timeout)))
     if isinstance(error, _sdk().APIConnectionError):
         cause = type(error.__cause__).__name__ if error.__cause__ is not None else "no response"
         return Outcome.failure(ErrorClass.RETRYABLE, clean(f"connection error ({cause})"))
     if isinstance(error, _sdk().APIStatusError):
         status = int(error.status_code)
         code, kind, detail = _error_body(error.body)
-        text = f"HTTP {status}" + (f" {code}" if code else "") + (f": {detail}" if detail else "")
+        text = f"HTTP {status}"
+        if status == 404:
+            line = _request_line(error)
+            text += f" {_reason(status)}" + (f" at {line}" if line else "")
+            hint = _not_found_hint(line, detail)
+            text += (f": {detail}" if detail else "") + (f" — {hint}" if hint else "")
+        else:
+            text += (f" {code}" if code and code != str(status) else "") + (f": {detail}" if detail else "")
         if code in _QUOTA_CODES or kind in _QUOTA_CODES:
             return Outcome.failure(ErrorClass.FATAL, clean(f"quota exhausted ({text})"), status=status)
         error_class = _status_class(status)
@@ -314,6 +485,9 @@ def classify_error(
         return Outcome.failure(error_class, clean(text), status=status, retry_after=retry_after)
     if isinstance(error, _sdk().APIResponseValidationError):
         return Outcome.failure(ErrorClass.POISON, clean("the response did not have the expected shape"))
+    if isinstance(error, MissingApiKey):
+        # not the job's fault: retryable, so it never dead-letters for want of a key
+        return Outcome.failure(ErrorClass.RETRYABLE, redact(str(error), job_input, secrets=secrets))
     if isinstance(error, InvalidInput):
         return Outcome.failure(ErrorClass.FATAL, clean(f"invalid input: {error}"))
     if isinstance(error, (TimeoutError, ConnectionError)):
@@ -344,6 +518,16 @@ class _OpenAIBase:
 
     kind = "openai"
     version = "1"
+    #: the attempt timeout when the job and settings give none. Generation is slow on
+    #: laptops and local servers: 10 minutes covers a long chat answer or a large image
+    #: from a local model, and a hung call still ends within the same order of time.
+    default_timeout_s: float = 600.0
+    #: lease length: short, because the runtime renews it whatever the provider is doing;
+    #: it only bounds how long a dead holder keeps a job from being run again.
+    lease_s: float = 30.0
+    #: how long :meth:`unavailable_reason` trusts its last key lookup (a keyring read
+    #: can take a while; a key entered later is still found within this)
+    KEY_RECHECK_S = 5.0
 
     def __init__(
         self,
@@ -360,6 +544,8 @@ class _OpenAIBase:
         self._retired_keys: set[str] = set()
         self._lock = threading.Lock()
         self.key_notice: str | None = None
+        self._monotonic: Callable[[], float] = time.monotonic  # tests jump it
+        self._key_checked: tuple[float, str | None] | None = None
 
     # -- plumbing
 
@@ -381,6 +567,7 @@ class _OpenAIBase:
             self.profile = profile
             self._client_obj = None
             self._key = None
+            self._key_checked = None
 
     def client(self) -> openai.OpenAI:
         """The SDK client (created on first use: no keyring access at discovery time).
@@ -400,10 +587,7 @@ class _OpenAIBase:
                     log.warning("profile %s: %s", self.profile.name, self.key_notice)
             if not key:
                 if self.profile.require_key:
-                    raise InvalidInput(
-                        f"no API key for profile {self.profile.name!r}: enter it in Preferences "
-                        "(saved to the OS keyring) or set OPENAI_API_KEY"
-                    )
+                    raise MissingApiKey(self._missing_key_text())
                 key = "no-key-required"
             self._key = key
             self._client_obj = _sdk().OpenAI(
@@ -413,6 +597,44 @@ class _OpenAIBase:
                 timeout=_sdk().Timeout(self.profile.timeout_s, connect=self.profile.connect_timeout_s),
             )
             return self._client_obj
+
+    def _missing_key_text(self) -> str:
+        return (
+            f"no API key for profile {self.profile.name}: enter it in Preferences → Providers "
+            "or set OPENAI_API_KEY"
+        )
+
+    def unavailable_reason(self) -> str | None:
+        """Why this profile's jobs cannot run now (no API key yet), or None when they can.
+
+        The runtime asks before leasing, so such jobs wait with this reason instead of
+        spending attempts. The key lookup is cached for :attr:`KEY_RECHECK_S`, so a key
+        entered later is found soon without a keyring read per scheduler tick.
+        """
+        if self._explicit_key or not self.profile.require_key:
+            return None
+        now = self._monotonic()
+        with self._lock:
+            if self._client_obj is not None:
+                return None
+            checked = self._key_checked
+            if checked is not None and now - checked[0] < self.KEY_RECHECK_S:
+                return checked[1]
+        found = resolve_api_key(self.profile.name)  # outside the lock: a keyring may be slow
+        reason = None if found.key else self._missing_key_text()
+        with self._lock:
+            self._key_checked = (now, reason)
+        return reason
+
+    def _timeout(self, context: RunContext | None) -> tuple[float, str]:
+        """Seconds one blocking call may take: the attempt's timeout, else the profile's."""
+        if context is not None and context.timeout_s is not None and context.timeout_s > 0:
+            return float(context.timeout_s), "attempt timeout"
+        return float(self.profile.timeout_s), "profile timeout"
+
+    def _sdk_timeout(self, seconds: float) -> Any:
+        seconds = max(0.001, seconds)
+        return _sdk().Timeout(seconds, connect=min(self.profile.connect_timeout_s, seconds))
 
     def close(self) -> None:
         """Closes the HTTP connections (a new client is made on next use)."""
@@ -435,8 +657,21 @@ class _OpenAIBase:
             except Exception:  # a listener must not break an attempt
                 log.exception("rate-limit listener failed")
 
-    def _fail(self, error: BaseException, job_input: Any) -> Outcome:
-        return classify_error(error, job_input=job_input, secrets=self._secrets(), what=self.kind)
+    def _fail(self, error: BaseException, job_input: Any, timeout: tuple[float, str] | None = None) -> Outcome:
+        outcome = classify_error(error, job_input=job_input, secrets=self._secrets(), what=self.kind, timeout=timeout)
+        if isinstance(error, MissingApiKey):
+            # look again when the runtime's next check would
+            return replace(outcome, retry_after=self.KEY_RECHECK_S)
+        return outcome
+
+    def _check_profile(self, payload: Mapping[str, Any]) -> None:
+        """Profiles are configuration: a job may name its provider's own profile, no other."""
+        named = payload.get("profile")
+        if named is not None and named != self.profile.name:
+            raise InvalidInput(
+                f"unknown profile {named!r}: jobs of {self.kind} run on profile {self.profile.name!r}; "
+                "profiles are configured in Preferences or with work flags, not in job input"
+            )
 
     def _model(self, payload: Mapping[str, Any], default: str) -> str:
         model = payload.get("model")
@@ -538,16 +773,20 @@ class OpenAIChatProvider(_OpenAIBase):
 
     kind = "openai.chat"
     version = "1"
+    #: a long answer from a local model on a laptop takes minutes; the SDK's own default is 10
+    default_timeout_s = 600.0
 
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""
         data = _require_dict(payload, self.kind)
+        self._check_profile(data)
         _messages(data, self.kind)
         _check_max(data, "max_tokens", "max_completion_tokens")
 
     def run(self, job: Any, context: RunContext) -> Outcome:
         """Sends one chat completion; never raises for expected failures."""
         payload = job.input
+        timeout = self._timeout(context)
         try:
             self.validate(payload)
             client = self.client()
@@ -558,12 +797,13 @@ class OpenAIChatProvider(_OpenAIBase):
                 model=self._model(payload, self.profile.model),
                 messages=_messages(payload, self.kind),  # type: ignore[arg-type]  # validated above
                 extra_headers=self._headers(context.idempotency_key),
+                timeout=self._sdk_timeout(timeout[0]),
                 **options,
             )
             self._observe(raw.headers)
             completion = raw.parse()
         except Exception as exc:
-            return self._fail(exc, payload)
+            return self._fail(exc, payload, timeout)
         choices = getattr(completion, "choices", None) or []
         text = choices[0].message.content if choices and choices[0].message is not None else None
         if not isinstance(text, str):
@@ -595,10 +835,14 @@ class OpenAIResponsesProvider(_OpenAIBase):
 
     kind = "openai.responses"
     version = "1"
+    #: per call: in background mode every call returns at once, but a server that
+    #: ignores ``background`` answers the create only when the whole text is done
+    default_timeout_s = 600.0
 
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""
         data = _require_dict(payload, self.kind)
+        self._check_profile(data)
         if "input" in data:
             value = data["input"]
             if not ((isinstance(value, str) and value.strip()) or (isinstance(value, list) and value)):
@@ -651,6 +895,7 @@ class OpenAIResponsesProvider(_OpenAIBase):
     def run(self, job: Any, context: RunContext) -> Outcome:
         """Creates (or resumes) the background response and polls it to the end."""
         payload = job.input
+        timeout = self._timeout(context)
         try:
             self.validate(payload)
             client = self.client()
@@ -660,11 +905,13 @@ class OpenAIResponsesProvider(_OpenAIBase):
         response_id = context.provider_job_id
         if response_id:
             try:
-                earlier = client.responses.retrieve(response_id, extra_headers=headers)
+                earlier = client.responses.retrieve(
+                    response_id, extra_headers=headers, timeout=self._sdk_timeout(timeout[0])
+                )
             except _sdk().NotFoundError:
                 earlier = None  # the provider forgot it: create a new one
             except Exception as exc:
-                return self._fail(exc, payload)
+                return self._fail(exc, payload, timeout)
             if earlier is not None:
                 done = self._terminal(earlier, payload)
                 if done is None:
@@ -682,12 +929,13 @@ class OpenAIResponsesProvider(_OpenAIBase):
                 background=True,
                 store=True,
                 extra_headers=headers,
+                timeout=self._sdk_timeout(timeout[0]),
                 **options,
             )
             self._observe(raw.headers)
             created = raw.parse()
         except Exception as exc:
-            return self._fail(exc, payload)
+            return self._fail(exc, payload, timeout)
         response_id = created.id
         if context.record_provider_job is not None:
             try:
@@ -703,6 +951,7 @@ class OpenAIResponsesProvider(_OpenAIBase):
 
     def _poll(self, client: openai.OpenAI, response_id: str, context: RunContext, payload: Any) -> Outcome:
         headers = self._headers(context.idempotency_key)
+        timeout = self._timeout(context)
         profile = self.profile
         interval = profile.poll_initial_s
         deadline = time.monotonic() + profile.max_poll_s
@@ -720,12 +969,14 @@ class OpenAIResponsesProvider(_OpenAIBase):
                 # lease lost (reaped or taken over): keep the provider job for the next holder
                 return Outcome.failure(ErrorClass.RETRYABLE, f"{self.kind}: lease lost while polling")
             try:
-                response = client.responses.retrieve(response_id, extra_headers=headers)
+                response = client.responses.retrieve(
+                    response_id, extra_headers=headers, timeout=self._sdk_timeout(timeout[0])
+                )
             except _sdk().NotFoundError as exc:
                 outcome = self._fail(exc, payload)
                 return Outcome.failure(ErrorClass.RETRYABLE, outcome.message, status=outcome.status)
             except Exception as exc:
-                outcome = self._fail(exc, payload)
+                outcome = self._fail(exc, payload, timeout)
                 if outcome.error_class is ErrorClass.FATAL:
                     return outcome
                 errors += 1
@@ -745,7 +996,7 @@ class OpenAIResponsesProvider(_OpenAIBase):
 
     def _cancel(self, client: openai.OpenAI, response_id: str, headers: dict[str, str]) -> Outcome:
         try:
-            client.responses.cancel(response_id, extra_headers=headers)
+            client.responses.cancel(response_id, extra_headers=headers, timeout=self._sdk_timeout(self.profile.timeout_s))
             note = "the provider job was cancelled"
         except Exception as exc:
             note = f"cancelling the provider job failed ({type(exc).__name__})"
@@ -774,18 +1025,36 @@ class OpenAIResponsesProvider(_OpenAIBase):
 
 
 class OpenAIImageProvider(_OpenAIBase):
-    """``openai.image``: one generated image (PNG), returned base64-encoded.
+    """``openai.image``: one generated image, returned base64-encoded.
 
     Input: ``{"prompt", "model"?, "size"?, "quality"?}``.
-    Result: ``{"artifact_b64", "artifact_name": "<key>.png", "mime": "image/png", "model", "revised_prompt"?}``.
+    Result: ``{"artifact_b64", "artifact_name": "<key>.<ext>", "mime", "model", "source": "b64"|"url"}``.
+
+    The image is asked for as base64 (``response_format="b64_json"``), except from
+    ``gpt-image-*`` models, which always answer base64 and refuse the parameter. A
+    server that refuses the parameter (400/422 naming it: nothing was generated, so
+    nothing was paid) is asked once more without it, in the same attempt, and is not
+    asked with it again. An answer with a URL instead is downloaded in the same
+    attempt, within the attempt's timeout, without the API key; the URL is recorded
+    as the provider job first, so an attempt (or a reconciliation after a crash) that
+    finds it downloads the paid image instead of generating another.
     """
 
     kind = "openai.image"
     version = "1"
+    #: a high-quality image takes a minute or two remotely, far longer on a local model
+    default_timeout_s = 600.0
+    #: an image file larger than this is not an image answer
+    MAX_IMAGE_BYTES = 64 * 1024 * 1024
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._refuses_response_format: set[str] = set()
 
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""
         data = _require_dict(payload, self.kind)
+        self._check_profile(data)
         prompt = data.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidInput(f"{self.kind} input needs a non-empty \"prompt\"")
@@ -793,38 +1062,194 @@ class OpenAIImageProvider(_OpenAIBase):
             if name in data and not isinstance(data[name], str):
                 raise InvalidInput(f"\"{name}\" must be a string")
 
+    def _asks_b64(self, model: str) -> bool:
+        return not model.startswith("gpt-image") and model not in self._refuses_response_format
+
+    def _generate(
+        self, client: openai.OpenAI, model: str, payload: Mapping[str, Any], context: RunContext,
+        deadline: float, b64: bool,
+    ) -> Any:
+        options: dict[str, Any] = {k: payload[k] for k in ("size", "quality") if k in payload}
+        if b64:
+            options["response_format"] = "b64_json"
+        raw = client.images.with_raw_response.generate(
+            model=model, prompt=payload["prompt"], n=1,
+            extra_headers=self._headers(context.idempotency_key),
+            timeout=self._sdk_timeout(deadline - self._monotonic()), **options,
+        )
+        self._observe(raw.headers)
+        return raw.parse()
+
     def run(self, job: Any, context: RunContext) -> Outcome:
-        """Generates one image."""
+        """Generates one image (or fetches the one an earlier attempt was given a link to)."""
         payload = job.input
+        timeout = self._timeout(context)
+        deadline = self._monotonic() + timeout[0]
         try:
             self.validate(payload)
             client = self.client()
-            model = self._model(payload, self.profile.image_model)
-            options: dict[str, Any] = {k: payload[k] for k in ("size", "quality") if k in payload}
-            if model.startswith("dall-e"):
-                options["response_format"] = "b64_json"
-            raw = client.images.with_raw_response.generate(
-                model=model, prompt=payload["prompt"], n=1,
-                extra_headers=self._headers(context.idempotency_key), **options,
-            )
-            self._observe(raw.headers)
-            images = raw.parse()
         except Exception as exc:
             return self._fail(exc, payload)
+        model = self._model(payload, self.profile.image_model)
+        earlier = context.provider_job_id
+        if earlier and _is_image_link(earlier):
+            fetched = self._fetch(earlier, deadline, timeout, payload)
+            if isinstance(fetched, bytes):
+                return Outcome.success(self._result(fetched, None, model, context, "url"))
+            log.info("%s: the earlier image link failed (%s); generating again", self.kind, fetched.message)
+        if context.cancelled.is_set():
+            return Outcome.failure(ErrorClass.RETRYABLE, f"{self.kind}: cancelled before it started")
+        b64 = self._asks_b64(model)
+        try:
+            try:
+                images = self._generate(client, model, payload, context, deadline, b64)
+            except _sdk().APIStatusError as exc:
+                if not (b64 and _refuses_parameter(exc, "response_format")):
+                    raise
+                # refused as invalid before any work was done: ask as this server wants it
+                self._refuses_response_format.add(model)
+                images = self._generate(client, model, payload, context, deadline, False)
+        except Exception as exc:
+            return self._fail(exc, payload, timeout)
         data = images.data or []
-        b64 = data[0].b64_json if data else None
-        if not b64:
-            return Outcome.failure(ErrorClass.POISON, f"{self.kind}: the response had no image data")
+        first = data[0] if data else None
+        encoded = getattr(first, "b64_json", None)
+        link = getattr(first, "url", None)
+        usage = _usage(getattr(images, "usage", None))
+        if encoded:
+            try:
+                content = base64.b64decode(encoded, validate=True)
+            except ValueError:
+                return Outcome.failure(ErrorClass.POISON, f"{self.kind}: the image data was not valid base64")
+            return Outcome.success(self._result(content, None, model, context, "b64", usage))
+        if isinstance(link, str) and _is_image_link(link):
+            if context.record_provider_job is not None and not link.startswith("data:"):
+                try:
+                    context.record_provider_job(link)  # paid for: whoever runs the job next fetches it
+                except Exception as exc:
+                    log.warning("could not record the image link of %s: %s", context.job_id, type(exc).__name__)
+                    return Outcome.failure(ErrorClass.RETRYABLE, f"{self.kind}: lease lost after the image was made")
+            fetched = self._fetch(link, deadline, timeout, payload)
+            if isinstance(fetched, Outcome):
+                return fetched
+            return Outcome.success(self._result(fetched, None, model, context, "url", usage))
+        return Outcome.failure(ErrorClass.POISON, f"{self.kind}: the response had no image data")
+
+    def _result(
+        self, content: bytes, mime: str | None, model: str, context: RunContext, source: str,
+        usage: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        mime = _image_mime(content) or mime or "image/png"
         result: dict[str, Any] = {
-            "artifact_b64": b64,
-            "artifact_name": f"{context.idempotency_key}.png",
-            "mime": "image/png",
+            "artifact_b64": base64.b64encode(content).decode("ascii"),
+            "artifact_name": f"{context.idempotency_key}.{_IMAGE_EXTENSIONS.get(mime, 'png')}",
+            "mime": mime,
             "model": model,
+            "source": source,
             "provider": self.kind,
         }
-        if getattr(images, "usage", None) is not None:
-            result["usage"] = _usage(images.usage)
-        return Outcome.success(result)
+        if usage is not None:
+            result["usage"] = usage
+        return result
+
+    def _fetch(self, link: str, deadline: float, timeout: tuple[float, str], payload: Any) -> bytes | Outcome:
+        """The image at ``link``, or a retryable failure (never poison: the image exists).
+
+        A separate HTTP client: the API key must never go to the host that serves images.
+        """
+        if link.startswith("data:"):
+            try:
+                return base64.b64decode(link.split(",", 1)[1], validate=True)
+            except (IndexError, ValueError):
+                return Outcome.failure(ErrorClass.POISON, f"{self.kind}: the image data URL was not valid base64")
+        host = _host_of(link)
+        left = deadline - self._monotonic()
+        if left <= 0:
+            return Outcome.failure(ErrorClass.RETRYABLE, f"{self.kind}: {_timeout_text(timeout)} (before the download)")
+        sdk = _sdk()
+        try:
+            with sdk.DefaultHttpxClient(timeout=self._sdk_timeout(left), follow_redirects=True) as http_client:
+                with http_client.stream("GET", link) as response:
+                    if response.status_code != 200:
+                        return Outcome.failure(
+                            ErrorClass.RETRYABLE,
+                            f"{self.kind}: downloading the image from {host} failed: HTTP {response.status_code}",
+                            status=response.status_code,
+                        )
+                    chunks: list[bytes] = []
+                    size = 0
+                    for chunk in response.iter_bytes():
+                        size += len(chunk)
+                        if size > self.MAX_IMAGE_BYTES:
+                            return Outcome.failure(ErrorClass.RETRYABLE, f"{self.kind}: the image at {host} is too large")
+                        if self._monotonic() > deadline:
+                            raise TimeoutError
+                        chunks.append(chunk)
+                    content_type = response.headers.get("content-type", "")
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
+                text = f"{self.kind}: downloading the image from {host}: {_timeout_text(timeout)}"
+            else:
+                text = f"{self.kind}: downloading the image from {host} failed ({type(exc).__name__})"
+            return Outcome.failure(ErrorClass.RETRYABLE, redact(text, payload, secrets=self._secrets()))
+        content = b"".join(chunks)
+        if not content or (_image_mime(content) is None and not content_type.startswith("image/")):
+            shown = content_type.split(";")[0] or "no content type"
+            return Outcome.failure(ErrorClass.RETRYABLE, f"{self.kind}: the image link at {host} answered {shown}, not an image")
+        return content
+
+    def lookup(self, job: Any) -> LookupResult:
+        """An orphan that was given an image link: the image is fetched, not made again."""
+        link = getattr(job, "provider_job_id", None)
+        if not (isinstance(link, str) and _is_image_link(link)):
+            return LookupResult(LookupResult.UNKNOWN)
+        context = RunContext(job_id=str(getattr(job, "id", "")), attempt=0,
+                             idempotency_key=str(getattr(job, "idempotency_key", "")))
+        timeout = self._timeout(None)
+        fetched = self._fetch(link, self._monotonic() + timeout[0], timeout, getattr(job, "input", None))
+        if isinstance(fetched, Outcome):
+            return LookupResult(LookupResult.UNKNOWN)
+        payload = getattr(job, "input", None)
+        model = self._model(payload if isinstance(payload, Mapping) else {}, self.profile.image_model)
+        return LookupResult(LookupResult.FINISHED, result=self._result(fetched, None, model, context, "url"))
+
+
+_IMAGE_EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}
+
+
+def _image_mime(content: bytes) -> str | None:
+    """The image type by its magic bytes (servers' content types are often wrong)."""
+    if content.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if content.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if content[:4] == b"RIFF" and content[8:12] == b"WEBP":
+        return "image/webp"
+    if content.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    return None
+
+
+def _is_image_link(value: str) -> bool:
+    return value.startswith(("https://", "http://", "data:image/"))
+
+
+def _host_of(link: str) -> str:
+    """Only the host of a link: image links carry signatures in their query."""
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(link).netloc.rsplit("@", 1)[-1] or "the image host"
+    except ValueError:
+        return "the image host"
+
+
+def _refuses_parameter(error: Any, name: str) -> bool:
+    """A 400/422 that names ``name``: the server refused the request as invalid (nothing was made)."""
+    if int(getattr(error, "status_code", 0)) not in (400, 422):
+        return False
+    body = getattr(error, "body", None)
+    return name in (json.dumps(body, default=str) if body is not None else str(error))
 
 
 class OpenAISpeechProvider(_OpenAIBase):
@@ -836,10 +1261,14 @@ class OpenAISpeechProvider(_OpenAIBase):
 
     kind = "openai.speech"
     version = "1"
+    #: speech is quicker than text or images: a full 4,096-character input takes well
+    #: under a minute remotely; 5 minutes leaves room for a slow local TTS server.
+    default_timeout_s = 300.0
 
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""
         data = _require_dict(payload, self.kind)
+        self._check_profile(data)
         text = data.get("input", data.get("text"))
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput(f"{self.kind} input needs a non-empty \"input\" text")
@@ -852,6 +1281,7 @@ class OpenAISpeechProvider(_OpenAIBase):
     def run(self, job: Any, context: RunContext) -> Outcome:
         """Synthesises the audio."""
         payload = job.input
+        timeout = self._timeout(context)
         try:
             self.validate(payload)
             client = self.client()
@@ -861,12 +1291,13 @@ class OpenAISpeechProvider(_OpenAIBase):
             audio = client.audio.speech.create(
                 model=model, voice=payload.get("voice", self.profile.voice),
                 input=payload.get("input", payload.get("text")), response_format=fmt,
-                extra_headers=self._headers(context.idempotency_key), **options,
+                extra_headers=self._headers(context.idempotency_key),
+                timeout=self._sdk_timeout(timeout[0]), **options,
             )
             self._observe(audio.response.headers)
             content = audio.content
         except Exception as exc:
-            return self._fail(exc, payload)
+            return self._fail(exc, payload, timeout)
         if not content:
             return Outcome.failure(ErrorClass.POISON, f"{self.kind}: the response had no audio")
         return Outcome.success({

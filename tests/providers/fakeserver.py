@@ -9,7 +9,9 @@ body) and in-flight requests are counted.
 Routes: ``chat`` (POST /v1/chat/completions), ``responses.create`` (POST
 /v1/responses), ``responses.get`` (GET /v1/responses/{id}), ``responses.cancel``
 (POST /v1/responses/{id}/cancel), ``images`` (POST /v1/images/generations),
-``speech`` (POST /v1/audio/speech), ``models`` (GET /v1/models).
+``speech`` (POST /v1/audio/speech), ``models`` (GET /v1/models), and ``files``
+(GET /files/{name}: where image answers given as a URL point, like OpenAI's
+signed image links; no API key needed).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class Action:
         drop: read the request, then close the connection without any answer.
         echo: put the request's Authorization header and body into the error message
             (like a provider that quotes what it got), to prove redaction.
+        raw: send these bytes as the body instead of ``body`` as JSON (a plain-text or
+            HTML error page, an image file).
+        content_type: the Content-Type of ``raw``.
     """
 
     status: int | None = None
@@ -48,12 +53,19 @@ class Action:
     delay_s: float = 0.0
     drop: bool = False
     echo: bool = False
+    raw: bytes | None = None
+    content_type: str = "text/plain; charset=utf-8"
 
     @classmethod
     def error(cls, status: int, message: str = "error", code: str | None = None, *, headers: dict[str, str] | None = None,
               echo: bool = False) -> Action:
         body = {"error": {"message": message, "type": code or "error", "code": code, "param": None}}
         return cls(status=status, body=body, headers=headers or {}, echo=echo)
+
+    @classmethod
+    def text(cls, status: int, text: str, content_type: str = "text/plain; charset=utf-8") -> Action:
+        """A non-JSON answer (a Go server's "404 page not found", a proxy's HTML page)."""
+        return cls(status=status, raw=text.encode(), content_type=content_type)
 
 
 @dataclass
@@ -89,6 +101,14 @@ class FakeOpenAI:
         self.default_delay_s = 0.0
         self.usage_tokens: int | None = None
         self.rate_headers: dict[str, str] = {}
+        #: how ``images`` answers: ``b64``, ``url`` (a link to ``files``), or ``auto``: base64
+        #: when asked for (``response_format="b64_json"``) or from a ``gpt-image`` model,
+        #: else a link, as OpenAI's image API does
+        self.image_answer = "auto"
+        #: request parameters refused with 400 "Unrecognized request argument", like
+        #: servers that do not know them
+        self.refused_params: set[str] = set()
+        self.files: dict[str, bytes] = {}
         self.lock = threading.Lock()
         self.release = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -174,10 +194,21 @@ class FakeOpenAI:
 
     def answer(self, route: str, method: str, path: str, headers: dict[str, str], body: Any) -> tuple[int, dict[str, str], bytes]:
         """The default (unscripted) answer of ``route``."""
+        if route == "files":  # signed links: no API key, like a storage service
+            name = path.split("?")[0].rsplit("/", 1)[-1]
+            with self.lock:
+                data = self.files.get(name)
+            if data is None:
+                return 404, {"Content-Type": "text/plain"}, b"no such file"
+            return 200, {"Content-Type": "image/png"}, data
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
             sent = headers.get("authorization", "")
             return _json(401, {"error": {"message": f"Incorrect API key provided: {sent[7:]}.", "type": "invalid_request_error",
                                          "code": "invalid_api_key", "param": None}})
+        refused = sorted(p for p in self.refused_params if isinstance(body, dict) and p in body)
+        if refused:
+            return _json(400, {"error": {"message": f"Unrecognized request argument supplied: {refused[0]}",
+                                         "type": "invalid_request_error", "code": None, "param": refused[0]}})
         extra = dict(self.rate_headers)
         if route == "chat":
             prompt_tokens = len(json.dumps(body.get("messages", ""))) // 4
@@ -225,7 +256,17 @@ class FakeOpenAI:
                                     "output_tokens_details": {"reasoning_tokens": 0}}
                 return _json(200, _public(doc))
         if route == "images":
-            return _json(200, {"created": 1, "data": [{"b64_json": base64.b64encode(PNG_BYTES).decode()}]}, extra)
+            answer = self.image_answer
+            if answer == "auto":
+                wants_b64 = body.get("response_format") == "b64_json" or str(body.get("model", "")).startswith("gpt-image")
+                answer = "b64" if wants_b64 else "url"
+            if answer == "b64":
+                return _json(200, {"created": 1, "data": [{"b64_json": base64.b64encode(PNG_BYTES).decode()}]}, extra)
+            with self.lock:
+                name = f"img-{len(self.files) + 1}.png"
+                self.files[name] = PNG_BYTES
+            link = f"http://127.0.0.1:{self.port}/files/{name}?se=2030-01-01&sig=SIGNATURE-secret-0123456789"
+            return _json(200, {"created": 1, "data": [{"url": link}]}, extra)
         if route == "speech":
             return 200, {"Content-Type": "audio/mpeg", **extra}, AUDIO_BYTES
         if route == "models":
@@ -268,6 +309,8 @@ def _route(method: str, path: str) -> str:
         return "speech"
     if method == "GET" and tail == "models":
         return "models"
+    if method == "GET" and path.startswith("/files/"):
+        return "files"
     return "unknown"
 
 
@@ -314,7 +357,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
-            if action is not None and action.status is not None:
+            if action is not None and action.status is not None and action.raw is not None:
+                status, out_headers, payload = action.status, {"Content-Type": action.content_type, **action.headers}, action.raw
+            elif action is not None and action.status is not None:
                 doc = action.body
                 if action.echo and isinstance(doc, dict):
                     doc = json.loads(json.dumps(doc))

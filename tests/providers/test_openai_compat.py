@@ -115,7 +115,8 @@ def test_a_slow_response_times_out_as_retryable(server: FakeOpenAI, profile: Ope
     server.push("chat", Action(delay_s=5.0))
     fast = OpenAIProfile(base_url=server.url, model="m", timeout_s=0.2, connect_timeout_s=0.2)
     outcome = OpenAIChatProvider(fast).run(JobView(CHAT), ctx())
-    assert outcome.error_class is ErrorClass.RETRYABLE and "timed out" in outcome.message
+    assert outcome.error_class is ErrorClass.RETRYABLE
+    assert outcome.message == "openai.chat: no answer within 0.2 s (profile timeout)"
 
 
 def test_a_response_without_text_is_poison(server: FakeOpenAI, profile: OpenAIProfile) -> None:
@@ -165,9 +166,12 @@ def test_without_a_keyring_the_environment_is_used_and_saving_refuses(
     assert OpenAIChatProvider().run(JobView(CHAT), ctx()).ok
 
 
-def test_no_key_at_all_is_fatal_without_a_request(server: FakeOpenAI) -> None:
+def test_no_key_at_all_waits_without_a_request_and_never_dead_letters(server: FakeOpenAI) -> None:
     outcome = OpenAIChatProvider(OpenAIProfile(base_url=server.url)).run(JobView(CHAT), ctx())
-    assert outcome.error_class is ErrorClass.FATAL and "no API key" in outcome.message
+    assert outcome.error_class is ErrorClass.RETRYABLE, outcome
+    assert outcome.message == (
+        "no API key for profile openai: enter it in Preferences → Providers or set OPENAI_API_KEY"
+    )
     assert server.count() == 0
 
 
