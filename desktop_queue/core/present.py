@@ -283,12 +283,30 @@ def error_text(job: Mapping[str, Any]) -> str:
 
 
 def error_signature(job: Mapping[str, Any]) -> str:
-    """The error with numbers and ids blanked, so that alike failures sort together."""
+    """The error with its varying parts blanked, so that alike failures sort together.
+
+    Blanked, in this order (each rule sees what the earlier ones left): quoted values
+    (``'…'``), UUIDs, prefixed ids such as ``req_8f3a…`` or ``chatcmpl-AbC1…`` (the
+    prefix stays: it says what kind of id it was), long hex or base62 tokens, durations
+    (``1.5s``, ``6m0s``) and numbers (``#``). Words that merely contain a digit, such as
+    the model ``gpt-4o``, stay as they are.
+    """
     error = job.get("last_error")
     if not error:
         return ""
-    message = _HEX_IDS.sub("…", str(error.get("message", "")))
-    message = _NUMBERS.sub("#", message)
+    message = str(error.get("message", ""))
+    # re caches compiled patterns: no cost per row of a sorted table
+    rules = (
+        (r"(?<!\w)(['\"`])[^'\"`\n]{1,120}\1(?!\w)", r"\1…\1"),
+        (r"(?i)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "…"),
+        (r"(?<![\w-])([A-Za-z]{2,16}[_-])(?=[A-Za-z0-9]*\d)[A-Za-z0-9]{4,}(?![\w-])", r"\1…"),
+        (r"(?<![\w-])(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}(?![\w-])", "…"),
+        (r"(?<![\w-])(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}(?![\w-])", "…"),
+        (r"(?<![\w.-])(?:\d+(?:\.\d+)?(?:ms|h|m|s))+(?![\w-])", "#"),
+        (r"(?<![\w.-])\d+(?:[.,]\d+)*(?![\w-])", "#"),
+    )
+    for pattern, replacement in rules:
+        message = re.sub(pattern, replacement, message)
     return f"{error.get('class', 'error')} {error.get('status') or ''} {message}".strip()
 
 
