@@ -85,12 +85,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--provider-concurrency", type=int, default=None, metavar="N",
                    help="attempts at once against the OpenAI-compatible endpoint (default: --concurrency)")
     p.add_argument("--model", default=None, help="default model of openai.chat / openai.responses jobs")
+    for unit, kind, text in (("usd", float, "dollars"), ("tokens", int, "tokens (in and out)")):
+        for period in ("day", "month"):
+            p.add_argument(f"--budget-{unit}-per-{period}", type=kind, default=None, metavar="N",
+                           help=f"{text} the profile may spend a {period}, shared by every process on the "
+                                "data dir (jobs wait when the next would pass it; default: no budget)")
     p.add_argument("--max-seconds", type=float, default=None, metavar="S", help="exit after S seconds")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
 
     p = sub.add_parser("stats", help="counts per state, wait and run time percentiles, retries, dead letters")
     p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("spend", help="what the providers' calls used and cost, from the spend ledger")
+    p.add_argument("--by", choices=["day", "model", "profile"], default="day", help="group by (default: day)")
+    p.add_argument("--since", type=_day_arg, default=None, metavar="YYYY-MM-DD", help="from this local day on")
+    p.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+def _day_arg(text: str) -> str:
+    from datetime import date
+
+    try:
+        return date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a day (YYYY-MM-DD): {text!r}") from None
 
 
 # ---------------------------------------------------------------------- output
@@ -323,9 +342,51 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_spend(args: argparse.Namespace) -> int:
+    from desktop_queue.core.ledger import PriceTable, SpendLedger, format_usd
+
+    # only reads: stored entries carry their cost, so prices.json is not even opened
+    ledger = SpendLedger(resolve_data_dir(args.data_dir), prices=PriceTable())
+    rows = ledger.report(args.by, since=args.since)
+    numbers = ("entries", "tokens_in", "tokens_out", "tokens", "images", "speech_chars", "speech_seconds", "usd")
+    total: dict[str, Any] = {k: sum(r[k] for r in rows) for k in numbers}
+    total["usd"] = round(total["usd"], 6)
+    total["unknown_cost"] = any(r["unknown_cost"] for r in rows)
+    damaged = ledger.damaged_lines()
+    if damaged:
+        _err(f"note: {damaged} damaged or torn ledger line(s) were skipped")
+    if args.json:
+        _out({"by": args.by, "since": args.since, "rows": rows, "total": total})
+        return EXIT_OK
+    if not rows:
+        print("nothing spent" + (f" since {args.since}" if args.since else ""))
+        return EXIT_OK
+
+    def cost(row: dict[str, Any]) -> str:
+        return format_usd(row["usd"]) + ("+" if row["unknown_cost"] else "")
+
+    width = max(len(args.by), 5, *(len(str(r[args.by])) for r in rows))
+    print(f"{args.by:<{width}}  {'calls':>6}  {'tokens in':>12}  {'tokens out':>12}  {'images':>6}  "
+          f"{'speech chars':>12}  {'cost':>10}")
+    for row in [*rows, {args.by: "total", **total}]:
+        print(f"{row[args.by]:<{width}}  {row['entries']:>6,}  {row['tokens_in']:>12,}  {row['tokens_out']:>12,}  "
+              f"{row['images']:>6,}  {row['speech_chars']:>12,}  {cost(row):>10}")
+    if total["unknown_cost"]:
+        print("+ some calls used a model with no known price: their cost is not included (set one in Preferences)")
+    print("costs are estimates unless you set your own prices")
+    return EXIT_OK
+
+
 def cmd_work(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise InvalidInput("--concurrency must be at least 1")
+    budgets = {
+        name: getattr(args, name)
+        for name in ("budget_usd_per_day", "budget_usd_per_month", "budget_tokens_per_day", "budget_tokens_per_month")
+    }
+    for name, value in budgets.items():
+        if value is not None and value <= 0:
+            raise InvalidInput(f"--{name.replace('_', '-')} must be positive")
     for flag, value in (("--rpm", args.rpm), ("--tpm", args.tpm), ("--provider-concurrency", args.provider_concurrency)):
         if value is not None and value <= 0:
             raise InvalidInput(f"{flag} must be positive")
@@ -337,7 +398,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     app = QCoreApplication.instance() or QCoreApplication([PROG])
     # the endpoint comes from OPENAI_BASE_URL, the key from the keyring or OPENAI_API_KEY
     config = ProfileConfig(rpm=args.rpm, tpm=args.tpm, concurrency=args.provider_concurrency,
-                           **({"model": args.model} if args.model else {}))
+                           **({"model": args.model} if args.model else {}), **budgets)
     providers, flow = build([config])
     queue = _open(args, dict(providers))
     driver = LeaseDriver(queue, queue.providers, concurrency=args.concurrency, flow=flow)
@@ -397,6 +458,7 @@ COMMANDS = {
     "replay": cmd_verb,
     "work": cmd_work,
     "stats": cmd_stats,
+    "spend": cmd_spend,
 }
 
 
