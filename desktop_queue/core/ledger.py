@@ -389,7 +389,7 @@ class PriceTable:
                 raise ValueError("not a prices file")
             version = doc.get("schema_version")
             if isinstance(version, int) and version > PRICES_SCHEMA:
-                self.notices.append(
+                self._notice(
                     f"{self.path.name} was written by a newer Desktop Queue (schema {version}); "
                     "it is left as it is and the built-in price estimates are used"
                 )
@@ -405,18 +405,22 @@ class PriceTable:
             return {}, False
         except OSError as exc:  # unreadable now (permissions, I/O): not damage, nothing moved
             self._seen = None
-            self.notices.append(f"{self.path.name} could not be read ({exc.strerror or exc}); built-in estimates are used")
+            self._notice(f"{self.path.name} could not be read ({exc.strerror or exc}); built-in estimates are used")
             return {}, False
         except (ValueError, TypeError) as exc:
             aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
             with contextlib.suppress(OSError):
                 os.replace(self.path, aside)
             self._seen = None
-            self.notices.append(
+            self._notice(
                 f"{self.path.name} could not be read ({exc}); it was kept as {aside.name} and the built-in "
                 "price estimates are used until you set prices again"
             )
             return {}, False
+
+    def _notice(self, text: str) -> None:
+        if text not in self.notices:  # a file that stays unreadable is said once
+            self.notices.append(text)
 
     # ------------------------------------------------------------------ lookup
 
@@ -760,6 +764,7 @@ class _FileState:
     inode: int = -1
     file_id: str | None = None
     offset: int = 0
+    size_seen: int = -1  # the size at the last read (a torn tail keeps it above ``offset``)
     lines: int = 0
     bad_lines: int = 0
     newer: int | None = None
@@ -771,6 +776,7 @@ class _FileState:
 
     def reset(self, inode: int) -> None:
         self.inode, self.file_id, self.offset, self.lines, self.bad_lines, self.newer = inode, None, 0, 0, 0, None
+        self.size_seen = -1
         self.cells, self.by_day, self.by_month = {}, {}, {}
 
 
@@ -925,6 +931,13 @@ class SpendLedger:
         if state.cells is None:
             state.reset(-1)
         try:
+            quick = os.stat(path)
+        except FileNotFoundError:
+            state.reset(-1)
+            return state
+        if quick.st_ino == state.inode and quick.st_size == state.size_seen:
+            return state  # nothing appended: the common case costs one stat
+        try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             state.reset(-1)
@@ -933,6 +946,7 @@ class SpendLedger:
             st = os.fstat(fd)
             if st.st_ino != state.inode or st.st_size < state.offset:
                 state.reset(st.st_ino)  # a different or shortened file: read it afresh
+            state.size_seen = st.st_size
             if st.st_size == state.offset:
                 return state
             if state.file_id is not None and _header_id(os.read(fd, 4096)) != state.file_id:
