@@ -16,10 +16,17 @@ Every request carries ``Idempotency-Key: <the job's key>``, so providers that
 honour it deduplicate on their side too.
 
 Failures are classified per shared/DESIGN.md section 2: timeouts, connection
-errors, 408, 409 and 5xx are ``retryable``; 429 is ``throttled`` (honouring
-``retry-after-ms``, ``Retry-After`` and ``x-ratelimit-reset-*``); 400, 401, 403,
-404, 422 and an exhausted quota are ``fatal``; a response without the expected
-output is ``poison`` (the queue dead-letters it after three).
+errors, 408, 409 and 5xx are ``retryable``; 429 is ``throttled`` (waiting as
+:func:`retry_after_from_headers` reads the headers, gateways' variants included);
+400, 401, 403, 404, 422 and an exhausted quota are ``fatal``; a response without
+the expected output is ``poison`` (the queue dead-letters it after three). A
+profile that needs a key and has none is not a job's fault: it reports
+:meth:`_OpenAIBase.unavailable_reason` so the runtime holds its jobs, and an
+attempt that starts anyway ends ``retryable`` without sending anything.
+
+Every blocking call is given the attempt's timeout (``RunContext.timeout_s``; the
+profile's ``timeout_s`` when there is none), so a hung call ends as a retryable
+timeout that says which limit it hit.
 
 Artifacts (``openai.image``, ``openai.speech``) are returned base64-encoded in the
 JSON result (``artifact_b64``, with ``artifact_name`` = idempotency key + extension
@@ -1133,6 +1140,9 @@ class OpenAIImageProvider(_OpenAIBase):
             if isinstance(fetched, Outcome):
                 return fetched
             return Outcome.success(self._result(fetched, None, model, context, "url", usage))
+        if isinstance(link, str) and link:
+            # e.g. the LiteLLM proxy's mock answers "url": "mock"
+            return Outcome.failure(ErrorClass.POISON, f"{self.kind}: the response's image link is not a URL")
         return Outcome.failure(ErrorClass.POISON, f"{self.kind}: the response had no image data")
 
     def _result(

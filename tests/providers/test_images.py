@@ -148,9 +148,14 @@ def test_the_file_type_comes_from_the_bytes(server: FakeOpenAI, profile: OpenAIP
 
 
 def test_an_answer_with_neither_image_nor_link_is_poison(server: FakeOpenAI, profile: OpenAIProfile) -> None:
-    server.push("images", Action(status=200, body={"created": 1, "data": []}))
-    outcome = image_provider(profile).run(JobView({"prompt": "a red fox"}), ctx())
+    server.push("images", Action(status=200, body={"created": 1, "data": []}),
+                Action(status=200, body={"created": 1, "data": [{"b64_json": None, "url": "mock"}]}))  # LiteLLM's mock
+    provider = image_provider(profile)
+    outcome = provider.run(JobView({"prompt": "a red fox"}), ctx())
+    assert outcome.error_class is ErrorClass.POISON and outcome.message == "openai.image: the response had no image data"
+    outcome = provider.run(JobView({"prompt": "a red fox"}), ctx())
     assert outcome.error_class is ErrorClass.POISON
+    assert outcome.message == "openai.image: the response's image link is not a URL"
 
 
 def test_through_a_queue_a_url_answer_becomes_the_stored_artifact(
