@@ -192,12 +192,39 @@ class FileLock:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._bind(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+
+    @classmethod
+    def on_directory(cls, directory: Path, fallback: Path) -> FileLock:
+        """A lock on ``directory`` itself, which nothing can delete from under its holders.
+
+        A lock file can be: whoever opens the path afterwards creates a new file and
+        locks that, and the lock no longer excludes anyone (two processes commit at
+        once; a newcomer takes itself for the only one). A directory that holds files
+        cannot be removed, and ``flock`` works on a directory's descriptor (POSIX).
+        Windows cannot open a directory this way, but there a file that is open
+        cannot be deleted either, so the lock is taken on ``fallback`` instead.
+
+        Args:
+            directory: the directory to lock.
+            fallback: the lock file used where directories cannot be locked.
+        """
+        lock = cls.__new__(cls)
+        if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+            lock.path = fallback
+            lock._bind(os.open(fallback, os.O_RDWR | os.O_CREAT, 0o600))
+        else:
+            lock.path = directory
+            lock._bind(os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)))
+        return lock
+
+    def _bind(self, fd: int) -> None:
+        self._fd = fd
         #: takes the lock exclusively, blocking: the store's commit path, bound once (a
         #: straight system call where there is one, not two Python calls a commit)
-        self.lock_exclusive: Callable[[], object] = _bind_exclusive(self._fd)
+        self.lock_exclusive: Callable[[], object] = _bind_exclusive(fd)
         #: releases the lock, bound likewise
-        self.unlock: Callable[[], object] = _bind_unlock(self._fd)
+        self.unlock: Callable[[], object] = _bind_unlock(fd)
 
     def acquire(self, exclusive: bool = True, blocking: bool = True) -> bool:
         """Takes the lock (shared or exclusive); returns False if not blocking and busy."""
@@ -207,7 +234,11 @@ class FileLock:
         _unlock(self._fd)
 
     def downgrade(self) -> None:
-        """Turns a held exclusive lock into a shared one (callers serialise this themselves)."""
+        """Turns a held exclusive lock into a shared one.
+
+        ``flock`` may let a waiting process take the lock in between (the conversion
+        drops the old lock first), so callers keep other lockers out meanwhile.
+        """
         _downgrade(self._fd)
 
     @contextlib.contextmanager

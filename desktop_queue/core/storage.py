@@ -7,10 +7,16 @@ Layout of ``<data dir>/store/``::
     journal-000000000008.jsonl   the changes since, one checksummed JSON record a line,
                                  written over the zeros the segment was created with
     spare-000000000009.jsonl     the next segment, made in advance (see prepare_spare)
-    commit.lock                  held exclusively around each commit (all processes)
-    open.lock / presence.lock    who opened the store first (that one reconciles orphans)
+    commit.lock, presence.lock   Windows only: the two locks below are taken on these there
 
-A commit takes ``commit.lock``, first applies the records other processes appended
+The locks are taken on directories, which cannot be deleted from under their holders as
+a lock file can (:meth:`~desktop_queue.core.fileio.FileLock.on_directory`): the *commit
+lock* is the data directory, held exclusively around each commit and shared by a read,
+in every process; *presence* is ``store/``, held shared by every process that has the
+store open, so the one that gets it exclusively is alone and reconciles what the dead
+left running (:meth:`Store.open`).
+
+A commit takes the commit lock, first applies the records other processes appended
 since its last look (catch-up), asks the caller for the records of its change,
 writes them with one ``pwrite`` where the written part ends and one ``fdatasync``, then
 applies them in memory. The cost of a commit therefore does not grow with the number of
@@ -36,6 +42,14 @@ snapshot no longer needs. Two snapshots and their segments are kept, so a corrup
 newest snapshot still leaves a complete history to load. One compaction runs at a
 time; when a burst closes segments faster, the next one starts as soon as it ends, and
 :meth:`Store.close` folds a backlog so that the next open does not replay it.
+
+The store fails stop. A commit whose write fails is reported as not made only once its
+bytes are zeros on disk again (synced); after a failed ``fsync``, or a write that could
+not be undone, the store is *poisoned*: what reached the disk is no longer known, so every
+later commit and sync raises a message saying so, until the store is closed and opened
+again, which reads and checks everything from the files (:meth:`Store._write_failed`). A
+rotation that fails leaves the process on its segment with nothing sealed, or poisoned
+once its seal is written, never appending past its own seal (:meth:`Store._rotate`).
 
 A record that fails its checksum is never silently dropped: a torn last line (a
 writer that died mid-``write``) is cut off, anything else is quarantined as
@@ -143,6 +157,23 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     if _HAS_PREAD and os.pwrite(fd, data, offset) == len(data):
         return  # the usual case: one call wrote it all
     view = memoryview(data)
+    while view:
+        if _HAS_PREAD:
+            written = os.pwrite(fd, view, offset)
+        else:
+            os.lseek(fd, offset, os.SEEK_SET)
+            written = os.write(fd, view)
+        view = view[written:]
+        offset += written
+
+
+def _zero_range(fd: int, offset: int, length: int) -> None:
+    """Writes ``length`` zeros at ``offset``: undoes a failed commit's write (callers hold the mutex on Windows).
+
+    It overwrites bytes just written, so it needs no new space: a full disk that
+    refused the rest of a commit's write still lets it through.
+    """
+    view = memoryview(bytes(length))
     while view:
         if _HAS_PREAD:
             written = os.pwrite(fd, view, offset)
@@ -719,6 +750,10 @@ class Store:
         self._fold_wanted = 0  # the newest closed segment this process asked to fold
         self._reaped_gen = 0  # the newest snapshot when this process last collected a compaction
         self._closed = True
+        #: why commits are refused (closed, or poisoned: see _poison_with); None when open
+        self._refusal: str | None = "the task store is closed"
+        #: set by a disk error after which this process accepts no more changes until reopened
+        self._poison: str | None = None
         self._commit_lock: FileLock | None = None
         self._presence: FileLock | None = None
 
@@ -727,41 +762,73 @@ class Store:
     def open(self, on_first: Callable[[], None] | None = None) -> OpenReport:
         """Loads the store; if no other process has it open, runs ``on_first`` before anyone else may.
 
+        Who is first is decided by locks on the directories themselves, which a deleted
+        file cannot fake (see :meth:`FileLock.on_directory`): every process that has the
+        store open holds ``store/`` shared, so whoever gets it exclusively has it alone.
+        It keeps it exclusive through ``on_first`` (reconciling what the dead left
+        running), then shares it. Openers look and take their share under the commit
+        lock, so none looks while another is between the two.
+
+        Loading reads every record from the files and checks it (a reopen after a disk
+        error trusts nothing it had in memory), then syncs the segment it will append
+        to, so a disk that still fails is found now and not by the first commit.
+
         Raises:
             StoreError: the directory cannot be used, or was written by a newer version.
         """
         try:
             make_dirs(self.root)
-            opener = FileLock(self.root / "open.lock")
-            self._presence = FileLock(self.root / "presence.lock")
-            self._commit_lock = FileLock(self.root / "commit.lock")
+            presence = self._presence = FileLock.on_directory(self.root, self.root / "presence.lock")
+            commit = self._commit_lock = FileLock.on_directory(self.root.parent, self.root / "commit.lock")
         except OSError as exc:
+            self.close()
             raise StoreError(f"cannot use the data directory {self.root}: {exc.strerror or exc}") from exc
         try:
-            with opener.held():
-                first = self._presence.acquire(exclusive=True, blocking=False)
-                self.report = OpenReport(first=first)
+            while True:
+                with self._mutex:
+                    commit.acquire(exclusive=True)
+                    try:
+                        first = presence.acquire(exclusive=True, blocking=False)
+                        joined = first or presence.acquire(exclusive=False, blocking=False)
+                        if joined:
+                            self.report = OpenReport(first=first)
+                            if first:
+                                self._remove_temp_files()
+                            self._load()
+                            self._poison = self._refusal = None
+                            self._closed = False
+                    finally:
+                        commit.release()
+                if joined:
+                    break
+                # a first opener is reconciling: wait until it shares the store, then look
+                # again (had it died meanwhile, this one would be first now)
+                presence.acquire(exclusive=False)
+                presence.release()
+            if first:
                 try:
-                    with self._mutex, self._commit_lock.held():
-                        if first:
-                            self._remove_temp_files()
-                        self._load()
-                    self._closed = False
-                    if first and on_first is not None:
+                    if on_first is not None:
                         on_first()
                 finally:
-                    if first:
-                        self._presence.downgrade()  # others may open now
-                    else:
-                        self._presence.acquire(exclusive=False)
-        except BaseException:
+                    with self._mutex:
+                        commit.acquire(exclusive=True)  # no opener looks while the lock changes
+                        try:
+                            presence.downgrade()  # others may open now
+                        finally:
+                            commit.release()
+        except BaseException as exc:
             # a refused open (newer schema, unreadable files) holds nothing: a later open
             # in this process must see the store as it is, and be the first if it is
             self.close()
+            if isinstance(exc, OSError):
+                raise StoreError(f"cannot read the task store in {self.root}: {exc.strerror or exc}") from exc
             raise
-        finally:
-            opener.close()
         return self.report
+
+    @property
+    def poisoned(self) -> str | None:
+        """Why this store accepts no more changes until reopened (a disk error), or None."""
+        return self._poison
 
     def close(self) -> None:
         """Waits for a running compaction (and a segment being made in advance), folds a
@@ -778,9 +845,13 @@ class Store:
         if not self._closed and self._fold_wanted - self._newest_snapshot_gen() >= 2:
             self._compact_soon(self._fold_wanted)
             self._reap_compactor(wait=True)
+        error: StoreError | None = None
         with self._mutex:
             if self._fd >= 0:
-                self._sync_current()
+                try:
+                    self._sync_current()
+                except StoreError as exc:
+                    error = exc  # raised once everything is released
                 os.close(self._fd)
                 self._fd = -1
             for lock in (self._presence, self._commit_lock):
@@ -788,6 +859,9 @@ class Store:
                     lock.close()
             self._presence = self._commit_lock = None
             self._closed = True
+            self._refusal = "the task store is closed"
+        if error is not None:
+            raise error
 
     def _remove_temp_files(self) -> None:
         for path in self.root.iterdir():
@@ -938,6 +1012,9 @@ class Store:
             if not (self.root / segment_name(gen)).exists():
                 self._start_segment(gen)
             self._open_segment(gen)
+        # what was just read is on disk before anything is built on it (and a disk that
+        # failed a sync since it was written says so here)
+        _datasync(self._fd)
 
     def _recover_segment(self, path: Path, gen: int, data: bytes, read: SegmentRead, later: list[int]) -> int:
         """Keeps the good prefix of a damaged segment, quarantines the rest, says what was lost.
@@ -979,14 +1056,69 @@ class Store:
         finally:
             os.close(fd)
 
-    def _undo_write(self, length: int) -> None:
-        """Puts back what a failed write changed after ``_offset``: zeros inside the file, nothing past it."""
-        with contextlib.suppress(OSError):
+    def _undo_write(self, length: int) -> OSError | None:
+        """Durably puts back what a failed write (or one whose sync failed) changed after ``_offset``.
+
+        Zeros inside the file, nothing past its end, then a sync: only once that sync
+        has returned can the commit be reported as not made, since every byte it may
+        have put on disk is a zero there now (and no other process has read them: the
+        commit lock is still held).
+
+        Returns:
+            None when done; else the error that stopped it (the caller poisons the store).
+        """
+        try:
             keep = max(self._size, self._offset)
             if os.fstat(self._fd).st_size > keep:
                 os.ftruncate(self._fd, keep)
             if keep > self._offset:
-                _pwrite_all(self._fd, bytes(min(keep - self._offset, length)), self._offset)
+                _zero_range(self._fd, self._offset, min(keep - self._offset, length))
+            _datasync(self._fd)
+        except OSError as exc:
+            return exc
+        return None
+
+    def _poison_with(self, what: str) -> str:
+        """Stops this store accepting changes until it is reopened; returns the message (mutex held).
+
+        A failed ``fsync`` leaves it unknown what of this process's writes reached the
+        disk, and a second ``fsync`` may well succeed without having written them (the
+        kernel reports a write-back error once, then forgets the pages). Going on would
+        acknowledge later commits on top of a journal whose middle may be missing; so
+        every later commit and sync raises this message, and reopening reads and checks
+        the files again (:meth:`open`).
+        """
+        if self._poison is None:
+            self._poison = (
+                f"the task store hit a disk error ({what}); no further changes are accepted until it is "
+                "reopened (close Desktop Queue and start it again: opening the store checks what is on disk)"
+            )
+            self._refusal = self._poison
+            log.error("%s", self._poison)
+        return self._poison
+
+    def _write_failed(self, exc: OSError, length: int, *, flushing: bool) -> StoreError:
+        """The error for a commit whose write (or, with ``flushing``, whose sync) failed (locks held).
+
+        A commit is reported as not made only when :meth:`_undo_write` has made its
+        bytes zeros on disk, so a commit reported as failed can never reappear. When
+        even that fails, the bytes may be there, in whole or in part, and are read as a
+        commit by any process that looks (they cannot be taken back once the lock is
+        released): the error then says that it is not known whether the change was
+        saved, and the store is poisoned, so nothing is ever appended after them. A
+        reopen loads whatever the disk holds, as after a crash in the middle of that
+        commit. A failed sync poisons the store in any case (see :meth:`_poison_with`).
+        """
+        cause = exc.strerror or str(exc)
+        head = f"could not {'flush the task store to disk' if flushing else 'write to the task store'}: {cause}"
+        undo = self._undo_write(length)
+        if undo is not None:
+            outcome = f"it is not known whether the change was saved (undoing it failed too: {undo.strerror or undo})"
+        elif not flushing:
+            return StoreError(f"{head}; the change was not made")  # the disk is usable: go on
+        else:
+            outcome = "the change was not made"
+        return StoreError(f"{head}; {outcome}. {self._poison_with(cause)}")
 
     def _grow(self, end: int) -> None:
         """Zero-fills the current segment past ``end`` (under the commit lock) before a commit writes there.
@@ -1066,17 +1198,23 @@ class Store:
     def _open_segment(self, gen: int, offset: int | None = None) -> None:
         """Switches appends and catch-up reads to segment ``gen``, at ``offset`` (default: after its header)."""
         fd = os.open(self.root / segment_name(gen), os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            if offset is None:
+                head = _pread(fd, 1 << 16, 0)
+                nl = head.find(b"\n")
+                offset = nl + 1 if nl >= 0 else 0
+            if self._fd >= 0:
+                self._sync_current()  # what this process wrote there must not lose its fsync
+        except BaseException:
+            os.close(fd)
+            raise
         if self._fd >= 0:
-            self._sync_current()  # what this process wrote there must not lose its fsync
             os.close(self._fd)
         self._fd = fd
         self._gen = gen
         self._sealed = False  # set when a seal is read here: commits go to the next segment
-        self._size = os.fstat(fd).st_size
-        if offset is None:
-            head = _pread(fd, 1 << 16, 0)
-            nl = head.find(b"\n")
-            offset = nl + 1 if nl >= 0 else 0
+        self._size = size
         self._offset = offset
 
     # ----------------------------------------------------------------- catch-up
@@ -1112,7 +1250,10 @@ class Store:
                 "restart Desktop Queue to recover the store"
             )
         if read.torn_tail and exclusive:
-            _cut_torn_tail(self._fd, self._offset, _written_end(data) - read.end)  # a writer died mid-record
+            try:
+                _cut_torn_tail(self._fd, self._offset, _written_end(data) - read.end)  # a writer died mid-record
+            except OSError as exc:
+                raise StoreError(self._poison_with(f"could not cut a torn record: {exc.strerror or exc}")) from exc
 
     def _catch_up(self, exclusive: bool) -> None:
         """Applies every record other processes committed since this one last looked.
@@ -1173,20 +1314,26 @@ class Store:
         this process) puts it on disk.
 
         Raises:
-            StoreError: the write failed (disk full...); the journal is left as it was.
+            StoreError: the write failed (disk full...): the journal is left as it was, and
+                the message says the change was not made. After a failed sync, or a write
+                that could not be undone, the store is poisoned (see :meth:`_write_failed`):
+                this and every later commit raise until it is reopened.
         """
-        lock = self._commit_lock
-        if lock is None or self._closed:
-            self._check_open()
-        assert lock is not None
         with self._mutex:
+            lock = self._commit_lock
+            if lock is None or self._refusal is not None:  # (checked under the mutex: a poison is set under it)
+                raise StoreError(self._refusal or "the task store is closed")
             lock.lock_exclusive()  # not lock.held(): a generator-based context costs a microsecond a commit
             try:
                 records, rotate = self._commit(fn, durable)
             finally:
                 lock.unlock()
         if rotate:
-            self._prepare_next_segment()
+            # the commit is made: what follows only prepares later ones, and must not report it as failed
+            try:
+                self._prepare_next_segment()
+            except RuntimeError as exc:  # no thread to spare: the next rotation writes its segment itself
+                log.warning("could not start making the next journal segment: %s", exc)
             self._compact_soon(self._gen - 1)
         elif self._compactor is not None and (now := time.monotonic()) >= self._poll_at:
             # look (a system call) at most every POLL_COMPACTOR_S: at 100,000 jobs a
@@ -1201,11 +1348,14 @@ class Store:
         """The part of :meth:`transact` under the locks; returns the records and whether the segment rotated."""
         fd = self._fd
         offset = self._offset
-        # another process wrote after _offset unless one byte read there is nothing, or a zero
-        if self._sealed or _pread(fd, 1, offset) not in _NO_NEWS:
-            self._catch_up(exclusive=True)
-            fd = self._fd
-            offset = self._offset
+        try:
+            # another process wrote after _offset unless one byte read there is nothing, or a zero
+            if self._sealed or _pread(fd, 1, offset) not in _NO_NEWS:
+                self._catch_up(exclusive=True)
+                fd = self._fd
+                offset = self._offset
+        except OSError as exc:
+            raise StoreError(f"could not read the task store: {exc.strerror or exc}; the change was not made") from exc
         state = self.state
         records = fn(state)
         if not records:
@@ -1215,15 +1365,15 @@ class Store:
             if offset + len(payload) > self._size:
                 self._grow(offset + len(payload))
             _pwrite_all(fd, payload, offset)
-            self._written += 1
-            if durable:
-                _datasync(fd)
-                self._synced = self._written
         except OSError as exc:
-            self._undo_write(len(payload))
-            raise StoreError(
-                f"could not write to the task store: {exc.strerror or exc}; the change was not made"
-            ) from exc
+            raise self._write_failed(exc, len(payload), flushing=False) from exc
+        self._written += 1
+        if durable:
+            try:
+                _datasync(fd)
+            except OSError as exc:
+                raise self._write_failed(exc, len(payload), flushing=True) from exc
+            self._synced = self._written
         offset += len(payload)
         self._offset = offset
         if offset > self._size:
@@ -1237,6 +1387,8 @@ class Store:
 
     def compact_now(self) -> None:
         """Closes the current segment and folds everything into a snapshot before returning."""
+        if self._refusal is not None:
+            raise StoreError(self._refusal)
         with self._mutex, self._commit_lock.held() if self._commit_lock else contextlib.nullcontext():
             self._catch_up(exclusive=True)
             self._rotate()
@@ -1245,15 +1397,30 @@ class Store:
         self._compact(upto)
 
     def _rotate(self) -> bool:
-        next_gen = self._gen + 1
+        """Seals the current segment and moves appends to the next one (commit lock held).
+
+        Returns whether it did; it never raises, since the commit that asked for it is
+        made. Fail stop: until the seal is written, a failure leaves this process on the
+        current segment with nothing sealed and no next segment (a later commit tries
+        again). Once the seal is written, every other process follows it, so a failure
+        after that poisons the store rather than let this process write past its own
+        seal, where no one else reads. A failed sync poisons it at any step.
+        """
+        gen = self._gen
+        next_gen = gen + 1
         try:
             # whatever any process left unsynced here (a lease) goes to disk before later
             # records land in the next segment, which this segment's syncs do not cover
             _datasync(self._fd)
-            self._synced = self._written
+        except OSError as exc:
+            self._poison_with(f"could not flush {segment_name(gen)}: {exc.strerror or exc}")
+            return False
+        self._synced = self._written
+        try:
             self._start_segment(next_gen)
         except (OSError, StoreError) as exc:
             log.warning("could not start a new journal segment: %s", exc)
+            self._drop_segment(next_gen)
             return False
         # the seal tells every other process to move on (see _catch_up); written after the
         # next segment exists, so whoever reads it finds that segment
@@ -1261,15 +1428,41 @@ class Store:
         try:
             _pwrite_all(self._fd, seal, self._offset)
         except OSError as exc:
-            self._undo_write(len(seal))
-            with contextlib.suppress(OSError):
-                os.unlink(self._segment_path(next_gen))
             log.warning("could not close the journal segment: %s", exc)
+            undo = self._undo_write(len(seal))
+            if undo is not None:
+                self._poison_with(f"could not undo a half-written seal of {segment_name(gen)}: {undo.strerror or undo}")
+            self._drop_segment(next_gen)
             return False
         self._offset += len(seal)
-        self._open_segment(next_gen)
-        self._prune_carried()
+        self._sealed = True  # this process now follows its own seal, as every other one does
+        try:
+            self._open_segment(next_gen)
+        except (OSError, StoreError) as exc:
+            self._poison_with(f"could not open {segment_name(next_gen)} after sealing {segment_name(gen)}: {exc}")
+            return False
+        try:
+            self._prune_carried()
+        except OSError as exc:  # only memory: the next rotation or compaction prunes them
+            log.warning("could not look for the newest snapshot: %s", exc)
         return True
+
+    def _drop_segment(self, gen: int) -> None:
+        """Removes segment ``gen`` that a rotation made but could not seal its way into (commit lock held).
+
+        No process appends there: a process learns of a segment from a seal (none was
+        written) or from opening the store, which seals the segment before it (the
+        current one is not sealed). Left behind, it would still be harmless (the next
+        open seals the current segment in front of it), but its name might not be on
+        disk: a failure here poisons the store.
+        """
+        path = self.root / segment_name(gen)
+        try:
+            if os.path.lexists(path):
+                os.unlink(path)
+            fsync_dir(self.root)
+        except OSError as exc:
+            self._poison_with(f"could not remove the unsealed {path.name}: {exc.strerror or exc}")
 
     # ----------------------------------------------------------------- durability
 
@@ -1280,10 +1473,13 @@ class Store:
         meanwhile; concurrent callers share one ``fsync``.
 
         Raises:
-            StoreError: the disk refused (the records stay written, not yet durable).
+            StoreError: the disk refused, now or before: the store is poisoned (see
+                :meth:`_poison_with`); the records stay written, not known to be durable.
         """
         with self._sync_lock:
             with self._mutex:
+                if self._poison is not None:
+                    raise StoreError(self._poison)
                 target = self._written
                 if self._synced >= target or self._fd < 0:
                     return
@@ -1291,17 +1487,30 @@ class Store:
             try:
                 _datasync(fd)
             except OSError as exc:
-                raise StoreError(f"could not flush the task store to disk: {exc.strerror or exc}") from exc
+                cause = exc.strerror or str(exc)
+                with self._mutex:
+                    poison = self._poison_with(cause)
+                raise StoreError(f"could not flush the task store to disk: {cause}. {poison}") from exc
             finally:
                 os.close(fd)
             with self._mutex:
                 self._synced = max(self._synced, target)
 
     def _sync_current(self) -> None:
-        """Fsyncs the segment being left or closed if this process wrote to it unsynced (mutex held)."""
-        if self._synced < self._written and self._fd >= 0:
-            with contextlib.suppress(OSError):
+        """Fsyncs the segment being left or closed if this process wrote to it unsynced (mutex held).
+
+        A poisoned store does not try: its error has said already that those writes may
+        be lost, and a second sync could succeed without having written them.
+
+        Raises:
+            StoreError: the disk refused; the store is poisoned.
+        """
+        if self._synced < self._written and self._fd >= 0 and self._poison is None:
+            try:
                 _datasync(self._fd)
+            except OSError as exc:
+                cause = exc.strerror or str(exc)
+                raise StoreError(f"could not flush the task store to disk: {cause}. {self._poison_with(cause)}") from exc
             self._synced = self._written
 
     # ----------------------------------------------------------------- carried results
