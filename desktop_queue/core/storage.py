@@ -806,16 +806,14 @@ class Store:
                 presence.acquire(exclusive=False)
                 presence.release()
             if first:
-                try:
-                    if on_first is not None:
-                        on_first()
-                finally:
-                    with self._mutex:
-                        commit.acquire(exclusive=True)  # no opener looks while the lock changes
-                        try:
-                            presence.downgrade()  # others may open now
-                        finally:
-                            commit.release()
+                if on_first is not None:
+                    on_first()  # should it fail, closing drops the exclusive lock: the next opener is first
+                with self._mutex:
+                    commit.acquire(exclusive=True)  # no opener looks while the lock changes
+                    try:
+                        presence.downgrade()  # others may open now
+                    finally:
+                        commit.release()
         except BaseException as exc:
             # a refused open (newer schema, unreadable files) holds nothing: a later open
             # in this process must see the store as it is, and be the first if it is

@@ -408,12 +408,10 @@ q.close()
 """
 
 
-def _delete_lock_files(data_dir: Path) -> list[str]:
-    gone = []
+def _delete_lock_files(data_dir: Path) -> None:
+    """Deletes whatever lock files there are (a cleanup tool, a person tidying up)."""
     for path in [*(data_dir / "store").glob("*.lock"), *data_dir.glob("*.lock")]:
         path.unlink(missing_ok=True)
-        gone.append(path.name)
-    return gone
 
 
 def _say(proc: Any, line: str) -> None:
@@ -475,7 +473,7 @@ def test_a_deleted_presence_lock_does_not_make_a_newcomer_the_first(data_dir: Pa
     assert newcomer.get(job.id).state == State.SUCCEEDED
 
 
-_HOLDER = r"""
+_HOLD_ONE = r"""
 import sys, orjson
 from desktop_queue.core import Queue, RetryPolicy
 q = Queue.open(sys.argv[1], policy=RetryPolicy(lease_s=3600))
@@ -489,7 +487,7 @@ def test_the_first_opener_after_every_holder_died_still_reconciles(data_dir: Pat
     setup = open_queue(clock=SystemClock())
     job = setup.submit("demo", {"prompt": "orphan"}).job
     setup.close()
-    holder = _spawn(_HOLDER, str(data_dir))
+    holder = _spawn(_HOLD_ONE, str(data_dir))
     with children(holder):
         assert orjson.loads(_line(holder)) == {"job": job.id, "first": True}
         _delete_lock_files(data_dir)
@@ -500,17 +498,29 @@ def test_the_first_opener_after_every_holder_died_still_reconciles(data_dir: Pat
     assert [(r.job_id, r.decision) for r in after.reconciled] == [(job.id, "requeued")]
 
 
-def test_an_open_waits_for_the_first_opener_to_finish_reconciling(data_dir: Path) -> None:
-    """``on_first`` runs before anyone else may open; an open meanwhile waits, then joins as not first."""
+@pytest.mark.parametrize("reconciling_ends", ["done", "failed"])
+def test_an_open_waits_for_the_first_opener_to_finish_reconciling(data_dir: Path, reconciling_ends: str) -> None:
+    """``on_first`` runs before anyone else may open: an open meanwhile waits, then joins as not
+    first; had the first opener failed (or died) instead, the waiting one is first."""
     reconciling = threading.Event()
     release = threading.Event()
 
     def on_first() -> None:
         reconciling.set()
         assert release.wait(timeout=30)
+        if reconciling_ends == "failed":
+            raise StoreError("reconciliation failed")
 
     first = Store(data_dir / "store")
-    opener = threading.Thread(target=first.open, kwargs={"on_first": on_first})
+    errors: list[BaseException] = []
+
+    def open_first() -> None:
+        try:
+            first.open(on_first=on_first)
+        except StoreError as exc:
+            errors.append(exc)
+
+    opener = threading.Thread(target=open_first)
     opener.start()
     assert reconciling.wait(timeout=30)
     second = Store(data_dir / "store")
@@ -521,6 +531,10 @@ def test_an_open_waits_for_the_first_opener_to_finish_reconciling(data_dir: Path
     release.set()
     opener.join(timeout=30)
     joined.join(timeout=30)
-    assert first.report.first is True and second.report.first is False
+    assert not joined.is_alive()
+    if reconciling_ends == "done":
+        assert errors == [] and first.report.first is True and second.report.first is False
+        first.close()
+    else:
+        assert len(errors) == 1 and second.report.first is True
     second.close()
-    first.close()
