@@ -147,7 +147,7 @@ def start(
     if providers is None:
         from desktop_queue.providers.setup import build
 
-        providers, flow = build([load_provider_profile()])
+        providers, flow = build([load_provider_profile()], data_dir=path)
     try:
         queue = Queue.open(path, providers)  # the first opener reconciles orphans here, before any lease
     except StoreError as exc:

@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(f"--budget-{unit}-per-{period}", type=kind, default=None, metavar="N",
                            help=f"{text} the profile may spend a {period}, shared by every process on the "
                                 "data dir (jobs wait when the next would pass it; default: no budget)")
+    p.add_argument("--lease-s", type=float, default=None, metavar="S",
+                   help="lease length (default: each kind's own, 30 s); the worker renews its leases "
+                        "every third of it for as long as it runs")
+    p.add_argument("--attempt-timeout", type=float, default=None, metavar="S",
+                   help="give up on an attempt that has not answered after S seconds, as a retryable "
+                        "timeout (default: each kind's own; a job's input may set its own timeout_s)")
     p.add_argument("--max-seconds", type=float, default=None, metavar="S", help="exit after S seconds")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
 
@@ -387,7 +393,8 @@ def cmd_work(args: argparse.Namespace) -> int:
     for name, value in budgets.items():
         if value is not None and value <= 0:
             raise InvalidInput(f"--{name.replace('_', '-')} must be positive")
-    for flag, value in (("--rpm", args.rpm), ("--tpm", args.tpm), ("--provider-concurrency", args.provider_concurrency)):
+    for flag, value in (("--rpm", args.rpm), ("--tpm", args.tpm), ("--provider-concurrency", args.provider_concurrency),
+                        ("--lease-s", args.lease_s), ("--attempt-timeout", args.attempt_timeout)):
         if value is not None and value <= 0:
             raise InvalidInput(f"{flag} must be positive")
     from PySide6.QtCore import QCoreApplication, QTimer
@@ -399,11 +406,24 @@ def cmd_work(args: argparse.Namespace) -> int:
     # the endpoint comes from OPENAI_BASE_URL, the key from the keyring or OPENAI_API_KEY
     config = ProfileConfig(rpm=args.rpm, tpm=args.tpm, concurrency=args.provider_concurrency,
                            **({"model": args.model} if args.model else {}), **budgets)
-    providers, flow = build([config])
+    providers, flow = build([config], data_dir=resolve_data_dir(args.data_dir))
     queue = _open(args, dict(providers))
-    driver = LeaseDriver(queue, queue.providers, concurrency=args.concurrency, flow=flow)
+    driver = LeaseDriver(
+        queue, queue.providers, concurrency=args.concurrency, flow=flow,
+        lease_s=args.lease_s, attempt_timeout_s=args.attempt_timeout,
+    )
+    # what this worker's attempts ended in: a job queued again (retry, throttle, given
+    # back) is not finished, and is counted apart
     finished: dict[str, int] = {}
-    driver.job_finished.connect(lambda _id, state: finished.__setitem__(state, finished.get(state, 0) + 1))
+    requeued = {"n": 0}
+
+    def count(_id: str, state: str) -> None:
+        if state in ("succeeded", "dead", "cancelled"):
+            finished[state] = finished.get(state, 0) + 1
+        elif state:
+            requeued["n"] += 1
+
+    driver.job_finished.connect(count)
     driver.error.connect(lambda message: _err(message))
     stop = {"why": ""}
     started = time.monotonic()
@@ -433,12 +453,16 @@ def cmd_work(args: argparse.Namespace) -> int:
     clean = driver.shutdown(timeout_ms=10_000)
     counts = queue.counts()
     queue.close()
-    summary = {"stopped": stop["why"], "finished": finished, "counts": counts, "clean_shutdown": clean}
+    summary = {
+        "stopped": stop["why"], "finished": finished, "requeued": requeued["n"], "counts": counts, "clean_shutdown": clean,
+    }
     if args.json:
         _out(summary)
     else:
-        done = ", ".join(f"{v} {k}" for k, v in sorted(finished.items())) or "nothing"
-        _err(f"stopped ({stop['why']}): {done}; queue now " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+        done = ", ".join(f"{v} {k}" for k, v in sorted(finished.items())) or "nothing finished"
+        again = f" ({requeued['n']} attempt(s) queued again)" if requeued["n"] else ""
+        _err(f"stopped ({stop['why']}): {done}{again}; queue now "
+             + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
     return EXIT_OK if stop["why"] != "interrupted" else 130
 
 

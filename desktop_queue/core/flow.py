@@ -27,20 +27,42 @@ part of its kind before the first dot (``openai.chat`` -> ``openai``), or the
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+import os
+import random
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
+import orjson
+
 from desktop_queue.core.clock import Clock, SystemClock
+from desktop_queue.core.errors import QueueError
+from desktop_queue.core.fileio import FileLock, atomic_write, make_dirs
+from desktop_queue.core.ledger import Budget, SpendLedger, Spent, budget_reason, estimate_usage, usage_of
+from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.model import ErrorClass
 from desktop_queue.core.outcome import Outcome
 from desktop_queue.core.redact import strings_in
 
+log = logging.getLogger(__name__)
+
 _EPS = 1e-9
+
+
+def _t(value: float) -> float | None:
+    """A time for JSON: -inf ("never") as None."""
+    return None if not math.isfinite(value) else value
+
+
+def _ut(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) else -math.inf
 
 WAITING_RATE_LIMIT = "waiting: rate limit"
 WAITING_UNAVAILABLE = "waiting: provider unavailable"
@@ -60,6 +82,8 @@ class FlowEventType(StrEnum):
     RATE_RECOVERED = "rate_recovered"
     PAUSED = "paused"
     RESERVED = "reserved"
+    OFFLINE = "offline"
+    BACK_ONLINE = "back_online"
 
 
 @dataclass(frozen=True)
@@ -267,6 +291,16 @@ class TokenBucket:
         self.settle(tag, 0.0, now)
         self._tags.pop(tag, None)
 
+    def dump(self) -> dict[str, Any]:
+        """The bucket's state as JSON (what every process on a data dir shares)."""
+        return {"scale": self.scale, "spent": [[s.at, s.cost, s.tag] for s in self._spent]}
+
+    def load(self, data: Mapping[str, Any]) -> None:
+        self.scale = float(data.get("scale", 1.0))
+        self._spent = deque(_Spend(float(at), float(cost), tag) for at, cost, tag in data.get("spent", ()))
+        self._tags = {s.tag: s for s in self._spent if s.tag is not None}
+        self._total = sum(s.cost for s in self._spent)
+
 
 class ConcurrencyLimit:
     """At most ``limit`` attempts at once (None: no limit of its own).
@@ -279,17 +313,17 @@ class ConcurrencyLimit:
         if limit is not None and limit < 1:
             raise ValueError("a concurrency limit is at least 1")
         self.limit = limit
-        self.held: set[str] = set()
+        self.held: dict[str, str | None] = {}  # job id -> the process holding the slot
 
     def has_room(self, cap: int | None) -> bool:
         """True when one more attempt fits under ``cap`` (the effective limit now)."""
         return cap is None or len(self.held) < cap
 
-    def acquire(self, job_id: str) -> None:
-        self.held.add(job_id)
+    def acquire(self, job_id: str, owner: str | None = None) -> None:
+        self.held[job_id] = owner
 
     def release(self, job_id: str) -> None:
-        self.held.discard(job_id)
+        self.held.pop(job_id, None)
 
 
 class AdaptiveLimit:
@@ -322,6 +356,34 @@ class AdaptiveLimit:
         self.paused_until = -math.inf
         self._last_change = -math.inf
         self._last_decrease = -math.inf
+        self.streak = 0  # consecutive throttles without a success in between
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "scale": self.scale, "paused_until": _t(self.paused_until), "last_change": _t(self._last_change),
+            "last_decrease": _t(self._last_decrease), "streak": self.streak,
+        }
+
+    def load(self, data: Mapping[str, Any]) -> None:
+        self.scale = float(data.get("scale", 1.0))
+        self.paused_until = _ut(data.get("paused_until"))
+        self._last_change = _ut(data.get("last_change"))
+        self._last_decrease = _ut(data.get("last_decrease"))
+        self.streak = int(data.get("streak", 0))
+
+    def throttle_pause(self, now: float, retry_after: float | None, rng: Any, *, base_s: float, cap_s: float) -> float:
+        """A throttle: the whole profile pauses; returns for how long.
+
+        Consecutive throttles grow the pause exponentially with full jitter (capped),
+        even though each throttled job gets its attempt back: a server that answers 429
+        to everything, with or without ``Retry-After``, sees a handful of requests, not
+        hundreds. A ``Retry-After`` is a floor, never shortened by the jitter.
+        """
+        self.streak += 1
+        ceiling = min(cap_s, base_s * (2 ** min(self.streak, 32)))
+        pause = max(retry_after or 0.0, rng.uniform(0.0, ceiling))
+        self.paused_until = max(self.paused_until, now + pause)
+        return max(0.0, self.paused_until - now)
 
     def update(self, now: float) -> bool:
         """Applies the recovery earned since the last change; True if the scale rose."""
@@ -343,6 +405,10 @@ class AdaptiveLimit:
         """A 429: pause until ``retry_after`` and lower the scale; True if the scale dropped."""
         if retry_after is not None and retry_after > 0:
             self.paused_until = max(self.paused_until, now + retry_after)
+        return self.lower(now)
+
+    def lower(self, now: float) -> bool:
+        """Lowers the scale after a throttle (once per ``guard_s``); True if it dropped."""
         if now - self._last_decrease < self.guard_s:
             return False
         self._last_decrease = now
@@ -473,6 +539,21 @@ class CircuitBreaker:
         if self.probe == job_id:
             self.probe = None
 
+    def dump(self) -> dict[str, Any]:
+        return {
+            "state": str(self.state), "failures": self.failures, "opened_at": _t(self.opened_at),
+            "probe": self.probe, "closed_at": self.closed_at, "cooldown_s": self.cooldown_s,
+        }
+
+    def load(self, data: Mapping[str, Any]) -> None:
+        self.state = BreakerState(data.get("state", "closed"))
+        self.failures = int(data.get("failures", 0))
+        self.opened_at = _ut(data.get("opened_at"))
+        self.probe = data.get("probe")
+        closed = data.get("closed_at")
+        self.closed_at = float(closed) if isinstance(closed, (int, float)) else None
+        self.cooldown_s = float(data.get("cooldown_s", self.base_cooldown_s))
+
     def _open(self, now: float) -> bool:
         self.state = BreakerState.OPEN
         self.opened_at = now
@@ -483,6 +564,7 @@ class CircuitBreaker:
 
 
 # ---------------------------------------------------------------------- the facade
+
 
 
 @dataclass(frozen=True)
@@ -499,6 +581,12 @@ class ProfileLimits:
         aging_s: a job refused by the budget this long gets a reservation, so that
             smaller jobs behind it cannot keep it waiting forever.
         window_s: the rate window (60 s for per-minute limits).
+        throttle_base_s: the first ceiling of a throttled profile's pause.
+        throttle_cap_s: the largest ceiling of a throttled profile's pause.
+        offline_probe_s: the longest wait between two probes of an unreachable profile.
+        budget: daily and monthly spend limits (None: none).
+        model: the model a job that names none runs on (for its price estimate).
+        local: the endpoint is on this machine (free unless the user prices it).
     """
 
     rpm: float | None = None
@@ -509,6 +597,12 @@ class ProfileLimits:
     ramp_step_s: float = 5.0
     aging_s: float = 30.0
     window_s: float = 60.0
+    throttle_base_s: float = 1.0
+    throttle_cap_s: float = 60.0
+    offline_probe_s: float = 30.0
+    budget: Budget | None = None
+    model: str | None = None
+    local: bool = False
 
 
 @dataclass
@@ -516,6 +610,7 @@ class _Admission:
     cost: Cost
     at: float
     started: bool = False
+    owner: str | None = None  # the process that was admitted (see liveness.this_process)
 
 
 @dataclass
@@ -525,8 +620,24 @@ class _Waiter:
     passed_over: bool = False  # a job that started waiting later (or never waited) went first
 
 
+@dataclass
+class _Offline:
+    """A profile none of whose requests connect: its jobs wait, attempts unspent."""
+
+    since: float
+    failures: int
+    probe_at: float  # when the next probe may go
+    probe: str | None = None
+    reason: str = ""
+
+
 class _ProfileFlow:
-    """All flow state of one profile."""
+    """All flow state of one profile.
+
+    The budgets, in-flight attempts, breaker, slow-down and offline state are what every
+    process on the data dir shares (:meth:`dump` / :meth:`load`); the waiters and the
+    reservation only order this process's own candidates.
+    """
 
     def __init__(self, name: str, limits: ProfileLimits) -> None:
         self.name = name
@@ -539,6 +650,7 @@ class _ProfileFlow:
             limits.breaker_threshold, limits.breaker_cooldown_s, ramp_step_s=limits.ramp_step_s
         )
         self.admitted: dict[str, _Admission] = {}
+        self.offline: _Offline | None = None
         self.waiters: dict[str, _Waiter] = {}
         self.reserved: str | None = None
         self.reserved_cost: Cost | None = None
@@ -551,6 +663,38 @@ class _ProfileFlow:
         if self.tpm is not None:
             out.append((self.tpm, "tokens"))
         return out
+
+    def dump(self) -> dict[str, Any]:
+        offline = self.offline
+        return {
+            "rpm": self.rpm.dump() if self.rpm is not None else None,
+            "tpm": self.tpm.dump() if self.tpm is not None else None,
+            "adaptive": self.adaptive.dump(),
+            "breaker": self.breaker.dump(),
+            "admitted": {
+                job_id: [a.cost.requests, a.cost.tokens, a.at, a.started, a.owner]
+                for job_id, a in self.admitted.items()
+            },
+            "offline": None if offline is None else [
+                offline.since, offline.failures, offline.probe_at, offline.probe, offline.reason
+            ],
+            "last_prune": _t(self.last_prune),
+        }
+
+    def load(self, data: Mapping[str, Any]) -> None:
+        for bucket, key in ((self.rpm, "rpm"), (self.tpm, "tpm")):
+            if bucket is not None and isinstance(data.get(key), Mapping):
+                bucket.load(data[key])
+        self.adaptive.load(data.get("adaptive") or {})
+        self.breaker.load(data.get("breaker") or {})
+        self.admitted = {
+            job_id: _Admission(Cost(int(r), int(t)), float(at), bool(started), owner)
+            for job_id, (r, t, at, started, owner) in (data.get("admitted") or {}).items()
+        }
+        self.concurrency.held = {job_id: a.owner for job_id, a in self.admitted.items()}
+        off = data.get("offline")
+        self.offline = None if not off else _Offline(float(off[0]), int(off[1]), float(off[2]), off[3], str(off[4]))
+        self.last_prune = _ut(data.get("last_prune"))
 
     def concurrency_cap(self, now: float) -> int | None:
         limit = self.concurrency.limit
@@ -584,26 +728,100 @@ def _job_fields(job: Any) -> tuple[str, str, Any]:
 
 
 def default_profile_of(kind: str, payload: Any) -> str:
-    """``input["profile"]`` when it is a string, else the kind up to its first dot."""
-    if isinstance(payload, Mapping) and isinstance(payload.get("profile"), str):
-        return str(payload["profile"])
+    """The profile of a kind: the part before its first dot (``openai.chat`` -> ``openai``).
+
+    Profiles are configuration, never job input: a job's input cannot move it to a
+    profile with other limits, or to none (the providers refuse an input that names
+    a profile they do not run on).
+    """
     return kind.split(".", 1)[0]
+
+
+class _SharedFile:
+    """The flow state every process on a data dir shares: ``<dir>/state.json``.
+
+    Held under an OS lock on the directory itself (a lock file could be deleted from
+    under its holders, and a newcomer would then lock another file). The state is
+    rewritten atomically (temp file and rename) without an fsync: it is a rate window
+    and a few counters, which a power cut may reset but never tear.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        make_dirs(directory)
+        self.path = directory / "state.json"
+        self._lock = FileLock.on_directory(directory, directory / "lock")
+        self._seen: tuple[int, int, int] | None = None
+        self.raw: bytes = b""
+
+    def lock(self) -> None:
+        self._lock.acquire(exclusive=True)
+
+    def unlock(self) -> None:
+        self._lock.release()
+
+    def read(self) -> dict[str, Any] | None:
+        """The state if another process changed it since this one last read (else None)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._seen, self.raw = None, b""
+            return {}
+        seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if seen == self._seen:
+            return None
+        raw = self.path.read_bytes()
+        self._seen, self.raw = seen, raw
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            log.warning("flow state %s is damaged; limits start afresh", self.path)
+            return {}
+        if not isinstance(doc, dict) or doc.get("format") != FLOW_FORMAT:
+            return {}
+        if doc.get("schema_version", 0) > FLOW_SCHEMA:
+            raise ValueError(f"{self.path} was written by a newer Desktop Queue")
+        return doc
+
+    def write(self, doc: dict[str, Any]) -> None:
+        raw = orjson.dumps(doc)
+        if raw == self.raw:
+            return
+        atomic_write(self.path, raw, durable=False)
+        st = os.stat(self.path)
+        self._seen, self.raw = (st.st_ino, st.st_mtime_ns, st.st_size), raw
+
+    def close(self) -> None:
+        self._lock.close()
+
+
+FLOW_FORMAT = "desktop-queue.flow"
+FLOW_SCHEMA = 1
 
 
 class FlowControl:
     """Decides which queued jobs may start now, and says why the others wait.
 
     Thread-safe: ``accept`` runs inside the lease commit, outcomes arrive from the
-    driver, ``waiting_reason`` is asked by the window.
+    driver, ``waiting_reason`` is asked by the window. With ``shared_dir`` every
+    process on the data dir works on one state (budgets, in-flight attempts, breaker,
+    slow-down, pauses, offline), so the window and any number of ``work`` processes
+    together never exceed one configured limit (shared/DESIGN.md section 2). Calls
+    that belong together (a lease's scan over its candidates) share one look at that
+    state through :meth:`session`.
 
     Args:
         profiles: profile name -> limits. Jobs of other profiles are never held back.
-        clock: time source (only ``monotonic()`` is used).
+        clock: time source (``now()``: shared state must mean the same in every process).
         profile_of: (kind, input) -> profile name (default: :func:`default_profile_of`).
         estimator: input -> :class:`Cost` (default: :func:`estimate_cost`).
         listener: called with every :class:`FlowEvent` (outside the internal lock).
         admission_ttl_s: an admission never followed by ``on_start`` is given back
             after this long (the lease commit failed, or another process took the job).
+        shared_dir: where the shared state lives (``<data dir>/flow``); None: this
+            process only.
+        ledger: the spend ledger budgets are checked against and usage recorded in.
+        rng: randomness for the throttle pause's jitter.
     """
 
     def __init__(
@@ -615,6 +833,9 @@ class FlowControl:
         estimator: Callable[[Any], Cost] | None = None,
         listener: Callable[[FlowEvent], None] | None = None,
         admission_ttl_s: float = 60.0,
+        shared_dir: Path | str | None = None,
+        ledger: SpendLedger | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self._profiles = {name: _ProfileFlow(name, limits) for name, limits in profiles.items()}
@@ -623,19 +844,107 @@ class FlowControl:
         self._listener = listener
         self._admission_ttl_s = admission_ttl_s
         self._lock = threading.RLock()
+        self._depth = 0
         self._events: deque[FlowEvent] = deque(maxlen=1000)
         self._pending_emit: list[FlowEvent] = []
+        self._shared = _SharedFile(Path(shared_dir)) if shared_dir is not None else None
+        self.ledger = ledger
+        self.rng = rng or random.Random()
+        self._kind_holds: dict[str, str] = {}
+        self._throttled: set[str] = set()  # jobs whose throttle pause is already counted
+        self._spend_seen: dict[str, tuple[float, Spent, Spent]] = {}
+
+    # ------------------------------------------------------------------ shared state
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Holds the flow state for a group of calls: one lock, one read, one write.
+
+        The lease driver wraps each lease in one, so a scan over many queued jobs costs
+        one look at the shared state. Take it before the store's commit lock, never
+        inside it (the lease commit calls ``accept``).
+        """
+        with self._lock:
+            self._depth += 1
+            outer = self._depth == 1 and self._shared is not None
+            try:
+                if outer:
+                    assert self._shared is not None
+                    self._shared.lock()
+                    try:
+                        self._load(self._shared.read())
+                    except BaseException:
+                        self._shared.unlock()
+                        raise
+                try:
+                    yield
+                finally:
+                    if outer:
+                        assert self._shared is not None
+                        try:
+                            self._shared.write(self._dump())
+                        except OSError as exc:  # a full disk: limits keep working in memory
+                            log.warning("could not save the flow state: %s", exc)
+                        finally:
+                            self._shared.unlock()
+            finally:
+                self._depth -= 1
+        self._flush()
+
+    def _load(self, doc: dict[str, Any] | None) -> None:
+        if doc is None:
+            return  # unchanged since this process wrote or read it
+        raw = doc.get("profiles")
+        profiles = raw if isinstance(raw, dict) else {}
+        for name, flow in self._profiles.items():
+            data = profiles.get(name)
+            if isinstance(data, Mapping):
+                try:
+                    flow.load(data)
+                except (TypeError, ValueError, KeyError, IndexError):
+                    log.warning("flow state of profile %s is damaged; its limits start afresh", name)
+                    self._profiles[name] = _ProfileFlow(name, flow.limits)
+
+    def _dump(self) -> dict[str, Any]:
+        profiles: dict[str, Any] = {}
+        if self._shared is not None and self._shared.raw:
+            with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+                # keep the profiles other processes configure and this one does not
+                profiles = dict(orjson.loads(self._shared.raw).get("profiles") or {})
+        for name, flow in self._profiles.items():
+            profiles[name] = flow.dump()
+        return {"format": FLOW_FORMAT, "schema_version": FLOW_SCHEMA, "profiles": profiles}
+
+    def close(self) -> None:
+        if self._shared is not None:
+            self._shared.close()
 
     # ------------------------------------------------------------------ configuration
 
     def configure(self, name: str, limits: ProfileLimits) -> None:
-        """Adds a profile or changes its limits (its breaker and budget history are reset)."""
-        with self._lock:
-            self._profiles[name] = _ProfileFlow(name, limits)
+        """Adds a profile or changes its limits (what every process shares is kept)."""
+        with self.session():
+            old = self._profiles.get(name)
+            flow = _ProfileFlow(name, limits)
+            if old is not None:
+                flow.load(old.dump())
+            self._profiles[name] = flow
 
     def profiles(self) -> list[str]:
         with self._lock:
             return sorted(self._profiles)
+
+    def hold_kind(self, kind: str, reason: str | None) -> None:
+        """Holds every job of ``kind`` with ``reason`` (None: lets them go again).
+
+        For what a provider says about itself ("no API key for profile openai …"): its
+        jobs then wait, spending nothing, and the window shows why.
+        """
+        with self._lock:
+            if reason is None:
+                self._kind_holds.pop(kind, None)
+            else:
+                self._kind_holds[kind] = reason
 
     # ------------------------------------------------------------------ internals
 
@@ -652,7 +961,7 @@ class FlowControl:
     def _flush(self) -> None:
         """Hands recorded events to the listener, outside the lock."""
         with self._lock:
-            if not self._pending_emit:
+            if not self._pending_emit or self._depth:
                 return
             pending, self._pending_emit = self._pending_emit, []
         if self._listener is not None:
@@ -672,6 +981,8 @@ class FlowControl:
             for job_id, adm in list(flow.admitted.items()):
                 if not adm.started and now - adm.at > self._admission_ttl_s:
                     self._give_back(flow, job_id, now)
+                elif adm.owner is not None and holder_alive(adm.owner) is False:
+                    self._give_back(flow, job_id, now)  # its process ended mid-attempt: the slot frees
             ttl = max(flow.limits.window_s, flow.limits.aging_s) * 2
             for job_id, waiter in list(flow.waiters.items()):
                 if now - waiter.seen > ttl:
@@ -683,12 +994,48 @@ class FlowControl:
         adm = flow.admitted.pop(job_id, None)
         flow.concurrency.release(job_id)
         flow.breaker.on_abandoned(job_id)
+        if flow.offline is not None and flow.offline.probe == job_id:
+            flow.offline.probe = None
         if adm is not None:
             for bucket, _unit in flow.buckets():
                 bucket.refund(job_id, now)
 
-    def _blocker(self, flow: _ProfileFlow, job_id: str, cost: Cost, now: float) -> tuple[str, float] | None:
+    def _spent(self, flow: _ProfileFlow, now: float) -> tuple[Spent, Spent]:
+        """Today's and this month's spend of a profile (the ledger asked at most once a second)."""
+        assert self.ledger is not None
+        seen = self._spend_seen.get(flow.name)
+        if seen is None or now - seen[0] >= 1.0 or now < seen[0]:
+            seen = (now, self.ledger.spent(flow.name, "day", now), self.ledger.spent(flow.name, "month", now))
+            self._spend_seen[flow.name] = seen
+        return seen[1], seen[2]
+
+    def _budget_reason(self, flow: _ProfileFlow, job_id: str, kind: str, payload: Any, now: float) -> str | None:
+        budget = flow.limits.budget
+        if budget is None or self.ledger is None or not budget.is_set():
+            return None
+        day, month = self._spent(flow, now)
+        usage = estimate_usage(kind, payload)
+        model = _model_of(payload, None) or flow.limits.model or ""
+        price = self.ledger.prices.cost_usd(model, usage, local=flow.limits.local)
+        # what other attempts admitted but not yet recorded will spend, counted as estimated
+        in_flight_tokens = sum(a.cost.tokens for j, a in flow.admitted.items() if j != job_id)
+        in_flight_usd = 0.0
+        if in_flight_tokens and usage.tokens:
+            in_flight_usd = (price or 0.0) * in_flight_tokens / max(1, usage.tokens)
+        day = Spent(day.tokens + in_flight_tokens, day.usd + in_flight_usd, day.unknown_cost)
+        month = Spent(month.tokens + in_flight_tokens, month.usd + in_flight_usd, month.unknown_cost)
+        return budget_reason(flow.name, budget, day, month, usage.tokens, price)
+
+    def _blocker(
+        self, flow: _ProfileFlow, job_id: str, kind: str, payload: Any, cost: Cost, now: float
+    ) -> tuple[str, float] | None:
         """Why ``job_id`` may not start now: (reason, expected wait in s), or None."""
+        held = self._kind_holds.get(kind)
+        if held is not None:
+            return (held if held.startswith("waiting") else f"waiting: {held}"), 0.0
+        offline = flow.offline
+        if offline is not None and (offline.probe not in (None, job_id) or now < offline.probe_at):
+            return f"waiting: {offline.reason}", max(0.0, offline.probe_at - now)
         if not flow.breaker.allows(job_id):
             return WAITING_UNAVAILABLE, flow.breaker.reopens_in(now)
         if not flow.concurrency.has_room(flow.concurrency_cap(now)):
@@ -696,6 +1043,9 @@ class FlowControl:
         pause = flow.adaptive.pause_left(now)
         if pause > 0:
             return WAITING_RATE_LIMIT, pause
+        budget = self._budget_reason(flow, job_id, kind, payload, now)
+        if budget is not None:
+            return budget, 0.0
         if flow.reserved is not None and flow.reserved != job_id:
             # an older job holds the budget's next turn; this one waits behind it
             wait = flow.rate_wait(flow.reserved_cost, now) if flow.reserved_cost is not None else 0.0
@@ -719,25 +1069,24 @@ class FlowControl:
         Asking again for a job already admitted (and not yet finished) answers True
         without spending twice.
         """
-        with self._lock:
+        with self.session():
             job_id, flow, payload = self._flow_of(job)
+            kind = _job_fields(job)[1]
             if flow is None:
-                return True
-            now = self.clock.monotonic()
+                held = self._kind_holds.get(kind)
+                return held is None
+            now = self.clock.now()
             self._update(flow, now)
             if job_id in flow.admitted:
                 return True
             cost = self._estimator(payload)
-            blocked = self._blocker(flow, job_id, cost, now)
+            blocked = self._blocker(flow, job_id, kind, payload, cost, now)
             if blocked is not None:
                 if blocked[0] == WAITING_RATE_LIMIT:
                     self._note_waiting(flow, job_id, cost, now)
-                admitted = False
-            else:
-                self._admit(flow, job_id, cost, now)
-                admitted = True
-        self._flush()
-        return admitted
+                return False
+            self._admit(flow, job_id, cost, now)
+            return True
 
     def _note_waiting(self, flow: _ProfileFlow, job_id: str, cost: Cost, now: float) -> None:
         waiter = flow.waiters.get(job_id)
@@ -760,10 +1109,13 @@ class FlowControl:
     def _admit(self, flow: _ProfileFlow, job_id: str, cost: Cost, now: float) -> None:
         if flow.breaker.admit(job_id):
             self._emit(flow, FlowEventType.BREAKER_HALF_OPEN, now, reason="probe admitted")
+        if flow.offline is not None and flow.offline.probe is None:
+            flow.offline.probe = job_id  # one job at a time finds out whether it is back
         for bucket, unit in flow.buckets():
             bucket.take(cost.requests if unit == "requests" else cost.tokens, now, job_id)
-        flow.concurrency.acquire(job_id)
-        flow.admitted[job_id] = _Admission(cost, now)
+        owner = this_process()
+        flow.concurrency.acquire(job_id, owner)
+        flow.admitted[job_id] = _Admission(cost, now, owner=owner)
         own = flow.waiters.pop(job_id, None)
         since = own.since if own is not None else now
         for waiter in flow.waiters.values():
@@ -778,17 +1130,38 @@ class FlowControl:
 
         A job that started without ``accept`` (another code path) is counted now.
         """
-        with self._lock:
+        with self.session():
             job_id, flow, payload = self._flow_of(job)
             if flow is None:
                 return
-            now = self.clock.monotonic()
+            now = self.clock.now()
             adm = flow.admitted.get(job_id)
             if adm is None:
                 self._admit(flow, job_id, self._estimator(payload), now)
                 adm = flow.admitted[job_id]
             adm.started = True
-        self._flush()
+
+    def throttle_delay(self, job: Any, retry_after: float | None) -> float | None:
+        """A throttled attempt of ``job``: pauses its whole profile; returns the pause.
+
+        The caller requeues the job for that long (its attempt is given back), so that
+        consecutive throttles back off exponentially although no attempt is spent.
+
+        Returns:
+            Seconds until the profile may send again (None: the job has no profile here).
+        """
+        with self.session():
+            job_id, flow, _payload = self._flow_of(job)
+            if flow is None:
+                return None
+            now = self.clock.now()
+            limits = flow.limits
+            pause = flow.adaptive.throttle_pause(
+                now, retry_after, self.rng, base_s=limits.throttle_base_s, cap_s=limits.throttle_cap_s
+            )
+            self._throttled.add(job_id)
+            self._emit(flow, FlowEventType.PAUSED, now, retry_after_s=round(pause, 3), throttles=flow.adaptive.streak)
+            return pause
 
     def on_outcome(self, job: Any, outcome: Outcome | None, usage: Mapping[str, Any] | None = None) -> None:
         """An attempt ended: frees its slot, settles its cost and feeds breaker and limits.
@@ -799,17 +1172,38 @@ class FlowControl:
                 (cancelled, released on shutdown).
             usage: the provider's reported usage (default: ``outcome.result["usage"]``).
         """
-        with self._lock:
-            job_id, flow, _payload = self._flow_of(job)
+        with self.session():
+            job_id, flow, payload = self._flow_of(job)
             if flow is None:
                 return
-            now = self.clock.monotonic()
+            now = self.clock.now()
             self._update(flow, now)
             if outcome is None:
                 self._give_back(flow, job_id, now)
             else:
                 self._record(flow, job_id, outcome, usage, now)
-        self._flush()
+                self._spend(flow, job, payload, outcome, now)
+
+    def _spend(self, flow: _ProfileFlow, job: Any, payload: Any, outcome: Outcome, now: float) -> None:
+        """Records what the attempt used in the spend ledger (a failure that reported usage too)."""
+        if self.ledger is None:
+            return
+        result = outcome.result if outcome.ok and isinstance(outcome.result, Mapping) else {}
+        kind = _job_fields(job)[1]
+        text = payload.get("input") if isinstance(payload, Mapping) else None
+        used = usage_of(kind, result, input_chars=len(text) if isinstance(text, str) else None)
+        if used.is_empty():
+            return
+        model = str(result.get("model") or _model_of(payload, None) or flow.limits.model or "")
+        lease_attempt = getattr(job, "attempt", None)
+        try:
+            self.ledger.record(
+                profile=flow.name, model=model, kind=kind, usage=used, job_id=_job_fields(job)[0],
+                attempt=int(lease_attempt) if isinstance(lease_attempt, int) else 0, at=now, local=flow.limits.local,
+            )
+        except QueueError as exc:
+            log.error("could not record the spend of job %s: %s", _job_fields(job)[0], exc)
+        self._spend_seen.pop(flow.name, None)
 
     def on_release(self, job: Any) -> None:
         """An attempt ended without an outcome (same as ``on_outcome(job, None)``)."""
@@ -820,7 +1214,14 @@ class FlowControl:
     ) -> None:
         flow.admitted.pop(job_id, None)
         flow.concurrency.release(job_id)
+        unreachable = bool(getattr(outcome, "unreachable", False))
+        if unreachable:
+            self._went_offline(flow, job_id, outcome, now)
+        elif flow.offline is not None:
+            self._emit(flow, FlowEventType.BACK_ONLINE, now, reason="the endpoint answers again")
+            flow.offline = None
         if outcome.ok:
+            flow.adaptive.streak = 0
             if usage is None and isinstance(outcome.result, Mapping):
                 usage = outcome.result.get("usage")
             actual = usage_tokens(usage)
@@ -832,20 +1233,29 @@ class FlowControl:
         # a failed attempt consumed its request, but (without usage) no tokens
         if flow.tpm is not None:
             flow.tpm.refund(job_id, now)
+        if unreachable:
+            flow.breaker.on_abandoned(job_id)  # offline is its own hold; the breaker is for answers
+            return
         error_class = ErrorClass(outcome.error_class or ErrorClass.RETRYABLE)
         if error_class is ErrorClass.THROTTLED:
             flow.breaker.on_abandoned(job_id)
             old = flow.adaptive.scale
-            lowered = flow.adaptive.on_throttle(now, outcome.retry_after)
-            if lowered:
+            if flow.adaptive.lower(now):
                 for bucket, _unit in flow.buckets():
                     bucket.scale = flow.adaptive.scale
                 self._emit(
                     flow, FlowEventType.RATE_LOWERED, now,
                     scale=round(flow.adaptive.scale, 3), was=round(old, 3), retry_after_s=outcome.retry_after,
                 )
-            if outcome.retry_after:
-                self._emit(flow, FlowEventType.PAUSED, now, retry_after_s=outcome.retry_after)
+            if job_id in self._throttled:
+                self._throttled.discard(job_id)  # its pause is counted (throttle_delay)
+            else:
+                flow.adaptive.throttle_pause(
+                    now, outcome.retry_after, self.rng,
+                    base_s=flow.limits.throttle_base_s, cap_s=flow.limits.throttle_cap_s,
+                )
+                if outcome.retry_after:
+                    self._emit(flow, FlowEventType.PAUSED, now, retry_after_s=outcome.retry_after)
         elif error_class is ErrorClass.RETRYABLE:
             probing = flow.breaker.state is BreakerState.HALF_OPEN
             if flow.breaker.on_failure(job_id, now):
@@ -859,13 +1269,22 @@ class FlowControl:
             flow.breaker.on_reachable()
             flow.breaker.on_abandoned(job_id)
 
+    def _went_offline(self, flow: _ProfileFlow, job_id: str, outcome: Outcome, now: float) -> None:
+        offline = flow.offline
+        failures = 1 if offline is None else offline.failures + 1
+        wait = min(flow.limits.offline_probe_s, 2.0 ** min(failures, 16))
+        reason = f"profile {flow.name} is offline ({outcome.message or 'cannot connect'})"
+        flow.offline = _Offline(offline.since if offline else now, failures, now + wait, None, reason[:200])
+        if offline is None:
+            self._emit(flow, FlowEventType.OFFLINE, now, reason=reason[:200], delay_s=round(wait, 3))
+
     def observe_rate_limit(self, profile: str, info: RateLimitInfo) -> None:
         """Rate-limit headers from a response: nothing left -> the profile pauses until the reset."""
-        with self._lock:
+        with self.session():
             flow = self._profiles.get(profile)
             if flow is None:
                 return
-            now = self.clock.monotonic()
+            now = self.clock.now()
             exhausted = info.remaining_requests == 0 or info.remaining_tokens == 0
             if exhausted and info.reset_s:
                 before = flow.adaptive.pause_left(now)
@@ -873,12 +1292,11 @@ class FlowControl:
                 if flow.adaptive.pause_left(now) > before:
                     self._emit(flow, FlowEventType.PAUSED, now, retry_after_s=round(info.reset_s, 3),
                                reason="rate-limit headers: nothing left until the reset")
-        self._flush()
 
     def forget(self, job_id: str) -> None:
         """The job left the queue (cancelled, finished elsewhere): drops any wait or reservation."""
-        with self._lock:
-            now = self.clock.monotonic()
+        with self.session():
+            now = self.clock.now()
             for flow in self._profiles.values():
                 flow.waiters.pop(job_id, None)
                 if flow.reserved == job_id:
@@ -892,40 +1310,39 @@ class FlowControl:
         """Why a queued, due job would not start now, for people; None if it would.
 
         Returns e.g. ``"waiting: rate limit (~12 s)"``, ``"waiting: provider
-        unavailable"`` or ``"waiting: concurrency cap"``. Backoff and lane order are
-        the queue's business, not flow control's.
+        unavailable"``, ``"waiting: concurrency cap"``, ``"waiting: budget of profile
+        openai reached, $4.98 of $5.00 today"`` or a provider's own reason. Backoff and
+        lane order are the queue's business, not flow control's.
         """
-        with self._lock:
+        with self.session():
             job_id, flow, payload = self._flow_of(job)
-            if flow is None:
-                return None
+            kind = _job_fields(job)[1]
             if isinstance(job, Mapping) and job.get("state") not in (None, "queued"):
                 return None
-            now = self.clock.monotonic()
+            if flow is None:
+                held = self._kind_holds.get(kind)
+                return None if held is None else (held if held.startswith("waiting") else f"waiting: {held}")
+            now = self.clock.now()
             self._update(flow, now)
             if job_id in flow.admitted:
                 return None
-            blocked = self._blocker(flow, job_id, self._estimator(payload), now)
-            reason = None if blocked is None else self._format(*blocked)
-        self._flush()
-        return reason
+            blocked = self._blocker(flow, job_id, kind, payload, self._estimator(payload), now)
+            return None if blocked is None else self._format(*blocked)
 
     def breaker_state(self, profile: str) -> BreakerState | None:
         """The profile's breaker state (None: no such profile)."""
-        with self._lock:
+        with self.session():
             flow = self._profiles.get(profile)
             if flow is None:
                 return None
-            self._update(flow, self.clock.monotonic())
-            state = flow.breaker.state
-        self._flush()
-        return state
+            self._update(flow, self.clock.now())
+            return flow.breaker.state
 
     def snapshot(self, profile: str) -> dict[str, Any]:
         """The profile's state for a status display (breaker, scale, in flight, budgets left)."""
-        with self._lock:
+        with self.session():
             flow = self._profiles[profile]
-            now = self.clock.monotonic()
+            now = self.clock.now()
             self._update(flow, now)
             out: dict[str, Any] = {
                 "profile": profile,
@@ -933,15 +1350,20 @@ class FlowControl:
                 "reopens_s": round(flow.breaker.reopens_in(now), 3),
                 "scale": round(flow.adaptive.scale, 3),
                 "paused_s": round(flow.adaptive.pause_left(now), 3),
+                "throttles": flow.adaptive.streak,
                 "in_flight": len(flow.concurrency.held),
                 "concurrency_cap": flow.concurrency_cap(now),
                 "reserved": flow.reserved,
+                "offline": flow.offline.reason if flow.offline is not None else None,
             }
             for bucket, unit in flow.buckets():
                 out[f"{unit}_spent"] = round(bucket.spent(now), 3)
                 out[f"{unit}_budget"] = round(bucket.effective_budget, 3)
-        self._flush()
-        return out
+            if self.ledger is not None and flow.limits.budget is not None and flow.limits.budget.is_set():
+                day, month = self._spent(flow, now)
+                out["spent_today_usd"], out["spent_today_tokens"] = round(day.usd, 4), day.tokens
+                out["spent_month_usd"], out["spent_month_tokens"] = round(month.usd, 4), month.tokens
+            return out
 
     def drain_events(self) -> list[FlowEvent]:
         """Every event recorded since the last drain (oldest first)."""
@@ -950,6 +1372,10 @@ class FlowControl:
             self._events.clear()
         return events
 
+
+def _model_of(payload: Any, default: str | None) -> str | None:
+    model = payload.get("model") if isinstance(payload, Mapping) else None
+    return model if isinstance(model, str) and model else default
 
 __all__ = [
     "AdaptiveLimit",

@@ -20,6 +20,9 @@ class Outcome:
         message: a short, redacted description of the failure.
         status: the HTTP status behind the failure, if any.
         retry_after: seconds the provider asked us to wait, if it said.
+        unreachable: the request never reached the provider (no connection could be
+            made): nothing was sent or paid for, the attempt is given back and the
+            profile counts as offline until a request connects again.
     """
 
     ok: bool
@@ -28,6 +31,7 @@ class Outcome:
     message: str = ""
     status: int | None = None
     retry_after: float | None = None
+    unreachable: bool = False
 
     @classmethod
     def success(cls, result: Any) -> Outcome:
@@ -41,6 +45,7 @@ class Outcome:
         *,
         status: int | None = None,
         retry_after: float | None = None,
+        unreachable: bool = False,
     ) -> Outcome:
         return cls(
             ok=False,
@@ -48,6 +53,7 @@ class Outcome:
             message=message,
             status=status,
             retry_after=retry_after,
+            unreachable=unreachable,
         )
 
 

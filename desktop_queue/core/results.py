@@ -167,6 +167,7 @@ class ResultStore:
             raise InvalidArtifact(f"the result's artifact is not valid base64 ({exc})") from None
         ext = artifact_extension(result.get("artifact_name"), result.get("mime"))
         path = self.artifact_path_for(key, ext, epoch)
+        make_dirs(path.parent)
         if not atomic_write(path, data, overwrite=False):
             data = path.read_bytes()  # the first complete artifact of this key stays
         out = {k: v for k, v in result.items() if k != "artifact_b64"}
@@ -197,7 +198,7 @@ class ResultStore:
         """
         path = self.path_for(key)
         make_dirs(path.parent)
-        if path.exists():  # write-once: the first result (and its artifact) is kept
+        if self.has(key):  # write-once: the first result (and its artifact) is kept, file or journal
             return self.ref_for(key), False
         result = self._store_artifact(key, result)
         doc = self.document(key, result, job_id=job_id, epoch=epoch, produced_at=produced_at)

@@ -448,6 +448,16 @@ class MissingApiKey(InvalidInput):
     """
 
 
+def _never_connected(error: BaseException) -> bool:
+    """True when the request failed before a connection was made (so nothing was sent).
+
+    The SDK wraps httpx's ``ConnectError`` / ``ConnectTimeout``; they are told by name so
+    that classifying needs no import of httpx.
+    """
+    cause = error.__cause__
+    return type(cause).__name__ in ("ConnectError", "ConnectTimeout")
+
+
 def classify_error(
     error: BaseException,
     *,
@@ -470,9 +480,14 @@ def classify_error(
         return redact(f"{what}: {text}", job_input, secrets=secrets)
 
     if isinstance(error, _sdk().APITimeoutError):
+        if _never_connected(error):
+            return Outcome.failure(ErrorClass.RETRYABLE, clean("cannot connect (timed out)"), unreachable=True)
         return Outcome.failure(ErrorClass.RETRYABLE, clean(_timeout_text(timeout)))
     if isinstance(error, _sdk().APIConnectionError):
         cause = type(error.__cause__).__name__ if error.__cause__ is not None else "no response"
+        if _never_connected(error):
+            # nothing was sent: not paid for, and the profile is offline until a request connects
+            return Outcome.failure(ErrorClass.RETRYABLE, clean(f"cannot connect ({cause})"), unreachable=True)
         return Outcome.failure(ErrorClass.RETRYABLE, clean(f"connection error ({cause})"))
     if isinstance(error, _sdk().APIStatusError):
         status = int(error.status_code)

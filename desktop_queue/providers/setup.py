@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from desktop_queue.core.clock import Clock
 from desktop_queue.core.flow import FlowControl, ProfileLimits
-from desktop_queue.core.ledger import Budget, is_local_url
+from desktop_queue.core.ledger import Budget, SpendLedger, is_local_url
 from desktop_queue.core.outcome import Provider
 from desktop_queue.providers import discover
 from desktop_queue.providers.openai_compat import DEFAULT_PROFILE, OpenAIProfile, make_providers
@@ -68,7 +69,11 @@ class ProfileConfig:
 
     def limits(self) -> ProfileLimits:
         """The flow-control limits of this profile."""
-        return ProfileLimits(rpm=self.rpm or None, tpm=self.tpm or None, concurrency=self.concurrency or None)
+        budget = self.budget()
+        return ProfileLimits(
+            rpm=self.rpm or None, tpm=self.tpm or None, concurrency=self.concurrency or None,
+            budget=budget if budget.is_set() else None, model=self.model or None, local=self.is_local(),
+        )
 
     def openai_profile(self) -> OpenAIProfile:
         """The provider-side profile (endpoint and default model)."""
@@ -83,6 +88,7 @@ def build(
     clock: Clock | None = None,
     *,
     plugins: bool = True,
+    data_dir: Path | str | None = None,
 ) -> tuple[dict[str, Provider], FlowControl]:
     """The runtime's providers (kind -> provider) and the flow control guarding them.
 
@@ -93,13 +99,21 @@ def build(
     Args:
         profiles: the configured endpoints (None or empty: one default profile).
         clock: the flow control's time source (default: the system clock).
+        data_dir: the data dir whose processes share one set of limits, budgets and
+            spend ledger (``<data dir>/flow``, ``<data dir>/ledger``); None: limits of
+            this process alone and no ledger (tests of one process).
         plugins: also load providers from the ``desktop_queue.providers`` entry points.
 
     Returns:
         (providers, flow): pass both to the lease driver (``LeaseDriver(..., flow=flow)``).
     """
     configs = list(profiles) if profiles else [ProfileConfig()]
-    flow = FlowControl({c.name: c.limits() for c in configs}, clock=clock)
+    shared = Path(data_dir) if data_dir is not None else None
+    flow = FlowControl(
+        {c.name: c.limits() for c in configs}, clock=clock,
+        shared_dir=shared / "flow" if shared is not None else None,
+        ledger=SpendLedger(shared, clock) if shared is not None else None,
+    )
     if plugins:
         found: dict[str, Provider] = dict(discover())
     else:

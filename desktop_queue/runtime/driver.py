@@ -19,6 +19,7 @@ back, its attempt not spent.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -367,10 +368,18 @@ class LeaseDriver(QObject):
                 self._emit_idle_if_idle()
                 return
             while len(self._active) < self._concurrency:
-                accept = self.flow.accept if self.flow is not None else None
-                lease = self.queue.lease(
-                    self.worker_id, kinds=self._available_kinds(), accept=accept, lease_s=self.lease_s, kept=True
-                )
+                kinds = self._available_kinds()
+                if self.flow is None:
+                    lease = self.queue.lease(self.worker_id, kinds=kinds, lease_s=self.lease_s, kept=True)
+                else:
+                    # one look at the shared flow state for the whole scan, taken before
+                    # the store's commit lock (the lease commit asks accept inside it)
+                    with self.flow.session():
+                        lease = self.queue.lease(
+                            self.worker_id, kinds=kinds, accept=self.flow.accept, lease_s=self.lease_s, kept=True
+                        )
+                        if lease is not None:
+                            self.flow.on_start(lease.job)
                 if lease is None:
                     break
                 self._launch(lease)
@@ -493,8 +502,6 @@ class LeaseDriver(QObject):
         runnable = JobRunnable(
             self.queue, provider, lease, self._relay, active.cancel, active.stopping, active.timeout_s
         )
-        if self.flow is not None:
-            self.flow.on_start(lease.job)
         self._was_idle = False
         self.pool.start(runnable)
         self.job_started.emit(lease.job_id)
@@ -518,12 +525,17 @@ class LeaseDriver(QObject):
             return
         suspended = self.keeper.suspended_since(active.started) if active is not None else 0.0
         state = ""
+        outcome = report.outcome
         try:
-            if (
+            if outcome.unreachable and not report.cancelled:
+                # nothing reached the provider, so nothing was paid: the attempt is given back,
+                # and flow control holds the profile's jobs while it is offline
+                state = self.queue.release(lease, f"not sent: {outcome.message}; the attempt is not counted").state
+            elif (
                 suspended > 0
-                and not report.outcome.ok
+                and not outcome.ok
                 and not report.cancelled
-                and report.outcome.error_class is ErrorClass.RETRYABLE
+                and outcome.error_class is ErrorClass.RETRYABLE
             ):
                 # the call broke because the machine slept or the process stood still under it:
                 # not the job's fault, and no answer is coming: run it again, attempt unspent
@@ -541,7 +553,13 @@ class LeaseDriver(QObject):
                 else:
                     state = self.queue.get(lease.job_id).state
             else:
-                state = self.queue.fail(lease, report.outcome).state
+                if outcome.error_class is ErrorClass.THROTTLED and self.flow is not None:
+                    # the whole profile pauses, longer after each throttle in a row: the job
+                    # waits as long (its attempt is given back, so its own backoff cannot grow)
+                    pause = self.flow.throttle_delay(lease.job, outcome.retry_after)
+                    if pause is not None:
+                        outcome = dataclasses.replace(outcome, retry_after=pause)
+                state = self.queue.fail(lease, outcome).state
         except StaleLease:
             self.stale_result.emit(lease.job_id)
             try:
@@ -552,10 +570,9 @@ class LeaseDriver(QObject):
             log.error("could not commit the outcome of %s: %s", lease.job_id, exc)
             self.error.emit(str(exc))
         if self.flow is not None:
-            outcome = report.outcome
-            counted = not report.cancelled and state not in ("", "cancelled")
+            counted = (not report.cancelled or outcome.unreachable) and state not in ("", "cancelled")
             result = outcome.result if outcome.ok and isinstance(outcome.result, dict) else {}
-            self.flow.on_outcome(lease.job, outcome if counted else None, result.get("usage"))
+            self.flow.on_outcome(lease, outcome if counted else None, result.get("usage"))
             self.drain_flow_events()
         self.job_finished.emit(lease.job_id, state)
         self._after_finish()

@@ -272,6 +272,7 @@ def test_recovery_after_a_429_is_gradual() -> None:
     flow = make(clock, events, rpm=100)
     assert flow.accept(job("a"))
     flow.on_outcome(job("a"), Outcome.failure("throttled", "HTTP 429"))
+    clock.advance(flow.snapshot("openai")["paused_s"] + 0.01)  # recovery counts from the pause's end
     scales = []
     for _ in range(7):
         clock.advance(10)
@@ -401,12 +402,42 @@ def test_estimate_cost_counts_prompt_text_and_output_budget() -> None:
     assert usage_tokens(None) is None
 
 
-def test_profile_comes_from_the_input_when_it_names_one() -> None:
+def test_a_profile_named_in_the_input_escapes_no_limit() -> None:
+    """Profiles are configuration: an input's ``profile`` never moves a job out of its limits."""
     clock = FakeClock()
-    flow = FlowControl({"local": ProfileLimits(concurrency=1)}, clock=clock, estimator=cost_of)
-    assert flow.accept(job("a", profile="local"))
-    assert not flow.accept(job("b", profile="local"))
-    assert flow.accept(job("c"))  # profile "openai": not configured here
+    flow = FlowControl({"openai": ProfileLimits(concurrency=1)}, clock=clock, estimator=cost_of)
+    assert flow.accept(job("a"))
+    assert not flow.accept(job("b", profile="anything"))
+    assert flow.waiting_reason(job("b", profile="anything")) == "waiting: concurrency cap"
+
+
+def test_consecutive_throttles_grow_the_profile_pause() -> None:
+    """Without Retry-After, each 429 in a row doubles the ceiling of the profile's pause."""
+    clock = FakeClock()
+    flow = make(clock, rpm=1000, throttle_base_s=1.0, throttle_cap_s=60.0)
+    ceilings = []
+    for n in range(8):
+        assert flow.accept(job(f"j{n}"))
+        flow.on_start(job(f"j{n}"))
+        pause = flow.throttle_delay(job(f"j{n}"), None)
+        flow.on_outcome(job(f"j{n}"), Outcome.failure("throttled", "HTTP 429", status=429))
+        assert pause is not None
+        ceilings.append(min(60.0, 2.0 ** (n + 1)))
+        assert 0.0 <= pause <= ceilings[-1]
+        assert flow.snapshot("openai")["throttles"] == n + 1
+        clock.advance(pause)
+    # a success ends the streak; the next throttle starts small again
+    assert flow.accept(job("ok"))
+    flow.on_outcome(job("ok"), Outcome.success({"text": "fine"}))
+    assert flow.snapshot("openai")["throttles"] == 0
+
+
+def test_retry_after_is_a_floor_of_the_pause() -> None:
+    clock = FakeClock()
+    flow = make(clock, rpm=1000)
+    assert flow.accept(job("a"))
+    assert flow.throttle_delay(job("a"), 7.5) == 7.5  # first ceiling 2 s: the header wins
+    assert flow.waiting_reason(job("b")) == "waiting: rate limit (~8 s)"
 
 
 def test_events_can_be_drained_and_described() -> None:

@@ -51,16 +51,18 @@ def test_an_artifact_is_a_file_next_to_its_json_result_with_the_exact_bytes(
     assert done.state == State.SUCCEEDED
     data_dir = queue.results.root.parent
     key = done.idempotency_key
-    artifact = queue.results.root / key[:2] / f"{key}.{ext}"
+    # named by the lease epoch that produced it: no other holder's file can stand in for it
+    artifact = queue.results.root / key[:2] / f"{key}-e{done.lease_epoch}.{ext}"
     assert artifact.read_bytes() == expected
     assert queue.results.artifact_path(key) == artifact.resolve()
     result_file = data_dir / str(done.result_ref)
+    assert queue.results.materialize(key) == result_file  # the journal carries it until compaction
     assert result_file == queue.results.path_for(key) and result_file.parent == artifact.parent
     raw = result_file.read_text()
     assert "artifact_b64" not in raw
     assert base64.b64encode(expected).decode() not in raw
     stored = json.loads(raw)["result"]
-    assert stored["artifact_ref"] == f"results/{key[:2]}/{key}.{ext}"
+    assert stored["artifact_ref"] == f"results/{key[:2]}/{key}-e{done.lease_epoch}.{ext}"
     assert (data_dir / stored["artifact_ref"]).read_bytes() == expected
     assert stored["artifact_bytes"] == len(expected)
     assert stored["artifact_sha256"] == hashlib.sha256(expected).hexdigest()
@@ -93,4 +95,6 @@ def test_a_second_run_of_the_same_key_keeps_the_first_artifact(
     )
     assert created is False and ref == queue.get(first.id).result_ref
     assert artifact.read_bytes() == PNG_BYTES and artifact.stat().st_mtime_ns == before
+    for job_id in (first.id, replay.id):
+        queue.results.materialize(queue.get(job_id).idempotency_key)
     assert sorted(p.suffix for p in Path(queue.results.root).glob("*/*")) == [".json", ".json", ".png", ".png"]
