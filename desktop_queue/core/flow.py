@@ -852,7 +852,6 @@ class FlowControl:
         self.rng = rng or random.Random()
         self._kind_holds: dict[str, str] = {}
         self._throttled: set[str] = set()  # jobs whose throttle pause is already counted
-        self._spend_seen: dict[str, tuple[float, Spent, Spent]] = {}
 
     # ------------------------------------------------------------------ shared state
 
@@ -1001,13 +1000,14 @@ class FlowControl:
                 bucket.refund(job_id, now)
 
     def _spent(self, flow: _ProfileFlow, now: float) -> tuple[Spent, Spent]:
-        """Today's and this month's spend of a profile (the ledger asked at most once a second)."""
+        """Today's and this month's spend of a profile.
+
+        Asked afresh each time, under the shared state's lock: another process's attempt
+        leaves the in-flight list and enters the ledger in one step, and a stale total
+        would count it in neither (the ledger's read is one ``stat`` when nothing changed).
+        """
         assert self.ledger is not None
-        seen = self._spend_seen.get(flow.name)
-        if seen is None or now - seen[0] >= 1.0 or now < seen[0]:
-            seen = (now, self.ledger.spent(flow.name, "day", now), self.ledger.spent(flow.name, "month", now))
-            self._spend_seen[flow.name] = seen
-        return seen[1], seen[2]
+        return self.ledger.spent(flow.name, "day", now), self.ledger.spent(flow.name, "month", now)
 
     def _budget_reason(self, flow: _ProfileFlow, job_id: str, kind: str, payload: Any, now: float) -> str | None:
         budget = flow.limits.budget
@@ -1203,7 +1203,6 @@ class FlowControl:
             )
         except QueueError as exc:
             log.error("could not record the spend of job %s: %s", _job_fields(job)[0], exc)
-        self._spend_seen.pop(flow.name, None)
 
     def on_release(self, job: Any) -> None:
         """An attempt ended without an outcome (same as ``on_outcome(job, None)``)."""

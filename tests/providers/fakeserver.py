@@ -99,6 +99,9 @@ class FakeOpenAI:
         self.in_flight = 0
         self.max_in_flight = 0
         self.default_delay_s = 0.0
+        #: (monotonic deadline, status): until then every API request answers ``status``
+        #: with no Retry-After header (a 429 storm, a 500 outage), like a busy gateway
+        self.outage: tuple[float, int] | None = None
         self.usage_tokens: int | None = None
         self.rate_headers: dict[str, str] = {}
         #: how ``images`` answers: ``b64``, ``url`` (a link to ``files``), or ``auto``: base64
@@ -350,6 +353,10 @@ class _Handler(BaseHTTPRequestHandler):
             fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
         try:
             action = fake._next_action(route)
+            outage = fake.outage
+            if action is None and outage is not None and route != "files" and time.monotonic() < outage[0]:
+                action = Action.error(outage[1], "rate limit reached" if outage[1] == 429 else "server error",
+                                      "rate_limit_exceeded" if outage[1] == 429 else "server_error")
             delay = action.delay_s if action is not None else fake.default_delay_s
             if delay:
                 fake.release.wait(delay)

@@ -1,0 +1,250 @@
+"""Leases live as long as their holder: the keeper, holder liveness and suspension detection."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from desktop_queue.core import FakeClock, Queue, RetryPolicy, State, StaleLease
+from desktop_queue.core.keeper import LeaseKeeper
+from desktop_queue.core.liveness import SuspendDetector, holder_alive, this_process
+from desktop_queue.providers.demo import DemoProvider
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def queue(tmp_path: Path, clock: FakeClock) -> Queue:
+    q = Queue.open(tmp_path / "data", {"demo": DemoProvider()}, clock=clock, policy=RetryPolicy(lease_s=3))
+    yield q
+    q.close()
+
+
+class Mono:
+    """An in-process clock the test moves."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# ---------------------------------------------------------------------- holders
+
+
+def test_this_process_is_alive_and_a_finished_one_is_not() -> None:
+    assert holder_alive(this_process()) is True
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    pid = int(done.stdout)
+    host, _pid, start = this_process().split("/")
+    assert holder_alive(f"{host}/{pid}/{start}") is False
+
+
+def test_a_reused_pid_is_not_the_holder() -> None:
+    """Same pid, another start time: the holder ended and a new process took its number."""
+    host, pid, start = this_process().split("/")
+    if start == "-":
+        pytest.skip("this OS reports no process start times")
+    assert holder_alive(f"{host}/{pid}/{int(start) + 1}") is False
+
+
+def test_a_holder_on_another_host_cannot_be_told() -> None:
+    assert holder_alive("elsewhere/123/456") is None
+    assert holder_alive(None) is None
+    assert holder_alive("garbled") is None
+
+
+# ---------------------------------------------------------------------- reaping
+
+
+def test_a_kept_lease_is_never_reaped_however_late(queue: Queue, clock: FakeClock) -> None:
+    job = queue.submit("demo", {"prompt": "slow"}).job
+    lease = queue.lease("w", kept=True)
+    assert lease is not None and lease.job_id == job.id
+    clock.advance(3600 * 5)  # a sleep far longer than any lease
+    assert queue.reap() == []
+    assert queue.get(job.id).state == State.RUNNING
+    queue.heartbeat(lease)  # the holder's next renewal finds it as it left it
+    queue.unkeep(lease)
+    clock.advance(4)
+    assert queue.reap() == [job.id]  # no longer renewed by anyone: lost, as before
+
+
+def test_a_plain_lease_expires_as_before(queue: Queue, clock: FakeClock) -> None:
+    job = queue.submit("demo", {"prompt": "script"}).job
+    assert queue.lease("w") is not None
+    clock.advance(4)
+    assert queue.reap() == [job.id]
+    [expired] = [e for e in queue.get(job.id).events if e.type == "lease_expired"]
+    assert expired.detail["reason"] == "no heartbeat before the lease expired"
+
+
+def test_a_live_holder_in_another_process_is_not_reaped(tmp_path: Path) -> None:
+    """A process that leases (kept) and stays alive: a second process past the expiry leaves it."""
+    data = tmp_path / "data"
+    script = (
+        "import sys, time\n"
+        "from desktop_queue.core import Queue, RetryPolicy\n"
+        "from desktop_queue.providers.demo import DemoProvider\n"
+        f"q = Queue.open({str(data)!r}, {{'demo': DemoProvider()}}, policy=RetryPolicy(lease_s=1))\n"
+        "print(q.lease('holder', kept=True).job_id, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    with Queue.open(data, {"demo": DemoProvider()}) as queue:
+        job = queue.submit("demo", {"prompt": "held"}).job
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().decode().strip() == job.id
+        later = FakeClock(start=queue.clock.now() + 600)
+        with Queue.open(data, {"demo": DemoProvider()}, clock=later) as other:
+            assert other.reap() == []  # expired ten minutes ago, but its holder lives
+            assert other.lease("other") is None
+            assert not other.reconciled  # and no opener takes it for an orphan
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(10)
+    with Queue.open(data, {"demo": DemoProvider()}, clock=later) as other:
+        # its holder ended: the first opener now finds a true orphan
+        assert [(r.job_id, r.decision) for r in other.reconciled] == [(job.id, "requeued")]
+        assert other.get(job.id).state == State.QUEUED
+
+
+# ---------------------------------------------------------------------- the keeper
+
+
+def test_the_keeper_renews_every_third_of_a_lease(queue: Queue, clock: FakeClock) -> None:
+    queue.submit("demo", {"prompt": "kept"})
+    lease = queue.lease("w", kept=True)
+    assert lease is not None
+    mono = Mono()
+    gap = {"s": 0.0}
+    keeper = LeaseKeeper(queue, monotonic=mono, detector=SuspendDetector(1.0, gap=lambda: gap["s"], monotonic=mono))
+    keeper.add(lease, 3.0)
+    assert keeper.run_once() == 0  # just renewed
+    mono.t += 1.0
+    clock.advance(1.0)
+    assert keeper.run_once() == 1
+    assert queue.get(lease.job_id).lease_expires_at == pytest.approx(clock.now() + 3.0)
+
+
+def test_after_a_suspension_every_lease_is_renewed_at_once(queue: Queue, clock: FakeClock) -> None:
+    for n in range(2):
+        queue.submit("demo", {"prompt": f"kept {n}"})
+    leases = [queue.lease("w", kept=True) for _ in range(2)]
+    mono = Mono()
+    gap = {"s": 0.0}
+    keeper = LeaseKeeper(queue, monotonic=mono, detector=SuspendDetector(1.0, gap=lambda: gap["s"], monotonic=mono))
+    for lease in leases:
+        assert lease is not None
+        keeper.add(lease, 30.0)
+    found = []
+    keeper.on_suspend = found.append
+    gap["s"] += 120.0  # the machine slept two minutes: CLOCK_BOOTTIME ran on, monotonic did not
+    clock.advance(120.0)
+    assert keeper.run_once() == 2
+    assert [s.machine for s in found] == [True] and found[0].seconds == pytest.approx(120.0)
+    assert keeper.suspended_since(mono.t - 1) == pytest.approx(120.0)
+    assert keeper.suspended_since(mono.t + 1) == 0.0
+
+
+def test_a_stopped_process_counts_as_suspended() -> None:
+    """SIGSTOP: both clocks run on; the gap between two looks gives it away."""
+    mono = Mono()
+    detector = SuspendDetector(1.0, gap=lambda: 0.0, monotonic=mono)
+    mono.t += 1.5
+    assert detector.check() is None  # a little late is not a suspension
+    mono.t += 37.0
+    found = detector.check()
+    assert found is not None and not found.machine and found.seconds == pytest.approx(36.0)
+    assert detector.total_s == pytest.approx(36.0)
+
+
+def test_the_keeper_drops_a_lease_the_store_no_longer_honours(queue: Queue) -> None:
+    job = queue.submit("demo", {"prompt": "cancelled"}).job
+    lease = queue.lease("w", kept=True)
+    assert lease is not None
+    mono = Mono()
+    lost = []
+    keeper = LeaseKeeper(queue, on_lost=lost.append, monotonic=mono,
+                         detector=SuspendDetector(1.0, gap=lambda: 0.0, monotonic=mono))
+    keeper.add(lease, 3.0)
+    queue.cancel(job.id)
+    mono.t += 1.0
+    assert keeper.run_once() == 0
+    assert lost == [lease] and keeper.kept() == []
+    with pytest.raises(StaleLease):
+        queue.heartbeat(lease)
+    reasons = [e.detail["reason"] for e in queue.get(job.id).events if e.type == "stale_result"]
+    assert reasons == ["heartbeat of a lost lease rejected", "heartbeat of a lost lease rejected"]
+
+
+# ---------------------------------------------------------------------- pending results
+
+
+def test_a_stale_holders_result_is_never_the_jobs_result(queue: Queue, clock: FakeClock) -> None:
+    """The old holder keeps its answer (pending) after it lost the lease: nobody takes it."""
+    job = queue.submit("demo", {"prompt": "contested"}).job
+    old = queue.lease("old")
+    assert old is not None
+    clock.advance(4)
+    assert queue.reap() == [job.id]
+    new = queue.lease("new")
+    assert new is not None and new.epoch > old.epoch
+    queue.results.put_pending(job.idempotency_key, {"text": "stale"}, job_id=job.id, epoch=old.epoch,
+                              produced_at=clock.now())
+    assert queue.results.get(job.idempotency_key) is None
+    with pytest.raises(StaleLease):
+        queue.complete(old, {"text": "stale"})
+    done = queue.complete(new, {"text": "current"})
+    assert done.state == State.SUCCEEDED
+    doc = queue.results.get(job.idempotency_key)
+    assert doc is not None and doc["result"] == {"text": "current"} and doc["epoch"] == new.epoch
+
+
+def test_a_cancelled_jobs_late_answer_is_not_reused_by_an_identical_submit(queue: Queue, clock: FakeClock) -> None:
+    first = queue.submit("demo", {"prompt": "same"}).job
+    lease = queue.lease("w")
+    assert lease is not None
+    queue.cancel(first.id)
+    # the worker's answer arrives after the cancel: kept pending, then refused
+    queue.results.put_pending(first.idempotency_key, {"text": "late"}, job_id=first.id, epoch=lease.epoch,
+                              produced_at=clock.now())
+    with pytest.raises(StaleLease):
+        queue.complete(lease, {"text": "late"})
+    again = queue.submit("demo", {"prompt": "same"})
+    assert not again.duplicate and again.result is None
+    assert queue.results.get(again.job.idempotency_key) is None  # it will be produced afresh
+
+
+def test_the_dead_holders_pending_answer_is_reconciled(tmp_path: Path) -> None:
+    """A worker that died between the provider's answer and its commit: the answer is not lost."""
+    data = tmp_path / "data"
+    script = (
+        "import os, time\n"
+        "from desktop_queue.core import Queue\n"
+        "from desktop_queue.providers.demo import DemoProvider\n"
+        f"q = Queue.open({str(data)!r}, {{'demo': DemoProvider()}})\n"
+        "l = q.lease('doomed', kept=True)\n"
+        "q.sync()\n"
+        "q.results.put_pending(l.job.idempotency_key, {'text': 'paid for'}, job_id=l.job_id, epoch=l.epoch,"
+        " produced_at=time.time())\n"
+        "os._exit(0)\n"
+    )
+    with Queue.open(data, {"demo": DemoProvider()}) as queue:
+        job = queue.submit("demo", {"prompt": "answered"}).job
+    subprocess.run([sys.executable, "-c", script], check=True)
+    with Queue.open(data, {"demo": DemoProvider()}) as queue:
+        assert [r.decision for r in queue.reconciled] == ["succeeded"]
+        done = queue.get(job.id)
+        assert done.state == State.SUCCEEDED
+        doc = queue.results.get(job.idempotency_key)
+        assert doc is not None and doc["result"] == {"text": "paid for"}

@@ -1,0 +1,245 @@
+"""Every paid call exactly once, on the real workload: slow answers, several worker
+processes on one data dir, a worker stopped longer than its lease, shared limits,
+429 storms and budgets.
+
+Every worker is a real ``python -m desktop_queue work`` subprocess against the fake
+OpenAI server on 127.0.0.1, which counts what really went over the wire.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers"))
+
+from fakeserver import FakeOpenAI  # noqa: E402
+
+from desktop_queue.core import Queue, State  # noqa: E402
+from desktop_queue.providers import discover  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-test-paid-once-0123456789"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAI]:
+    fake = FakeOpenAI()
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+def env_for(server: FakeOpenAI) -> dict[str, str]:
+    return {
+        **os.environ,
+        "OPENAI_BASE_URL": server.url,
+        "OPENAI_API_KEY": KEY,
+        "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring",
+        "QT_QPA_PLATFORM": "offscreen",
+    }
+
+
+def start_worker(data_dir: Path, server: FakeOpenAI, *flags: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "work", "--json", *flags],
+        env=env_for(server), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+def finish(worker: subprocess.Popen[bytes], timeout_s: float) -> dict[str, Any]:
+    out, err = worker.communicate(timeout=timeout_s)
+    assert worker.returncode == 0, err.decode()
+    assert KEY not in (out + err).decode()
+    summary: dict[str, Any] = json.loads(out)
+    return summary
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Polls ``condition`` every 50 ms until it holds (qtbot.waitUntil, without a Qt loop).
+
+    The workers are other processes: there is no signal to wait on, only what the server
+    counted or the store says.
+    """
+    tick = threading.Event()
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        tick.wait(0.05)
+
+
+def submit(data_dir: Path, n: int, **extra: Any) -> list[str]:
+    with Queue.open(data_dir, discover()) as queue:
+        return [
+            queue.submit("openai.chat", {"prompt": f"paid question {i}", "max_tokens": 8, **extra}).job.id
+            for i in range(n)
+        ]
+
+
+def jobs(data_dir: Path) -> list[Any]:
+    with Queue.open(data_dir, discover()) as queue:
+        return queue.list(with_events=True)
+
+
+# ---------------------------------------------------------------------- slow answers
+
+
+def test_a_40_s_answer_with_a_3_s_lease_is_paid_once(server: FakeOpenAI, data_dir: Path) -> None:
+    """Two workers, a 3 s lease, an answer that takes 40 s: one request, one attempt."""
+    server.default_delay_s = 40.0
+    [job_id] = submit(data_dir, 1)
+    workers = [start_worker(data_dir, server, "--lease-s", "3", "--until-idle", "--max-seconds", "90")
+               for _ in range(2)]
+    summaries = [finish(w, 120) for w in workers]
+
+    assert server.count("chat") == 1, "the slow answer was asked for once"
+    [job] = jobs(data_dir)
+    assert job.id == job_id and job.state == State.SUCCEEDED
+    assert job.total_attempts == 1
+    assert [e.type for e in job.events] == ["submitted", "leased", "succeeded"]
+    assert sum(s["finished"].get("succeeded", 0) for s in summaries) == 1
+
+
+def test_a_worker_stopped_longer_than_its_lease_spends_nothing(server: FakeOpenAI, data_dir: Path) -> None:
+    """SIGSTOP mid-call for lease + 10 s, then SIGCONT: the same call answers, no attempt spent.
+
+    A second worker runs all along: it must not take the stopped worker's job.
+    """
+    server.default_delay_s = 4.0
+    [job_id] = submit(data_dir, 1)
+    sleeper = start_worker(data_dir, server, "--lease-s", "3", "--until-idle", "--max-seconds", "90")
+    wait_for(lambda: server.count("chat") == 1, 30, "the first request")
+    other = start_worker(data_dir, server, "--lease-s", "3", "--until-idle", "--max-seconds", "90")
+    os.kill(sleeper.pid, signal.SIGSTOP)
+    try:
+        stopped_at = time.monotonic()
+        wait_for(lambda: time.monotonic() - stopped_at >= 13.0, 20, "lease + 10 s to pass")
+        with Queue.open(data_dir, discover()) as queue:
+            held = queue.get(job_id)
+            assert held.state == State.RUNNING  # nobody reaped a stopped, living holder
+            assert held.lease_expires_at is not None and held.lease_expires_at < time.time() - 9
+    finally:
+        os.kill(sleeper.pid, signal.SIGCONT)
+    finish(sleeper, 60)
+    finish(other, 60)
+
+    assert server.count("chat") == 1, "no second request"
+    [job] = jobs(data_dir)
+    assert job.state == State.SUCCEEDED and job.total_attempts == 1 and job.attempts == 1
+    assert "lease_expired" not in [e.type for e in job.events]
+
+
+# ---------------------------------------------------------------------- one set of limits
+
+
+def test_two_workers_share_one_rpm_budget(server: FakeOpenAI, data_dir: Path) -> None:
+    """Two ``work --rpm 2`` processes: the server sees 2 requests in the minute, not 4."""
+    submit(data_dir, 6)
+    workers = [start_worker(data_dir, server, "--rpm", "2", "--max-seconds", "8") for _ in range(2)]
+    for worker in workers:
+        finish(worker, 30)
+    assert server.count("chat") == 2
+
+
+def test_two_workers_share_one_provider_concurrency(server: FakeOpenAI, data_dir: Path) -> None:
+    server.default_delay_s = 1.0
+    submit(data_dir, 4)
+    workers = [start_worker(data_dir, server, "--provider-concurrency", "1", "--until-idle", "--max-seconds", "60")
+               for _ in range(2)]
+    for worker in workers:
+        finish(worker, 90)
+    assert server.count("chat") == 4
+    assert server.max_in_flight == 1
+
+
+def test_two_workers_share_one_tpm_budget(server: FakeOpenAI, data_dir: Path) -> None:
+    """Each job is estimated at 12 tokens and uses 12; 30 TPM fits two in the minute, whoever asks."""
+    server.usage_tokens = 12
+    submit(data_dir, 6)
+    workers = [start_worker(data_dir, server, "--tpm", "30", "--max-seconds", "8") for _ in range(2)]
+    for worker in workers:
+        finish(worker, 30)
+    assert server.count("chat") == 2
+
+
+def test_a_breaker_opened_by_one_worker_holds_the_other(server: FakeOpenAI, data_dir: Path) -> None:
+    """A server down for everyone: five failures open the shared breaker, then only probes go."""
+    server.outage = (time.monotonic() + 3600, 500)
+    submit(data_dir, 10)
+    workers = [start_worker(data_dir, server, "--concurrency", "1", "--max-seconds", "8") for _ in range(2)]
+    for worker in workers:
+        finish(worker, 30)
+    # 5 open it (one of them may be in flight in the other worker as it opens); the cool-down
+    # is 30 s, so no probe within the 8 s
+    assert 5 <= server.count("chat") <= 6
+
+
+# ---------------------------------------------------------------------- 429 storms
+
+
+def test_a_429_storm_without_retry_after_draws_a_handful_of_requests(server: FakeOpenAI, data_dir: Path) -> None:
+    """60 s of 429 to everything, no Retry-After: the profile's pause doubles (full jitter, cap
+    60 s). Expected about 8 requests in the storm; the bound is 15 (more needs eight pauses at
+    the cap to total under a minute: odds of about 1 in 40,000). Then the job succeeds with
+    no attempt spent."""
+    storm_s = 60.0
+    server.outage = (time.monotonic() + storm_s, 429)
+    [job_id] = submit(data_dir, 1)
+    worker = start_worker(data_dir, server, "--until-idle", "--max-seconds", "200")
+    finish(worker, 240)
+
+    storm = [r for r in server.of("chat") if r.at < server.outage[0]]
+    assert 1 <= len(storm) <= 15, len(storm)
+    [job] = jobs(data_dir)
+    assert job.id == job_id and job.state == State.SUCCEEDED
+    assert job.attempts == 1  # every throttled attempt was given back
+    assert server.count("chat") == len(storm) + 1
+
+
+# ---------------------------------------------------------------------- budgets
+
+
+def test_a_budget_holds_in_every_process_and_work_resumes_when_raised(server: FakeOpenAI, data_dir: Path) -> None:
+    """Each job is estimated at 12 tokens and reports 12; a 36-token daily budget fits 3 jobs:
+    the 4th waits, in both workers, with the budget's reason, and runs once it is raised."""
+    server.usage_tokens = 12  # 4 of prompt ("paid question N") + max_tokens 8, as estimated
+    ids = submit(data_dir, 4)
+    workers = [start_worker(data_dir, server, "--budget-tokens-per-day", "36", "--max-seconds", "8")
+               for _ in range(2)]
+    for worker in workers:
+        finish(worker, 30)
+    assert server.count("chat") == 3
+    with Queue.open(data_dir, discover()) as queue:
+        waiting = [queue.get(i) for i in ids if queue.get(i).state == State.QUEUED]
+        assert len(waiting) == 1 and waiting[0].attempts == 0
+    from desktop_queue.providers.setup import ProfileConfig, build
+
+    _providers, flow = build([ProfileConfig(budget_tokens_per_day=36)], data_dir=data_dir)
+    reason = flow.waiting_reason({"id": waiting[0].id, "kind": "openai.chat", "state": "queued",
+                                  "input": waiting[0].input})
+    assert reason is not None and reason.startswith("waiting: budget of profile openai reached")
+    assert "36 of 36 tokens today" in reason, reason
+
+    raised = start_worker(data_dir, server, "--budget-tokens-per-day", "200", "--until-idle", "--max-seconds", "30")
+    finish(raised, 60)
+    assert server.count("chat") == 4
+    assert all(j.state == State.SUCCEEDED for j in jobs(data_dir))
