@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QApplication
 
 from desktop_queue.core import Queue, QueueError, StoreError
 from desktop_queue.core.fileio import FileLock
+from desktop_queue.core.ledger import Budget
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.core.present import reconciliation_summary
 from desktop_queue.runtime import qtcompat
@@ -144,10 +145,13 @@ def start(
         dialogs.show_error(None, "Desktop Queue cannot start", f"{path} is not usable: {exc.strerror or exc}.")
         return 1
     flow = None
+    budgets: dict[str, Budget] = {}
     if providers is None:
         from desktop_queue.providers.setup import build
 
-        providers, flow = build([load_provider_profile()], data_dir=path)
+        profile = load_provider_profile()
+        providers, flow = build([profile], data_dir=path)
+        budgets[profile.name] = profile.budget()
     try:
         queue = Queue.open(path, providers)  # the first opener reconciles orphans here, before any lease
     except StoreError as exc:
@@ -163,7 +167,8 @@ def start(
         return 1
     prefs = load_preferences()
     controller = Controller(
-        queue, providers, concurrency=prefs.concurrency, refresh_ms=refresh_ms, tick_ms=tick_ms, flow=flow
+        queue, providers, concurrency=prefs.concurrency, refresh_ms=refresh_ms, tick_ms=tick_ms, flow=flow,
+        budgets=budgets,
     )
     lines = banner_lines(queue)
     window = MainWindow(controller, lines)

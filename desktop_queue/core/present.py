@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from desktop_queue.core.flow import FlowEvent, FlowEventType
+from desktop_queue.core.ledger import Budget, format_usd
 from desktop_queue.core.model import Priority, State
 
 _NUMBERS = re.compile(r"\d+(\.\d+)?")
@@ -24,6 +25,9 @@ _HEX_IDS = re.compile(r"\b[0-9a-f]{8,}\b")
 HoldReason = Callable[[Mapping[str, Any]], str | None]
 
 WAITING_LOWER_PRIORITY = "waiting: lower priority"
+WAITING_SLOT = "waiting: a free slot"
+#: a due job while the user has paused the queue (nothing new starts)
+PAUSED = "paused"
 BACKOFF = "backoff"
 #: the "next run" of a finished job (succeeded, dead, cancelled)
 NO_NEXT_RUN = "—"
@@ -139,6 +143,13 @@ def priority_reason(job: Mapping[str, Any], ahead: int, free_slots: int | None =
     return f"{WAITING_LOWER_PRIORITY} ({ahead} {noun} ahead)"
 
 
+def slot_reason(running: int, concurrency: int) -> str | None:
+    """``waiting: a free slot (4 of 4 running)`` when every slot of the worker is busy, else None."""
+    if running < max(1, concurrency):
+        return None
+    return f"{WAITING_SLOT} ({running} of {concurrency} running)"
+
+
 def first_reason(*holds: HoldReason | None) -> HoldReason:
     """One hold that asks each of ``holds`` in turn and answers with the first reason."""
 
@@ -184,6 +195,13 @@ def flow_event_text(event: FlowEvent) -> str:
         wait = detail.get("retry_after_s")
         until = f" for {seconds(float(wait))}" if isinstance(wait, (int, float)) else ""
         return f"{name}: paused{until} by the provider's rate limit"
+    if kind == FlowEventType.OFFLINE:
+        why = _offline_text(name, str(detail.get("reason") or "offline"))
+        delay = detail.get("delay_s")
+        probe = f"; one job tries again in {seconds(float(delay))}" if isinstance(delay, (int, float)) else ""
+        return f"{name}: {why}: its jobs wait without spending attempts{probe}"
+    if kind == FlowEventType.BACK_ONLINE:
+        return f"{name}: back online: its jobs run again"
     if kind == FlowEventType.RESERVED:
         return f"{name}: a large job waited too long for its budget; smaller jobs wait until it has started"
     return event.describe()
@@ -191,32 +209,93 @@ def flow_event_text(event: FlowEvent) -> str:
 
 #: provider status levels, worst last
 PROVIDER_OK, PROVIDER_SLOW, PROVIDER_PROBING, PROVIDER_DOWN = "ok", "slow", "probing", "down"
+#: the share of a budget spent from which the indicator warns
+BUDGET_WARN_SHARE = 0.9
+
+_PERIOD_WORDS = {"month": "this month", "day": "today"}
 
 
-def provider_status(snapshot: Mapping[str, Any]) -> tuple[str, str]:
+def budget_use(snapshot: Mapping[str, Any], budget: Budget | None) -> tuple[float, str] | None:
+    """(share spent, ``$4.98 of $5.00 today``) of the profile's fullest budget, or None.
+
+    Monthly limits come first on a tie: they hold longest. None without a budget or
+    without the snapshot's spend (``spent_today_usd`` ...: no ledger).
+    """
+    if budget is None or not budget.is_set():
+        return None
+    fullest: tuple[float, str] | None = None
+    limits = (
+        ("month", "usd", budget.usd_per_month),
+        ("month", "tokens", budget.tokens_per_month),
+        ("day", "usd", budget.usd_per_day),
+        ("day", "tokens", budget.tokens_per_day),
+    )
+    for period, unit, limit in limits:
+        spent = snapshot.get(f"spent_{'today' if period == 'day' else 'month'}_{unit}")
+        if limit is None or not isinstance(spent, (int, float)):
+            continue
+        share = float(spent) / limit if limit > 0 else 1.0
+        when = _PERIOD_WORDS[period]
+        if unit == "usd":
+            text = f"{format_usd(float(spent))} of {format_usd(float(limit))} {when}"
+        else:
+            text = f"{int(spent):,} of {int(limit):,} tokens {when}"
+        if fullest is None or share > fullest[0]:
+            fullest = (share, text)
+    return fullest
+
+
+def _offline_text(name: str, reason: str) -> str:
+    """``offline (cannot connect (ConnectError))`` from flow control's ``profile openai is offline (…)``."""
+    prefix = f"profile {name} is "
+    return reason[len(prefix):] if reason.startswith(prefix) else reason
+
+
+def provider_status(snapshot: Mapping[str, Any], budget: Budget | None = None) -> tuple[str, str]:
     """(level, text) of one provider profile for the status bar, from ``FlowControl.snapshot``.
 
-    ``("down", "openai: breaker open, retry in 25 s")``, ``("slow", "openai: rate
-    lowered to 50%")``, ``("slow", "openai: rate limited, resuming in 3.0 s")``,
-    ``("probing", "openai: breaker half-open, probing")`` or ``("ok", "openai: ok")``.
+    Worst first: ``("down", "openai: offline (cannot connect (ConnectError))")``,
+    ``("down", "openai: breaker open, retry in 25 s")``, ``("probing", "openai:
+    breaker half-open, probing")``, ``("down", "openai: budget reached, $5.00 of $5.00
+    today")``, ``("slow", "openai: rate limited (3 in a row), resuming in 3.0 s")``,
+    ``("slow", "openai: rate lowered to 50%")``, ``("slow", "openai: budget nearly
+    reached, $4.60 of $5.00 today")`` or ``("ok", "openai: ok, 1/4 in flight, $1.20 of
+    $5.00 today")``.
+
+    Args:
+        snapshot: ``FlowControl.snapshot(profile)``.
+        budget: the profile's spending limits (the snapshot has the spend, not the limits).
     """
     name = snapshot.get("profile", "?")
+    offline = snapshot.get("offline")
+    if offline:
+        return PROVIDER_DOWN, f"{name}: {_offline_text(name, str(offline))}"
     breaker = snapshot.get("breaker")
     if breaker == "open":
         return PROVIDER_DOWN, f"{name}: breaker open, retry in {seconds(snapshot.get('reopens_s') or 0.0)}"
     if breaker == "half_open":
         return PROVIDER_PROBING, f"{name}: breaker half-open, probing"
+    use = budget_use(snapshot, budget)
+    if use is not None and use[0] >= 1.0:
+        return PROVIDER_DOWN, f"{name}: budget reached, {use[1]}"
     paused = float(snapshot.get("paused_s") or 0.0)
     if paused > 0:
-        return PROVIDER_SLOW, f"{name}: rate limited, resuming in {seconds(paused)}"
+        streak = int(snapshot.get("throttles") or 0)
+        in_a_row = f" ({streak} in a row)" if streak > 1 else ""
+        return PROVIDER_SLOW, f"{name}: rate limited{in_a_row}, resuming in {seconds(paused)}"
     scale = float(snapshot.get("scale") or 1.0)
     if scale < 0.995:
         return PROVIDER_SLOW, f"{name}: rate lowered to {_percent(scale)}"
+    if use is not None and use[0] >= BUDGET_WARN_SHARE:
+        return PROVIDER_SLOW, f"{name}: budget nearly reached, {use[1]}"
+    parts = [f"{name}: ok"]
     cap = snapshot.get("concurrency_cap")
     busy = snapshot.get("in_flight") or 0
     if busy:
-        return PROVIDER_OK, f"{name}: ok, {busy}{'/' + str(cap) if cap else ''} in flight"
-    return PROVIDER_OK, f"{name}: ok"
+        parts.append(f"{busy}{'/' + str(cap) if cap else ''} in flight")
+    if use is not None:
+        parts.append(use[1])
+    return PROVIDER_OK, ", ".join(parts)
 
 
 def seconds(value: float | None) -> str:

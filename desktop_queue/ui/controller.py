@@ -15,7 +15,15 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from desktop_queue.core import Job, Queue, QueueError, SubmitResult
 from desktop_queue.core.flow import FlowControl
 from desktop_queue.core.model import Actor
-from desktop_queue.core.present import interactive_ahead, now_line, priority_reason, provider_status
+from desktop_queue.core.ledger import Budget
+from desktop_queue.core.present import (
+    PAUSED,
+    interactive_ahead,
+    now_line,
+    priority_reason,
+    provider_status,
+    slot_reason,
+)
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.providers.setup import apply as apply_profile
 from desktop_queue.runtime.driver import LeaseDriver
@@ -106,11 +114,14 @@ class Controller(QObject):
         tick_ms: the lease driver's tick.
         flow: rate limits, concurrency caps and breakers per provider profile (None: none);
             the queue pane's "next run" says when it holds a job back.
+        budgets: profile -> its spending limits, for the provider indicator (flow
+            control's snapshot has the spend, not the limits).
         parent: the Qt parent.
 
     Why a queued job waits (the queue pane's "next run" and the timeline's now line)
-    comes from :meth:`hold_reason`: flow control first (rate limit, breaker,
-    concurrency cap), then the lane (interactive jobs ahead of a background one).
+    comes from :meth:`hold_reason`: flow control first (offline, no key, breaker,
+    budget, rate limit, concurrency cap), then this window's worker (paused, the lane
+    behind interactive jobs, every slot busy).
 
     Signals:
         message(str): something to tell the user in passing (status bar).
@@ -129,15 +140,18 @@ class Controller(QObject):
         refresh_ms: int = 300,
         tick_ms: int = 250,
         flow: FlowControl | None = None,
+        budgets: Mapping[str, Budget] | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
         self.queue = queue
         self.providers = dict(providers)
         self.flow = flow
+        self.budgets: dict[str, Budget] = dict(budgets or {})
         self._interactive_ahead = 0
-        self.queue_model = QueueModel(hold=self.hold_reason, parent=self)
-        self.dead_model = DeadLetterModel(parent=self)
+        # the queue's clock, so that the panes and the timeline's now line read one time
+        self.queue_model = QueueModel(queue.clock.now, hold=self.hold_reason, parent=self)
+        self.dead_model = DeadLetterModel(queue.clock.now, parent=self)
         self.refresher = RefreshCoordinator(queue, [self.queue_model, self.dead_model], refresh_ms, self)
         self.driver = LeaseDriver(
             queue, self.providers, concurrency=concurrency, tick_ms=tick_ms, flow=flow, parent=self
@@ -159,14 +173,22 @@ class Controller(QObject):
         )
 
     def hold_reason(self, job: Mapping[str, Any]) -> str | None:
-        """Why a queued, due job does not start now (flow control first, then its lane), or None."""
+        """Why a queued, due job does not start now, or None.
+
+        Flow control first: its holds outlast a resume or a free slot. Then this
+        window's worker, for the kinds it runs: paused, the lane (interactive jobs
+        first), every slot busy. A kind only other processes run is not held here.
+        """
         reason = self._flow_reason(job)
         if reason:
             return reason
-        if self.driver.paused:
-            return None  # nothing starts while paused; the status bar says so, not the lane
-        free = max(0, self.driver.concurrency - self.driver.running)
-        return priority_reason(job, self._interactive_ahead, free)
+        if job.get("kind") not in self.providers:
+            return None
+        driver = self.driver
+        if driver.paused:
+            return PAUSED
+        free = max(0, driver.concurrency - driver.running)
+        return priority_reason(job, self._interactive_ahead, free) or slot_reason(driver.running, driver.concurrency)
 
     def now_line(self, job: Job | Mapping[str, Any] | None) -> str | None:
         """The timeline's synthetic last line for a queued job (``now: waiting: …``), else None."""
@@ -181,7 +203,7 @@ class Controller(QObject):
             return []
         out = []
         for profile in self.flow.profiles():
-            level, text = provider_status(self.flow.snapshot(profile))
+            level, text = provider_status(self.flow.snapshot(profile), self.budgets.get(profile))
             out.append((profile, level, text))
         return out
 
@@ -307,4 +329,5 @@ class Controller(QObject):
     def apply_provider_profile(self, config: ProfileConfig) -> None:
         """Uses a changed provider profile from the next attempt on (endpoint, model, key, limits)."""
         apply_profile(self.providers, self.flow, config)
+        self.budgets[config.name] = config.budget()
         self.changed()

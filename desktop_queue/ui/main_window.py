@@ -132,10 +132,13 @@ class MainWindow(QMainWindow):
         closed(): the window closed and the driver was shut down.
         provider_alert(str, str): a provider's breaker opened and the user was told once
             (banner, tray): profile, message.
+        drained(str): the queue emptied after this window ran something, and the user
+            was told (tray): the message.
     """
 
     closed = Signal()
     provider_alert = Signal(str, str)
+    drained = Signal(str)
 
     def __init__(self, controller: Controller, banner_lines: list[str] | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -490,6 +493,8 @@ class MainWindow(QMainWindow):
         )
         self.throughput_label.setText(f"{done} done in the last minute")
         self._update_providers()
+        if self._ran_something:
+            self._announce_if_drained(counts)
         dead = counts.get(State.DEAD, 0)
         if self._dead_seen is None or self.tabs.currentWidget() is self.dead_pane:
             self._dead_seen = dead
@@ -544,17 +549,18 @@ class MainWindow(QMainWindow):
     def _flow_event(self, profile: str, kind: str, text: str) -> None:
         """A provider's breaker or rate limit changed: log it, update its indicator, tell once."""
         self.flow_log.append((time.time(), profile, kind, text))
-        if kind == FlowEventType.BREAKER_OPENED and profile not in self._breaker_announced:
+        if kind in (FlowEventType.BREAKER_OPENED, FlowEventType.OFFLINE) and profile not in self._breaker_announced:
             self._breaker_announced.add(profile)
+            what = "is not answering" if kind == FlowEventType.BREAKER_OPENED else "cannot be reached"
             message = (
-                f"The provider “{profile}” is not answering: {text.split(': ', 1)[-1]}. "
+                f"The provider “{profile}” {what}: {text.split(': ', 1)[-1]}. "
                 "Nothing burns its retries; the queue drains by itself when it answers again."
             )
             self.banner.show_message(message, "provider-down")
             if self.tray is not None:
                 self.tray.showMessage("Desktop Queue", message, QSystemTrayIcon.MessageIcon.Warning, 8000)
             self.provider_alert.emit(profile, message)
-        elif kind == FlowEventType.BREAKER_CLOSED:
+        elif kind in (FlowEventType.BREAKER_CLOSED, FlowEventType.BACK_ONLINE):
             if profile in self._breaker_announced:
                 self.statusBar().showMessage(f"The provider “{profile}” answers again; its jobs run.", 8000)
             self._breaker_announced.discard(profile)
@@ -564,10 +570,33 @@ class MainWindow(QMainWindow):
         self._ran_something = True
 
     def _queue_drained(self) -> None:
-        if self._ran_something and self.tray is not None and not self.controller.driver.paused:
-            self.tray.showMessage("Desktop Queue", "The queue is empty: every job has finished.",
-                                  QSystemTrayIcon.MessageIcon.Information, 5000)
+        """The driver found nothing to run: tell the user if the queue is really empty.
+
+        "Nothing runnable now" is not "done": a job waiting in backoff, for a rate limit
+        or for another process is still the user's business, and a notice that it
+        finished would be wrong. So the notice waits until nothing is queued or
+        running in any process on the data dir; the refresh tick looks again (the
+        last job may finish in a ``work`` process, and this driver then stays idle).
+        """
+        if not self._ran_something:
+            return
+        try:
+            counts = self.controller.queue.counts()
+        except Exception:  # the store is unreachable: the banner already says so
+            return
+        self._announce_if_drained(counts)
+
+    def _announce_if_drained(self, counts: dict[str, int]) -> None:
+        if self.controller.driver.paused or counts.get(State.QUEUED, 0) or counts.get(State.RUNNING, 0):
+            return
         self._ran_something = False
+        dead = counts.get(State.DEAD, 0)
+        message = "The queue is empty: every job has finished."
+        if dead:
+            message += f" {dead} dead letter{'s wait' if dead != 1 else ' waits'} for you."
+        if self.tray is not None:
+            self.tray.showMessage("Desktop Queue", message, QSystemTrayIcon.MessageIcon.Information, 5000)
+        self.drained.emit(message)
 
     # ----------------------------------------------------------------- commands
 

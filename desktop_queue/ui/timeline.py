@@ -12,7 +12,7 @@ from typing import Any
 
 from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt
 
-from desktop_queue.core.present import BACKOFF, NOW_PREFIX
+from desktop_queue.core.present import BACKOFF, NOW_PREFIX, PAUSED
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.models import TimelineModel, TimelineRole
 
@@ -30,6 +30,15 @@ def now_category(text: str) -> str:
     if "waiting:" in text:
         return "throttle"
     return "normal"
+
+
+def now_icon_name(text: str) -> str | None:
+    """The icon of a now line whose cause has its own picture (paused, offline), else None."""
+    if text == NOW_PREFIX + PAUSED:
+        return "action-pause"
+    if " is offline (" in text:
+        return "provider-down"
+    return None
 
 
 class LiveTimelineModel(TimelineModel):
@@ -75,6 +84,9 @@ class LiveTimelineModel(TimelineModel):
         if role == TimelineRole.DETAIL:
             return NOW_DETAIL
         if role == Qt.ItemDataRole.DecorationRole:
+            own = now_icon_name(text)
+            if own is not None:
+                return icon(own)
             category = now_category(text)
             if category == "retry":
                 return icon("event-retry")

@@ -8,6 +8,7 @@ import pytest
 
 from desktop_queue.core import FakeClock, Outcome
 from desktop_queue.core.flow import FlowControl, FlowEvent, FlowEventType, ProfileLimits
+from desktop_queue.core.ledger import Budget, SpendLedger, Usage
 from desktop_queue.core.present import (
     describe_state,
     first_reason,
@@ -16,6 +17,7 @@ from desktop_queue.core.present import (
     now_line,
     priority_reason,
     provider_status,
+    slot_reason,
 )
 
 NOW = 1_000.0
@@ -153,3 +155,70 @@ def test_next_run_does_not_repeat_the_other_columns() -> None:
     for state in ("succeeded", "dead", "cancelled"):
         finished = job(state=state, last_error={"class": "fatal", "message": "boom"})
         assert describe_state(finished, NOW) == "—"
+
+
+def test_slot_reason_names_the_busy_slots() -> None:
+    assert slot_reason(3, 4) is None
+    assert slot_reason(4, 4) == "waiting: a free slot (4 of 4 running)"
+    assert slot_reason(5, 4) == "waiting: a free slot (5 of 4 running)"  # concurrency lowered while running
+
+
+def test_offline_and_throttle_streaks_show_in_the_provider_status() -> None:
+    clock = FakeClock()
+    flow = FlowControl({"openai": ProfileLimits()}, clock=clock)
+    probe = job(id="probe")
+    assert flow.accept(probe)
+    flow.on_start(probe)
+    flow.on_outcome(probe, Outcome.failure("retryable", "cannot connect (ConnectError)", unreachable=True))
+    assert provider_status(flow.snapshot("openai")) == ("down", "openai: offline (cannot connect (ConnectError))")
+    assert describe_state(job(), NOW, flow.waiting_reason) == (
+        "waiting: profile openai is offline (cannot connect (ConnectError))"
+    )
+    texts = [flow_event_text(e) for e in flow.drain_events()]
+    assert texts == ["openai: offline (cannot connect (ConnectError)): its jobs wait without spending attempts; "
+                     "one job tries again in 2.0 s"]
+
+    snapshot = {"profile": "openai", "breaker": "closed", "paused_s": 8.0, "throttles": 3}
+    assert provider_status(snapshot) == ("slow", "openai: rate limited (3 in a row), resuming in 8.0 s")
+    assert provider_status({**snapshot, "throttles": 1}) == ("slow", "openai: rate limited, resuming in 8.0 s")
+
+
+@pytest.mark.parametrize(
+    ("spent", "expected"),
+    [
+        ({"spent_today_usd": 1.2, "spent_month_usd": 1.2}, ("ok", "openai: ok, $1.20 of $5.00 today")),
+        ({"spent_today_usd": 4.6, "spent_month_usd": 4.6}, ("slow", "openai: budget nearly reached, $4.60 of $5.00 today")),
+        ({"spent_today_usd": 5.0, "spent_month_usd": 5.0}, ("down", "openai: budget reached, $5.00 of $5.00 today")),
+        # the fuller budget is named: 19 of 20 dollars this month before 2 of 5 today
+        ({"spent_today_usd": 2.0, "spent_month_usd": 19.0}, ("slow", "openai: budget nearly reached, $19.00 of $20.00 this month")),
+        ({}, ("ok", "openai: ok")),  # no ledger: no spend to show
+    ],
+)
+def test_budgets_show_in_the_provider_status(spent: dict[str, float], expected: tuple[str, str]) -> None:
+    budget = Budget(usd_per_day=5.0, usd_per_month=20.0)
+    snapshot = {"profile": "openai", "breaker": "closed", "in_flight": 0, **spent}
+    assert provider_status(snapshot, budget) == expected
+
+
+def test_a_token_budget_reads_in_tokens() -> None:
+    snapshot = {"profile": "local", "breaker": "closed", "spent_today_tokens": 50_000, "spent_month_tokens": 50_000}
+    assert provider_status(snapshot, Budget(tokens_per_day=50_000)) == (
+        "down", "local: budget reached, 50,000 of 50,000 tokens today"
+    )
+
+
+def test_the_budget_and_no_key_reasons_read_the_same_in_the_now_line(tmp_path: Any) -> None:
+    clock = FakeClock()
+    budget = Budget(usd_per_day=5.0)
+    ledger = SpendLedger(tmp_path, clock)
+    flow = FlowControl({"openai": ProfileLimits(budget=budget, model="gpt-4o-mini")}, clock=clock, ledger=ledger)
+    ledger.record(profile="openai", model="gpt-4o-mini", kind="openai.chat", usage=Usage(tokens_in=10),
+                  job_id="x", attempt=1, usd=5.0)
+    waiting = job(input={"prompt": "hi", "model": "gpt-4o-mini"})
+    assert now_line(waiting, NOW, flow.waiting_reason) == (
+        "now: waiting: budget of profile openai reached, $5.00 of $5.00 today"
+    )
+    assert provider_status(flow.snapshot("openai"), budget) == ("down", "openai: budget reached, $5.00 of $5.00 today")
+    reason = "no API key for profile openai: enter it in Preferences → Providers or set OPENAI_API_KEY"
+    flow.hold_kind("openai.chat", reason)
+    assert now_line(waiting, NOW, flow.waiting_reason) == f"now: waiting: {reason}"

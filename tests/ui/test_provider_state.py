@@ -270,9 +270,9 @@ def test_a_background_job_behind_interactive_ones_says_lower_priority(qtbot: Any
     assert {next_run(window, j["id"]) for j in window.controller.queue_model.jobs() if j["priority"] == "interactive"} == {
         "ready"
     }
-    window.controller.set_paused(True)  # nothing starts while paused: the lane is not the reason then
-    assert next_run(window, background) == "ready"
-    qtbot.waitUntil(lambda: now_row(window)[0] == "now: ready", timeout=WAIT_MS)
+    window.controller.set_paused(True)  # nothing starts while paused: that is the reason, not the lane
+    assert next_run(window, background) == "paused"
+    qtbot.waitUntil(lambda: now_row(window)[0] == "now: paused", timeout=WAIT_MS)
 
 
 def test_the_live_timeline_passes_the_model_tester_with_and_without_its_now_line(
