@@ -251,7 +251,15 @@ def _offline_text(name: str, reason: str) -> str:
     return reason[len(prefix):] if reason.startswith(prefix) else reason
 
 
-def provider_status(snapshot: Mapping[str, Any], budget: Budget | None = None) -> tuple[str, str]:
+def _unavailable_text(name: str, reason: str) -> str:
+    """``no API key`` from a provider's ``no API key for profile openai: enter it …``."""
+    head = reason.split(": ", 1)[0]
+    return head.replace(f" for profile {name}", "").strip() or reason
+
+
+def provider_status(
+    snapshot: Mapping[str, Any], budget: Budget | None = None, unavailable: str | None = None
+) -> tuple[str, str]:
     """(level, text) of one provider profile for the status bar, from ``FlowControl.snapshot``.
 
     Worst first: ``("down", "openai: offline (cannot connect (ConnectError))")``,
@@ -262,11 +270,17 @@ def provider_status(snapshot: Mapping[str, Any], budget: Budget | None = None) -
     reached, $4.60 of $5.00 today")`` or ``("ok", "openai: ok, 1/4 in flight, $1.20 of
     $5.00 today")``.
 
+    A provider that cannot run at all says why first: ``("slow", "openai: no API key")``
+    (a warning, not an outage: nothing was tried; the job's now line says what to do).
+
     Args:
         snapshot: ``FlowControl.snapshot(profile)``.
         budget: the profile's spending limits (the snapshot has the spend, not the limits).
+        unavailable: the provider's own reason it cannot run (``unavailable_reason()``).
     """
     name = snapshot.get("profile", "?")
+    if unavailable:
+        return PROVIDER_SLOW, f"{name}: {_unavailable_text(name, unavailable)}"
     offline = snapshot.get("offline")
     if offline:
         return PROVIDER_DOWN, f"{name}: {_offline_text(name, str(offline))}"

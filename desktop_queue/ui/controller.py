@@ -197,13 +197,30 @@ class Controller(QObject):
         data = job.to_json(with_events=False) if isinstance(job, Job) else job
         return now_line(data, self.queue.clock.now(), self.hold_reason)
 
+    def _unavailable(self, profile: str) -> str | None:
+        """The first reason a provider of ``profile`` gives for not running (no API key), or None."""
+        for provider in self.providers.values():
+            if getattr(getattr(provider, "profile", None), "name", None) != profile:
+                continue
+            ask = getattr(provider, "unavailable_reason", None)
+            if not callable(ask):
+                continue
+            try:
+                reason = ask()
+            except Exception:  # a status display must never break on a provider's check
+                continue
+            if isinstance(reason, str) and reason:
+                return reason
+        return None
+
     def provider_states(self) -> list[tuple[str, str, str]]:
         """(profile, level, text) of every provider profile under flow control, for the status bar."""
         if self.flow is None:
             return []
         out = []
         for profile in self.flow.profiles():
-            level, text = provider_status(self.flow.snapshot(profile), self.budgets.get(profile))
+            snapshot = self.flow.snapshot(profile)
+            level, text = provider_status(snapshot, self.budgets.get(profile), self._unavailable(profile))
             out.append((profile, level, text))
         return out
 

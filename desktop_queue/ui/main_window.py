@@ -47,7 +47,7 @@ from desktop_queue.ui.timeline import LiveTimelineModel
 #: provider status level -> status-bar icon (shapes differ, so colour is never the only cue)
 PROVIDER_ICONS = {"ok": "provider-ok", "slow": "provider-slow", "probing": "provider-probing", "down": "provider-down"}
 #: the default split between the job tables and the timeline (the timeline wraps its lines)
-DEFAULT_SPLITTER = [850, 350]
+DEFAULT_SPLITTER = [870, 330]
 #: how many recent flow events a provider indicator's tooltip lists
 FLOW_TOOLTIP_EVENTS = 8
 

@@ -759,7 +759,8 @@ def event_detail(event: Event) -> str:
         if key in _HIDDEN_DETAIL:
             continue
         if key in ("delay_s", "retry_after_s", "lease_s") and isinstance(value, (int, float)):
-            value = seconds(float(value))
+            # the unit moves from the key to the value: "delay: 0.9 s", not "delay s: 0.9 s"
+            key, value = key[: -len("_s")], seconds(float(value))
         elif key in ("run_after", "expired_at") and isinstance(value, (int, float)):
             value = clock_time(float(value))
         elif isinstance(value, bool):

@@ -149,9 +149,11 @@ class QueuePane(QWidget):
         self.view.selectionModel().selectionChanged.connect(lambda *_: self.selection_changed.emit())
         self.view.sortByColumn(6, Qt.SortOrder.DescendingOrder)  # newest first
         # Title takes what is left, so that Wait, Run time and Last error stay in sight
-        # at the default window size (1200×720) instead of behind horizontal scrolling
-        widths = {"state": 96, "title": 160, "kind": 56, "priority": 78, "attempts": 60, "next": 140,
-                  "created": 62, "wait": 48, "run": 56, "error": 110}
+        # at the default window size (1200×720) instead of behind horizontal scrolling.
+        # Next run is wide enough for "waiting: a free slot (4 of 4 running)": why a job
+        # waits is what a reader of this pane looks for (longer reasons: the tooltip).
+        widths = {"state": 90, "title": 160, "kind": 56, "priority": 70, "attempts": 58, "next": 222,
+                  "created": 62, "wait": 48, "run": 56, "error": 90}
         header = self.view.horizontalHeader()
         header.setStretchLastSection(False)
         for i, column in enumerate(model.columns):
@@ -232,8 +234,16 @@ class DeadLetterPane(QWidget):
         self.replay_button.clicked.connect(self.replay_requested)
         self.retry_all_button.clicked.connect(self.retry_all_requested)
         self.view.sortByColumn(5, Qt.SortOrder.DescendingOrder)  # most recent death first
-        for i, width in enumerate((200, 70, 90, 300, 110)):
-            self.view.setColumnWidth(i, width)
+        # Last error takes what is left: the columns fit the pane, no horizontal scrolling
+        # hides "Died at" at the default window size
+        header = self.view.horizontalHeader()
+        header.setStretchLastSection(False)
+        widths = {"title": 170, "kind": 70, "class": 80, "attempts": 90, "died": 70, "replayed": 90}
+        for i, column in enumerate(model.columns):
+            if column.key in widths:
+                self.view.setColumnWidth(i, widths[column.key])
+            if column.key == "error":
+                header.setSectionResizeMode(i, QHeaderView.ResizeMode.Stretch)
         self._update_retry_all()
 
     def _update_retry_all(self) -> None:

@@ -222,3 +222,10 @@ def test_the_budget_and_no_key_reasons_read_the_same_in_the_now_line(tmp_path: A
     reason = "no API key for profile openai: enter it in Preferences → Providers or set OPENAI_API_KEY"
     flow.hold_kind("openai.chat", reason)
     assert now_line(waiting, NOW, flow.waiting_reason) == f"now: waiting: {reason}"
+
+
+def test_a_provider_without_a_key_says_so_in_its_status() -> None:
+    snapshot = {"profile": "openai", "breaker": "closed"}
+    reason = "no API key for profile openai: enter it in Preferences → Providers or set OPENAI_API_KEY"
+    assert provider_status(snapshot, unavailable=reason) == ("slow", "openai: no API key")
+    assert provider_status(snapshot, unavailable=None) == ("ok", "openai: ok")

@@ -11,6 +11,7 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -60,6 +61,7 @@ class Chat:
 
     def __init__(self) -> None:
         self.missing_key = False
+        self.profile = SimpleNamespace(name="openai")  # the profile its jobs run under
 
     def validate(self, payload: Any) -> None:
         return None
@@ -267,6 +269,8 @@ def test_no_api_key_shows_in_the_next_run_column_and_the_now_line(qtbot: Any, op
     assert tip == f"waiting: {NO_KEY}"  # the column elides; the tooltip has it whole
     assert window.timeline_model.index(window.timeline_model.rowCount() - 1).data(TimelineRole.CATEGORY) == "throttle"
     assert queue.get(job_id).attempts == 0
+    qtbot.waitUntil(lambda: indicator(window) == "openai: no API key", timeout=WAIT_MS)
+    assert window._provider_levels["openai"] == "slow"
 
     window.chat.missing_key = False  # the key was entered: it runs
     qtbot.waitUntil(lambda: queue.get(job_id).state == "succeeded", timeout=WAIT_MS)
