@@ -402,11 +402,12 @@ def cmd_work(args: argparse.Namespace) -> int:
     from desktop_queue.providers.setup import ProfileConfig, build
     from desktop_queue.runtime import LeaseDriver
 
-    app = QCoreApplication.instance() or QCoreApplication([PROG])
     # the endpoint comes from OPENAI_BASE_URL, the key from the keyring or OPENAI_API_KEY
     config = ProfileConfig(rpm=args.rpm, tpm=args.tpm, concurrency=args.provider_concurrency,
                            **({"model": args.model} if args.model else {}), **budgets)
     providers, flow = build([config], data_dir=resolve_data_dir(args.data_dir))
+    # after everything that can refuse the arguments: a process has one application object
+    app = QCoreApplication.instance() or QCoreApplication([PROG])
     queue = _open(args, dict(providers))
     driver = LeaseDriver(
         queue, queue.providers, concurrency=args.concurrency, flow=flow,
