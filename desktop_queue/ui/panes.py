@@ -152,8 +152,8 @@ class QueuePane(QWidget):
         # at the default window size (1200×720) instead of behind horizontal scrolling.
         # Next run is wide enough for "waiting: a free slot (4 of 4 running)": why a job
         # waits is what a reader of this pane looks for (longer reasons: the tooltip).
-        widths = {"state": 90, "title": 160, "kind": 56, "priority": 70, "attempts": 58, "next": 222,
-                  "created": 62, "wait": 48, "run": 56, "error": 90}
+        widths = {"state": 96, "title": 160, "kind": 56, "priority": 80, "attempts": 58, "next": 220,
+                  "created": 62, "wait": 48, "run": 56, "error": 76}
         header = self.view.horizontalHeader()
         header.setStretchLastSection(False)
         for i, column in enumerate(model.columns):
