@@ -168,7 +168,7 @@ def start(
     prefs = load_preferences()
     controller = Controller(
         queue, providers, concurrency=prefs.concurrency, refresh_ms=refresh_ms, tick_ms=tick_ms, flow=flow,
-        budgets=budgets,
+        budgets=budgets, attempt_timeout_s=prefs.attempt_timeout_s,
     )
     lines = banner_lines(queue)
     window = MainWindow(controller, lines)

@@ -116,6 +116,8 @@ class Controller(QObject):
             the queue pane's "next run" says when it holds a job back.
         budgets: profile -> its spending limits, for the provider indicator (flow
             control's snapshot has the spend, not the limits).
+        attempt_timeout_s: the attempt timeout of jobs whose input names none
+            (Preferences; None: each kind's own).
         parent: the Qt parent.
 
     Why a queued job waits (the queue pane's "next run" and the timeline's now line)
@@ -141,6 +143,7 @@ class Controller(QObject):
         tick_ms: int = 250,
         flow: FlowControl | None = None,
         budgets: Mapping[str, Budget] | None = None,
+        attempt_timeout_s: float | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -154,7 +157,8 @@ class Controller(QObject):
         self.dead_model = DeadLetterModel(queue.clock.now, parent=self)
         self.refresher = RefreshCoordinator(queue, [self.queue_model, self.dead_model], refresh_ms, self)
         self.driver = LeaseDriver(
-            queue, self.providers, concurrency=concurrency, tick_ms=tick_ms, flow=flow, parent=self
+            queue, self.providers, concurrency=concurrency, tick_ms=tick_ms, flow=flow,
+            attempt_timeout_s=attempt_timeout_s, parent=self,
         )
         # before the views repaint on the same signal: count the interactive jobs ahead once per refresh
         self.refresher.refreshed.connect(self.update_lanes)

@@ -490,9 +490,19 @@ class PreferencesDialog(QDialog):
         self.concurrency.setRange(1, MAX_CONCURRENCY)
         self.concurrency.setValue(prefs.concurrency)
         self.concurrency.setToolTip("How many jobs this window runs at the same time")
+        self.attempt_timeout = QSpinBox()
+        self.attempt_timeout.setRange(0, 24 * 3600)
+        self.attempt_timeout.setSuffix(" s")
+        self.attempt_timeout.setSpecialValueText("each kind's default (text and images 10 min, speech 5 min)")
+        self.attempt_timeout.setValue(int(prefs.attempt_timeout_s or 0))
+        self.attempt_timeout.setToolTip(
+            "An attempt that has not answered after this long ends as a retryable timeout. "
+            "A job's input may set its own timeout_s."
+        )
         general = QWidget()
         form = QFormLayout(general)
         form.addRow("Jobs running at &once:", self.concurrency)
+        form.addRow("Give up on an &attempt after:", self.attempt_timeout)
         self.providers_page = ProvidersPage(provider or load_provider_profile())
         self.tabs = QTabWidget()
         self.tabs.addTab(general, "&General")
@@ -518,7 +528,9 @@ class PreferencesDialog(QDialog):
         super().accept()
 
     def preferences(self) -> Preferences:
-        return Preferences(concurrency=self.concurrency.value())
+        return Preferences(
+            concurrency=self.concurrency.value(), attempt_timeout_s=float(self.attempt_timeout.value()) or None
+        )
 
     def provider_profile(self) -> ProfileConfig:
         return self.providers_page.profile()

@@ -693,6 +693,7 @@ class MainWindow(QMainWindow):
         self.prefs = prefs
         save_preferences(prefs)
         self.controller.set_concurrency(prefs.concurrency)
+        self.controller.driver.attempt_timeout_s = prefs.attempt_timeout_s  # from the next attempt on
         self._update_status()
 
     # ----------------------------------------------------------------- shutdown

@@ -24,9 +24,12 @@ class Preferences:
 
     Attributes:
         concurrency: how many jobs run at once in this window.
+        attempt_timeout_s: give up on an attempt that has not answered after this long
+            (None: each kind's own default; a job's input may set its own ``timeout_s``).
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
+    attempt_timeout_s: float | None = None
 
 
 def _settings() -> QSettings:
@@ -40,12 +43,14 @@ def load_preferences() -> Preferences:
         concurrency = int(raw)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         concurrency = DEFAULT_CONCURRENCY
-    return Preferences(concurrency=min(MAX_CONCURRENCY, max(1, concurrency)))
+    timeout = _number(_settings().value("preferences/attempt_timeout_s", 0), float)
+    return Preferences(concurrency=min(MAX_CONCURRENCY, max(1, concurrency)), attempt_timeout_s=timeout)
 
 
 def save_preferences(prefs: Preferences) -> None:
     settings = _settings()
     settings.setValue("preferences/concurrency", prefs.concurrency)
+    settings.setValue("preferences/attempt_timeout_s", prefs.attempt_timeout_s or 0)  # 0: the kind's default
     settings.sync()
 
 

@@ -313,3 +313,21 @@ def test_preferences_and_window_state_are_kept_apart(qtbot: Any, session: Any) -
     assert {"window/geometry", "window/splitter", "window/queue_header", "window/dead_header"} <= window_keys
     assert not any("concurrency" in k for k in window_keys)
     assert window.capacity_label.text().startswith("0/2 slots busy")
+
+
+def test_the_attempt_timeout_is_a_preference_applied_from_the_next_attempt(qtbot: Any, session: Any) -> None:
+    from desktop_queue.ui.dialogs import PreferencesDialog
+    from desktop_queue.ui.settings import load_preferences
+
+    window = session.window
+    window.apply_preferences(Preferences(concurrency=2, attempt_timeout_s=90.0))
+    assert session.controller.driver.attempt_timeout_s == 90.0
+    assert load_preferences().attempt_timeout_s == 90.0
+    dialog = PreferencesDialog(load_preferences())
+    qtbot.addWidget(dialog)
+    assert dialog.attempt_timeout.value() == 90
+    dialog.attempt_timeout.setValue(0)  # "each kind's default"
+    assert dialog.preferences().attempt_timeout_s is None
+    window.apply_preferences(dialog.preferences())
+    assert session.controller.driver.attempt_timeout_s is None
+    assert load_preferences().attempt_timeout_s is None
