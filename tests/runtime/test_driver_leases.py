@@ -119,3 +119,49 @@ def test_the_driver_keeps_its_leases_while_the_provider_blocks(
     assert finished.args == [job_id, "succeeded"]
     job = queue.get(job_id)
     assert job.total_attempts == 1 and "lease_expired" not in [e.type for e in job.events]
+
+
+def test_a_profile_without_a_key_holds_its_jobs_until_one_is_set(
+    qtbot: Any, data_dir: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No key: nothing is sent and no attempt spent; the job says why, and runs once a key exists."""
+    import sys
+    from pathlib import Path
+
+    import keyring
+    from keyring.backends import null
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers"))
+    from fakeserver import FakeOpenAI
+
+    from desktop_queue.providers.setup import ProfileConfig, build
+    from desktop_queue.runtime import LeaseDriver
+
+    previous = keyring.get_keyring()
+    keyring.set_keyring(null.Keyring())
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server = FakeOpenAI()
+    server.start()
+    providers, flow = build([ProfileConfig(base_url=server.url, model="m")], plugins=False, data_dir=data_dir)
+    for provider in providers.values():
+        if hasattr(provider, "KEY_RECHECK_S"):
+            provider.KEY_RECHECK_S = 0.2  # type: ignore[attr-defined]
+    queue = Queue.open(data_dir, providers)
+    driver = LeaseDriver(queue, providers, flow=flow, tick_ms=50, worker_id="keyless")
+    try:
+        job_id = queue.submit("openai.chat", {"prompt": "hello"}).job.id
+        driver.start()
+
+        def reason() -> str | None:
+            return flow.waiting_reason(queue.raw_jobs({job_id})[0])
+
+        qtbot.waitUntil(lambda: (reason() or "").startswith("waiting: no API key for profile openai"), timeout=WAIT_MS)
+        assert server.count("chat") == 0 and queue.get(job_id).total_attempts == 0
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-entered-later-0123456789")
+        qtbot.waitUntil(lambda: queue.get(job_id).state == State.SUCCEEDED, timeout=WAIT_MS)
+        assert server.count("chat") == 1 and queue.get(job_id).total_attempts == 1
+    finally:
+        driver.shutdown(timeout_ms=WAIT_MS)
+        queue.close()
+        server.stop()
+        keyring.set_keyring(previous)
