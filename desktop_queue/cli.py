@@ -425,9 +425,15 @@ def cmd_work(args: argparse.Namespace) -> int:
             requeued["n"] += 1
 
     driver.job_finished.connect(count)
-    driver.error.connect(lambda message: _err(message))
     stop = {"why": ""}
     started = time.monotonic()
+
+    def on_error(message: str) -> None:
+        _err(message)
+        if queue.store.poisoned:
+            # the store takes no more changes until reopened: stop, so that a restart
+            # (which checks what is on disk) can take over, instead of failing every tick
+            request_stop("the store hit a disk error")
 
     def request_stop(why: str) -> None:
         if not stop["why"]:
@@ -440,6 +446,7 @@ def cmd_work(args: argparse.Namespace) -> int:
         elif args.until_idle and driver.running == 0 and queue.is_idle():
             request_stop("idle")
 
+    driver.error.connect(on_error)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: request_stop("interrupted"))
     watch = QTimer()
@@ -453,7 +460,11 @@ def cmd_work(args: argparse.Namespace) -> int:
     watch.stop()
     clean = driver.shutdown(timeout_ms=10_000)
     counts = queue.counts()
-    queue.close()
+    try:
+        queue.close()
+    except QueueError as exc:  # the last sync failed: say so, the exit code tells scripts
+        _err(str(exc))
+        stop["why"] = stop["why"] or "the store hit a disk error"
     summary = {
         "stopped": stop["why"], "finished": finished, "requeued": requeued["n"], "counts": counts, "clean_shutdown": clean,
     }
@@ -464,6 +475,8 @@ def cmd_work(args: argparse.Namespace) -> int:
         again = f" ({requeued['n']} attempt(s) queued again)" if requeued["n"] else ""
         _err(f"stopped ({stop['why']}): {done}{again}; queue now "
              + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+    if stop["why"] == "the store hit a disk error":
+        return EXIT_FAILED
     return EXIT_OK if stop["why"] != "interrupted" else 130
 
 
