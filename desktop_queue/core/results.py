@@ -206,7 +206,10 @@ class ResultStore:
         return self.ref_for(key), created
 
     def _pending_path(self, key: str, epoch: int) -> Path:
-        return self.root / "pending" / f"{self._safe(key)}.{int(epoch)}.json"
+        return Path(self._pending_s(key, epoch))
+
+    def _pending_s(self, key: str, epoch: int) -> str:
+        return f"{self._root_s}{os.sep}pending{os.sep}{self._safe(key)}.{int(epoch)}.json"
 
     def put_pending(self, key: str, result: Any, *, job_id: str, epoch: int, produced_at: float) -> dict[str, Any]:
         """Keeps an attempt's result until its commit: never the key's result by itself.
@@ -242,8 +245,12 @@ class ResultStore:
 
     def pending(self, key: str, epoch: int) -> dict[str, Any] | None:
         """The result the holder of lease ``epoch`` kept before its commit, or None."""
+        path = self._pending_s(key, epoch)
+        if not os.access(path, os.F_OK):
+            return None  # the usual case on every commit: told without raising
         try:
-            doc = orjson.loads(self._pending_path(key, epoch).read_bytes())
+            with open(path, "rb") as fh:
+                doc = orjson.loads(fh.read())
         except (OSError, ValueError):
             return None
         if not isinstance(doc, dict) or doc.get("format") != RESULT_FORMAT or doc.get("epoch") != epoch:
@@ -253,7 +260,7 @@ class ResultStore:
     def drop_pending(self, key: str, epoch: int) -> None:
         """Removes a pending result once its commit made it the key's result (or it went stale)."""
         with contextlib.suppress(OSError):
-            os.unlink(self._pending_path(key, epoch))
+            os.unlink(self._pending_s(key, epoch))
 
     @staticmethod
     def document(key: str, result: Any, *, job_id: str, epoch: int, produced_at: float) -> dict[str, Any]:
