@@ -173,15 +173,7 @@ def _zero_range(fd: int, offset: int, length: int) -> None:
     It overwrites bytes just written, so it needs no new space: a full disk that
     refused the rest of a commit's write still lets it through.
     """
-    view = memoryview(bytes(length))
-    while view:
-        if _HAS_PREAD:
-            written = os.pwrite(fd, view, offset)
-        else:
-            os.lseek(fd, offset, os.SEEK_SET)
-            written = os.write(fd, view)
-        view = view[written:]
-        offset += written
+    _pwrite_all(fd, bytes(length), offset)
 
 
 def _cut_torn_tail(fd: int, end: int, length: int) -> None:

@@ -151,10 +151,36 @@ def test_a_worker_stopped_longer_than_its_lease_spends_nothing(server: FakeOpenA
 # ---------------------------------------------------------------------- one set of limits
 
 
-def test_two_workers_share_one_rpm_budget(server: FakeOpenAI, data_dir: Path) -> None:
-    """Two ``work --rpm 2`` processes: the server sees 2 requests in the minute, not 4."""
+@pytest.mark.parametrize(
+    ("flags", "limits"),
+    [
+        pytest.param(["--rpm", "2"], {"rpm": 2}, id="rpm"),
+        # each job is estimated at 12 tokens and uses 12: 30 TPM fits two in the minute
+        pytest.param(["--tpm", "30"], {"tpm": 30}, id="tpm"),
+    ],
+)
+def test_the_window_and_two_workers_share_one_rate_budget(
+    qtbot: Any, server: FakeOpenAI, data_dir: Path, flags: list[str], limits: dict[str, float]
+) -> None:
+    """The window's driver (in this process, built as the app builds it) and two ``work``
+    processes with the same per-minute budget: the server sees what fits in one minute."""
+    from desktop_queue.providers.setup import ProfileConfig, build
+    from desktop_queue.runtime import LeaseDriver
+
+    server.usage_tokens = 12
     submit(data_dir, 6)
-    workers = [start_worker(data_dir, server, "--rpm", "2", "--max-seconds", "8") for _ in range(2)]
+    providers, flow = build(
+        [ProfileConfig(base_url=server.url, require_key=False, **limits)], plugins=False, data_dir=data_dir
+    )
+    queue = Queue.open(data_dir, providers)
+    window = LeaseDriver(queue, providers, flow=flow, tick_ms=50, worker_id="window")
+    workers = [start_worker(data_dir, server, *flags, "--max-seconds", "8") for _ in range(2)]
+    window.start()
+    try:
+        qtbot.waitUntil(lambda: all(w.poll() is not None for w in workers), timeout=30_000)
+    finally:
+        window.shutdown(timeout_ms=5000)
+        queue.close()
     for worker in workers:
         finish(worker, 30)
     assert server.count("chat") == 2
@@ -169,16 +195,6 @@ def test_two_workers_share_one_provider_concurrency(server: FakeOpenAI, data_dir
         finish(worker, 90)
     assert server.count("chat") == 4
     assert server.max_in_flight == 1
-
-
-def test_two_workers_share_one_tpm_budget(server: FakeOpenAI, data_dir: Path) -> None:
-    """Each job is estimated at 12 tokens and uses 12; 30 TPM fits two in the minute, whoever asks."""
-    server.usage_tokens = 12
-    submit(data_dir, 6)
-    workers = [start_worker(data_dir, server, "--tpm", "30", "--max-seconds", "8") for _ in range(2)]
-    for worker in workers:
-        finish(worker, 30)
-    assert server.count("chat") == 2
 
 
 def test_a_breaker_opened_by_one_worker_holds_the_other(server: FakeOpenAI, data_dir: Path) -> None:
