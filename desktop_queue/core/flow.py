@@ -1,28 +1,35 @@
 """Flow control: cost-aware rate limits, adaptive slow-down, concurrency caps, circuit breakers.
 
 Everything here is Qt-free and reads time only from an injected clock
-(``clock.monotonic()``), so tests can jump it. The pieces:
+(``clock.now()``: wall time, as the state is shared by processes whose monotonic clocks
+differ), so tests can jump it. The pieces:
 
 - :class:`TokenBucket`: a per-window budget (requests per minute or tokens per
   minute). A job is admitted when its *estimated* cost fits; the estimate is later
   settled against the usage the provider reported.
 - :class:`AdaptiveLimit`: a 429 (or a rate-limit header saying nothing is left)
   pauses the whole provider profile and lowers its shared budget and concurrency;
-  recovery is gradual (additive increase, multiplicative decrease).
+  consecutive 429s grow the pause exponentially (full jitter, capped, ``Retry-After``
+  as a floor); recovery is gradual (additive increase, multiplicative decrease).
 - :class:`ConcurrencyLimit`: at most N attempts of one profile at once.
 - :class:`CircuitBreaker`: after N consecutive retryable failures the profile's
   jobs wait ("waiting: provider unavailable") without being leased, so they spend
   no attempts; after a cool-down one probe goes through; its success closes the
   breaker and concurrency ramps back up step by step.
+- Offline: a request that could not even connect marks the profile offline; its
+  jobs wait (their attempts given back) and one probe at a time finds out when it is
+  back. Budgets: a job whose estimate would pass the profile's daily or monthly
+  budget (against the :class:`~desktop_queue.core.ledger.SpendLedger`) waits.
 - :class:`FlowControl`: the facade the lease driver plugs into
   ``Queue.lease(accept=flow.accept)``; it also says why a job waits
   (:meth:`FlowControl.waiting_reason`) and records provider-level state changes as
-  :class:`FlowEvent` records the caller can log or show.
+  :class:`FlowEvent` records the caller can log or show. With a shared directory every
+  process on a data dir works on one state (shared/DESIGN.md section 2).
 
 A *profile* is one configured provider endpoint (base URL + key + limits). Limits,
-breaker and adaptive state are kept per profile; by default a job's profile is the
-part of its kind before the first dot (``openai.chat`` -> ``openai``), or the
-``profile`` field of its input when it names one.
+breaker and adaptive state are kept per profile; a job's profile is the part of its kind
+before the first dot (``openai.chat`` -> ``openai``). Profiles are configuration, never
+job input.
 """
 
 from __future__ import annotations
