@@ -17,10 +17,6 @@ from desktop_queue.core.flow import FlowEvent, FlowEventType
 from desktop_queue.core.ledger import Budget, format_usd
 from desktop_queue.core.model import Priority, State
 
-_NUMBERS = re.compile(r"\d+(\.\d+)?")
-_HEX_IDS = re.compile(r"\b[0-9a-f]{8,}\b")
-
-
 #: job dict -> why flow control holds a due job back (e.g. ``FlowControl.waiting_reason``), or None
 HoldReason = Callable[[Mapping[str, Any]], str | None]
 
