@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import sys
@@ -38,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run AI generation jobs on this machine, and never lose one.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--data-dir", help="data directory (default: $DESKTOP_QUEUE_DATA_DIR, then the user data dir)")
+    parser.add_argument("--data-dir", type=_data_dir_arg, help="data directory (default: $DESKTOP_QUEUE_DATA_DIR, then the user data dir)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="jobs, newest first")
     p.add_argument("--state", choices=[s.value for s in State])
-    p.add_argument("--limit", type=int, default=None, metavar="N")
+    p.add_argument("--limit", type=_at_least_one, default=None, metavar="N", help="at most N jobs (the newest)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("show", help="one job with its full event timeline")
@@ -76,27 +77,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("work", help="run a headless worker on the same lease engine")
-    p.add_argument("--concurrency", type=int, default=4, metavar="N")
+    p.add_argument("--concurrency", type=_at_least_one, default=4, metavar="N")
     p.add_argument("--until-idle", action="store_true", help="exit when nothing is queued or running")
-    p.add_argument("--rpm", type=float, default=None, metavar="N",
+    p.add_argument("--rpm", type=_positive, default=None, metavar="N",
                    help="requests per minute to the OpenAI-compatible endpoint (default: unlimited)")
-    p.add_argument("--tpm", type=float, default=None, metavar="N",
+    p.add_argument("--tpm", type=_positive, default=None, metavar="N",
                    help="tokens per minute to the OpenAI-compatible endpoint (default: unlimited)")
-    p.add_argument("--provider-concurrency", type=int, default=None, metavar="N",
+    p.add_argument("--provider-concurrency", type=_at_least_one, default=None, metavar="N",
                    help="attempts at once against the OpenAI-compatible endpoint (default: --concurrency)")
     p.add_argument("--model", default=None, help="default model of openai.chat / openai.responses jobs")
-    for unit, kind, text in (("usd", float, "dollars"), ("tokens", int, "tokens (in and out)")):
+    for unit, kind, text in (("usd", _positive, "dollars"), ("tokens", _at_least_one, "tokens (in and out)")):
         for period in ("day", "month"):
             p.add_argument(f"--budget-{unit}-per-{period}", type=kind, default=None, metavar="N",
                            help=f"{text} the profile may spend a {period}, shared by every process on the "
                                 "data dir (jobs wait when the next would pass it; default: no budget)")
-    p.add_argument("--lease-s", type=float, default=None, metavar="S",
+    p.add_argument("--lease-s", type=_positive, default=None, metavar="S",
                    help="lease length (default: each kind's own, 30 s); the worker renews its leases "
                         "every third of it for as long as it runs")
-    p.add_argument("--attempt-timeout", type=float, default=None, metavar="S",
+    p.add_argument("--attempt-timeout", type=_positive, default=None, metavar="S",
                    help="give up on an attempt that has not answered after S seconds, as a retryable "
                         "timeout (default: each kind's own; a job's input may set its own timeout_s)")
-    p.add_argument("--max-seconds", type=float, default=None, metavar="S", help="exit after S seconds")
+    p.add_argument("--max-seconds", type=_positive, default=None, metavar="S", help="exit after S seconds")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
 
     p = sub.add_parser("stats", help="counts per state, wait and run time percentiles, retries, dead letters")
@@ -107,6 +108,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", type=_day_arg, default=None, metavar="YYYY-MM-DD", help="from this local day on")
     p.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+# Numbers are checked where they are parsed: a negative --limit would slice off the
+# oldest job, a negative --max-seconds would still lease (the first check runs after
+# the driver starts), and float() takes "nan" and "inf", which no comparison refuses.
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
+    return value
+
+
+def _data_dir_arg(text: str) -> str:
+    # an empty value would quietly fall back to $DESKTOP_QUEUE_DATA_DIR or the user's own data
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a directory, not an empty string")
+    return text
 
 
 def _day_arg(text: str) -> str:
@@ -384,19 +417,11 @@ def cmd_spend(args: argparse.Namespace) -> int:
 
 
 def cmd_work(args: argparse.Namespace) -> int:
-    if args.concurrency < 1:
-        raise InvalidInput("--concurrency must be at least 1")
+    # every number was checked by the parser (_at_least_one, _positive)
     budgets = {
         name: getattr(args, name)
         for name in ("budget_usd_per_day", "budget_usd_per_month", "budget_tokens_per_day", "budget_tokens_per_month")
     }
-    for name, value in budgets.items():
-        if value is not None and value <= 0:
-            raise InvalidInput(f"--{name.replace('_', '-')} must be positive")
-    for flag, value in (("--rpm", args.rpm), ("--tpm", args.tpm), ("--provider-concurrency", args.provider_concurrency),
-                        ("--lease-s", args.lease_s), ("--attempt-timeout", args.attempt_timeout)):
-        if value is not None and value <= 0:
-            raise InvalidInput(f"{flag} must be positive")
     from PySide6.QtCore import QCoreApplication, QTimer
 
     from desktop_queue.providers.setup import ProfileConfig, build
