@@ -48,13 +48,18 @@ def test_list_limit_keeps_the_newest(dq: Cli) -> None:
 
 
 @pytest.mark.parametrize("value", ["", "   "])
-def test_an_empty_data_dir_is_refused_not_replaced_by_the_default(dq: Cli, value: str) -> None:
+def test_an_empty_data_dir_is_refused_not_replaced_by_the_default(
+    dq: Cli, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     default = Path(os.environ["DESKTOP_QUEUE_DATA_DIR"])
+    monkeypatch.chdir(tmp_path)  # a blank name taken as given would be a directory here
+
 
     run = dq.run("--data-dir", value, "submit", "demo", "--input", json.dumps(FAST))
 
     refused(run, "--data-dir")
     assert not default.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
     assert stored_jobs(dq.data_dir) == []
 
 
