@@ -774,7 +774,7 @@ class Store:
             commit = self._commit_lock = FileLock.on_directory(self.root.parent, self.root / "commit.lock")
         except OSError as exc:
             self.close()
-            raise StoreError(f"cannot use the data directory {self.root}: {exc.strerror or exc}") from exc
+            raise self._io_error("cannot use the data directory", exc) from exc
         try:
             while True:
                 with self._mutex:
@@ -811,9 +811,20 @@ class Store:
             # in this process must see the store as it is, and be the first if it is
             self.close()
             if isinstance(exc, OSError):
-                raise StoreError(f"cannot read the task store in {self.root}: {exc.strerror or exc}") from exc
+                raise self._io_error("cannot read the task store", exc) from exc
             raise
         return self.report
+
+    def _io_error(self, doing: str, exc: OSError, where: str | Path | None = None) -> StoreError:
+        """One line for the user: what failed, on which file, and the system's reason.
+
+        Args:
+            doing: what was being done ("cannot read the task store").
+            exc: the error.
+            where: the file, when ``exc`` came from a descriptor and names none (default: the store).
+        """
+        path = exc.filename if exc.filename is not None else where if where is not None else self.root
+        return StoreError(f"{doing}: {path}: {exc.strerror or exc}")
 
     @property
     def poisoned(self) -> str | None:
@@ -1279,20 +1290,33 @@ class Store:
         lock = self._commit_lock
         assert lock is not None
         with self._mutex:
-            lock.acquire(exclusive=False)
+            self._lock_or_raise(lock, exclusive=False)
             try:
-                self._catch_up(exclusive=False)
+                self._catch_up_or_raise(exclusive=False)
                 return fn(self.state)
             except _NeedsExclusive:
                 pass
             finally:
                 lock.release()
-            lock.acquire(exclusive=True)
+            self._lock_or_raise(lock, exclusive=True)
             try:
-                self._catch_up(exclusive=True)
+                self._catch_up_or_raise(exclusive=True)
                 return fn(self.state)
             finally:
                 lock.release()
+
+    def _lock_or_raise(self, lock: FileLock, exclusive: bool) -> None:
+        try:
+            lock.acquire(exclusive=exclusive)
+        except OSError as exc:
+            raise self._io_error("cannot lock the task store", exc) from exc
+
+    def _catch_up_or_raise(self, exclusive: bool) -> None:
+        # catching up reads others' records, and may load the whole store again
+        try:
+            self._catch_up(exclusive)
+        except OSError as exc:
+            raise self._io_error("cannot read the task store", exc, self._segment_path(self._gen)) from exc
 
     def transact(self, fn: Callable[[StoreState], list[Record]], *, durable: bool = True) -> list[Record]:
         """Commits the records ``fn`` derives from the current state, atomically across processes.
@@ -1313,7 +1337,10 @@ class Store:
             lock = self._commit_lock
             if lock is None or self._refusal is not None:  # (checked under the mutex: a poison is set under it)
                 raise StoreError(self._refusal or "the task store is closed")
-            lock.lock_exclusive()  # not lock.held(): a generator-based context costs a microsecond a commit
+            try:
+                lock.lock_exclusive()  # not lock.held(): a generator-based context costs a microsecond a commit
+            except OSError as exc:
+                raise self._io_error("cannot lock the task store; the change was not made", exc) from exc
             try:
                 records, rotate = self._commit(fn, durable)
             finally:
@@ -1345,7 +1372,8 @@ class Store:
                 fd = self._fd
                 offset = self._offset
         except OSError as exc:
-            raise StoreError(f"could not read the task store: {exc.strerror or exc}; the change was not made") from exc
+            where = self._segment_path(self._gen)
+            raise self._io_error("could not read the task store; the change was not made", exc, where) from exc
         state = self.state
         records = fn(state)
         if not records:
@@ -1574,7 +1602,9 @@ class Store:
         if child.stderr:
             child.stderr.close()
         if code != 0:
-            log.warning("compaction failed (exit %s): %s", code, err[-500:])
+            # its last line says why (a traceback's lines before it would reach the user's terminal)
+            lines = err.splitlines()
+            log.warning("compaction failed (exit %s): %s", code, lines[-1][-500:] if lines else "no message")
         self._compactor = None
         gen, self._snapshot_bytes = self._newest_snapshot()
         self._reaped_gen = gen
@@ -1597,18 +1627,24 @@ class Store:
 
     def _compact(self, upto: int) -> None:
         """Folds segments ``<= upto`` into ``snapshot-<upto>`` from the files alone."""
-        lock = FileLock(self.root / "compact.lock")
+        try:
+            lock = FileLock(self.root / "compact.lock")
+        except OSError as exc:
+            # compaction only saves replay time at the next open: say so, and go on
+            log.warning("compaction skipped: %s", self._io_error("cannot lock", exc))
+            return
         try:
             if not lock.acquire(blocking=False):
                 return  # another process is compacting
-            try:
-                written = compact(self.root, upto)
-                if written:
-                    self._snapshot_bytes = written
-                    with self._mutex:
-                        self._prune_carried()
-            except (StoreError, OSError) as exc:
-                log.warning("compaction skipped: %s", exc)
+            written = compact(self.root, upto)
+            if written:
+                self._snapshot_bytes = written
+                with self._mutex:
+                    self._prune_carried()
+        except OSError as exc:
+            log.warning("compaction skipped: %s", self._io_error("cannot compact the task store", exc))
+        except StoreError as exc:
+            log.warning("compaction skipped: %s", exc)
         finally:
             lock.close()
 

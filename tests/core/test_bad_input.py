@@ -1,0 +1,204 @@
+"""Disk errors reach the user as one line naming the file (issue 10, "Damage and bad input").
+
+An ``EIO`` while the store loads, catches up with other processes, takes its commit
+lock or its compaction lock used to escape as a raw ``OSError``: a traceback in the
+command line, and in the window an error without the file it happened to. The errors
+are injected by patching the system calls (``Path.read_bytes``, ``os.pread``,
+``fcntl.flock``, ``os.open``) for the one file or step aimed at, in a real
+``desktop-queue`` process where a traceback would show.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from desktop_queue.core import Queue, StoreError
+from desktop_queue.core.storage import segment_name, snapshot_name
+from desktop_queue.providers import discover
+
+EIO_TEXT = os.strerror(errno.EIO)
+
+#: Runs ``desktop_queue.cli.main(argv)`` with one disk error armed: ``MODE TARGET ARGV...``.
+INJECT = r"""
+import errno, fcntl, os, pathlib, sys
+
+mode, target, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+armed = [mode == "read_bytes"]
+
+def eio(path=None):
+    return OSError(errno.EIO, os.strerror(errno.EIO), *([path] if path is not None else []))
+
+real_read_bytes = pathlib.Path.read_bytes
+def read_bytes(self):
+    if armed[0] and mode == "read_bytes" and self.name.startswith(target):
+        raise eio(str(self))
+    return real_read_bytes(self)
+pathlib.Path.read_bytes = read_bytes
+
+real_pread = os.pread
+def pread(*args):
+    if armed[0] and mode == "pread":
+        raise eio()
+    return real_pread(*args)
+os.pread = pread
+
+real_flock = fcntl.flock
+def flock(fd, op):
+    if armed[0] and mode == "flock":
+        raise eio()
+    return real_flock(fd, op)
+fcntl.flock = flock  # before the store binds it
+
+from desktop_queue import cli
+from desktop_queue.core import Queue
+
+real_open = Queue.open.__func__
+def opened(cls, *args, **kwargs):
+    queue = real_open(cls, *args, **kwargs)
+    armed[0] = True  # the errors after opening: catching up, committing
+    return queue
+Queue.open = classmethod(opened)
+sys.exit(cli.main(argv))
+"""
+
+
+def run_cli(data_dir: Path, mode: str, target: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", INJECT, mode, target, "--data-dir", str(data_dir), *args],
+        capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
+    )
+
+
+def one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("desktop-queue: "), lines[0]
+    assert EIO_TEXT in lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def one_job(data_dir: Path) -> str:
+    with Queue.open(data_dir, discover()) as queue:
+        return queue.submit("demo", {"prompt": "kept"}).job.id
+
+
+def test_eio_reading_the_journal_at_open_names_the_segment(data_dir: Path, one_job: str) -> None:
+    proc = run_cli(data_dir, "read_bytes", "journal-", "list")
+
+    assert str(data_dir / "store" / segment_name(1)) in one_line(proc)
+
+
+def test_eio_reading_the_snapshot_at_open_names_it(data_dir: Path, one_job: str) -> None:
+    with Queue.open(data_dir, discover(), background_compaction=False) as queue:
+        queue.store.compact_now()
+    [snapshot] = sorted((data_dir / "store").glob("snapshot-*"))
+    assert snapshot.name == snapshot_name(1)
+
+    proc = run_cli(data_dir, "read_bytes", "snapshot-", "list")
+
+    assert str(snapshot) in one_line(proc)
+
+
+def test_eio_catching_up_is_one_line_naming_the_segment(data_dir: Path, one_job: str) -> None:
+    proc = run_cli(data_dir, "pread", "", "list")
+
+    assert str(data_dir / "store" / segment_name(1)) in one_line(proc)
+
+
+def test_eio_taking_the_commit_lock_is_one_line_and_changes_nothing(data_dir: Path, one_job: str) -> None:
+    proc = run_cli(data_dir, "flock", "", "cancel", one_job)
+
+    assert str(data_dir / "store") in one_line(proc)
+    with Queue.open(data_dir, discover()) as queue:
+        assert queue.get(one_job).state == "queued"
+
+
+def test_eio_catching_up_in_process_is_a_store_error(
+    data_dir: Path, one_job: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the window sees: a StoreError (which it shows), not an OSError."""
+    with Queue.open(data_dir, discover()) as queue:
+
+        def pread(*_: Any) -> bytes:
+            raise OSError(errno.EIO, EIO_TEXT)
+
+        monkeypatch.setattr(os, "pread", pread)
+        with pytest.raises(StoreError, match=segment_name(1)):
+            queue.list()
+        monkeypatch.undo()
+        assert [j.id for j in queue.list()] == [one_job]
+
+
+def _fail_compact_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = os.open
+
+    def open_(path: Any, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(path).endswith("compact.lock"):
+            raise OSError(errno.EIO, EIO_TEXT, os.fspath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+
+
+def _fill_until_rotated(store_root: Path, queue: Queue) -> None:
+    i = 0
+    while not (store_root / segment_name(2)).exists():
+        queue.submit("demo", {"prompt": f"filler {i}"})
+        i += 1
+
+
+def test_eio_taking_the_compaction_lock_in_process_is_a_warning_not_a_failed_commit(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = Queue.open(data_dir, discover(), rotate_bytes=4096, background_compaction=False)
+    _fail_compact_lock(monkeypatch)
+    try:
+        with caplog.at_level(logging.WARNING, logger="desktop_queue.core.storage"):
+            _fill_until_rotated(data_dir / "store", queue)  # the rotating commit compacts inline
+    finally:
+        monkeypatch.undo()
+        queue.close()
+    warnings = [r.getMessage() for r in caplog.records if "compaction skipped" in r.getMessage()]
+    assert warnings and all("\n" not in w for w in warnings)
+    assert str(data_dir / "store" / "compact.lock") in warnings[0]
+    assert EIO_TEXT in warnings[0]
+
+
+def test_eio_taking_the_compaction_lock_in_the_child_is_one_line(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The compaction child dies on the lock; what its parent logs is one line, not its traceback."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import errno, os\n"
+        "_open = os.open\n"
+        "def _eio_open(path, *a, **k):\n"
+        "    if os.fspath(path).endswith('compact.lock'):\n"
+        "        raise OSError(errno.EIO, os.strerror(errno.EIO), os.fspath(path))\n"
+        "    return _open(path, *a, **k)\n"
+        "os.open = _eio_open\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    with caplog.at_level(logging.WARNING, logger="desktop_queue.core.storage"):
+        queue = Queue.open(data_dir, discover(), rotate_bytes=4096)
+        try:
+            _fill_until_rotated(data_dir / "store", queue)
+        finally:
+            queue.close()  # waits for the child
+    failed = [r.getMessage() for r in caplog.records if "compaction failed" in r.getMessage()]
+    assert failed, [r.getMessage() for r in caplog.records]
+    assert all("\n" not in m and "Traceback" not in m for m in failed), failed
+    assert "compact.lock" in failed[0] and EIO_TEXT in failed[0]
