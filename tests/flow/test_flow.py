@@ -449,3 +449,73 @@ def test_events_can_be_drained_and_described() -> None:
     assert [e.type for e in drained] == [FlowEventType.BREAKER_OPENED]
     assert drained[0].describe().startswith("openai: breaker_opened")
     assert flow.drain_events() == []
+
+
+# ---------------------------------------------------------------------- one state per data dir
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.integers(0, 2), st.sampled_from(["accept", "finish", "fail", "throttle", "wait"]), st.integers(0, 7)),
+        max_size=80,
+    )
+)
+def test_processes_sharing_a_data_dir_never_exceed_one_budget(ops: list[tuple[int, str, int]]) -> None:
+    """Property: three FlowControls on one shared directory (three processes on one data dir)
+    together never run more than the cap at once nor admit more than the RPM in any minute."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as shared:
+        clock = FakeClock()
+        flows = [
+            FlowControl({"openai": ProfileLimits(rpm=4, concurrency=2)}, clock=clock, estimator=cost_of,
+                        shared_dir=shared)
+            for _ in range(3)
+        ]
+        running: dict[str, int] = {}
+        admissions: list[float] = []
+        for who, op, n in ops:
+            flow, jid = flows[who], f"j{n}"
+            if op == "accept" and jid not in running:
+                if flow.accept(job(jid)):
+                    flow.on_start(job(jid))
+                    running[jid] = who
+                    admissions.append(clock.now())
+            elif op in ("finish", "fail", "throttle") and running.get(jid) == who:
+                if op == "throttle":
+                    flow.throttle_delay(job(jid), None)
+                outcome = {"finish": OK, "fail": FAIL, "throttle": Outcome.failure("throttled", "HTTP 429")}[op]
+                flows[who].on_outcome(job(jid), outcome)
+                del running[jid]
+            elif op == "wait":
+                clock.advance(n * 3.0)
+            assert len(running) <= 2
+            # every process sees the same slots taken
+            assert {f.snapshot("openai")["in_flight"] for f in flows} == {len(running)}
+        for t in admissions:
+            assert sum(1 for u in admissions if t <= u < t + 60) <= 4
+        for flow in flows:
+            flow.close()
+
+
+def test_a_slot_held_by_a_process_that_ended_is_freed(tmp_path: Any) -> None:
+    """An attempt admitted by a process that then died: the others get its slot back."""
+    import subprocess
+    import sys
+
+    shared = tmp_path / "flow"
+    script = (
+        "from desktop_queue.core.flow import FlowControl, ProfileLimits\n"
+        f"flow = FlowControl({{'openai': ProfileLimits(concurrency=1)}}, shared_dir={str(shared)!r})\n"
+        "job = {'id': 'held', 'kind': 'openai.chat', 'state': 'queued', 'input': {}}\n"
+        "assert flow.accept(job)\n"
+        "flow.on_start(job)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    clock = FakeClock(start=__import__("time").time())
+    flow = FlowControl({"openai": ProfileLimits(concurrency=1)}, clock=clock, estimator=cost_of, shared_dir=shared)
+    assert flow.snapshot("openai")["in_flight"] in (0, 1)
+    clock.advance(6)  # the next prune looks at who holds the slots
+    assert flow.accept(job("mine"))
+    assert flow.snapshot("openai")["in_flight"] == 1
