@@ -149,7 +149,10 @@ class LeaseKeeper:
         renewed = 0
         for kept in due:
             try:
-                self.queue.heartbeat(kept.lease, kept.lease_s)
+                if suspension is not None:
+                    self.queue.record_suspension(kept.lease, suspension.seconds, suspension.machine, kept.lease_s)
+                else:
+                    self.queue.heartbeat(kept.lease, kept.lease_s)
             except StaleLease:
                 self.remove(kept.lease)
                 if self.on_lost is not None:

@@ -70,6 +70,7 @@ class EventType(StrEnum):
     RECONCILED = "reconciled"
     STALE_RESULT = "stale_result"
     RELEASED = "released"
+    RESUMED = "resumed"
 
 
 TERMINAL = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})

@@ -26,6 +26,7 @@ from desktop_queue.core.errors import (
     StaleLease,
     UnknownKind,
 )
+from desktop_queue.core.fileio import FileLock
 from desktop_queue.core.fingerprint import canonical_json, fingerprint, input_digest
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.metrics import Stats
@@ -554,6 +555,31 @@ class Queue:
             raise
         return float(out.value)
 
+    def record_suspension(self, lease: Lease, seconds: float, machine: bool, lease_s: float | None = None) -> None:
+        """Renews a lease after its holder was suspended, and says so in the timeline.
+
+        Raises:
+            StaleLease: the lease was lost meanwhile; the rejection is recorded.
+        """
+        length = self.lease_length(lease.job.kind) if lease_s is None else lease_s
+        what = "the machine was suspended" if machine else "the worker process did not run"
+        reason = f"{what} for {seconds:.0f} s; the lease is renewed and the attempt goes on"
+
+        def fn(state: StoreState) -> list[Record]:
+            job = self._current(state, lease)
+            now = self.clock.now()
+            ev = self._event(
+                EventType.RESUMED, job, Actor.SYSTEM, now, detail={"reason": reason, "delay_s": round(seconds, 1)},
+                worker=lease.worker,
+            )
+            return [self._upd(job["id"], {"lease_expires_at": now + length, "heartbeat_at": now}, ev)]
+
+        try:
+            self.store.transact(fn, durable=False)
+        except StaleLease:
+            self.record_stale(lease, "renewal after a suspension rejected")
+            raise
+
     def record_provider_job(self, lease: Lease, provider_job_id: str) -> None:
         """Commits the provider-side job id before the provider is polled (crash-safe resumption)."""
 
@@ -987,21 +1013,52 @@ class Queue:
         )
         # a job whose holder still runs is no orphan, whoever believes it opened the store first
         orphans = [job_id for job_id, owner in running if holder_alive(owner) is not True]
-        if orphans:
-            # a worker that died mid-attempt may have left a result half written; other
-            # leftovers (rarer) are swept by compaction (see storage.compact). While another
-            # process runs, only files far older than any write in progress go.
-            removed = self.results.remove_temp_files(None if len(orphans) == len(running) else 3600.0)
-            if removed:
-                self.report.notices.append(
-                    f"removed {removed} unfinished result write(s) left by a crash (nothing lost)"
-                )
         for job_id in orphans:
             try:
                 self.reconciled.append(self._reconcile_one(job_id))
             except Exception as exc:  # one bad orphan must not keep the app from starting
                 log.error("could not reconcile job %s: %s", job_id, type(exc).__name__)  # no text: invariant 7
                 self.report.notices.append(f"job {job_id} could not be reconciled: {type(exc).__name__}")
+        # after reconciling, which reads the pending results of the orphans
+        self._sweep_results(alone=len(orphans) == len(running))
+
+    def _sweep_results(self, alone: bool) -> None:
+        """Removes the result writes a crash left unfinished, and pending results nothing can commit.
+
+        Runs while this process is the only one with the store open, so no write is in
+        progress unless this process makes it (a reopen after a disk error, its attempts
+        still running: ``alone`` is False then, and only files far older than any write
+        go) or a compaction child outlived the process that started it (it holds
+        ``compact.lock``; its writes are kept likewise).
+        """
+        try:
+            lock = FileLock(self.store.root / "compact.lock")
+            try:
+                alone = lock.acquire(blocking=False) and alone
+                removed = self.results.remove_temp_files(None if alone else 3600.0)
+                stale = 0
+                if alone:
+                    live = self.store.read(
+                        lambda st: [
+                            (st.jobs[i]["idempotency_key"], st.jobs[i].get("lease_epoch") or 0)
+                            for i in st.by_state.get(State.RUNNING, ())
+                        ]
+                    )
+                    stale = self.results.remove_stale_pending(live)
+            finally:
+                lock.close()
+        except OSError as exc:  # leftovers cost only disk space: say so, and open anyway
+            self.report.notices.append(
+                f"could not remove unfinished result writes ({exc.filename or self.results.root}: "
+                f"{exc.strerror or exc}); they will be tried again at the next start"
+            )
+            return
+        if removed:
+            self.report.notices.append(f"removed {removed} unfinished result write(s) left by a crash (nothing lost)")
+        if stale:
+            self.report.notices.append(
+                f"removed {stale} kept result(s) of attempts that can no longer commit (nothing lost)"
+            )
 
     def _reconcile_one(self, job_id: str) -> Reconciled:
         job = self.get(job_id)

@@ -721,7 +721,8 @@ EVENT_LOOK: dict[str, tuple[str, str, str]] = {
     EventType.REPLAYED_AS: ("link", "Replayed as a new job", "event-link"),
     EventType.RECONCILED: ("reconcile", "Reconciled after a crash", "event-reconciled"),
     EventType.STALE_RESULT: ("expiry", "Late result rejected (stale lease)", "event-stale"),
-    EventType.RELEASED: ("normal", "Released (worker stopped)", "event-info"),
+    EventType.RELEASED: ("normal", "Released (attempt not counted)", "event-info"),
+    EventType.RESUMED: ("normal", "Lease renewed after a suspension", "event-info"),
 }
 
 #: detail keys shown in the headline rather than in the detail line

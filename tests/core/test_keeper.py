@@ -154,6 +154,15 @@ def test_after_a_suspension_every_lease_is_renewed_at_once(queue: Queue, clock: 
     assert [s.machine for s in found] == [True] and found[0].seconds == pytest.approx(120.0)
     assert keeper.suspended_since(mono.t - 1) == pytest.approx(120.0)
     assert keeper.suspended_since(mono.t + 1) == 0.0
+    for lease in leases:
+        assert lease is not None
+        job = queue.get(lease.job_id)
+        assert job.state == State.RUNNING and job.lease_expires_at == pytest.approx(clock.now() + 30.0)
+        [resumed] = [e for e in job.events if e.type == "resumed"]
+        assert resumed.detail == {
+            "reason": "the machine was suspended for 120 s; the lease is renewed and the attempt goes on",
+            "delay_s": 120.0,
+        }
 
 
 def test_a_stopped_process_counts_as_suspended() -> None:

@@ -115,7 +115,8 @@ def test_a_40_s_answer_with_a_3_s_lease_is_paid_once(server: FakeOpenAI, data_di
     [job] = jobs(data_dir)
     assert job.id == job_id and job.state == State.SUCCEEDED
     assert job.total_attempts == 1
-    assert [e.type for e in job.events] == ["submitted", "leased", "succeeded"]
+    # ("resumed" would only say that a loaded machine starved the worker for seconds)
+    assert [e.type for e in job.events if e.type != "resumed"] == ["submitted", "leased", "succeeded"]
     assert sum(s["finished"].get("succeeded", 0) for s in summaries) == 1
 
 
@@ -145,7 +146,9 @@ def test_a_worker_stopped_longer_than_its_lease_spends_nothing(server: FakeOpenA
     assert server.count("chat") == 1, "no second request"
     [job] = jobs(data_dir)
     assert job.state == State.SUCCEEDED and job.total_attempts == 1 and job.attempts == 1
-    assert "lease_expired" not in [e.type for e in job.events]
+    types = [e.type for e in job.events]
+    assert "lease_expired" not in types
+    assert "resumed" in types  # the timeline says the worker stood still, and that it cost nothing
 
 
 # ---------------------------------------------------------------------- one set of limits
