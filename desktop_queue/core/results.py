@@ -370,12 +370,37 @@ class ResultStore:
                 os.replace(path, target)
             return None
 
+    def remove_stale_pending(self, live: Iterable[tuple[str, int]]) -> int:
+        """Deletes the pending results no commit can use any more; returns how many.
+
+        A pending result counts only for the lease epoch it names (see :meth:`pending`):
+        once its job has finished, been requeued or leased again, nothing reads it. Only
+        safe while no other process runs (a worker writes one for a lease it holds, and
+        that lease may be newer than what the caller read).
+
+        Args:
+            live: ``(key, lease epoch)`` of every job still running.
+        """
+        keep = {f"{self._safe(key)}.{int(epoch)}.json" for key, epoch in live}
+        try:
+            with os.scandir(os.path.join(self._root_s, "pending")) as entries:
+                # dot names are writes in progress or abandoned: remove_temp_files decides those
+                stale = [e.path for e in entries if not e.name.startswith(".") and e.name not in keep]
+        except FileNotFoundError:
+            return 0
+        removed = 0
+        for path in stale:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                removed += 1
+        return removed
+
     def remove_temp_files(self, older_than_s: float | None = None) -> int:
         """Deletes unfinished writes left by a crash; returns how many.
 
         Without ``older_than_s`` this is only safe while no other process runs (another
-        one's write in progress would go too); compaction passes an hour, far longer than
-        any write takes.
+        one's write in progress would go too): the first opener of the store, at open.
+        Compaction passes an hour, far longer than any write takes.
         """
         removed = 0
         cutoff = time.time() - older_than_s if older_than_s is not None else None

@@ -15,12 +15,15 @@ import logging
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from desktop_queue.core import Queue, StoreError
+from desktop_queue.core import FakeClock, Queue, StoreError
+from desktop_queue.core.fileio import FileLock
 from desktop_queue.core.storage import segment_name, snapshot_name
 from desktop_queue.providers import discover
 
@@ -202,3 +205,118 @@ def test_eio_taking_the_compaction_lock_in_the_child_is_one_line(
     assert failed, [r.getMessage() for r in caplog.records]
     assert all("\n" not in m and "Traceback" not in m for m in failed), failed
     assert "compact.lock" in failed[0] and EIO_TEXT in failed[0]
+
+
+# ---------------------------------------------------------------------- leftovers of a crash
+#
+# A crash mid-write leaves ``.<name>.tmp-<pid>-…`` beside the result it was writing, and a
+# worker that died keeps its attempt's result in ``results/pending/<key>.<epoch>.json``.
+# The first opener (no other process has the store open) sweeps both at once; while a
+# write may still be in progress (another opener, a compaction child, this process's own
+# attempts) only what is far older than any write goes.
+
+
+def _leftover(queue: Queue, name: str, hours_old: float = 0.0) -> Path:
+    path = queue.results.root / "ab" / f".{name}.json.tmp-99999-deadbeef"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b'{"half')
+    if hours_old:
+        then = time.time() - hours_old * 3600
+        os.utime(path, (then, then))
+    return path
+
+
+def _pending(queue: Queue, key: str, epoch: int) -> Path:
+    queue.results.put_pending(key, {"text": f"epoch {epoch}"}, job_id="x", epoch=epoch, produced_at=0.0)
+    path = queue.results.root / "pending" / f"{key}.{epoch}.json"
+    assert path.exists()
+    return path
+
+
+def test_the_first_opener_sweeps_leftover_writes_even_without_an_orphan(open_queue: Callable[..., Queue]) -> None:
+    queue = open_queue()
+    queue.submit("demo", {"prompt": "p"})
+    fresh = _leftover(queue, "abcd")
+    queue.close()
+
+    reopened = open_queue()
+
+    assert not fresh.exists()
+    assert any("1 unfinished result write" in n for n in reopened.report.notices), reopened.report.notices
+
+
+def test_an_opener_that_is_not_first_sweeps_nothing(open_queue: Callable[..., Queue]) -> None:
+    first = open_queue()
+    first.submit("demo", {"prompt": "p"})
+    in_progress = _leftover(first, "abcd")  # could be the first process's write right now
+
+    second = open_queue()
+
+    assert not second.report.first
+    assert in_progress.exists()
+
+
+def test_while_a_compaction_child_runs_only_old_leftovers_go(
+    open_queue: Callable[..., Queue], data_dir: Path
+) -> None:
+    queue = open_queue()
+    queue.submit("demo", {"prompt": "p"})
+    fresh, old = _leftover(queue, "abcd"), _leftover(queue, "abce", hours_old=2)
+    queue.close()
+    # a compaction child whose parent is gone holds this lock while it writes result files
+    compaction = FileLock(data_dir / "store" / "compact.lock")
+    assert compaction.acquire(blocking=False)
+    try:
+        reopened = open_queue()
+    finally:
+        compaction.close()
+
+    assert reopened.report.first
+    assert fresh.exists() and not old.exists()
+
+
+def test_pending_results_nothing_can_commit_are_swept_and_the_current_one_is_used(
+    open_queue: Callable[..., Queue], clock: FakeClock
+) -> None:
+    queue = open_queue()
+    done = queue.submit("demo", {"prompt": "done"}).job
+    other = queue.lease("w")
+    assert other is not None and other.job_id == done.id
+    queue.complete(other, {"text": "finished"})
+    job = queue.submit("demo", {"prompt": "p"}).job
+    key = job.idempotency_key
+    first = queue.lease("w", lease_s=5)
+    assert first is not None and first.job_id == job.id
+    clock.advance(10)  # its holder vanished: the lease expires (reaped by this lease)...
+    assert queue.lease("w") is None
+    clock.advance(120)  # ... and after its backoff the job is leased again
+    second = queue.lease("w", lease_s=3600)
+    assert second is not None and second.job_id == job.id and second.epoch > first.epoch
+    stale = _pending(queue, key, first.epoch)  # the expired attempt answered late
+    current = _pending(queue, key, second.epoch)  # the current holder answered, then died
+    finished = _pending(queue, done.idempotency_key, other.epoch)  # a crash before its drop
+    queue.close()
+
+    reopened = open_queue()
+
+    assert reopened.get(job.id).state == "succeeded"  # reconciled from the current attempt's result
+    assert reopened.results.get(key)["result"] == {"text": f"epoch {second.epoch}"}
+    assert not stale.exists() and not current.exists() and not finished.exists()
+    assert list((reopened.results.root / "pending").iterdir()) == []
+    assert any("2 kept result(s)" in n for n in reopened.report.notices), reopened.report.notices
+
+
+def test_a_reopen_beside_its_own_running_attempts_keeps_their_writes(open_queue: Callable[..., Queue]) -> None:
+    """A process that reopens after a disk error is first, but its attempts still write."""
+    queue = open_queue()
+    job = queue.submit("demo", {"prompt": "p"}).job
+    lease = queue.lease("w", kept=True)  # held by this (live) process
+    assert lease is not None and lease.job_id == job.id
+    fresh = _leftover(queue, "abcd")
+    unknown = _pending(queue, "some-other-key", 1)
+    queue.close()
+
+    reopened = open_queue()
+
+    assert reopened.report.first and reopened.get(job.id).state == "running"
+    assert fresh.exists() and unknown.exists()
