@@ -16,9 +16,16 @@ OpenQueue = Callable[..., Queue]
 
 
 def _disk_fills_after(monkeypatch: pytest.MonkeyPatch, room: int) -> None:
-    """Every journal write gets ``room`` bytes onto the disk, then ENOSPC."""
+    """Every journal write gets ``room`` bytes onto the disk, then ENOSPC.
+
+    Zeros written back over those bytes (the store undoing the torn write) go through: they
+    overwrite space the file already has, which a full disk still allows.
+    """
 
     def pwrite_all(fd: int, data: bytes, offset: int) -> None:
+        if not data.strip(b"\0"):
+            os.pwrite(fd, data, offset)
+            return
         if room:
             os.pwrite(fd, data[:room], offset)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
