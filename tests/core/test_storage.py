@@ -706,8 +706,9 @@ def test_read_segment_classifies_damage() -> None:
 
 
 def test_unfinished_result_writes_are_swept(open_queue: OpenQueue, data_dir: Path) -> None:
-    """A crash mid-write leaves ``.<name>.tmp-<pid>-…``: the first opener sweeps them when a
-    worker died mid-attempt; otherwise compaction sweeps those older than an hour."""
+    """A crash mid-write leaves ``.<name>.tmp-<pid>-…``: the first opener sweeps them (those
+    older than an hour only, while a write may still be in progress); compaction sweeps
+    those older than an hour."""
     queue = open_queue(background_compaction=False)
     job = queue.submit("demo", {"prompt": "p"}).job
     lease = queue.lease("w")
