@@ -28,7 +28,10 @@ def main(argv: list[str]) -> int:
     try:
         if not lock.acquire(blocking=False):
             return 0  # another process is compacting
-        compact(root, upto)
+        notices: list[str] = []
+        compact(root, upto, notices)
+        for notice in notices:  # the parent reports these lines (Store._reap_compactor)
+            sys.stderr.write(notice.replace("\n", " ") + "\n")
         return 0
     except (StoreError, OSError) as exc:
         sys.stderr.write(f"compaction skipped: {exc}\n")

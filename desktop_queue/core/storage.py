@@ -245,6 +245,43 @@ def _stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.localtime()) + f"-{os.getpid()}"
 
 
+def is_orphan(jobs: dict[str, JobDict], record: Record) -> bool:
+    """True for an update of a job that ``jobs`` does not hold (its creation record is missing)."""
+    return record.get("op") == "upd" and record.get("id") not in jobs
+
+
+def set_aside_orphans(root: Path, segment: str, records: list[Record]) -> tuple[str, bool]:
+    """Keeps updates of jobs whose creation record is missing, and says so.
+
+    They cannot be applied, and dropping them would lose whatever they say without a
+    trace: they are copied, as checksummed journal lines, to
+    ``<segment>.orphans-<crc>.corrupt-<time>`` in ``root``. The segment itself is left
+    as it is (other processes may be reading it), so every open finds them again until
+    compaction folds the segment away; the name carries the CRC of the copy so that
+    finding the same records again keeps one copy, not one per open.
+
+    Returns:
+        The message for the user, and whether the copy is on disk (False: the disk
+        refused, and the segment is the only place that still holds them).
+    """
+    payload = b"".join(encode_record(r) for r in records)
+    tag = f"{segment}.orphans-{zlib.crc32(payload):08x}.corrupt-"
+    ids = sorted({str(r.get("id")) for r in records})
+    what = (
+        f"{segment} holds {len(records)} update(s) of job(s) {', '.join(ids)} whose creation record is missing; "
+        "they were not applied (every other job loaded)"
+    )
+    try:
+        kept = next((name for name in os.listdir(root) if name.startswith(tag)), None)
+        if kept is None:
+            kept = tag + _stamp()
+            atomic_write(root / kept, payload, overwrite=False)
+    except (OSError, StoreError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        return f"{what}; they could not be copied aside ({reason}) and stay in {segment}", False
+    return f"{what} and were set aside in {kept}", True
+
+
 # --------------------------------------------------------------------------- state
 
 
@@ -282,6 +319,8 @@ class StoreState:
         seq: the highest submission number given out.
         epoch: the highest lease epoch given out.
         version: bumped by every applied record; ``changes`` logs ``(version, id)``.
+        orphans: updates not applied because their job does not exist (see
+            :func:`set_aside_orphans`), until the reader of the records takes them.
     """
 
     jobs: dict[str, JobDict] = field(default_factory=dict)
@@ -293,6 +332,12 @@ class StoreState:
     version: int = 0
     changes: list[tuple[int, str]] = field(default_factory=list)
     queued_by_lane: dict[str, set[str]] = field(default_factory=dict)
+    orphans: list[Record] = field(default_factory=list)
+
+    def take_orphans(self) -> list[Record]:
+        """The updates of missing jobs met since the last call (see ``orphans``)."""
+        taken, self.orphans = self.orphans, []
+        return taken
 
     def _index(self, job: JobDict) -> None:
         """Adds ``job`` to the index entries of its values (adding what is there already changes nothing)."""
@@ -320,13 +365,18 @@ class StoreState:
         """Applies one journal record (:func:`apply_plain`) and moves the job in the indexes.
 
         An update moves the job only out of the index entries its change touches: a
-        lease moves it from one state to another; a heartbeat moves it nowhere.
+        lease moves it from one state to another; a heartbeat moves it nowhere. An
+        update of a job that does not exist changes nothing and is kept in ``orphans``
+        (a damaged journal must not stop every other job from loading).
         """
         old: tuple[str, str, str] | None = None
         is_update = record.get("op") == "upd"
-        if is_update and not _INDEXED.isdisjoint(record.get("set") or ()):
-            current = self.jobs.get(record["id"])
-            if current is not None:  # (missing: apply_plain says the journal is corrupt)
+        if is_update:
+            current = self.jobs.get(record.get("id", ""))
+            if current is None:
+                self.orphans.append(record)
+                return
+            if not _INDEXED.isdisjoint(record.get("set") or ()):
                 old = (current["state"], current["key"], current["priority"])
         job = apply_plain(self.jobs, record)
         if job is None:
@@ -982,6 +1032,9 @@ class Store:
                 state.apply(record)
                 if "res" in record:
                     self._carry(gen, record["res"])
+            orphans = state.take_orphans()
+            if orphans:
+                self.report.notices.append(set_aside_orphans(self.root, path.name, orphans)[0])
             if read.bad_line is not None or (read.torn_tail and not is_last):
                 # appends and catch-up continue after the good prefix, which is already applied
                 end_offset = self._recover_segment(path, gen, data, read, pending[index + 1 :])
@@ -1245,6 +1298,12 @@ class Store:
             if "res" in record:
                 self._carry(self._gen, record["res"])
         self._offset += read.end
+        orphans = self.state.take_orphans()
+        if orphans:
+            # this process goes on with every other job; its window or log is where it is told
+            notice = set_aside_orphans(self.root, segment_name(self._gen), orphans)[0]
+            log.warning("%s", notice)
+            self.report.notices.append(notice)
         if read.bad_line is not None:
             raise StoreCorrupt(
                 f"{segment_name(self._gen)} has a damaged record at byte {self._offset}; "
@@ -1605,6 +1664,10 @@ class Store:
             # its last line says why (a traceback's lines before it would reach the user's terminal)
             lines = err.splitlines()
             log.warning("compaction failed (exit %s): %s", code, lines[-1][-500:] if lines else "no message")
+        else:
+            for line in err.splitlines():  # what it set aside (see compact): the user must hear of it
+                log.warning("compaction: %s", line[-2000:])
+                self.report.notices.append(line)
         self._compactor = None
         gen, self._snapshot_bytes = self._newest_snapshot()
         self._reaped_gen = gen
@@ -1636,7 +1699,11 @@ class Store:
         try:
             if not lock.acquire(blocking=False):
                 return  # another process is compacting
-            written = compact(self.root, upto)
+            notices: list[str] = []
+            written = compact(self.root, upto, notices)
+            for notice in notices:
+                log.warning("compaction: %s", notice)
+            self.report.notices.extend(notices)
             if written:
                 self._snapshot_bytes = written
                 with self._mutex:
@@ -1663,11 +1730,16 @@ class Store:
         return self._offset
 
 
-def compact(root: Path, upto: int) -> int:
+def compact(root: Path, upto: int, notices: list[str] | None = None) -> int:
     """Writes ``snapshot-<upto>`` from the newest snapshot and the closed segments after it.
 
     Keeps the newest two snapshots and the segments the older of them still needs.
     Callers hold ``compact.lock``. Returns the new snapshot's size (0 if nothing to do).
+    Updates of jobs that do not exist are set aside (:func:`set_aside_orphans`) before
+    the snapshot folds their segment away; what was said about them goes to ``notices``.
+
+    Raises:
+        StoreError: a segment is damaged, or they could not be set aside (nothing folded).
     """
     names = os.listdir(root)
     snaps = sorted(int(m.group(1)) for n in names if (m := _SNAPSHOT_RE.match(n)))
@@ -1694,7 +1766,11 @@ def compact(root: Path, upto: int) -> int:
         read = read_segment(data, 0)
         if read.bad_line is not None or read.torn_tail:
             raise StoreCorrupt(f"{segment_name(gen)} is damaged; left for the next open to recover")
+        orphans: list[Record] = []
         for record in read.records[1:]:
+            if is_orphan(jobs, record):
+                orphans.append(record)
+                continue
             carried = record.get("res")
             if isinstance(carried, dict):
                 results.restore(carried, durable=False)  # all synced at once below
@@ -1703,6 +1779,12 @@ def compact(root: Path, upto: int) -> int:
             if job is not None:
                 seq = max(seq, job.get("seq", 0))
                 epoch = max(epoch, job.get("lease_epoch") or 0)
+        if orphans:
+            notice, kept = set_aside_orphans(root, segment_name(gen), orphans)
+            if not kept:  # folding would remove the only copy of what they say
+                raise StoreError(f"{notice}; nothing was folded")
+            if notices is not None:
+                notices.append(notice)
     # the journal records being folded away were what made these results durable
     results.make_durable(k for k in result_keys if k)
     results.remove_temp_files(older_than_s=3600)  # writes a crash left behind, long abandoned
