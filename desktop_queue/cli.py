@@ -200,7 +200,9 @@ def _print_job_line(job: Job, now: float) -> None:
     )
 
 
-def _print_job(job: Job, now: float, timeline: bool = True, artifact: Path | None = None) -> None:
+def _print_job(
+    job: Job, now: float, timeline: bool = True, artifact: Path | None = None, result_problem: str | None = None
+) -> None:
     print(f"job       {job.id}  {job.title}")
     print(f"state     {describe_state(job, now)}")
     print(f"kind      {job.kind}  priority {job.priority}")
@@ -211,7 +213,7 @@ def _print_job(job: Job, now: float, timeline: bool = True, artifact: Path | Non
         status = f" HTTP {job.last_error['status']}" if job.last_error.get("status") else ""
         print(f"error     {job.last_error.get('class')}{status}: {job.last_error.get('message')}")
     if job.result_ref:
-        print(f"result    {job.result_ref}")
+        print(f"result    {result_problem}" if result_problem else f"result    {job.result_ref}")
     if artifact is not None:
         print(f"artifact  {artifact}")
     if job.provider_job_id:
@@ -322,23 +324,33 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """Prints one job; says so (on stderr too) when its result file is missing or was damaged.
+
+    That still exits 0: the job was shown, and what is wrong is in the output
+    (``result_problem`` with ``--json``), where a script looks for the result anyway.
+    """
     with _open(args) as queue:
         job = queue.get(args.id)
+        problem = None
         if job.result_ref:
             # the ref names a file: write it now if only the journal holds the result yet
             queue.results.materialize(job.idempotency_key)
+            problem = queue.results.problem(job.idempotency_key)
         if args.json:
             data = _job_json(job)
             if job.result_ref:
                 stored = queue.results.get(job.idempotency_key)
                 data["result"] = stored.get("result") if stored else None
+                data["result_problem"] = problem.to_json() if problem is not None else None
                 artifact = queue.results.artifact_path(job.idempotency_key)
                 if artifact is not None:
                     data["artifact_path"] = str(artifact)
             _out(data)
         else:
             artifact = queue.results.artifact_path(job.idempotency_key) if job.result_ref else None
-            _print_job(job, time.time(), artifact=artifact)
+            _print_job(job, time.time(), artifact=artifact, result_problem=problem.message if problem else None)
+        if problem is not None:
+            _err(f"job {job.id}: {problem.message}")
     return EXIT_OK
 
 

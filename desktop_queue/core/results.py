@@ -19,12 +19,14 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import glob
 import hashlib
 import os
 import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,36 @@ MIME_EXTENSIONS: dict[str, str] = {
 
 class InvalidArtifact(ValueError):
     """A result's ``artifact_b64`` is not valid base64 (nothing was written)."""
+
+
+@dataclass(frozen=True)
+class ResultProblem:
+    """Why a job that has a ``result_ref`` has no readable result (see :meth:`ResultStore.problem`).
+
+    Attributes:
+        kind: ``missing`` (no file, and the journal no longer holds it) or ``damaged``
+            (the file could not be read as a result and was moved aside).
+        ref: the job's ``result_ref`` (relative to the data dir).
+        moved_to: where a damaged file was kept aside, or None.
+    """
+
+    kind: str
+    ref: str
+    moved_to: Path | None = None
+
+    @property
+    def message(self) -> str:
+        if self.moved_to is not None:
+            return f"result damaged, moved aside to {self.moved_to}"
+        return f"result file missing: {self.ref} is not there any more"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "ref": self.ref,
+            "moved_to": str(self.moved_to) if self.moved_to is not None else None,
+        }
 
 
 def artifact_extension(name: Any, mime: Any) -> str:
@@ -370,6 +402,26 @@ class ResultStore:
                 os.replace(path, target)
             return None
 
+    def problem(self, key: str) -> ResultProblem | None:
+        """Why ``key`` has no readable result, or None when it has one (as a file or in the journal).
+
+        For a job whose ``result_ref`` says it has a result: :meth:`get` moves a damaged
+        file aside and answers None like a missing one, so this tells the two apart by
+        the copies kept beside it (the newest is named), which an earlier reader in any
+        process may have made.
+        """
+        if self.get(key) is not None:
+            return None
+        path = self.path_for(key)
+        try:
+            # stamps sort by time, and a second copy within the same second after the first
+            copies = sorted(p for p in path.parent.glob(f"{glob.escape(path.name)}.corrupt-*"))
+        except OSError:
+            copies = []
+        if copies:
+            return ResultProblem("damaged", self.ref_for(key), copies[-1])
+        return ResultProblem("missing", self.ref_for(key))
+
     def remove_stale_pending(self, live: Iterable[tuple[str, int]]) -> int:
         """Deletes the pending results no commit can use any more; returns how many.
 
@@ -436,4 +488,4 @@ class ResultStore:
         return len(names)
 
 
-__all__ = ["InvalidArtifact", "MIME_EXTENSIONS", "ResultStore", "StoreCorrupt", "artifact_extension"]
+__all__ = ["InvalidArtifact", "MIME_EXTENSIONS", "ResultProblem", "ResultStore", "StoreCorrupt", "artifact_extension"]
