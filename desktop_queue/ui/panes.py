@@ -27,6 +27,7 @@ from desktop_queue.core.model import State
 from desktop_queue.ui.delegates import JobCellDelegate
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.models import JobFilterProxy, JobTableModel, TimelineModel, TimelineRole
+from desktop_queue.ui.timeline import LiveTimelineModel
 
 #: category -> accent colour (mid tones: readable on light and dark palettes)
 CATEGORY_COLOURS: dict[str, str] = {
@@ -471,7 +472,8 @@ class TimelinePane(QWidget):
         if job is None:
             self.heading.setText("Select a job to see its timeline")
         else:
-            self.heading.setText(f"{job.title}  ·  job {job.id}  ·  {job.state}")
+            note = self.model.result_note if isinstance(self.model, LiveTimelineModel) else None
+            self.heading.setText(f"{job.title}  ·  job {job.id}  ·  {job.state}" + (f"  ·  {note}" if note else ""))
 
     def _clicked(self, index: QModelIndex) -> None:
         link = index.data(TimelineRole.LINK)

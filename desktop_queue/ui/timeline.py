@@ -4,6 +4,10 @@ The line is not an event and is never stored: it is the queue pane's "next run"
 phrase (:func:`desktop_queue.core.present.now_line`) shown where a reader of the
 timeline looks next, e.g. ``now: waiting: rate limit (~12 s)``. It is refreshed on the
 window's refresh tick and disappears when the job leaves the queue.
+
+A succeeded job whose result file was deleted, or damaged and moved aside, does not
+show a result path that is not there: the event that names the result says what
+happened instead (``result file missing: …``, ``result damaged, moved aside to …``).
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from typing import Any
 
 from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt
 
+from desktop_queue.core.model import Job
 from desktop_queue.core.present import BACKOFF, NOW_PREFIX, PAUSED
+from desktop_queue.core.results import ResultStore
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.models import TimelineModel, TimelineRole
 
@@ -41,18 +47,66 @@ def now_icon_name(text: str) -> str | None:
     return None
 
 
+def _results_of(parent: QObject | None) -> ResultStore | None:
+    """The result store of the queue a window shows (``parent.controller.queue.results``), if any."""
+    queue = getattr(getattr(parent, "controller", None), "queue", None)
+    results = getattr(queue, "results", None)
+    return results if isinstance(results, ResultStore) else None
+
+
+#: how the detail of an event names its result (see :func:`~desktop_queue.ui.models.event_detail`)
+_RESULT_DETAIL = "result ref: "
+_TEXT_ROLES = frozenset({Qt.ItemDataRole.DisplayRole, TimelineRole.DETAIL, Qt.ItemDataRole.ToolTipRole})
+
+
 class LiveTimelineModel(TimelineModel):
     """:class:`TimelineModel` plus one synthetic last row while the job is queued.
 
     Rows ``0 .. n-1`` are the job's events; row ``n`` (only when :attr:`now_text` is
     set) is the now line, whose ``TimelineRole.EVENT`` is None.
+
+    Args:
+        parent: the owner; a main window's queue gives the result store when
+            ``results`` is not passed.
+        results: where the shown job's result is looked for (:attr:`result_note`).
     """
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, results: ResultStore | None = None) -> None:
         super().__init__(parent)
         self._now: str | None = None
+        self._results = results if results is not None else _results_of(parent)
+        self._result_note: str | None = None
         # a different job: its now line is computed afresh (cleared inside the reset)
         self.modelAboutToBeReset.connect(self._clear_now)
+
+    @property
+    def result_note(self) -> str | None:
+        """What is wrong with the shown job's result file (missing, damaged), or None."""
+        return self._result_note
+
+    def _check_result(self, job: Job | None) -> str | None:
+        if job is None or not job.result_ref or self._results is None:
+            return None
+        problem = self._results.problem(job.idempotency_key)
+        return problem.message if problem is not None else None
+
+    def show_job(self, job: Job | None) -> None:
+        self._result_note = self._check_result(job)  # before the reset: the views read it then
+        super().show_job(job)
+
+    def update_job(self, job: Job) -> None:
+        note = self._check_result(job)
+        changed = note != self._result_note and self.job is not None and job.id == self.job.id
+        self._result_note = note
+        super().update_job(job)
+        if changed and self.event_count():
+            self.dataChanged.emit(self.index(0, 0), self.index(self.event_count() - 1, 0))
+
+    def _with_result_note(self, text: str) -> str:
+        job = self.job
+        if self._result_note is None or job is None or not job.result_ref:
+            return text
+        return text.replace(_RESULT_DETAIL + job.result_ref, self._result_note)
 
     def _clear_now(self) -> None:
         self._now = None
@@ -75,7 +129,10 @@ class LiveTimelineModel(TimelineModel):
 
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not self.is_now_row(index.row()):
-            return super().data(index, role)
+            value = super().data(index, role)
+            if role in _TEXT_ROLES and isinstance(value, str):
+                return self._with_result_note(value)
+            return value
         text = self._now or ""
         if role == Qt.ItemDataRole.DisplayRole:
             return f"{text}\n{NOW_DETAIL}"
@@ -124,7 +181,7 @@ class LiveTimelineModel(TimelineModel):
 
     def as_text(self) -> str:
         """The timeline as plain text, with the now line last (when there is one)."""
-        text = super().as_text()
+        text = self._with_result_note(super().as_text())
         if text and self._now is not None:
             text += f"{self._now}\n    ({NOW_DETAIL})\n"
         return text
