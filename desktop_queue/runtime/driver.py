@@ -14,12 +14,19 @@ its calls no longer (``RunContext.timeout_s``), and the driver fails the attempt
 retryable timeout if it still has not answered a grace period later. An attempt that
 fails only because the machine slept or the process was stopped under it is given
 back, its attempt not spent.
+
+A store that cannot commit (a full disk) pauses leasing: a finished attempt's outcome
+is kept in memory, and its commit tried again every few seconds until the store takes
+it, so a paid answer is committed once, never paid for again, and a failed commit never
+spends an attempt. The first commit that goes through resumes leasing. A poisoned store
+(a failed ``fsync``) refuses everything until it is reopened: leasing stays paused.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import threading
 import time
@@ -30,7 +37,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
 
 from desktop_queue.core import Lease, Outcome, Queue, RunContext, StaleLease
-from desktop_queue.core.errors import QueueError
+from desktop_queue.core.errors import QueueError, StoreError
 from desktop_queue.core.keeper import LeaseKeeper
 from desktop_queue.core.model import ErrorClass
 from desktop_queue.core.present import flow_event_text
@@ -42,6 +49,13 @@ log = logging.getLogger(__name__)
 
 #: an attempt's timeout when neither the job, the driver nor its provider names one
 DEFAULT_ATTEMPT_TIMEOUT_S = 600.0
+
+#: the first and the longest wait before a commit the store refused is tried again
+STORE_RETRY_S = (2.0, 5.0)
+
+#: what people are told while the disk is full
+DISK_FULL = "the disk is full: no new jobs start until there is room (nothing was lost)"
+STORE_BACK = "the task store saves changes again: jobs start again"
 
 
 def attempt_grace(timeout_s: float) -> float:
@@ -59,6 +73,35 @@ class RunReport:
     outcome: Outcome
     cancelled: bool
     reused: bool = False
+
+
+@dataclass
+class _Finish:
+    """A finished attempt's outcome on its way to the store; kept while the store refuses it.
+
+    Everything the commit decides from is fixed when the attempt reports, so that a
+    commit tried again later decides the same.
+    """
+
+    report: RunReport
+    #: what is committed (a throttle's pause applied once, see ``paced``)
+    outcome: Outcome
+    #: seconds of suspension found during the attempt
+    suspended: float = 0.0
+    #: the driver failed the attempt by its timeout (the provider may still answer)
+    timed_out: bool = False
+    #: flow control has set the throttle's pause already
+    paced: bool = False
+
+
+def _store_message(exc: StoreError, poisoned: str | None) -> str:
+    """What people are told when a commit failed with ``exc``."""
+    if poisoned:
+        return f"{poisoned}. No new jobs start until then"
+    cause = exc.__cause__
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DISK_FULL
+    return f"the task store cannot save changes ({exc}): no new jobs start until it can (nothing was lost)"
 
 
 @dataclass
@@ -144,22 +187,34 @@ class JobRunnable(QRunnable):
                 )
                 # the lease was committed without waiting for the disk: put it there before
                 # anything is paid for (invariant 4); one fsync covers every lease so far
-                self._queue.sync()
                 try:
-                    outcome = self._provider.run(job, context)
-                except Exception as exc:  # providers classify what they did not expect
-                    outcome = self._provider.classify(exc)
+                    self._queue.sync()
+                except StoreError as exc:
+                    # nothing was sent, so nothing is spent: the driver gives the attempt back
+                    outcome = Outcome.failure(
+                        ErrorClass.RETRYABLE, f"the lease could not be saved ({exc})", unreachable=True
+                    )
+                else:
+                    try:
+                        outcome = self._provider.run(job, context)
+                    except Exception as exc:  # providers classify what they did not expect
+                        outcome = self._provider.classify(exc)
                 if outcome.ok:
                     # before the commit, so a crash in between does not lose a paid-for result;
                     # kept under this lease's epoch, so only this holder's commit (or the
                     # reconciliation of this holder's death) can make it the job's result
-                    self._queue.results.put_pending(
-                        job.idempotency_key,
-                        outcome.result,
-                        job_id=job.id,
-                        epoch=lease.epoch,
-                        produced_at=time.time(),
-                    )
+                    try:
+                        self._queue.results.put_pending(
+                            job.idempotency_key,
+                            outcome.result,
+                            job_id=job.id,
+                            epoch=lease.epoch,
+                            produced_at=time.time(),
+                        )
+                    except (StoreError, OSError) as exc:
+                        # the answer is paid for all the same: the driver keeps it in memory
+                        # until its commit (which carries it) goes through
+                        log.warning("could not keep the result of %s before its commit: %s", job.id, exc)
         except InvalidArtifact as exc:  # the provider's output is unusable: poison after a few
             outcome = Outcome.failure(ErrorClass.POISON, f"{job.kind}: {exc}")
         except Exception as exc:
@@ -185,6 +240,8 @@ class LeaseDriver(QObject):
         attempt_timeout_s: the attempt timeout of jobs whose input names none (None:
             each provider's ``default_timeout_s``).
         keeper_tick_s: the longest the lease keeper sleeps between two looks.
+        store_retry_s: the first and the longest wait before a commit the store refused
+            is tried again (the wait grows between them).
 
     Signals:
         job_started(str): a job was leased and handed to the pool.
@@ -193,6 +250,10 @@ class LeaseDriver(QObject):
         idle(): nothing is running and nothing is runnable right now.
         paused_changed(bool): leasing was paused or resumed.
         error(str): the store could not be used (message for people).
+        store_unavailable(str): a commit failed (disk full, or a poisoned store): no
+            new jobs start, and finished attempts wait in memory for their commit. The
+            message says why (``error`` says it too, once).
+        store_available(): a commit went through again: leasing resumes.
         flow_event(str, str, str): a provider profile's flow control changed state
             (breaker opened/half-open/closed, rate lowered/recovered, paused): profile,
             kind (a :class:`~desktop_queue.core.flow.FlowEventType` value), text for
@@ -207,6 +268,8 @@ class LeaseDriver(QObject):
     paused_changed = Signal(bool)
     error = Signal(str)
     flow_event = Signal(str, str, str)
+    store_unavailable = Signal(str)
+    store_available = Signal()
 
     def __init__(
         self,
@@ -221,6 +284,7 @@ class LeaseDriver(QObject):
         lease_s: float | None = None,
         attempt_timeout_s: float | None = None,
         keeper_tick_s: float = 1.0,
+        store_retry_s: tuple[float, float] = STORE_RETRY_S,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -239,6 +303,12 @@ class LeaseDriver(QObject):
         self._stopping = False
         self._stop_after_current = False
         self._was_idle = False
+        # outcomes the store refused, by job id, oldest first; their leases stay kept
+        self._held: dict[str, _Finish] = {}
+        self._store_down: str | None = None
+        self._store_retry_s = (max(0.0, store_retry_s[0]), max(store_retry_s))
+        self._retry_wait = self._store_retry_s[0]
+        self._retry_at = 0.0
         self._relay = _Relay(self)
         self._relay.finished.connect(self._on_finished)
         self._timer = QTimer(self)
@@ -268,6 +338,15 @@ class LeaseDriver(QObject):
     @property
     def paused(self) -> bool:
         return self._paused
+
+    @property
+    def store_problem(self) -> str | None:
+        """Why the store takes no changes now (no new jobs start), or None."""
+        return self._store_down
+
+    def held_ids(self) -> list[str]:
+        """The jobs whose finished attempt waits for the store to take its outcome."""
+        return list(self._held)
 
     def start(self) -> None:
         """Starts ticking (the first tick runs at once) and keeping leases."""
@@ -337,6 +416,13 @@ class LeaseDriver(QObject):
 
         QCoreApplication.sendPostedEvents(self._relay)
         QCoreApplication.processEvents()
+        self._settle_held()
+        for finish in self._held.values():
+            # the store still refuses: the job stays running under its lease, and the next
+            # start (or a reaper) settles it from the pending result, if that was written
+            self.keeper.remove(finish.report.lease)
+            log.warning("the outcome of %s could not be saved before shutting down", finish.report.lease.job_id)
+        self._held.clear()
         for job_id, active in list(self._active.items()):
             # an attempt we abandoned: give its lease back so nobody waits for it to expire
             self.keeper.remove(active.lease)
@@ -362,6 +448,9 @@ class LeaseDriver(QObject):
             return
         try:
             self._check_active()
+            if self._store_down is not None and not self._store_retry():
+                self._emit_idle_if_idle()
+                return
             if self._paused:
                 if self._stop_after_current and not self._active:
                     self._stop_after_current = False
@@ -382,15 +471,63 @@ class LeaseDriver(QObject):
                             self.flow.on_start(lease.job)
                 if lease is None:
                     break
+                self._store_ok()
                 self._launch(lease)
             if not self._active:
                 self.queue.reap()
             self._emit_idle_if_idle()
+        except StoreError as exc:
+            # nothing was written: a lease that failed spent no attempt
+            self._store_failed(exc)
         except QueueError as exc:
             log.error("lease driver: %s", exc)
             self.error.emit(str(exc))
         finally:
             self.drain_flow_events()
+
+    # ------------------------------------------------------------------ a store that refuses
+
+    def _store_failed(self, exc: StoreError) -> None:
+        """A commit failed: no new jobs start; people are told once, and again if the reason changes."""
+        message = _store_message(exc, self.queue.store.poisoned)
+        if message != self._store_down:
+            if self._store_down is None:
+                self._retry_wait = self._store_retry_s[0]
+            self._store_down = message
+            log.error("lease driver: %s (%s)", message, exc)
+            self.error.emit(message)
+            self.store_unavailable.emit(message)
+        self._retry_at = time.monotonic() + self._retry_wait
+        self._retry_wait = min(self._store_retry_s[1], self._retry_wait * 1.5)
+
+    def _store_ok(self) -> None:
+        """A commit went through: once nothing waits for the store any more, leasing resumes."""
+        if self._store_down is None:
+            return
+        if self._held:
+            self._retry_at = 0.0  # the store takes changes again: try the waiting ones next tick
+            return
+        self._store_down = None
+        log.info("lease driver: %s", STORE_BACK)
+        self.store_available.emit()
+
+    def _store_retry(self) -> bool:
+        """Tries the refused commits again when due; True when leasing may go on (or probe)."""
+        if time.monotonic() < self._retry_at:
+            return False
+        if not self._settle_held():
+            return False
+        # nothing is left waiting: the next lease commit is the probe (it spends nothing if refused)
+        self._retry_at = time.monotonic() + self._retry_wait
+        return True
+
+    def _settle_held(self) -> bool:
+        """Commits the held outcomes, oldest first; False as soon as the store refuses one."""
+        for job_id in list(self._held):
+            finish = self._held.pop(job_id)
+            if not self._settle(finish):
+                return False
+        return True
 
     def drain_flow_events(self) -> int:
         """Logs the flow control's recorded state changes and emits ``flow_event`` for each.
@@ -454,19 +591,12 @@ class LeaseDriver(QObject):
             active.timed_out = True
             active.stopping.set()
             active.cancel.set()
-            self.keeper.remove(active.lease)
             lease = active.lease
             outcome = Outcome.failure(
                 ErrorClass.RETRYABLE, f"{lease.job.kind}: no answer within {active.timeout_s:g} s (attempt timeout)"
             )
-            try:
-                state = self.queue.fail(lease, outcome).state
-            except StaleLease:
-                continue
-            if self.flow is not None:
-                self.flow.on_outcome(lease.job, outcome)
             log.warning("attempt of %s timed out after %g s", lease.job_id, active.timeout_s)
-            self.job_finished.emit(lease.job_id, state)
+            self._settle(_Finish(RunReport(lease, outcome, False), outcome, timed_out=True))
 
     def _check_active(self) -> None:
         self._check_timeouts()
@@ -485,7 +615,7 @@ class LeaseDriver(QObject):
                 active.cancel.set()
 
     def _emit_idle_if_idle(self) -> None:
-        idle = not self._active and (self._paused or self._nothing_runnable())
+        idle = not self._active and not self._held and (self._paused or self._nothing_runnable())
         if idle and not self._was_idle:
             self.idle.emit()
         self._was_idle = idle
@@ -514,9 +644,10 @@ class LeaseDriver(QObject):
             del self._active[lease.job_id]
         else:
             active = None
-        self.keeper.remove(lease)
         if active is not None and active.timed_out:
             # already failed as a timeout: whatever came back is a stale holder's
+            if not self._holds(lease):  # (that failure still waits for the store: its lease stays kept)
+                self.keeper.remove(lease)
             self.queue.results.drop_pending(lease.job.idempotency_key, lease.epoch)
             with contextlib.suppress(QueueError):
                 self.queue.record_stale(lease, "answer after the attempt timed out ignored")
@@ -524,58 +655,98 @@ class LeaseDriver(QObject):
             self._after_finish()
             return
         suspended = self.keeper.suspended_since(active.started) if active is not None else 0.0
+        self._settle(_Finish(report, report.outcome, suspended))
+
+    def _holds(self, lease: Lease) -> bool:
+        held = self._held.get(lease.job_id)
+        return held is not None and held.report.lease.token == lease.token
+
+    def _settle(self, finish: _Finish) -> bool:
+        """Commits a finished attempt's outcome and tells; False when the store refused it.
+
+        A refused outcome is held (its lease kept) and tried again later: nothing is
+        lost, nothing is spent, and the provider is not called again.
+        """
+        lease = finish.report.lease
+        self.keeper.remove(lease)
         state = ""
-        outcome = report.outcome
+        cancelled = finish.report.cancelled
         try:
-            if outcome.unreachable and not report.cancelled:
-                # nothing reached the provider, so nothing was paid: the attempt is given back,
-                # and flow control holds the profile's jobs while it is offline
-                state = self.queue.release(lease, f"not sent: {outcome.message}; the attempt is not counted").state
-            elif (
-                suspended > 0
-                and not outcome.ok
-                and not report.cancelled
-                and outcome.error_class is ErrorClass.RETRYABLE
-            ):
-                # the call broke because the machine slept or the process stood still under it:
-                # not the job's fault, and no answer is coming: run it again, attempt unspent
-                state = self.queue.release(
-                    lease, f"interrupted by a suspension of {suspended:.0f} s; the attempt is not counted"
-                ).state
-                report = RunReport(lease, report.outcome, True, report.reused)
-            elif report.outcome.ok:
-                state = self.queue.complete(lease, report.outcome.result, reused=report.reused).state
-            elif report.cancelled:
-                # told to stop. Cancelled or reaped elsewhere: nothing to commit (the token is
-                # stale). Stopped by our own shutdown: give the lease back, attempt not spent.
-                if self.queue.lease_token(lease.job_id) == lease.token:
-                    state = self.queue.release(lease, "interrupted: the worker was shut down").state
-                else:
-                    state = self.queue.get(lease.job_id).state
-            else:
-                if outcome.error_class is ErrorClass.THROTTLED and self.flow is not None:
-                    # the whole profile pauses, longer after each throttle in a row: the job
-                    # waits as long (its attempt is given back, so its own backoff cannot grow)
-                    pause = self.flow.throttle_delay(lease.job, outcome.retry_after)
-                    if pause is not None:
-                        outcome = dataclasses.replace(outcome, retry_after=pause)
-                state = self.queue.fail(lease, outcome).state
+            state, cancelled = self._commit(finish)
         except StaleLease:
+            if finish.timed_out:
+                return True
             self.stale_result.emit(lease.job_id)
             try:
                 state = self.queue.get(lease.job_id).state
             except QueueError:
                 state = ""
+        except StoreError as exc:
+            self._held[lease.job_id] = finish
+            self.keeper.add(lease, self.lease_s or self.queue.lease_length(lease.job.kind))
+            log.warning("the outcome of %s waits for the store to take it", lease.job_id)
+            self._store_failed(exc)
+            return False
         except QueueError as exc:
             log.error("could not commit the outcome of %s: %s", lease.job_id, exc)
             self.error.emit(str(exc))
+        else:
+            self._store_ok()
+        outcome = finish.outcome
+        if finish.timed_out:
+            if self.flow is not None:
+                self.flow.on_outcome(lease.job, outcome)
+            self.job_finished.emit(lease.job_id, state)
+            return True
         if self.flow is not None:
-            counted = (not report.cancelled or outcome.unreachable) and state not in ("", "cancelled")
+            counted = (not cancelled or outcome.unreachable) and state not in ("", "cancelled")
             result = outcome.result if outcome.ok and isinstance(outcome.result, dict) else {}
             self.flow.on_outcome(lease, outcome if counted else None, result.get("usage"))
             self.drain_flow_events()
         self.job_finished.emit(lease.job_id, state)
         self._after_finish()
+        return True
+
+    def _commit(self, finish: _Finish) -> tuple[str, bool]:
+        """Commits ``finish`` under its lease; returns the job's new state and whether it counts as stopped.
+
+        Raises:
+            StaleLease: the lease is no longer current.
+            StoreError: the store refused; nothing was changed.
+        """
+        report, outcome, lease = finish.report, finish.outcome, finish.report.lease
+        if finish.timed_out:
+            return self.queue.fail(lease, outcome).state, False
+        if outcome.unreachable and not report.cancelled:
+            # nothing reached the provider, so nothing was paid: the attempt is given back,
+            # and flow control holds the profile's jobs while it is offline
+            return self.queue.release(lease, f"not sent: {outcome.message}; the attempt is not counted").state, False
+        if (
+            finish.suspended > 0
+            and not outcome.ok
+            and not report.cancelled
+            and outcome.error_class is ErrorClass.RETRYABLE
+        ):
+            # the call broke because the machine slept or the process stood still under it:
+            # not the job's fault, and no answer is coming: run it again, attempt unspent
+            reason = f"interrupted by a suspension of {finish.suspended:.0f} s; the attempt is not counted"
+            return self.queue.release(lease, reason).state, True
+        if outcome.ok:
+            return self.queue.complete(lease, outcome.result, reused=report.reused).state, report.cancelled
+        if report.cancelled:
+            # told to stop. Cancelled or reaped elsewhere: nothing to commit (the token is
+            # stale). Stopped by our own shutdown: give the lease back, attempt not spent.
+            if self.queue.lease_token(lease.job_id) == lease.token:
+                return self.queue.release(lease, "interrupted: the worker was shut down").state, True
+            return self.queue.get(lease.job_id).state, True
+        if outcome.error_class is ErrorClass.THROTTLED and self.flow is not None and not finish.paced:
+            # the whole profile pauses, longer after each throttle in a row: the job
+            # waits as long (its attempt is given back, so its own backoff cannot grow)
+            pause = self.flow.throttle_delay(lease.job, outcome.retry_after)
+            if pause is not None:
+                finish.outcome = outcome = dataclasses.replace(outcome, retry_after=pause)
+            finish.paced = True
+        return self.queue.fail(lease, outcome).state, False
 
     def _after_finish(self) -> None:
         if self._stop_after_current and not self._active:
