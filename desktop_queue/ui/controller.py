@@ -31,6 +31,9 @@ from desktop_queue.ui.models import DeadLetterModel, QueueModel, RefreshCoordina
 
 log = logging.getLogger(__name__)
 
+#: a due job while the store takes no changes (the banner says why)
+STORE_UNAVAILABLE = "waiting: the store cannot save changes"
+
 
 class BatchRetry(QObject):
     """Retries a fixed list of job ids a few at a time, paced by a timer.
@@ -128,10 +131,15 @@ class Controller(QObject):
     Signals:
         message(str): something to tell the user in passing (status bar).
         failed(str): a verb could not be done (message for people).
+        store_unavailable(str): the store takes no changes (disk full, or it must be
+            reopened): no new jobs start here; the reason for people.
+        store_available(): the store takes changes again; jobs start again.
     """
 
     message = Signal(str)
     failed = Signal(str)
+    store_unavailable = Signal(str)
+    store_available = Signal()
 
     def __init__(
         self,
@@ -162,6 +170,8 @@ class Controller(QObject):
         )
         # before the views repaint on the same signal: count the interactive jobs ahead once per refresh
         self.refresher.refreshed.connect(self.update_lanes)
+        self.driver.store_unavailable.connect(self.store_unavailable)
+        self.driver.store_available.connect(self._store_back)
         self.batch: BatchRetry | None = None
         self._shut = False
 
@@ -189,6 +199,8 @@ class Controller(QObject):
         if job.get("kind") not in self.providers:
             return None
         driver = self.driver
+        if driver.store_problem is not None:
+            return STORE_UNAVAILABLE
         if driver.paused:
             return PAUSED
         free = max(0, driver.concurrency - driver.running)
@@ -227,6 +239,17 @@ class Controller(QObject):
             level, text = provider_status(snapshot, self.budgets.get(profile), self._unavailable(profile))
             out.append((profile, level, text))
         return out
+
+    @property
+    def store_problem(self) -> str | None:
+        """Why the store takes no changes now (no new jobs start here), or None."""
+        return self.driver.store_problem
+
+    @Slot()
+    def _store_back(self) -> None:
+        self.store_available.emit()
+        self.message.emit("The store saves changes again; jobs start again.")
+        self.refresher.soon()
 
     # ----------------------------------------------------------------- lifecycle
 

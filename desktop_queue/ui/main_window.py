@@ -173,6 +173,7 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setChildrenCollapsible(False)
         self.banner = Banner()
+        self._store_message: str | None = None  # what the banner says while the store takes no changes
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 6, 6, 0)
@@ -214,6 +215,8 @@ class MainWindow(QMainWindow):
         controller.refresher.refreshed.connect(self._update_now_line)
         controller.message.connect(lambda m: self.statusBar().showMessage(m, 6000))
         controller.failed.connect(lambda m: self.banner.show_message(m, "state-dead"))
+        controller.store_unavailable.connect(self._store_unavailable)
+        controller.store_available.connect(self._store_available)
 
         self.resize(1200, 720)
         self._restore_state()
@@ -484,7 +487,7 @@ class MainWindow(QMainWindow):
             label.setText(f"{counts.get(state, 0)} {state}")
         self.queue_pane.set_counts(counts)
         driver = self.controller.driver
-        paused = " (paused)" if driver.paused else ""
+        paused = " (store unavailable)" if self.controller.store_problem else " (paused)" if driver.paused else ""
         self.capacity_label.setText(f"{driver.running}/{driver.concurrency} slots busy here{paused}")
         cutoff = time.time() - 60
         done = sum(
@@ -565,6 +568,17 @@ class MainWindow(QMainWindow):
                 self.statusBar().showMessage(f"The provider “{profile}” answers again; its jobs run.", 8000)
             self._breaker_announced.discard(profile)
         self._update_providers()
+
+    def _store_unavailable(self, message: str) -> None:
+        self._store_message = message
+        self.banner.show_message(message, "state-dead")
+        self._update_status()
+
+    def _store_available(self) -> None:
+        # the banner said the store was unavailable: take it down (it may say something else by now)
+        if self.banner.isVisible() and self.banner.text.text() == self._store_message:
+            self.banner.hide()
+        self._update_status()
 
     def _job_started(self, _job_id: str) -> None:
         self._ran_something = True
