@@ -159,7 +159,7 @@ class MainWindow(QMainWindow):
         # panes
         self.queue_pane = QueuePane(controller.queue_model)
         self.dead_pane = DeadLetterPane(controller.dead_model)
-        self.timeline_model = LiveTimelineModel(self)
+        self.timeline_model = LiveTimelineModel(self, results=controller.queue.results)
         self.timeline_pane = TimelinePane(self.timeline_model)
         self.tabs = QTabWidget()
         self.tabs.setObjectName("paneTabs")

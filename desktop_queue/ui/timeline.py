@@ -47,13 +47,6 @@ def now_icon_name(text: str) -> str | None:
     return None
 
 
-def _results_of(parent: QObject | None) -> ResultStore | None:
-    """The result store of the queue a window shows (``parent.controller.queue.results``), if any."""
-    queue = getattr(getattr(parent, "controller", None), "queue", None)
-    results = getattr(queue, "results", None)
-    return results if isinstance(results, ResultStore) else None
-
-
 #: how the detail of an event names its result (see :func:`~desktop_queue.ui.models.event_detail`)
 _RESULT_DETAIL = "result ref: "
 _TEXT_ROLES = frozenset({Qt.ItemDataRole.DisplayRole, TimelineRole.DETAIL, Qt.ItemDataRole.ToolTipRole})
@@ -66,15 +59,15 @@ class LiveTimelineModel(TimelineModel):
     set) is the now line, whose ``TimelineRole.EVENT`` is None.
 
     Args:
-        parent: the owner; a main window's queue gives the result store when
-            ``results`` is not passed.
-        results: where the shown job's result is looked for (:attr:`result_note`).
+        parent: the owner.
+        results: where the shown job's result is looked for (:attr:`result_note`; None:
+            results are not checked).
     """
 
     def __init__(self, parent: QObject | None = None, results: ResultStore | None = None) -> None:
         super().__init__(parent)
         self._now: str | None = None
-        self._results = results if results is not None else _results_of(parent)
+        self._results = results
         self._result_note: str | None = None
         # a different job: its now line is computed afresh (cleared inside the reset)
         self.modelAboutToBeReset.connect(self._clear_now)
