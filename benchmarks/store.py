@@ -77,6 +77,9 @@ KIND = "demo"
 WORKER = "bench-worker"
 RESULT_MARK = "@@bench-result "
 
+#: The cases, runnable alone with ``--only``.
+CASES = ("store", "concurrency", "worker")
+
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000,)
 
@@ -440,6 +443,152 @@ def worker_measure(backend: str, data_dir: Path, ops: int, warmup: int, tag: str
     }
 
 
+# --------------------------------------------------------------- concurrency and worker
+#
+# The concurrency case: N processes on one store, each running full lifecycles; they
+# open, warm up, say "ready" and wait for one "go" line on stdin, so that the timed
+# window holds only lifecycles. The end-to-end case: jobs are submitted beforehand,
+# then the real worker command (ours) or a huey consumer with 4 threads runs them.
+
+READY_MARK = "@@bench-ready"
+
+
+def _demo_job_task(payload: dict[str, Any]) -> str:
+    """The huey task of the end-to-end case: does nothing; returns a small result, stored like ours."""
+    return "ok"
+
+
+def worker_concurrent(backend: str, data_dir: Path, ops: int, warmup: int, tag: str) -> dict[str, Any]:
+    """One of N processes doing durable lifecycles on a shared store.
+
+    A lifecycle here is submit, lease *any* waiting job, complete it: with several
+    processes the job leased is often another process's. It never finds the queue
+    empty (every process submits before it leases), but a lease or dequeue that loses
+    a race is retried.
+
+    Args:
+        backend: "ours" or "huey_fsync".
+        data_dir: the shared store.
+        ops: measured lifecycles in this process.
+        warmup: unmeasured lifecycles before the "ready" line.
+        tag: makes inputs distinct.
+
+    Returns:
+        ``start``/``end`` (``time.monotonic``, comparable across processes on one
+        machine), ``cpu_seconds``, ``ops``, ``empty_polls`` (retried leases).
+    """
+    subject = make_subject(backend, data_dir)
+    _import_backend(backend)
+    subject.open()
+    empty = 0
+    if isinstance(subject, OursSubject):
+        queue = subject.queue
+        worker = f"{WORKER}-{os.getpid()}"
+
+        def one(label: str, i: int) -> None:
+            nonlocal empty
+            queue.submit(KIND, payload_for(label, i))
+            while (lease := queue.lease(worker)) is None:
+                empty += 1
+            queue.complete(lease, result_for(i))
+
+    else:
+        huey_subject: Any = subject
+
+        def one(label: str, i: int) -> None:
+            nonlocal empty
+            huey_subject.task(payload_for(label, i))
+            while (task := huey_subject.huey.dequeue()) is None:
+                empty += 1
+            huey_subject.huey.put_result(task.id, result_for(i))
+
+    try:
+        for i in range(warmup):
+            one(f"{tag}-warm", i)
+        sys.stdout.write(READY_MARK + "\n")
+        sys.stdout.flush()
+        if sys.stdin.readline().strip() != "go":
+            raise SystemExit("no go")
+        cpu_start = time.process_time()
+        start = time.monotonic()
+        for i in range(ops):
+            one(tag, i)
+        end = time.monotonic()
+        cpu = time.process_time() - cpu_start
+    finally:
+        subject.close()
+    return {"start": start, "end": end, "cpu_seconds": cpu, "ops": ops, "empty_polls": empty}
+
+
+def worker_prepare_jobs(backend: str, data_dir: Path, n: int) -> dict[str, Any]:
+    """Submits ``n`` trivial demo jobs (``{"prompt": "x", "duration_s": 0}``), per-op fsync suspended, then ``os.sync``.
+
+    Ours: ``Queue.submit`` with a distinct key per job (the input is the same). huey:
+    ``n`` calls of the do-nothing task on ``SqliteHuey(fsync=False)``.
+    """
+    start = time.perf_counter()
+    payload = {"prompt": "x", "duration_s": 0}
+    with fsync_suspended():
+        if backend == "ours":
+            from desktop_queue.core.queue import Queue
+
+            queue = Queue.open(data_dir, providers={})
+            try:
+                for i in range(n):
+                    queue.submit(KIND, payload, key=f"e2e-{i}")
+            finally:
+                queue.close()
+        else:
+            from huey import SqliteHuey
+
+            data_dir.mkdir(parents=True, exist_ok=True)
+            huey = SqliteHuey(name="bench", filename=str(data_dir / "huey.db"), fsync=False)
+            task = huey.task(name="noop")(_demo_job_task)
+            for _ in range(n):
+                task(payload)
+            huey.storage.close()
+    return {"jobs": n, "seconds": time.perf_counter() - start}
+
+
+def worker_huey_consumer(data_dir: Path, n: int, threads: int) -> dict[str, Any]:
+    """huey's consumer with ``threads`` worker threads on ``SqliteHuey(fsync=True)``, until ``n`` tasks ran.
+
+    The consumer is huey's own (``huey.create_consumer``, thread workers, no periodic
+    scheduler); this process starts it, waits until ``n`` tasks have completed (a
+    ``SIGNAL_COMPLETE`` handler counts them), then stops it gracefully, which waits for
+    the tasks in flight and their results to be stored. The equivalent of
+    ``huey_consumer -w 4 -k thread`` with an "until idle" exit, which huey lacks.
+    """
+    import logging
+    import threading
+
+    from huey import SqliteHuey
+    from huey.signals import SIGNAL_COMPLETE
+
+    logging.getLogger("huey").setLevel(logging.WARNING)
+    huey = SqliteHuey(name="bench", filename=str(data_dir / "huey.db"), fsync=True)
+    huey.task(name="noop")(_demo_job_task)
+    lock = threading.Lock()
+    done = threading.Event()
+    count = 0
+
+    @huey.signal(SIGNAL_COMPLETE)
+    def _completed(signal: str, task: Any, *args: Any, **kwargs: Any) -> None:
+        nonlocal count
+        with lock:
+            count += 1
+            if count >= n:
+                done.set()
+
+    consumer = huey.create_consumer(workers=threads, worker_type="thread", periodic=False, check_worker_health=False)
+    consumer.start()
+    done.wait()
+    consumer.stop(graceful=True)
+    left = huey.storage.queue_size()
+    results = huey.storage.result_store_size()
+    return {"completed": count, "queue_left": left, "results_stored": results}
+
+
 def _import_backend(backend: str) -> None:
     """Imports the backend's modules up front, so that no open pays for imports."""
     if backend == "ours":
@@ -466,6 +615,12 @@ def run_worker(spec: dict[str, Any]) -> None:
         out = worker_open(backend, data_dir)
     elif phase == "measure":
         out = worker_measure(backend, data_dir, int(spec["ops"]), int(spec["warmup"]), str(spec["tag"]))
+    elif phase == "concurrent":
+        out = worker_concurrent(backend, data_dir, int(spec["ops"]), int(spec["warmup"]), str(spec["tag"]))
+    elif phase == "prepare_jobs":
+        out = worker_prepare_jobs(backend, data_dir, int(spec["n"]))
+    elif phase == "huey_consumer":
+        out = worker_huey_consumer(data_dir, int(spec["n"]), int(spec["threads"]))
     else:
         raise SystemExit(f"unknown worker phase {phase!r}")
     sys.stdout.write(RESULT_MARK + json.dumps(out) + "\n")
@@ -487,6 +642,14 @@ class Config:
         rounds: the measured ops are split into this many rounds, each in a fresh
             process, alternating the columns (so load drifts hit every column alike).
         workdir: parent of the temporary stores.
+        only: which cases run (of :data:`CASES`).
+        conc_procs: process counts of the concurrency case.
+        conc_jobs: lifecycles per concurrency configuration and round, split over its processes.
+        conc_size: completed jobs in the concurrency stores before measuring.
+        conc_rounds: concurrency rounds (each runs every configuration once).
+        e2e_jobs: pre-submitted jobs of the end-to-end case.
+        e2e_threads: ``work --concurrency`` and huey consumer threads.
+        e2e_rounds: end-to-end rounds (fresh stores each; the median is shown).
     """
 
     sizes: tuple[int, ...]
@@ -495,6 +658,14 @@ class Config:
     repeats: int
     rounds: int
     workdir: Path
+    only: frozenset[str] = frozenset(CASES)
+    conc_procs: tuple[int, ...] = (1, 4)
+    conc_jobs: int = 2000
+    conc_size: int = 1000
+    conc_rounds: int = 3
+    e2e_jobs: int = 2000
+    e2e_threads: int = 4
+    e2e_rounds: int = 3
 
 
 def log(message: str) -> None:
@@ -719,6 +890,222 @@ def bench_size(config: Config, root: Path, size: int) -> dict[str, dict[str, Any
     return figures
 
 
+def _child_env() -> dict[str, str]:
+    """The environment of every subprocess: this checkout first on the import path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def spawn_group(specs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs several ``concurrent`` workers at once, released together.
+
+    Each worker opens its store and warms up, then prints a ready line; once all are
+    ready, each is sent "go" on stdin, so the timed windows overlap fully.
+
+    Returns:
+        The workers' results, in the order of ``specs``.
+
+    Raises:
+        RuntimeError: a worker failed or printed no result.
+    """
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_child_env(),
+        )
+        for spec in specs
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if line.strip() != READY_MARK:
+                proc.wait()
+                raise RuntimeError(f"concurrent worker not ready (exit {proc.returncode}): {proc.stderr.read()[-4000:]}")
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        results = []
+        for proc in procs:
+            out, err = proc.communicate()
+            for line in out.splitlines():
+                if line.startswith(RESULT_MARK) and proc.returncode == 0:
+                    results.append(json.loads(line[len(RESULT_MARK) :]))
+                    break
+            else:
+                raise RuntimeError(f"concurrent worker failed (exit {proc.returncode}):\n{err[-4000:]}")
+        return results
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+CONC_BACKENDS = ("ours", "huey_fsync")
+
+
+def bench_concurrency(config: Config, root: Path) -> dict[str, Any]:
+    """N processes (each of ``config.conc_procs``) doing lifecycles on one store per column.
+
+    One store per column, populated with ``config.conc_size`` completed jobs, is shared
+    by every process count; the rounds alternate columns and process counts. In every
+    configuration the same total of ``config.conc_jobs`` lifecycles is split over the
+    processes, so the rate compares directly.
+
+    Returns:
+        ``"<backend>/<n>"`` -> ``rate`` (lifecycles/s over the union of the timed
+        windows), ``cpu_ms`` (CPU of the processes per lifecycle), ``seconds``,
+        ``ops``, ``empty_polls``; plus ``settings``.
+    """
+    dirs = {b: root / f"conc-{b}" for b in CONC_BACKENDS}
+    for backend in CONC_BACKENDS:
+        log(f"  populating {BACKEND_TITLES[backend]} with {config.conc_size:,} completed jobs ...")
+        spawn({"phase": "populate", "backend": backend, "dir": str(dirs[backend]), "n": config.conc_size})
+    if hasattr(os, "sync"):
+        os.sync()
+    windows: dict[str, list[dict[str, Any]]] = {}
+    for index in range(config.conc_rounds):
+        for procs in config.conc_procs:
+            for backend in CONC_BACKENDS:
+                per = [config.conc_jobs // procs + (1 if p < config.conc_jobs % procs else 0) for p in range(procs)]
+                log(
+                    f"  concurrency round {index + 1}/{config.conc_rounds}: {BACKEND_TITLES[backend]}, "
+                    f"{procs} process(es), {config.conc_jobs:,} lifecycles"
+                )
+                tag = f"conc-{os.getpid()}-{time.time_ns()}"
+                results = spawn_group(
+                    [
+                        {
+                            "phase": "concurrent",
+                            "backend": backend,
+                            "dir": str(dirs[backend]),
+                            "ops": ops,
+                            "warmup": config.warmup // 4,
+                            "tag": f"{tag}-p{p}",
+                        }
+                        for p, ops in enumerate(per)
+                    ]
+                )
+                start = min(r["start"] for r in results)
+                end = max(r["end"] for r in results)
+                windows.setdefault(f"{backend}/{procs}", []).append(
+                    {
+                        "seconds": end - start,
+                        "ops": sum(int(r["ops"]) for r in results),
+                        "cpu_seconds": sum(float(r["cpu_seconds"]) for r in results),
+                        "empty_polls": sum(int(r["empty_polls"]) for r in results),
+                    }
+                )
+    figures: dict[str, Any] = {}
+    for key, rounds in windows.items():
+        seconds = sum(r["seconds"] for r in rounds)
+        ops = sum(r["ops"] for r in rounds)
+        figures[key] = {
+            "seconds": seconds,
+            "ops": ops,
+            "rate": ops / seconds if seconds > 0 else float("nan"),
+            "cpu_ms": sum(r["cpu_seconds"] for r in rounds) / ops * 1e3,
+            "empty_polls": sum(r["empty_polls"] for r in rounds),
+            "round_rates": [r["ops"] / r["seconds"] for r in rounds if r["seconds"] > 0],
+        }
+    return figures
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of every waited-for child of this process so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return float(usage.ru_utime + usage.ru_stime)
+
+
+def _run_timed_child(argv: Sequence[str]) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """Runs one command to its end: ``(completed process, wall seconds, CPU seconds of it and its children)``.
+
+    The CPU is the ``RUSAGE_CHILDREN`` difference around it: nothing else is waited
+    for meanwhile, so the difference is this command's alone (and whatever children it
+    waited for itself, such as a compaction).
+    """
+    cpu_before = _children_cpu()
+    start = time.perf_counter()
+    proc = subprocess.run(list(argv), capture_output=True, text=True, env=_child_env(), check=False)
+    wall = time.perf_counter() - start
+    return proc, wall, _children_cpu() - cpu_before
+
+
+def bench_worker(config: Config, root: Path) -> dict[str, Any]:
+    """The end-to-end case: the real worker command against huey's consumer.
+
+    Ours: ``python -m desktop_queue --data-dir D work --concurrency T --until-idle`` on
+    ``config.e2e_jobs`` pre-submitted demo jobs with ``duration_s`` 0. huey: its
+    consumer with T threads on ``SqliteHuey(fsync=True)`` (equal durability), a task
+    that does nothing. Wall time and CPU time are those of the whole command, process
+    start-up, imports and open included on both sides. Each round uses fresh stores.
+
+    Returns:
+        backend -> ``wall_s`` (median), ``jobs_per_s``, ``cpu_ms`` (per job, median),
+        ``rounds`` (raw) and ``check`` (what was left after the last round).
+    """
+    threads = config.e2e_threads
+    n = config.e2e_jobs
+    rounds: dict[str, list[dict[str, float]]] = {b: [] for b in CONC_BACKENDS}
+    checks: dict[str, Any] = {}
+    for index in range(config.e2e_rounds):
+        for backend in CONC_BACKENDS:
+            data_dir = root / f"e2e-{backend}-{index}"
+            log(f"  end-to-end round {index + 1}/{config.e2e_rounds}: {BACKEND_TITLES[backend]}: submitting {n:,} jobs")
+            spawn({"phase": "prepare_jobs", "backend": backend, "dir": str(data_dir), "n": n})
+            if hasattr(os, "sync"):
+                os.sync()
+            log(f"    running them with {threads} {'workers' if backend == 'ours' else 'consumer threads'}")
+            if backend == "ours":
+                argv = [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "work",
+                        "--concurrency", str(threads), "--until-idle"]  # fmt: skip
+            else:
+                spec = {"phase": "huey_consumer", "backend": backend, "dir": str(data_dir), "n": n, "threads": threads}
+                argv = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
+            proc, wall, cpu = _run_timed_child(argv)
+            if proc.returncode != 0:
+                raise RuntimeError(f"end-to-end {backend} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+            if backend == "ours":
+                stats_proc = subprocess.run(
+                    [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "stats", "--json"],
+                    capture_output=True, text=True, env=_child_env(), check=True,
+                )  # fmt: skip
+                counts = json.loads(stats_proc.stdout)["counts"]
+                done = int(counts.get("succeeded", 0))
+                checks[backend] = counts
+            else:
+                out = next(json.loads(x[len(RESULT_MARK) :]) for x in proc.stdout.splitlines() if x.startswith(RESULT_MARK))
+                done = int(out["results_stored"])
+                checks[backend] = out
+            if done != n:
+                raise RuntimeError(f"end-to-end {backend}: {done} of {n} jobs done: {checks[backend]}")
+            rounds[backend].append({"wall_s": wall, "cpu_s": cpu})
+            log(f"    {wall:.2f} s wall, {cpu / n * 1e3:.3f} ms CPU per job")
+            shutil.rmtree(data_dir, ignore_errors=True)
+    figures: dict[str, Any] = {}
+    for backend, rs in rounds.items():
+        wall = statistics.median(r["wall_s"] for r in rs)
+        figures[backend] = {
+            "jobs": n,
+            "threads": threads,
+            "wall_s": wall,
+            "jobs_per_s": n / wall,
+            "cpu_ms": statistics.median(r["cpu_s"] for r in rs) / n * 1e3,
+            "rounds": rs,
+            "check": checks[backend],
+        }
+    return figures
+
+
 # ------------------------------------------------------------------------- summary
 
 
@@ -877,6 +1264,118 @@ def evaluate_goals(results: dict[int, dict[str, dict[str, Any]]]) -> list[dict[s
     return goals
 
 
+#: Goals of the concurrency and end-to-end cases (reported only).
+GOAL_CONC_VS_HUEY = 1.5
+GOAL_CONC_SCALING = 2.5
+GOAL_E2E_VS_HUEY = 1.5
+
+
+def summary_rows(
+    results: dict[int, dict[str, dict[str, Any]]], conc: dict[str, Any] | None, e2e: dict[str, Any] | None
+) -> list[tuple[str, str, str, bool, float, str, float]]:
+    """Every figure of the run against its peer.
+
+    Returns:
+        ``(case, figure, unit, higher_is_better, ours, peer name, peer value)`` tuples.
+    """
+    rows: list[tuple[str, str, str, bool, float, str, float]] = []
+    for size in sorted(results):
+        figures = results[size]
+        for ref in REFERENCES:
+            for row in ROWS:
+                rows.append(
+                    (f"store {size:,}", row.label, row.unit, row.higher_is_better,
+                     row.pick(figures["ours"]), BACKEND_TITLES[ref], row.pick(figures[ref]))
+                )  # fmt: skip
+    if conc:
+        peer = BACKEND_TITLES["huey_fsync"]
+        counts = sorted({int(k.split("/")[1]) for k in conc})
+        for n in counts:
+            ours, huey = conc[f"ours/{n}"], conc[f"huey_fsync/{n}"]
+            rows.append(("concurrency", f"lifecycles, {n} process(es)", "jobs/s", True, ours["rate"], peer, huey["rate"]))
+            rows.append(("concurrency", f"CPU, {n} process(es)", "ms/job", False, ours["cpu_ms"], peer, huey["cpu_ms"]))
+        if len(counts) > 1:
+            lo, hi = counts[0], counts[-1]
+            rows.append(
+                ("concurrency", f"scaling {hi} vs {lo} process(es)", "x", True,
+                 conc[f"ours/{hi}"]["rate"] / conc[f"ours/{lo}"]["rate"], peer,
+                 conc[f"huey_fsync/{hi}"]["rate"] / conc[f"huey_fsync/{lo}"]["rate"])
+            )  # fmt: skip
+    if e2e:
+        ours, huey = e2e["ours"], e2e["huey_fsync"]
+        label = f"worker {ours['jobs']:,} jobs"
+        peer = f"huey consumer {huey['threads']} threads"
+        rows.append((label, f"wall time, work --concurrency {ours['threads']}", "s", False, ours["wall_s"], peer, huey["wall_s"]))
+        rows.append((label, "throughput", "jobs/s", True, ours["jobs_per_s"], peer, huey["jobs_per_s"]))
+        rows.append((label, "CPU time (process + children)", "ms/job", False, ours["cpu_ms"], peer, huey["cpu_ms"]))
+    return rows
+
+
+def _num(value: float) -> str:
+    """A figure with about three significant digits."""
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
+
+
+def format_summary(rows: Sequence[tuple[str, str, str, bool, float, str, float]]) -> list[str]:
+    """The one table of every figure as ours / peer ("better" says which way a ratio is good)."""
+    headers = ["case", "figure", "unit", "better", "ours", "peer", "peer value", "ours/peer"]
+    body = []
+    for case, figure, unit, higher, ours, peer, value in rows:
+        body.append(
+            [case, figure, unit, "higher" if higher else "lower", _num(ours), peer, _num(value),
+             f"{ours / value:.2f}x" if value else "n/a"]
+        )  # fmt: skip
+    widths = [max(len(line[i]) for line in [headers, *body]) for i in range(len(headers))]
+    left = {0, 1, 2, 3, 5}
+
+    def render(cells: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return ["== summary: every figure as ours / peer ==", render(headers), "-" * len(render(headers)),
+            *map(render, body), ""]  # fmt: skip
+
+
+def evaluate_case_goals(conc: dict[str, Any] | None, e2e: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The goals of the concurrency and end-to-end cases (see :func:`evaluate_goals`)."""
+    goals: list[dict[str, Any]] = []
+    if conc and "ours/4" in conc and "huey_fsync/4" in conc:
+        ratio = conc["ours/4"]["rate"] / conc["huey_fsync/4"]["rate"]
+        goals.append(
+            {"goal": f"4 processes >= {GOAL_CONC_VS_HUEY}x huey(fsync=True) with 4 processes",
+             "status": "PASS" if ratio >= GOAL_CONC_VS_HUEY else "MISS",
+             "detail": f"{conc['ours/4']['rate']:,.0f} vs {conc['huey_fsync/4']['rate']:,.0f} jobs/s = {ratio:.2f}x",
+             "value": ratio}
+        )  # fmt: skip
+        if "ours/1" in conc:
+            scaling = conc["ours/4"]["rate"] / conc["ours/1"]["rate"]
+            goals.append(
+                {"goal": f"4 processes >= {GOAL_CONC_SCALING}x one process of ours",
+                 "status": "PASS" if scaling >= GOAL_CONC_SCALING else "MISS",
+                 "detail": f"{conc['ours/4']['rate']:,.0f} vs {conc['ours/1']['rate']:,.0f} jobs/s = {scaling:.2f}x",
+                 "value": scaling}
+            )  # fmt: skip
+    if e2e:
+        ours, huey = e2e["ours"], e2e["huey_fsync"]
+        ratio = huey["wall_s"] / ours["wall_s"]
+        goals.append(
+            {"goal": f"work --concurrency {ours['threads']} >= {GOAL_E2E_VS_HUEY}x huey's consumer ({huey['threads']} threads)",
+             "status": "PASS" if ratio >= GOAL_E2E_VS_HUEY else "MISS",
+             "detail": f"{ours['wall_s']:.2f} s vs {huey['wall_s']:.2f} s for {ours['jobs']:,} jobs = {ratio:.2f}x",
+             "value": ratio}
+        )  # fmt: skip
+        goals.append(
+            {"goal": "work CPU per job <= huey consumer's",
+             "status": "PASS" if ours["cpu_ms"] <= huey["cpu_ms"] else "MISS",
+             "detail": f"{ours['cpu_ms']:.3f} vs {huey['cpu_ms']:.3f} ms/job = {ours['cpu_ms'] / huey['cpu_ms']:.2f}x",
+             "value": ours["cpu_ms"] / huey["cpu_ms"]}
+        )  # fmt: skip
+    return goals
+
+
 def environment(config: Config) -> dict[str, Any]:
     """What the figures were measured on."""
     import sqlite3
@@ -903,6 +1402,14 @@ def environment(config: Config) -> dict[str, Any]:
         "warmup": config.warmup,
         "open_repeats": config.repeats,
         "rounds": config.rounds,
+        "cases": sorted(config.only),
+        "conc_procs": list(config.conc_procs),
+        "conc_jobs": config.conc_jobs,
+        "conc_size": config.conc_size,
+        "conc_rounds": config.conc_rounds,
+        "e2e_jobs": config.e2e_jobs,
+        "e2e_threads": config.e2e_threads,
+        "e2e_rounds": config.e2e_rounds,
         "loadavg_start": _loadavg(),
     }
 
@@ -916,14 +1423,20 @@ def _loadavg() -> list[float] | None:
 
 
 def format_report(
-    env: dict[str, Any], results: dict[int, dict[str, dict[str, Any]]], goals: list[dict[str, Any]]
+    env: dict[str, Any],
+    results: dict[int, dict[str, dict[str, Any]]],
+    goals: list[dict[str, Any]],
+    conc: dict[str, Any] | None = None,
+    e2e: dict[str, Any] | None = None,
 ) -> list[str]:
     """The whole human-readable report.
 
     Args:
         env: from :func:`environment`.
         results: size -> backend -> figures.
-        goals: from :func:`evaluate_goals`.
+        goals: from :func:`evaluate_goals` and :func:`evaluate_case_goals`.
+        conc: from :func:`bench_concurrency`, if it ran.
+        e2e: from :func:`bench_worker`, if it ran.
 
     Returns:
         The lines to print.
@@ -932,12 +1445,15 @@ def format_report(
     lines = [
         "Desktop Queue store benchmark (reference: huey SqliteStorage)",
         f"python {env['python']} on {env['platform']}, {env['cpus']} CPUs, huey {env['huey']}, SQLite {env['sqlite']}",
-        f"stores under {env['workdir']} ({env['filesystem']}); warm OS page cache; "
-        f"{env['ops']} measured ops per phase in {env['rounds']} round(s) alternating the columns, "
-        f"each after {env['warmup']} warm-up ops; cold open: median of {env['open_repeats']} fresh processes",
+        f"stores under {env['workdir']} ({env['filesystem']}); warm OS page cache; cases: {', '.join(env['cases'])}",
         f"load average at start {env['loadavg_start']}, at end {env.get('loadavg_end')} "
         f"({env['cpus']} CPUs; other processes skew timings)",
     ]
+    if results:
+        lines.append(
+            f"store case: {env['ops']} measured ops per phase in {env['rounds']} round(s) alternating the columns, "
+            f"each after {env['warmup']} warm-up ops; cold open: median of {env['open_repeats']} fresh processes"
+        )
     if env["filesystem"] in ("tmpfs", "ramfs"):
         lines.append("WARNING: the work directory is in memory; fsync costs nothing there, use --workdir on a disk")
     any_size = next(iter(results.values()), None)
@@ -947,8 +1463,8 @@ def format_report(
             name = sync_names.get(settings["synchronous"], str(settings["synchronous"]))
             lines.append(f"{BACKEND_TITLES[ref]}: journal_mode={settings['journal_mode']}, synchronous={name}")
     lines.append(
-        "populated through the real lifecycle API with per-op fsync suspended (then os.sync); "
-        "every measured op is durable"
+        "stores populated (and end-to-end jobs submitted) through the real API with per-op fsync "
+        "suspended (then os.sync); every measured op is durable"
     )
     lines.append("")
     for size in sorted(results):
@@ -966,6 +1482,35 @@ def format_report(
                 f"note: ours closed {rotations} journal segment(s) during the measuring rounds "
                 "(each starts a compaction in a child process)",
             )
+    if conc:
+        lines.append(
+            f"== concurrency: N processes on one store holding {env['conc_size']:,}+ completed jobs, "
+            f"{env['conc_jobs']:,} lifecycles per configuration and round, {env['conc_rounds']} round(s) =="
+        )
+        for key in sorted(conc, key=lambda k: (int(k.split("/")[1]), k != "ours/" + k.split("/")[1])):
+            backend, n = key.split("/")
+            fig = conc[key]
+            lines.append(
+                f"  {BACKEND_TITLES[backend]:<16} {n} process(es): {fig['rate']:8,.0f} lifecycles/s, "
+                f"{fig['cpu_ms']:.3f} ms CPU per lifecycle (rounds: "
+                + ", ".join(f"{r:,.0f}" for r in fig["round_rates"])
+                + f"; {fig['empty_polls']} retried leases)"
+            )
+        lines.append("")
+    if e2e:
+        lines.append(
+            f"== end-to-end: {e2e['ours']['jobs']:,} pre-submitted demo jobs (duration_s 0), "
+            f"median of {env['e2e_rounds']} round(s), whole command incl. start-up =="
+        )
+        for backend, title in (("ours", f"desktop-queue work --concurrency {e2e['ours']['threads']} --until-idle"),
+                               ("huey_fsync", f"huey consumer, {e2e['huey_fsync']['threads']} threads, fsync=True")):  # fmt: skip
+            fig = e2e[backend]
+            lines.append(
+                f"  {title:<52} {fig['wall_s']:6.2f} s wall, {fig['jobs_per_s']:7,.0f} jobs/s, "
+                f"{fig['cpu_ms']:.3f} ms CPU per job"
+            )
+        lines.append("")
+    lines += format_summary(summary_rows(results, conc, e2e))
     lines.append("Goals (reported only; timing never fails the run):")
     for goal in goals:
         lines.append(f"  {goal['status']:<4}  {goal['goal']}: {goal['detail']}")
@@ -976,7 +1521,7 @@ def format_report(
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
-    """Parses ``--sizes`` ("1000,10000" or "1_000,10k").
+    """Parses ``--sizes`` ("1000,10000", "1_000,10k" or "100k,1m").
 
     Raises:
         argparse.ArgumentTypeError: not a list of positive integers.
@@ -986,9 +1531,9 @@ def parse_sizes(text: str) -> tuple[int, ...]:
         part = part.strip().lower().replace("_", "")
         if not part:
             continue
-        scale = 1000 if part.endswith("k") else 1
+        scale = {"k": 1_000, "m": 1_000_000}.get(part[-1:], 1)
         try:
-            value = int(part.rstrip("k")) * scale
+            value = int(part.rstrip("km")) * scale
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a size: {part!r}") from None
         if value <= 0:
@@ -997,6 +1542,19 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     if not sizes:
         raise argparse.ArgumentTypeError("no sizes given")
     return tuple(sorted(set(sizes)))
+
+
+def parse_cases(text: str) -> frozenset[str]:
+    """Parses ``--only`` ("store", "concurrency,worker").
+
+    Raises:
+        argparse.ArgumentTypeError: an unknown case.
+    """
+    cases = frozenset(p.strip() for p in text.split(",") if p.strip())
+    unknown = cases - set(CASES)
+    if unknown or not cases:
+        raise argparse.ArgumentTypeError(f"cases are {', '.join(CASES)}, not {text!r}")
+    return cases
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1008,7 +1566,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--sizes",
         type=parse_sizes,
         default=None,
-        help="store sizes in completed jobs, comma separated (default: 1000,10000,100000)",
+        help="store sizes in completed jobs, comma separated, k and m suffixes allowed "
+        "(default: 1000,10000,100000; 1m works but takes long and several GiB of memory)",
+    )
+    parser.add_argument(
+        "--only",
+        type=parse_cases,
+        default=None,
+        metavar="CASES",
+        help=f"run only these cases, comma separated, of {', '.join(CASES)} (default: all)",
+    )
+    parser.add_argument(
+        "--procs", type=parse_sizes, default=None, help="process counts of the concurrency case (default: 1,4)"
+    )
+    parser.add_argument(
+        "--conc-jobs", type=int, default=None, help="lifecycles per concurrency configuration and round (default: 2000)"
+    )
+    parser.add_argument(
+        "--e2e-jobs", type=int, default=None, help="pre-submitted jobs of the end-to-end case (default: 2000)"
+    )
+    parser.add_argument(
+        "--e2e-threads", type=int, default=4, help="work --concurrency and huey consumer threads (default: 4)"
     )
     parser.add_argument(
         "--quick",
@@ -1064,6 +1642,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeats=max(1, args.repeats if args.repeats is not None else (1 if args.quick else 3)),
         rounds=min(ops, max(1, args.rounds if args.rounds is not None else (1 if args.quick else 5))),
         workdir=args.workdir.resolve(),
+        only=args.only or frozenset(CASES),
+        conc_procs=args.procs or (1, 4),
+        conc_jobs=max(1, args.conc_jobs if args.conc_jobs is not None else (500 if args.quick else 2000)),
+        conc_rounds=1 if args.quick else (args.rounds if args.rounds is not None else 3),
+        e2e_jobs=max(1, args.e2e_jobs if args.e2e_jobs is not None else (500 if args.quick else 2000)),
+        e2e_threads=max(1, args.e2e_threads),
+        e2e_rounds=1 if args.quick else (args.rounds if args.rounds is not None else 3),
     )
     created_workdir = not config.workdir.exists()
     config.workdir.mkdir(parents=True, exist_ok=True)
@@ -1071,8 +1656,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[int, dict[str, dict[str, Any]]] = {}
     started = time.perf_counter()
     run_dir = Path(tempfile.mkdtemp(prefix="dq-store-bench-", dir=config.workdir))
+    conc: dict[str, Any] | None = None
+    e2e: dict[str, Any] | None = None
     try:
-        for size in config.sizes:
+        for size in config.sizes if "store" in config.only else ():
             log(f"[{time.perf_counter() - started:6.0f} s] {size:,} jobs")
             size_dir = run_dir / f"n{size}"
             size_dir.mkdir()
@@ -1080,6 +1667,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results[size] = bench_size(config, size_dir, size)
             finally:
                 shutil.rmtree(size_dir, ignore_errors=True)
+        if "concurrency" in config.only:
+            log(f"[{time.perf_counter() - started:6.0f} s] concurrency: {', '.join(map(str, config.conc_procs))} processes")
+            conc = bench_concurrency(config, run_dir)
+        if "worker" in config.only:
+            log(f"[{time.perf_counter() - started:6.0f} s] end-to-end worker: {config.e2e_jobs:,} jobs")
+            e2e = bench_worker(config, run_dir)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
         if created_workdir:
@@ -1088,9 +1681,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(f"[{time.perf_counter() - started:6.0f} s] done")
     env["loadavg_end"] = _loadavg()
 
-    goals = evaluate_goals(results)
-    report = "\n".join(format_report(env, results, goals))
-    document = {"environment": env, "results": {str(k): v for k, v in results.items()}, "goals": goals}
+    goals = (evaluate_goals(results) if results else []) + evaluate_case_goals(conc, e2e)
+    report = "\n".join(format_report(env, results, goals, conc, e2e))
+    document = {
+        "environment": env,
+        "results": {str(k): v for k, v in results.items()},
+        "concurrency": conc,
+        "worker": e2e,
+        "goals": goals,
+    }
     if args.json == "-":
         print(report, file=sys.stderr)
         print(json.dumps(document, indent=2))
