@@ -2,7 +2,9 @@
 """Benchmark of the durable task store, with huey's SQLite storage measured alongside.
 
 For stores already holding 1,000 / 10,000 / 100,000 completed jobs (kept with their
-events and result files), this prints, per size:
+events and result files; ``--sizes`` chooses others: ``--sizes 1m`` works, but
+populating and measuring a 1,000,000-job store takes tens of minutes and, with today's
+store, several GiB of memory and disk), this prints, per size:
 
 * durable enqueue ops/s: ``Queue.submit`` with distinct inputs (one ``fsync``'d commit);
 * full lifecycle jobs/s: ``submit`` + ``lease`` + ``complete(lease, result)`` (the result
@@ -16,6 +18,25 @@ and the same figures for huey's ``SqliteStorage``, once with ``fsync=True``
 (``PRAGMA synchronous=FULL``: durable per commit, like ours) and once with huey's
 default setting, plus the ratio ours/huey for each figure. Goals are then reported as
 PASS/MISS lines; timing never changes the exit status.
+
+Two more cases follow (each runnable alone with ``--only``):
+
+* **concurrency** (``--only concurrency``): 1 and 4 processes (``--procs``) on one data
+  dir, each running full lifecycles through ``Queue.submit/lease/complete`` (a lease
+  takes whichever job is next, often another process's); huey: the same number of
+  processes on one ``SqliteHuey(fsync=True)`` file. All processes open and warm up,
+  then start together; the rate is all their lifecycles over the span from the first
+  start to the last end. Printed: lifecycles/s ours / huey per process count, CPU per
+  lifecycle, and the scaling 4 / 1 of each side.
+* **worker** (``--only worker``): 2,000 (``--e2e-jobs``) trivial demo jobs
+  (``{"prompt": "x", "duration_s": 0}``, distinct keys) submitted beforehand, then
+  ``python -m desktop_queue --data-dir D work --concurrency 4 --until-idle`` against
+  huey's own consumer with 4 threads on ``SqliteHuey(fsync=True)`` (equal durability)
+  and a task that does nothing but return a small result (stored, as ours stores its
+  result), stopped once every task completed. Wall time and CPU time (``getrusage``
+  of the children) of the whole command, start-up included, per job.
+
+A summary table at the end gives every figure as ours / peer.
 
 How the stores are populated: by running the real lifecycle N times through the real
 public API of each side (``Queue.submit/lease/complete``; huey ``enqueue``/``dequeue``/
@@ -35,6 +56,9 @@ Usage::
 
     python benchmarks/store.py                         # 1,000 / 10,000 / 100,000 jobs
     python benchmarks/store.py --sizes 1000,10000
+    python benchmarks/store.py --sizes 1m --only store # 1,000,000 jobs: tens of minutes, several GiB of RAM
+    python benchmarks/store.py --only concurrency      # 1 and 4 processes on one data dir (seconds)
+    python benchmarks/store.py --only worker --rounds 1  # work --concurrency 4 vs huey's consumer
     python benchmarks/store.py --quick                 # smoke run: 1,000 jobs, 200 ops, 1 round
     python benchmarks/store.py --json                  # raw figures on stdout (table on stderr)
     python benchmarks/store.py --json out.json         # table on stdout, raw figures in out.json
