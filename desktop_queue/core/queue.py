@@ -1040,7 +1040,7 @@ class Queue:
                 if alone:
                     live = self.store.read(
                         lambda st: [
-                            (st.jobs[i]["idempotency_key"], st.jobs[i].get("lease_epoch") or 0)
+                            (st.jobs[i]["key"], st.jobs[i].get("lease_epoch") or 0)
                             for i in st.by_state.get(State.RUNNING, ())
                         ]
                     )
