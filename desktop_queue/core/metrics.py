@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from desktop_queue.core.model import EventType, State, events_of
+from desktop_queue.core.records import JobDict
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -44,7 +45,7 @@ class Stats:
         return asdict(self)
 
 
-def compute(jobs: Iterable[dict[str, Any]]) -> Stats:
+def compute(jobs: Iterable[JobDict]) -> Stats:
     """Derives :class:`Stats` from raw job dicts with their ``events``.
 
     Queue wait is from a job becoming runnable (submitted, retried, requeued) to its next

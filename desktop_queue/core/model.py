@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from desktop_queue.core.errors import IllegalTransition
+from desktop_queue.core.records import EventDict, JobDict
 
 T = TypeVar("T")
 
@@ -150,7 +151,7 @@ def clean_detail(detail: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def events_of(job: dict[str, Any]) -> list[dict[str, Any]]:
+def events_of(job: JobDict) -> list[EventDict]:
     """A stored job's events, parsed on first use.
 
     Snapshots keep each job's events as one JSON text (bytes), so opening a large store does
@@ -253,7 +254,7 @@ class Job:
         return tuple([Event.from_dict(e) for e in self.raw_events])
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], with_events: bool = True) -> Job:
+    def from_dict(cls, raw: JobDict, with_events: bool = True) -> Job:
         """Builds the view from the store's dict (the lease token is never exposed).
 
         The view is taken now but filled in on first use: the engine returns a view from
@@ -281,7 +282,7 @@ class Job:
                 return state[name]
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def _fill(self, raw: dict[str, Any]) -> None:
+    def _fill(self, raw: JobDict) -> None:
         self.__dict__.update(  # directly: a frozen dataclass's __init__ costs a setattr per field
             seq=raw["seq"],
             kind=raw["kind"],

@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack, cast
 
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import (
@@ -47,7 +47,8 @@ from desktop_queue.core.outcome import LookupResult, Outcome
 from desktop_queue.core.redact import redact
 from desktop_queue.core.results import ResultStore
 from desktop_queue.core.retry import RetryPolicy
-from desktop_queue.core.storage import JobDict, OpenReport, Record, Store, StoreState
+from desktop_queue.core.records import ErrorDict, EventDict, JobChanges, JobDict, Record, UpdateRecord
+from desktop_queue.core.storage import OpenReport, Store, StoreState
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ _SYSTEM = str(Actor.SYSTEM)
 
 def _event_dict(
     kind: str, now: float, attempt: int, epoch: int, worker: str | None, actor: str, detail: dict[str, Any] | None
-) -> dict[str, Any]:
+) -> EventDict:
     """One timeline entry (``shared/DESIGN.md`` section 1), its detail through the allow-list.
 
     Positional and plain strings: the hot verbs call it on every commit; everything else
@@ -229,7 +230,7 @@ class Queue:
         worker: str | None = None,
         attempt: int | None = None,
         epoch: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> EventDict:
         return _event_dict(
             str(kind),
             now,
@@ -241,7 +242,7 @@ class Queue:
         )
 
     @staticmethod
-    def _upd(job_id: str, changes: dict[str, Any], *events: dict[str, Any]) -> Record:
+    def _upd(job_id: str, changes: JobChanges, *events: EventDict) -> UpdateRecord:
         return {"op": "upd", "id": job_id, "set": changes, "ev": list(events)}
 
     def _provider(self, kind: str) -> Any:
@@ -264,7 +265,7 @@ class Queue:
                 raise NoSuchJob(f"job id prefix {job_id!r} is ambiguous ({len(matches)} jobs)")
         raise NoSuchJob(f"no job {job_id!r}")
 
-    def _lease_changes_cleared(self, now: float) -> dict[str, Any]:
+    def _lease_changes_cleared(self, now: float) -> JobChanges:
         return {"lease_token": None, "lease_expires_at": None, "updated_at": now}
 
     def _view(self, job_id: str) -> Job:
@@ -455,7 +456,7 @@ class Queue:
                 return True
             return accept is not None and not accept(job)
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: StoreState) -> list[UpdateRecord]:
             now = self.clock.now()
             # only a running job's lease can have expired: none running, nothing to reap
             records = self._reap_records(state, now) if state.by_state.get(_RUNNING) else []
@@ -475,7 +476,7 @@ class Queue:
             attempts = job["attempts"] + 1
             length = self.lease_length(job["kind"]) if lease_s is None else lease_s
             expires = now + length
-            changes = {
+            changes: JobChanges = {
                 "state": _RUNNING,
                 "attempts": attempts,
                 "total_attempts": job.get("total_attempts", 0) + 1,
@@ -632,7 +633,7 @@ class Queue:
             event = _event_dict(
                 _EV_SUCCEEDED, now, job.get("attempts", 0), job.get("lease_epoch", 0), lease.worker, _SYSTEM, detail
             )
-            changes = {
+            changes: JobChanges = {
                 "state": _SUCCEEDED,
                 "result_ref": ref,
                 "finished_at": now,
@@ -692,27 +693,27 @@ class Queue:
 
     def _failure_record(
         self, job: JobDict, outcome: Outcome, now: float, actor: str, worker: str | None, event_reason: str | None = None
-    ) -> Record:
+    ) -> UpdateRecord:
         error_class = ErrorClass(outcome.error_class or ErrorClass.RETRYABLE)
         retry_after = outcome.retry_after
         if retry_after is not None and not (math.isfinite(retry_after) and retry_after >= 0):
             retry_after = None  # a garbled header: fall back to backoff
         message = redact(outcome.message or error_class.value, job.get("input"))
-        error = {"class": str(error_class), "message": message, "status": outcome.status}
+        error: ErrorDict = {"class": str(error_class), "message": message, "status": outcome.status}
         detail: dict[str, Any] = {"error_class": str(error_class), "error": message, "status": outcome.status}
         if event_reason:
             detail["reason"] = event_reason
-        base = {"last_error": error, "updated_at": now, "lease_token": None, "lease_expires_at": None}
+        base: JobChanges = {"last_error": error, "updated_at": now, "lease_token": None, "lease_expires_at": None}
         attempts = job["attempts"]
         deadline = job.get("deadline_at")
         poison_count = job.get("poison_count", 0)
 
-        def dead(reason: str, **extra: Any) -> Record:
+        def dead(reason: str, **extra: Unpack[JobChanges]) -> UpdateRecord:
             check_transition(job["id"], job["state"], State.DEAD)
             ev = self._event(EventType.DEAD_LETTERED, job, actor, now, detail={**detail, "reason": reason}, worker=worker)
             return self._upd(job["id"], {**base, **extra, "state": str(State.DEAD), "finished_at": now}, ev)
 
-        def requeue(kind: EventType, delay: float, **extra: Any) -> Record:
+        def requeue(kind: EventType, delay: float, **extra: Unpack[JobChanges]) -> UpdateRecord:
             if deadline is not None and now + delay > deadline:
                 return dead("retry deadline passed", **extra)
             check_transition(job["id"], job["state"], State.QUEUED)
@@ -730,13 +731,14 @@ class Queue:
             delay = retry_after if retry_after is not None else self.policy.backoff(max(1, attempts), self.rng)
             # the attempt is given back: a rate limit is not the job's fault
             return requeue(EventType.THROTTLED, max(0.0, delay), attempts=max(0, attempts - 1))
-        extra: dict[str, Any] = {}
+        extra: JobChanges = {}
         if error_class is ErrorClass.POISON:
             poison_count += 1
             extra["poison_count"] = poison_count
             detail["poison_count"] = poison_count
             if poison_count >= self.policy.poison_after:
-                return dead("poison: the same input kept producing invalid output", poison=True, **extra)
+                poisoned: JobChanges = {"poison": True, **extra}
+                return dead("poison: the same input kept producing invalid output", **poisoned)
         if attempts >= job["max_attempts"]:
             return dead(f"attempts exhausted ({attempts}/{job['max_attempts']})", **extra)
         delay = retry_after if retry_after is not None else self.policy.backoff(attempts, self.rng)
@@ -753,7 +755,7 @@ class Queue:
             job = self._current(state, lease)
             now = self.clock.now()
             ev = self._event(EventType.RELEASED, job, Actor.SYSTEM, now, detail={"reason": reason}, worker=lease.worker)
-            changes = {
+            changes: JobChanges = {
                 **self._lease_changes_cleared(now),
                 "state": str(State.QUEUED),
                 "run_after": now,
@@ -784,8 +786,8 @@ class Queue:
             return f"the process holding the lease runs but has not renewed it for {now - expires:.0f} s"
         return None  # stopped or suspended for a while; it renews the lease when it runs again
 
-    def _reap_records(self, state: StoreState, now: float) -> list[Record]:
-        records = []
+    def _reap_records(self, state: StoreState, now: float) -> list[UpdateRecord]:
+        records: list[UpdateRecord] = []
         for job_id in list(state.by_state.get(State.RUNNING, ())):
             job = state.jobs[job_id]
             expires = job.get("lease_expires_at")
@@ -794,7 +796,7 @@ class Queue:
             why = self._lost(job, expires, now)
             if why is None:
                 continue
-            base = {"lease_token": None, "lease_expires_at": None, "updated_at": now}
+            base: JobChanges = {"lease_token": None, "lease_expires_at": None, "updated_at": now}
             detail = {"expired_at": round(expires, 3), "reason": why}
             ev = self._event(EventType.LEASE_EXPIRED, job, Actor.SYSTEM, now, detail=detail, worker=job.get("worker"))
             found = self.results.get(job["key"]) or self.results.pending(job["key"], job.get("lease_epoch", 0))
@@ -811,7 +813,7 @@ class Queue:
                 record["res"] = found  # the lost holder may never have synced it
                 records.append(record)
             elif job["attempts"] >= job["max_attempts"]:
-                error = {"class": "retryable", "message": "lease expired on the last attempt", "status": None}
+                error: ErrorDict = {"class": "retryable", "message": "lease expired on the last attempt", "status": None}
                 dead_ev = self._event(
                     EventType.DEAD_LETTERED, job, Actor.SYSTEM, now,
                     detail={"reason": f"lease expired with attempts exhausted ({job['attempts']}/{job['max_attempts']})"},
@@ -827,7 +829,7 @@ class Queue:
         """Returns expired leases to ``queued`` (or ``dead`` when the budget is spent); the ids reaped."""
         out = _Capture()
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: StoreState) -> list[UpdateRecord]:
             records = self._reap_records(state, self.clock.now())
             out.value = [r["id"] for r in records]
             return records
@@ -847,7 +849,7 @@ class Queue:
             now = self.clock.now()
             out.value = job["id"]
             ev = self._event(EventType.CANCELLED, job, actor, now, detail={"from_state": job["state"]})
-            changes = {"state": str(State.CANCELLED), "finished_at": now, **self._lease_changes_cleared(now)}
+            changes: JobChanges = {"state": str(State.CANCELLED), "finished_at": now, **self._lease_changes_cleared(now)}
             return [self._upd(job["id"], changes, ev)]
 
         self.store.transact(fn)
@@ -869,7 +871,7 @@ class Queue:
             run = job.get("run", 1) + 1
             out.value = job["id"]
             ev = self._event(EventType.RETRIED, job, actor, now, detail={"run": run, "from_state": job["state"]})
-            changes = {
+            changes: JobChanges = {
                 "state": str(State.QUEUED),
                 "run": run,
                 "attempts": 0,
@@ -980,14 +982,14 @@ class Queue:
 
         def fn(st: StoreState) -> list[JobDict]:
             source = st.jobs.values() if ids is None else (st.jobs[i] for i in ids if i in st.jobs)
-            return [
+            return cast(list[JobDict], [
                 {
                     k: v
                     for k, v in j.items()
                     if k not in ("events", "lease_token") and (k != "input" or j["state"] == State.QUEUED)
                 }
                 for j in source
-            ]
+            ])
 
         return self.store.read(fn)
 
@@ -1073,7 +1075,7 @@ class Queue:
                 if raw["state"] != State.RUNNING:
                     return []
                 ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason, "result_ref": ref})
-                changes = {"state": str(State.SUCCEEDED), "result_ref": ref, "finished_at": now, **self._lease_changes_cleared(now)}
+                changes: JobChanges = {"state": str(State.SUCCEEDED), "result_ref": ref, "finished_at": now, **self._lease_changes_cleared(now)}
                 decision.value = ("succeeded", reason)
                 record = self._upd(job_id, changes, ev)
                 carried = self.results.get(job.idempotency_key) or doc
@@ -1109,7 +1111,7 @@ class Queue:
                 raw = state.jobs[job_id]
                 if raw["state"] != State.RUNNING:
                     return []
-                base = {**self._lease_changes_cleared(now), "run_after": now}
+                base: JobChanges = {**self._lease_changes_cleared(now), "run_after": now}
                 if resumed:
                     # the provider is still working on this attempt: resume it, spend no new attempt
                     ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason})
@@ -1118,7 +1120,7 @@ class Queue:
                 if raw["attempts"] >= raw["max_attempts"]:
                     why = f"{reason}; attempts exhausted ({raw['attempts']}/{raw['max_attempts']})"
                     ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": why})
-                    error = {"class": "retryable", "message": "interrupted on its last attempt", "status": None}
+                    error: ErrorDict = {"class": "retryable", "message": "interrupted on its last attempt", "status": None}
                     decision.value = ("dead", why)
                     return [self._upd(job_id, {**base, "state": str(State.DEAD), "finished_at": now, "last_error": error}, ev)]
                 ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": f"{reason}; queued again"})

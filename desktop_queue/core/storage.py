@@ -69,16 +69,17 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs
 from desktop_queue.core.model import events_of
+from desktop_queue.core.records import EventDict, HeaderRecord, JobDict, NewRecord, Record, SealRecord, UpdateRecord
 from desktop_queue.core.results import ResultStore
 
 log = logging.getLogger(__name__)
@@ -93,8 +94,8 @@ _SPARE_RE = re.compile(r"^spare-(\d{12})\.jsonl$")
 _CRC_MARK = b',"crc":"'
 
 T = TypeVar("T")
-Record = dict[str, Any]
-JobDict = dict[str, Any]
+
+__all__ = ["JobDict", "Record"]  # the shapes live in records.py; re-exported for old imports
 
 LIVE_OR_DONE = ("queued", "running", "succeeded")
 #: the job fields StoreState indexes (an update touching none of them moves no index)
@@ -119,7 +120,7 @@ def decode_record(line: bytes) -> Record | None:
     try:
         if zlib.crc32(body) != int(line[cut + len(_CRC_MARK) : -2], 16):
             return None
-        record = orjson.loads(body)
+        record: Record = orjson.loads(body)  # (told apart by "op" alone when applied)
     except (ValueError, orjson.JSONDecodeError):
         return None
     return record if isinstance(record, dict) else None
@@ -203,7 +204,7 @@ def spare_name(gen: int) -> str:
     return f"spare-{gen:012d}.jsonl"
 
 
-def journal_header(gen: int) -> Record:
+def journal_header(gen: int) -> HeaderRecord:
     """The first record of journal segment ``gen``."""
     return {"op": "header", "format": JOURNAL_FORMAT, "schema_version": SCHEMA_VERSION, "gen": gen}
 
@@ -289,17 +290,19 @@ def apply_plain(jobs: dict[str, JobDict], record: Record) -> JobDict | None:
     """Applies one record to a plain ``id -> job`` map (no indexes); returns the job touched."""
     op = record.get("op")
     if op == "new":
-        job = dict(record["job"])
-        job["events"] = list(record.get("ev") or ())
+        new = cast(NewRecord, record)  # records read from disk are checked by op only
+        job = new["job"].copy()
+        job["events"] = list(new.get("ev") or ())
         jobs[job["id"]] = job
         return job
     if op == "upd":
-        found = jobs.get(record["id"])
+        upd = cast(UpdateRecord, record)
+        found = jobs.get(upd["id"])
         if found is None:
-            raise StoreCorrupt(f"journal updates job {record['id']} that does not exist")
+            raise StoreCorrupt(f"journal updates job {upd['id']} that does not exist")
         job = found
-        job.update(record.get("set") or {})
-        events = record.get("ev")
+        job.update(upd.get("set") or {})
+        events = upd.get("ev")
         if events:
             events_of(job).extend(events)
         return job
@@ -372,11 +375,12 @@ class StoreState:
         old: tuple[str, str, str] | None = None
         is_update = record.get("op") == "upd"
         if is_update:
-            current = self.jobs.get(record.get("id", ""))
+            upd = cast(UpdateRecord, record)
+            current = self.jobs.get(upd.get("id", ""))
             if current is None:
                 self.orphans.append(record)
                 return
-            if not _INDEXED.isdisjoint(record.get("set") or ()):
+            if not _INDEXED.isdisjoint(upd.get("set") or ()):
                 old = (current["state"], current["key"], current["priority"])
         job = apply_plain(self.jobs, record)
         if job is None:
@@ -497,7 +501,7 @@ class StoreState:
 # --------------------------------------------------------------------------- snapshots
 
 
-def _slim_event(event: dict[str, Any]) -> dict[str, Any]:
+def _slim_event(event: EventDict) -> dict[str, Any]:
     return {k: v for k, v in event.items() if v is not None and v != {}}
 
 
@@ -524,10 +528,10 @@ def encode_snapshot(gen: int, jobs: Iterable[JobDict], seq: int, epoch: int) -> 
     a change or the metrics need them (see :func:`~desktop_queue.core.model.events_of`).
     Empty fields are left out (a third of a finished job). Both keep cold opens fast.
     """
-    slim: list[JobDict] = []
+    slim: list[dict[str, Any]] = []
     chunks: list[bytes] = []
     for job in jobs:
-        out = {k: v for k, v in job.items() if v is not None and k != "events"}
+        out: dict[str, Any] = {k: v for k, v in job.items() if v is not None and k != "events"}
         events = _events_bytes(job)
         out["ev_bytes"] = len(events)
         chunks.append(events)
@@ -729,7 +733,7 @@ def _read_lines(data: bytes, start: int, size: int) -> SegmentRead:
 def _check_header(record: Record, name: str) -> None:
     if record.get("op") != "header" or record.get("format") != JOURNAL_FORMAT:
         raise StoreCorrupt(f"{name} does not start with a journal header")
-    version = record.get("schema_version", 0)
+    version = cast(HeaderRecord, record).get("schema_version", 0)
     if version > SCHEMA_VERSION:
         raise StoreError(
             f"{name} was written by a newer Desktop Queue (schema {version}, this one reads {SCHEMA_VERSION}); "
@@ -1082,7 +1086,7 @@ class Store:
             good = encode_record(journal_header(gen))
         atomic_write(path, good)
         lost_ids = sorted(
-            {str(i) for r in read.lost_after if (i := r.get("id") or (r.get("job") or {}).get("id"))}
+            {str(i) for r in read.lost_after if (i := r.get("id") or cast("dict[str, Any]", r.get("job") or {}).get("id"))}
         )
         lost_n = len(read.lost_after) + sum(
             len(read_segment((self.root / segment_name(g)).read_bytes(), 0).records) - 1 for g in later
@@ -1099,7 +1103,8 @@ class Store:
     @staticmethod
     def _seal(next_gen: int) -> bytes:
         """The record that closes a segment and names the next one (see :meth:`_catch_up`)."""
-        return encode_record({"op": "seal", "next": next_gen})
+        seal: SealRecord = {"op": "seal", "next": next_gen}
+        return encode_record(seal)
 
     def _seal_segment(self, path: Path, end: int, next_gen: int) -> None:
         """Appends the seal a rotation did not get to write (it died in between; load only)."""
@@ -1377,7 +1382,7 @@ class Store:
         except OSError as exc:
             raise self._io_error("cannot read the task store", exc, self._segment_path(self._gen)) from exc
 
-    def transact(self, fn: Callable[[StoreState], list[Record]], *, durable: bool = True) -> list[Record]:
+    def transact(self, fn: Callable[[StoreState], Sequence[Record]], *, durable: bool = True) -> Sequence[Record]:
         """Commits the records ``fn`` derives from the current state, atomically across processes.
 
         ``fn`` must not change the state; it returns records (``new``/``upd``), which are
@@ -1420,7 +1425,7 @@ class Store:
                 self._compact_soon(self._fold_wanted)
         return records
 
-    def _commit(self, fn: Callable[[StoreState], list[Record]], durable: bool) -> tuple[list[Record], bool]:
+    def _commit(self, fn: Callable[[StoreState], Sequence[Record]], durable: bool) -> tuple[Sequence[Record], bool]:
         """The part of :meth:`transact` under the locks; returns the records and whether the segment rotated."""
         fd = self._fd
         offset = self._offset
