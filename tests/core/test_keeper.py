@@ -257,3 +257,37 @@ def test_the_dead_holders_pending_answer_is_reconciled(tmp_path: Path) -> None:
         assert done.state == State.SUCCEEDED
         doc = queue.results.get(job.idempotency_key)
         assert doc is not None and doc["result"] == {"text": "paid for"}
+
+
+def test_a_first_opener_leaves_a_living_holders_job_and_its_pending_answer(tmp_path: Path) -> None:
+    """A holder that closed the store but still runs (its attempt goes on): the next opener is
+    first, yet neither requeues the job nor sweeps the answer the holder keeps for it."""
+    data = tmp_path / "data"
+    script = (
+        "import sys, time\n"
+        "from desktop_queue.core import Queue\n"
+        "from desktop_queue.providers.demo import DemoProvider\n"
+        f"q = Queue.open({str(data)!r}, {{'demo': DemoProvider()}})\n"
+        "l = q.lease('holder', kept=True)\n"
+        "q.results.put_pending(l.job.idempotency_key, {'text': 'kept'}, job_id=l.job_id, epoch=l.epoch,"
+        " produced_at=time.time())\n"
+        "q.close()\n"
+        "print(l.job_id, l.epoch, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    with Queue.open(data, {"demo": DemoProvider()}) as queue:
+        job = queue.submit("demo", {"prompt": "held"}).job
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        job_id, epoch = holder.stdout.readline().decode().split()
+        with Queue.open(data, {"demo": DemoProvider()}) as other:
+            assert other.report.first
+            assert not other.reconciled
+            assert other.get(job_id).state == State.RUNNING
+            doc = other.results.pending(job.idempotency_key, int(epoch))
+            assert doc is not None and doc["result"] == {"text": "kept"}
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(10)
