@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -291,3 +292,31 @@ def test_a_first_opener_leaves_a_living_holders_job_and_its_pending_answer(tmp_p
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(10)
+
+
+def test_an_orphan_that_cannot_be_reconciled_does_not_stop_the_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reconciling one orphan fails: the store still opens, says so, and the sweep that follows
+    (which reads the jobs still running) copes with the job left running."""
+    data = tmp_path / "data"
+    script = (
+        "import os\n"
+        "from desktop_queue.core import Queue\n"
+        "from desktop_queue.providers.demo import DemoProvider\n"
+        f"q = Queue.open({str(data)!r}, {{'demo': DemoProvider()}})\n"
+        "q.lease('doomed', kept=True)\n"
+        "q.sync()\n"
+        "os._exit(0)\n"
+    )
+    with Queue.open(data, {"demo": DemoProvider()}) as queue:
+        job = queue.submit("demo", {"prompt": "orphan"}).job
+    subprocess.run([sys.executable, "-c", script], check=True)
+
+    def broken(self: Queue, job_id: str) -> Any:
+        raise RuntimeError("lookup service down")
+
+    monkeypatch.setattr(Queue, "_reconcile_one", broken)
+    with Queue.open(data, {"demo": DemoProvider()}) as queue:
+        assert queue.get(job.id).state == State.RUNNING
+        assert f"job {job.id} could not be reconciled: RuntimeError" in queue.report.notices
