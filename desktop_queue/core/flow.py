@@ -858,6 +858,7 @@ class FlowControl:
         self.ledger = ledger
         self.rng = rng or random.Random()
         self._kind_holds: dict[str, str] = {}
+        self._others: dict[str, Any] = {}  # shared state of profiles this process does not run
         self._throttled: set[str] = set()  # jobs whose throttle pause is already counted
 
     # ------------------------------------------------------------------ shared state
@@ -902,6 +903,8 @@ class FlowControl:
             return  # unchanged since this process wrote or read it
         raw = doc.get("profiles")
         profiles = raw if isinstance(raw, dict) else {}
+        # kept as read, so a write carries on the profiles other processes configure
+        self._others = {name: data for name, data in profiles.items() if name not in self._profiles}
         for name, flow in self._profiles.items():
             data = profiles.get(name)
             if isinstance(data, Mapping):
@@ -912,11 +915,7 @@ class FlowControl:
                     self._profiles[name] = _ProfileFlow(name, flow.limits)
 
     def _dump(self) -> dict[str, Any]:
-        profiles: dict[str, Any] = {}
-        if self._shared is not None and self._shared.raw:
-            with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-                # keep the profiles other processes configure and this one does not
-                profiles = dict(orjson.loads(self._shared.raw).get("profiles") or {})
+        profiles: dict[str, Any] = dict(self._others)
         for name, flow in self._profiles.items():
             profiles[name] = flow.dump()
         return {"format": FLOW_FORMAT, "schema_version": FLOW_SCHEMA, "profiles": profiles}

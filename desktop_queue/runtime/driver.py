@@ -456,8 +456,8 @@ class LeaseDriver(QObject):
                     self._stop_after_current = False
                 self._emit_idle_if_idle()
                 return
+            kinds = self._available_kinds()  # once a tick: each provider is asked (a key lookup)
             while len(self._active) < self._concurrency:
-                kinds = self._available_kinds()
                 if self.flow is None:
                     lease = self.queue.lease(self.worker_id, kinds=kinds, lease_s=self.lease_s, kept=True)
                 else:

@@ -227,7 +227,7 @@ def test_a_429_storm_without_retry_after_draws_a_handful_of_requests(server: Fak
     finish(worker, 240)
 
     storm = [r for r in server.of("chat") if r.at < server.outage[0]]
-    assert 1 <= len(storm) <= 15, len(storm)
+    assert storm and len(storm) <= 15, len(storm)
     [job] = jobs(data_dir)
     assert job.id == job_id and job.state == State.SUCCEEDED
     assert job.attempts == 1  # every throttled attempt was given back
