@@ -23,6 +23,8 @@ run: $(STAMP_RUN)
 	$(PY) -m desktop_queue $(ARGS)
 
 test: $(STAMP_TEST)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy desktop_queue
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)

@@ -100,16 +100,22 @@ def main(argv: list[str] | None = None) -> int:
         d_ours = measure_ours(root, args.rounds, args.ops, durable=True)
     s_huey = (d_huey - c_huey) / SYNCS_HUEY
     s_ours = (d_ours - c_ours) / SYNCS_OURS
-    print("lifecycle CPU without syncs (best of %d rounds of %d)" % (args.rounds, args.ops))
+    print(f"lifecycle CPU without syncs (best of {args.rounds} rounds of {args.ops})")
     print(f"  huey SqliteHuey(fsync=False)  {c_huey:7.1f} us")
     print(f"  Desktop Queue                 {c_ours:7.1f} us   ours/huey {c_ours / c_huey:.2f}x")
     budget = c_huey / 1.5
     verdict = "within" if c_ours <= budget else "over"
     print(f"  with equal syncs, 1.5x huey needs C_ours <= C_huey / 1.5 = {budget:.1f} us ({verdict})")
     print("durable lifecycle (same rounds), and each side's sync derived from it")
-    print(f"  huey SqliteHuey(fsync=True)   {d_huey:7.1f} us   S_huey = ({d_huey:.0f} - {c_huey:.0f}) / 3 = {s_huey:.1f} us")
-    print(f"  Desktop Queue                 {d_ours:7.1f} us   S_ours = ({d_ours:.0f} - {c_ours:.0f}) / 2 = {s_ours:.1f} us")
-    print(f"  ours/huey throughput {d_huey / d_ours:.2f}x (store.py's figure, with rotation and compaction, is the verdict)")
+    print(
+        f"  huey SqliteHuey(fsync=True)   {d_huey:7.1f} us   S_huey = ({d_huey:.0f} - {c_huey:.0f}) / 3 = {s_huey:.1f} us"
+    )
+    print(
+        f"  Desktop Queue                 {d_ours:7.1f} us   S_ours = ({d_ours:.0f} - {c_ours:.0f}) / 2 = {s_ours:.1f} us"
+    )
+    print(
+        f"  ours/huey throughput {d_huey / d_ours:.2f}x (store.py's figure, with rotation and compaction, is the verdict)"
+    )
     return 0
 
 

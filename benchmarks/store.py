@@ -309,7 +309,7 @@ def make_subject(backend: str, data_dir: Path, *, populating: bool = False) -> S
     if backend == "ours":
         return OursSubject(data_dir)
     if backend == "huey_fsync":
-        return HueySubject(data_dir, fsync=False if populating else True)
+        return HueySubject(data_dir, fsync=not populating)
     if backend == "huey_default":
         return HueySubject(data_dir, fsync=False if populating else None)
     raise ValueError(f"unknown backend {backend!r}")
@@ -950,7 +950,9 @@ def spawn_group(specs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             line = proc.stdout.readline()
             if line.strip() != READY_MARK:
                 proc.wait()
-                raise RuntimeError(f"concurrent worker not ready (exit {proc.returncode}): {proc.stderr.read()[-4000:]}")
+                raise RuntimeError(
+                    f"concurrent worker not ready (exit {proc.returncode}): {proc.stderr.read()[-4000:]}"
+                )
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
@@ -1107,7 +1109,9 @@ def bench_worker(config: Config, root: Path) -> dict[str, Any]:
                 done = int(counts.get("succeeded", 0))
                 checks[backend] = counts
             else:
-                out = next(json.loads(x[len(RESULT_MARK) :]) for x in proc.stdout.splitlines() if x.startswith(RESULT_MARK))
+                out = next(
+                    json.loads(x[len(RESULT_MARK) :]) for x in proc.stdout.splitlines() if x.startswith(RESULT_MARK)
+                )
                 done = int(out["results_stored"])
                 checks[backend] = out
             if done != n:
@@ -1316,7 +1320,9 @@ def summary_rows(
         counts = sorted({int(k.split("/")[1]) for k in conc})
         for n in counts:
             ours, huey = conc[f"ours/{n}"], conc[f"huey_fsync/{n}"]
-            rows.append(("concurrency", f"lifecycles, {n} process(es)", "jobs/s", True, ours["rate"], peer, huey["rate"]))
+            rows.append(
+                ("concurrency", f"lifecycles, {n} process(es)", "jobs/s", True, ours["rate"], peer, huey["rate"])
+            )
             rows.append(("concurrency", f"CPU, {n} process(es)", "ms/job", False, ours["cpu_ms"], peer, huey["cpu_ms"]))
         if len(counts) > 1:
             lo, hi = counts[0], counts[-1]
@@ -1329,7 +1335,17 @@ def summary_rows(
         ours, huey = e2e["ours"], e2e["huey_fsync"]
         label = f"worker {ours['jobs']:,} jobs"
         peer = f"huey consumer {huey['threads']} threads"
-        rows.append((label, f"wall time, work --concurrency {ours['threads']}", "s", False, ours["wall_s"], peer, huey["wall_s"]))
+        rows.append(
+            (
+                label,
+                f"wall time, work --concurrency {ours['threads']}",
+                "s",
+                False,
+                ours["wall_s"],
+                peer,
+                huey["wall_s"],
+            )
+        )
         rows.append((label, "throughput", "jobs/s", True, ours["jobs_per_s"], peer, huey["jobs_per_s"]))
         rows.append((label, "CPU time (process + children)", "ms/job", False, ours["cpu_ms"], peer, huey["cpu_ms"]))
     return rows
@@ -1692,7 +1708,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 shutil.rmtree(size_dir, ignore_errors=True)
         if "concurrency" in config.only:
-            log(f"[{time.perf_counter() - started:6.0f} s] concurrency: {', '.join(map(str, config.conc_procs))} processes")
+            log(
+                f"[{time.perf_counter() - started:6.0f} s] concurrency: {', '.join(map(str, config.conc_procs))} processes"
+            )
             conc = bench_concurrency(config, run_dir)
         if "worker" in config.only:
             log(f"[{time.perf_counter() - started:6.0f} s] end-to-end worker: {config.e2e_jobs:,} jobs")

@@ -63,12 +63,11 @@ from PySide6.QtCore import QSortFilterProxyModel, Qt  # noqa: E402
 from PySide6.QtGui import QStandardItem, QStandardItemModel  # noqa: E402
 from PySide6.QtWidgets import QApplication, QTableView  # noqa: E402
 
-from desktop_queue.runtime.qtcompat import install as guard_binding  # noqa: E402
 from desktop_queue.core import Outcome, Queue  # noqa: E402
 from desktop_queue.providers.demo import DemoProvider  # noqa: E402
+from desktop_queue.runtime.qtcompat import install as guard_binding  # noqa: E402
 from desktop_queue.ui.delegates import JobCellDelegate  # noqa: E402
 from desktop_queue.ui.icons import state_icon  # noqa: E402
-from desktop_queue.ui.panes import configure_job_table  # noqa: E402
 from desktop_queue.ui.models import (  # noqa: E402
     QUEUE_COLUMNS,
     JobFilterProxy,
@@ -76,6 +75,7 @@ from desktop_queue.ui.models import (  # noqa: E402
     QueueModel,
     RefreshCoordinator,
 )
+from desktop_queue.ui.panes import configure_job_table  # noqa: E402
 
 DEFAULT_SIZES = (1_000, 10_000, 50_000)
 CHANGES = 100
@@ -83,8 +83,21 @@ VIEW_SIZE = (1200, 700)
 TITLE_COLUMN = next(i for i, c in enumerate(QUEUE_COLUMNS) if c.key == "title")
 CREATED_COLUMN = next(i for i, c in enumerate(QUEUE_COLUMNS) if c.key == "created")
 SORT_ROLE = int(JobRole.SORT)
-WORDS = ("blog post", "Release notes", "alt text", "Podcast intro", "storyboard", "FAQ", "summary",
-         "Cover letter", "newsletter", "translation", "Image: lighthouse", "outline", "haiku")
+WORDS = (
+    "blog post",
+    "Release notes",
+    "alt text",
+    "Podcast intro",
+    "storyboard",
+    "FAQ",
+    "summary",
+    "Cover letter",
+    "newsletter",
+    "translation",
+    "Image: lighthouse",
+    "outline",
+    "haiku",
+)
 
 JobDict = dict[str, Any]
 
@@ -113,7 +126,10 @@ def populate(data_dir: Path, size: int, seed: int = 7) -> None:
                 title = f"{rng.choice(WORDS)} {rng.randrange(10_000)}"
                 finishes = fate in ("succeeded", "dead")
                 job = queue.submit(
-                    "demo", {"prompt": f"{title} #{i}"}, title=title, priority="interactive" if finishes else "background"
+                    "demo",
+                    {"prompt": f"{title} #{i}"},
+                    title=title,
+                    priority="interactive" if finishes else "background",
                 ).job
                 if fate == "cancelled":
                     queue.cancel(job.id)
@@ -339,15 +355,21 @@ def bench_size(root: Path, size: int, rounds: int) -> dict[str, Any]:
             for job_id in batch:
                 queue.cancel(job_id)
             for side in sides:
-                changes[side.name].append(timed(lambda s=side: s.apply_changes(version)))  # type: ignore[misc]
+                changes[side.name].append(timed(lambda s=side, v=version: s.apply_changes(v)))  # type: ignore[misc]
         for side in sides:
-            figures[side.name]["changes_s"] = statistics.median(changes[side.name]) if changes[side.name] else float("nan")
+            figures[side.name]["changes_s"] = (
+                statistics.median(changes[side.name]) if changes[side.name] else float("nan")
+            )
         for side in sides:
             elapsed, steps = measure_scroll(side)
             figures[side.name]["scroll_s"] = elapsed
             figures[side.name]["scroll_steps"] = steps
-        return {"size": size, "fetch_s": statistics.median(fetch), "figures": figures,
-                "change_rounds": len(changes["ours"])}
+        return {
+            "size": size,
+            "fetch_s": statistics.median(fetch),
+            "figures": figures,
+            "change_rounds": len(changes["ours"]),
+        }
     finally:
         queue.close()
 
@@ -378,8 +400,10 @@ def format_report(results: Sequence[dict[str, Any]]) -> str:
             ratio = ours[key] / ref[key] if ref[key] else float("nan")
             lines.append(f"{result['size']:>7,}  {label:<30}  {ms(ours[key]):>12}  {ms(ref[key]):>12}  {ratio:>8.2f}")
         steps = int(result["figures"]["ours"]["scroll_steps"])
-        lines.append(f"{'':>7}  {'  per scroll step':<30}  {ms(ours['scroll_s'] / steps):>12}  "
-                     f"{ms(ref['scroll_s'] / steps):>12}  ({steps} steps)")
+        lines.append(
+            f"{'':>7}  {'  per scroll step':<30}  {ms(ours['scroll_s'] / steps):>12}  "
+            f"{ms(ref['scroll_s'] / steps):>12}  ({steps} steps)"
+        )
         lines.append(f"{'':>7}  {'  Queue.raw_jobs() (shared)':<30}  {ms(result['fetch_s']):>12}")
         lines.append("")
     return "\n".join(lines)
@@ -416,8 +440,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     env = {
-        "python": platform.python_version(), "pyside6": PYSIDE_VERSION, "platform": platform.platform(),
-        "qpa": os.environ.get("QT_QPA_PLATFORM"), "rounds": args.rounds,
+        "python": platform.python_version(),
+        "pyside6": PYSIDE_VERSION,
+        "platform": platform.platform(),
+        "qpa": os.environ.get("QT_QPA_PLATFORM"),
+        "rounds": args.rounds,
     }
     print(f"Queue pane model vs QStandardItemModel, same view, offscreen ({env['python']}, PySide6 {env['pyside6']})")
     print("Times: median of rounds (scroll: one pass). Ratio < 1: ours is faster.\n")

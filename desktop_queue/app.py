@@ -127,15 +127,17 @@ def start(
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        dialogs.show_error(None, "Desktop Queue cannot start",
-                           f"The data directory {path} cannot be created: {exc.strerror or exc}.")
+        dialogs.show_error(
+            None, "Desktop Queue cannot start", f"The data directory {path} cannot be created: {exc.strerror or exc}."
+        )
         return 1
     lock = InstanceLock(path)
     try:
         lock.acquire()
     except AlreadyRunning:
         dialogs.show_error(
-            None, "Desktop Queue is already open",
+            None,
+            "Desktop Queue is already open",
             f"Another Desktop Queue window is already using\n{path}\n\n"
             "Switch to that window, or start this one with another --data-dir.\n"
             "(Command-line tools and desktop-queue work can share the directory.)",
@@ -157,7 +159,8 @@ def start(
     except StoreError as exc:
         lock.release()
         dialogs.show_error(
-            None, "The job store cannot be opened",
+            None,
+            "The job store cannot be opened",
             f"{exc}\n\nNothing was changed or deleted. Data directory: {path}",
         )
         return 1
@@ -167,8 +170,14 @@ def start(
         return 1
     prefs = load_preferences()
     controller = Controller(
-        queue, providers, concurrency=prefs.concurrency, refresh_ms=refresh_ms, tick_ms=tick_ms, flow=flow,
-        budgets=budgets, attempt_timeout_s=prefs.attempt_timeout_s,
+        queue,
+        providers,
+        concurrency=prefs.concurrency,
+        refresh_ms=refresh_ms,
+        tick_ms=tick_ms,
+        flow=flow,
+        budgets=budgets,
+        attempt_timeout_s=prefs.attempt_timeout_s,
     )
     lines = banner_lines(queue)
     window = MainWindow(controller, lines)

@@ -39,7 +39,11 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run AI generation jobs on this machine, and never lose one.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--data-dir", type=_data_dir_arg, help="data directory (default: $DESKTOP_QUEUE_DATA_DIR, then the user data dir)")
+    parser.add_argument(
+        "--data-dir",
+        type=_data_dir_arg,
+        help="data directory (default: $DESKTOP_QUEUE_DATA_DIR, then the user data dir)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
@@ -79,24 +83,54 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("work", help="run a headless worker on the same lease engine")
     p.add_argument("--concurrency", type=_at_least_one, default=4, metavar="N")
     p.add_argument("--until-idle", action="store_true", help="exit when nothing is queued or running")
-    p.add_argument("--rpm", type=_positive, default=None, metavar="N",
-                   help="requests per minute to the OpenAI-compatible endpoint (default: unlimited)")
-    p.add_argument("--tpm", type=_positive, default=None, metavar="N",
-                   help="tokens per minute to the OpenAI-compatible endpoint (default: unlimited)")
-    p.add_argument("--provider-concurrency", type=_at_least_one, default=None, metavar="N",
-                   help="attempts at once against the OpenAI-compatible endpoint (default: --concurrency)")
+    p.add_argument(
+        "--rpm",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="requests per minute to the OpenAI-compatible endpoint (default: unlimited)",
+    )
+    p.add_argument(
+        "--tpm",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="tokens per minute to the OpenAI-compatible endpoint (default: unlimited)",
+    )
+    p.add_argument(
+        "--provider-concurrency",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help="attempts at once against the OpenAI-compatible endpoint (default: --concurrency)",
+    )
     p.add_argument("--model", default=None, help="default model of openai.chat / openai.responses jobs")
     for unit, kind, text in (("usd", _positive, "dollars"), ("tokens", _at_least_one, "tokens (in and out)")):
         for period in ("day", "month"):
-            p.add_argument(f"--budget-{unit}-per-{period}", type=kind, default=None, metavar="N",
-                           help=f"{text} the profile may spend a {period}, shared by every process on the "
-                                "data dir (jobs wait when the next would pass it; default: no budget)")
-    p.add_argument("--lease-s", type=_positive, default=None, metavar="S",
-                   help="lease length (default: each kind's own, 30 s); the worker renews its leases "
-                        "every third of it for as long as it runs")
-    p.add_argument("--attempt-timeout", type=_positive, default=None, metavar="S",
-                   help="give up on an attempt that has not answered after S seconds, as a retryable "
-                        "timeout (default: each kind's own; a job's input may set its own timeout_s)")
+            p.add_argument(
+                f"--budget-{unit}-per-{period}",
+                type=kind,
+                default=None,
+                metavar="N",
+                help=f"{text} the profile may spend a {period}, shared by every process on the "
+                "data dir (jobs wait when the next would pass it; default: no budget)",
+            )
+    p.add_argument(
+        "--lease-s",
+        type=_positive,
+        default=None,
+        metavar="S",
+        help="lease length (default: each kind's own, 30 s); the worker renews its leases "
+        "every third of it for as long as it runs",
+    )
+    p.add_argument(
+        "--attempt-timeout",
+        type=_positive,
+        default=None,
+        metavar="S",
+        help="give up on an attempt that has not answered after S seconds, as a retryable "
+        "timeout (default: each kind's own; a job's input may set its own timeout_s)",
+    )
     p.add_argument("--max-seconds", type=_positive, default=None, metavar="S", help="exit after S seconds")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
 
@@ -228,7 +262,9 @@ def _print_job(
     for ev in job.events:
         who = f" {ev.worker}" if ev.worker else ""
         detail = "  ".join(f"{k}={v}" for k, v in ev.detail.items())
-        print(f"  {iso(ev.at)}  {ev.type:<16} attempt {ev.attempt} epoch {ev.epoch:<4} by {ev.actor}{who}  {detail}".rstrip())
+        print(
+            f"  {iso(ev.at)}  {ev.type:<16} attempt {ev.attempt} epoch {ev.epoch:<4} by {ev.actor}{who}  {detail}".rstrip()
+        )
 
 
 def _job_json(job: Job, **extra: Any) -> dict[str, Any]:
@@ -417,11 +453,15 @@ def cmd_spend(args: argparse.Namespace) -> int:
         return format_usd(row["usd"]) + ("+" if row["unknown_cost"] else "")
 
     width = max(len(args.by), 5, *(len(str(r[args.by])) for r in rows))
-    print(f"{args.by:<{width}}  {'calls':>6}  {'tokens in':>12}  {'tokens out':>12}  {'images':>6}  "
-          f"{'speech chars':>12}  {'cost':>10}")
+    print(
+        f"{args.by:<{width}}  {'calls':>6}  {'tokens in':>12}  {'tokens out':>12}  {'images':>6}  "
+        f"{'speech chars':>12}  {'cost':>10}"
+    )
     for row in [*rows, {args.by: "total", **total}]:
-        print(f"{row[args.by]:<{width}}  {row['entries']:>6,}  {row['tokens_in']:>12,}  {row['tokens_out']:>12,}  "
-              f"{row['images']:>6,}  {row['speech_chars']:>12,}  {cost(row):>10}")
+        print(
+            f"{row[args.by]:<{width}}  {row['entries']:>6,}  {row['tokens_in']:>12,}  {row['tokens_out']:>12,}  "
+            f"{row['images']:>6,}  {row['speech_chars']:>12,}  {cost(row):>10}"
+        )
     if total["unknown_cost"]:
         print("+ some calls used a model with no known price: their cost is not included (set one in Preferences)")
     print("costs are estimates unless you set your own prices")
@@ -440,15 +480,24 @@ def cmd_work(args: argparse.Namespace) -> int:
     from desktop_queue.runtime import LeaseDriver
 
     # the endpoint comes from OPENAI_BASE_URL, the key from the keyring or OPENAI_API_KEY
-    config = ProfileConfig(rpm=args.rpm, tpm=args.tpm, concurrency=args.provider_concurrency,
-                           **({"model": args.model} if args.model else {}), **budgets)
+    config = ProfileConfig(
+        rpm=args.rpm,
+        tpm=args.tpm,
+        concurrency=args.provider_concurrency,
+        **({"model": args.model} if args.model else {}),
+        **budgets,
+    )
     providers, flow = build([config], data_dir=resolve_data_dir(args.data_dir))
     # after everything that can refuse the arguments: a process has one application object
     app = QCoreApplication.instance() or QCoreApplication([PROG])
     queue = _open(args, dict(providers))
     driver = LeaseDriver(
-        queue, queue.providers, concurrency=args.concurrency, flow=flow,
-        lease_s=args.lease_s, attempt_timeout_s=args.attempt_timeout,
+        queue,
+        queue.providers,
+        concurrency=args.concurrency,
+        flow=flow,
+        lease_s=args.lease_s,
+        attempt_timeout_s=args.attempt_timeout,
     )
     # what this worker's attempts ended in: a job queued again (retry, throttle, given
     # back) is not finished, and is counted apart
@@ -503,15 +552,21 @@ def cmd_work(args: argparse.Namespace) -> int:
         _err(str(exc))
         stop["why"] = stop["why"] or "the store hit a disk error"
     summary = {
-        "stopped": stop["why"], "finished": finished, "requeued": requeued["n"], "counts": counts, "clean_shutdown": clean,
+        "stopped": stop["why"],
+        "finished": finished,
+        "requeued": requeued["n"],
+        "counts": counts,
+        "clean_shutdown": clean,
     }
     if args.json:
         _out(summary)
     else:
         done = ", ".join(f"{v} {k}" for k, v in sorted(finished.items())) or "nothing finished"
         again = f" ({requeued['n']} attempt(s) queued again)" if requeued["n"] else ""
-        _err(f"stopped ({stop['why']}): {done}{again}; queue now "
-             + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+        _err(
+            f"stopped ({stop['why']}): {done}{again}; queue now "
+            + ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+        )
     if stop["why"] == "the store hit a disk error":
         return EXIT_FAILED
     return EXIT_OK if stop["why"] != "interrupted" else 130

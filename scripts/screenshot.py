@@ -29,13 +29,26 @@ def dark_palette() -> QPalette:
     role = QPalette.ColorRole
     palette = QPalette()
     colours = {
-        role.Window: "#2b2b2e", role.WindowText: "#e6e6e6", role.Base: "#1e1e20",
-        role.AlternateBase: "#26262a", role.ToolTipBase: "#3a3a3e", role.ToolTipText: "#e6e6e6",
-        role.Text: "#e6e6e6", role.Button: "#333337", role.ButtonText: "#e6e6e6",
-        role.BrightText: "#ffffff", role.Light: "#505055", role.Midlight: "#3f3f44",
-        role.Mid: "#6a6a70", role.Dark: "#1a1a1c", role.Shadow: "#000000",
-        role.Highlight: "#2f6fbf", role.HighlightedText: "#ffffff", role.Link: "#7fb3ff",
-        role.LinkVisited: "#c39bff", role.PlaceholderText: "#9a9aa0",
+        role.Window: "#2b2b2e",
+        role.WindowText: "#e6e6e6",
+        role.Base: "#1e1e20",
+        role.AlternateBase: "#26262a",
+        role.ToolTipBase: "#3a3a3e",
+        role.ToolTipText: "#e6e6e6",
+        role.Text: "#e6e6e6",
+        role.Button: "#333337",
+        role.ButtonText: "#e6e6e6",
+        role.BrightText: "#ffffff",
+        role.Light: "#505055",
+        role.Midlight: "#3f3f44",
+        role.Mid: "#6a6a70",
+        role.Dark: "#1a1a1c",
+        role.Shadow: "#000000",
+        role.Highlight: "#2f6fbf",
+        role.HighlightedText: "#ffffff",
+        role.Link: "#7fb3ff",
+        role.LinkVisited: "#c39bff",
+        role.PlaceholderText: "#9a9aa0",
     }
     for colour_role, value in colours.items():
         palette.setColor(colour_role, QColor(value))
@@ -73,7 +86,9 @@ def main(output: Path, dark: bool = False) -> int:
 
     # an orphan left by a "crash": the window reconciles it at start-up and says so
     with Queue.open(data, providers, clock=clock) as q:
-        orphan = q.submit("demo", {"prompt": "storyboard, scene 4", "duration_s": 3}, title="Storyboard, scene 4").job.id
+        orphan = q.submit(
+            "demo", {"prompt": "storyboard, scene 4", "duration_s": 3}, title="Storyboard, scene 4"
+        ).job.id
         at(1790)
         q.lease("laptop:4711")
 
@@ -123,8 +138,12 @@ def main(output: Path, dark: bool = False) -> int:
     # leases below do not pick this job up again
     run(retrying, Outcome.failure("retryable", "demo: simulated HTTP 503", status=503, retry_after=240), 200, took=2.0)
     throttled = submit("Image: lighthouse at dusk", 90, fail_times=1, fail_with="throttled")
-    run(throttled, Outcome.failure("throttled", "demo: simulated rate limit (429)", status=429, retry_after=85),
-        60, took=0.5)
+    run(
+        throttled,
+        Outcome.failure("throttled", "demo: simulated rate limit (429)", status=429, retry_after=85),
+        60,
+        took=0.5,
+    )
     running = submit("Chapter 3 outline", 50, duration_s=20)
     run(running, None, 14)
     submit("Newsletter subject lines", 30)

@@ -65,9 +65,7 @@ def write_all(fd: int, data: bytes, *, sync_every: int = 0) -> None:
             os.fsync(fd)
 
 
-def atomic_write(
-    path: Path, data: bytes, *, overwrite: bool = True, durable: bool = True, sync_every: int = 0
-) -> bool:
+def atomic_write(path: Path, data: bytes, *, overwrite: bool = True, durable: bool = True, sync_every: int = 0) -> bool:
     """Writes ``data`` to ``path`` so that readers see the old file or the new one, never half.
 
     Temp file in the same directory, write, ``fsync``, rename (or hard link when

@@ -23,7 +23,9 @@ def fingerprint(kind: str, provider_version: str, payload: Any, *, body: bytes |
     """
     if body is None:
         body = canonical_json(payload)
-    doc = b'{"input":' + body + b',"kind":' + orjson.dumps(kind) + b',"version":' + orjson.dumps(provider_version) + b"}"
+    doc = (
+        b'{"input":' + body + b',"kind":' + orjson.dumps(kind) + b',"version":' + orjson.dumps(provider_version) + b"}"
+    )
     return hashlib.sha256(doc).hexdigest()
 
 

@@ -71,6 +71,7 @@ def _t(value: float) -> float | None:
 def _ut(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) else -math.inf
 
+
 WAITING_RATE_LIMIT = "waiting: rate limit"
 WAITING_UNAVAILABLE = "waiting: provider unavailable"
 WAITING_CONCURRENCY = "waiting: concurrency cap"
@@ -367,8 +368,11 @@ class AdaptiveLimit:
 
     def dump(self) -> dict[str, Any]:
         return {
-            "scale": self.scale, "paused_until": _t(self.paused_until), "last_change": _t(self._last_change),
-            "last_decrease": _t(self._last_decrease), "streak": self.streak,
+            "scale": self.scale,
+            "paused_until": _t(self.paused_until),
+            "last_change": _t(self._last_change),
+            "last_decrease": _t(self._last_decrease),
+            "streak": self.streak,
         }
 
     def load(self, data: Mapping[str, Any]) -> None:
@@ -548,8 +552,12 @@ class CircuitBreaker:
 
     def dump(self) -> dict[str, Any]:
         return {
-            "state": str(self.state), "failures": self.failures, "opened_at": _t(self.opened_at),
-            "probe": self.probe, "closed_at": self.closed_at, "cooldown_s": self.cooldown_s,
+            "state": str(self.state),
+            "failures": self.failures,
+            "opened_at": _t(self.opened_at),
+            "probe": self.probe,
+            "closed_at": self.closed_at,
+            "cooldown_s": self.cooldown_s,
         }
 
     def load(self, data: Mapping[str, Any]) -> None:
@@ -571,7 +579,6 @@ class CircuitBreaker:
 
 
 # ---------------------------------------------------------------------- the facade
-
 
 
 @dataclass(frozen=True)
@@ -682,9 +689,9 @@ class _ProfileFlow:
                 job_id: [a.cost.requests, a.cost.tokens, a.at, a.started, a.owner]
                 for job_id, a in self.admitted.items()
             },
-            "offline": None if offline is None else [
-                offline.since, offline.failures, offline.probe_at, offline.probe, offline.reason
-            ],
+            "offline": None
+            if offline is None
+            else [offline.since, offline.failures, offline.probe_at, offline.probe, offline.reason],
             "last_prune": _t(self.last_prune),
         }
 
@@ -1107,7 +1114,9 @@ class FlowControl:
                 # only then is it news: in a paced backlog of equal jobs every one waits
                 # longer than aging_s, and the head of the line taking its turn is no event
                 self._emit(
-                    flow, FlowEventType.RESERVED, now,
+                    flow,
+                    FlowEventType.RESERVED,
+                    now,
                     reason="a job waited too long for its budget; smaller jobs wait until it has started",
                     delay_s=round(now - waiter.since, 3),
                 )
@@ -1204,8 +1213,14 @@ class FlowControl:
         lease_attempt = getattr(job, "attempt", None)
         try:
             self.ledger.record(
-                profile=flow.name, model=model, kind=kind, usage=used, job_id=_job_fields(job)[0],
-                attempt=int(lease_attempt) if isinstance(lease_attempt, int) else 0, at=now, local=flow.limits.local,
+                profile=flow.name,
+                model=model,
+                kind=kind,
+                usage=used,
+                job_id=_job_fields(job)[0],
+                attempt=int(lease_attempt) if isinstance(lease_attempt, int) else 0,
+                at=now,
+                local=flow.limits.local,
             )
         except QueueError as exc:
             log.error("could not record the spend of job %s: %s", _job_fields(job)[0], exc)
@@ -1249,15 +1264,22 @@ class FlowControl:
                 for bucket, _unit in flow.buckets():
                     bucket.scale = flow.adaptive.scale
                 self._emit(
-                    flow, FlowEventType.RATE_LOWERED, now,
-                    scale=round(flow.adaptive.scale, 3), was=round(old, 3), retry_after_s=outcome.retry_after,
+                    flow,
+                    FlowEventType.RATE_LOWERED,
+                    now,
+                    scale=round(flow.adaptive.scale, 3),
+                    was=round(old, 3),
+                    retry_after_s=outcome.retry_after,
                 )
             if job_id in self._throttled:
                 self._throttled.discard(job_id)  # its pause is counted (throttle_delay)
             else:
                 flow.adaptive.throttle_pause(
-                    now, outcome.retry_after, self.rng,
-                    base_s=flow.limits.throttle_base_s, cap_s=flow.limits.throttle_cap_s,
+                    now,
+                    outcome.retry_after,
+                    self.rng,
+                    base_s=flow.limits.throttle_base_s,
+                    cap_s=flow.limits.throttle_cap_s,
                 )
                 if outcome.retry_after:
                     self._emit(flow, FlowEventType.PAUSED, now, retry_after_s=outcome.retry_after)
@@ -1265,8 +1287,11 @@ class FlowControl:
             probing = flow.breaker.state is BreakerState.HALF_OPEN
             if flow.breaker.on_failure(job_id, now):
                 self._emit(
-                    flow, FlowEventType.BREAKER_OPENED, now,
-                    reason="the probe job failed" if probing
+                    flow,
+                    FlowEventType.BREAKER_OPENED,
+                    now,
+                    reason="the probe job failed"
+                    if probing
                     else f"{flow.limits.breaker_threshold} retryable failures in a row",
                     delay_s=flow.breaker.cooldown_s,
                 )
@@ -1295,8 +1320,13 @@ class FlowControl:
                 before = flow.adaptive.pause_left(now)
                 flow.adaptive.on_exhausted(now, info.reset_s)
                 if flow.adaptive.pause_left(now) > before:
-                    self._emit(flow, FlowEventType.PAUSED, now, retry_after_s=round(info.reset_s, 3),
-                               reason="rate-limit headers: nothing left until the reset")
+                    self._emit(
+                        flow,
+                        FlowEventType.PAUSED,
+                        now,
+                        retry_after_s=round(info.reset_s, 3),
+                        reason="rate-limit headers: nothing left until the reset",
+                    )
 
     def forget(self, job_id: str) -> None:
         """The job left the queue (cancelled, finished elsewhere): drops any wait or reservation."""
@@ -1381,6 +1411,7 @@ class FlowControl:
 def _model_of(payload: Any, default: str | None) -> str | None:
     model = payload.get("model") if isinstance(payload, Mapping) else None
     return model if isinstance(model, str) and model else default
+
 
 __all__ = [
     "AdaptiveLimit",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from desktop_queue.core.errors import QueueError, StaleLease
-from desktop_queue.core.liveness import Suspension, SuspendDetector
+from desktop_queue.core.liveness import SuspendDetector, Suspension
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +142,7 @@ class LeaseKeeper:
             log.warning("%s for %.1f s: renewing every lease before anything else", what, suspension.seconds)
         now = self._mono()
         with self._lock:
-            due = [
-                k for k in self._kept.values()
-                if suspension is not None or now - k.renewed >= k.lease_s / 3.0
-            ]
+            due = [k for k in self._kept.values() if suspension is not None or now - k.renewed >= k.lease_s / 3.0]
         renewed = 0
         for kept in due:
             try:

@@ -160,19 +160,22 @@ def usage_of(kind: str, result: Any, *, input_chars: int | None = None) -> Usage
             images = 1
     speech_chars = 0
     if family == "speech":
-        speech_chars = int(_first(usage, "input_characters", "characters") or _first(result, "input_chars", "characters"))
+        speech_chars = int(
+            _first(usage, "input_characters", "characters") or _first(result, "input_chars", "characters")
+        )
         if not speech_chars and input_chars:
             speech_chars = max(0, int(input_chars))
     seconds = _first(usage, "seconds", "duration") or _first(result, "seconds", "duration")
     return Usage(
-        tokens_in=int(tokens_in), tokens_out=int(tokens_out), images=images,
-        speech_chars=speech_chars, speech_seconds=seconds,
+        tokens_in=int(tokens_in),
+        tokens_out=int(tokens_out),
+        images=images,
+        speech_chars=speech_chars,
+        speech_seconds=seconds,
     )
 
 
-def estimate_usage(
-    kind: str, payload: Any, *, default_output_tokens: int = 256, chars_per_token: float = 4.0
-) -> Usage:
+def estimate_usage(kind: str, payload: Any, *, default_output_tokens: int = 256, chars_per_token: float = 4.0) -> Usage:
     """A rough usage of a job before it runs (for a budget's cost estimate).
 
     Text kinds: every prompt string at ``chars_per_token`` characters a token, and the
@@ -263,7 +266,12 @@ class Price:
             elif f.name == "note":
                 values[f.name] = str(value) if isinstance(value, str) else ""
             elif value is not None:
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, (int, float))
+                    or not math.isfinite(value)
+                    or value < 0
+                ):
                     raise ValueError(f"{f.name} must be a number of dollars, not {value!r}")
                 values[f.name] = float(value)
         return cls(**values)
@@ -341,7 +349,10 @@ class PriceTable:
     """
 
     def __init__(
-        self, user: Mapping[str, Price] | None = None, *, path: Path | None = None,
+        self,
+        user: Mapping[str, Price] | None = None,
+        *,
+        path: Path | None = None,
         defaults: Mapping[str, Price] = DEFAULT_PRICES,
     ) -> None:
         self.path = path
@@ -528,8 +539,12 @@ class PriceTable:
                 else:
                     user[model] = replace(price, estimate=False)
                 models = {name: user[name].to_json() for name in sorted(user)}
-                doc = {"format": PRICES_FORMAT, "schema_version": PRICES_SCHEMA,
-                       "checksum": _checksum(models), "models": models}
+                doc = {
+                    "format": PRICES_FORMAT,
+                    "schema_version": PRICES_SCHEMA,
+                    "checksum": _checksum(models),
+                    "models": models,
+                }
                 atomic_write(self.path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
                 with self._lock:
                     self._user, self._seen = user, self._stamp()
@@ -573,7 +588,9 @@ class Budget:
     tokens_per_month: int | None = None
 
     def is_set(self) -> bool:
-        return any(v is not None for v in (self.usd_per_day, self.usd_per_month, self.tokens_per_day, self.tokens_per_month))
+        return any(
+            v is not None for v in (self.usd_per_day, self.usd_per_month, self.tokens_per_day, self.tokens_per_month)
+        )
 
     def needs_usd(self) -> bool:
         """True if a money limit is set (a job's cost must then be known)."""
@@ -673,8 +690,14 @@ class LedgerEntry:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "at": self.at, "profile": self.profile, "model": self.model, "kind": self.kind,
-            "usage": self.usage.to_json(), "usd": self.usd, "job_id": self.job_id, "attempt": self.attempt,
+            "at": self.at,
+            "profile": self.profile,
+            "model": self.model,
+            "kind": self.kind,
+            "usage": self.usage.to_json(),
+            "usd": self.usd,
+            "job_id": self.job_id,
+            "attempt": self.attempt,
         }
 
     @classmethod
@@ -685,10 +708,14 @@ class LedgerEntry:
         if not isinstance(at, (int, float)) or isinstance(at, bool):
             raise ValueError("no time")
         return cls(
-            at=float(at), profile=str(data["profile"]), model=str(data.get("model") or ""),
-            kind=str(data.get("kind") or ""), usage=Usage.from_json(data.get("usage")),
+            at=float(at),
+            profile=str(data["profile"]),
+            model=str(data.get("model") or ""),
+            kind=str(data.get("kind") or ""),
+            usage=Usage.from_json(data.get("usage")),
             usd=float(usd) if isinstance(usd, (int, float)) and not isinstance(usd, bool) else None,
-            job_id=str(data.get("job_id") or ""), attempt=int(attempt) if isinstance(attempt, int) else 0,
+            job_id=str(data.get("job_id") or ""),
+            attempt=int(attempt) if isinstance(attempt, int) else 0,
         )
 
 
@@ -708,7 +735,7 @@ def decode_line(line: bytes) -> dict[str, Any] | None:
     if cut < 0 or not line.endswith(b'"}') or len(line) - cut != len(_CRC_MARK) + 10:
         return None
     body = line[:cut] + b"}"
-    if f"{zlib.crc32(body):08x}".encode() != line[cut + len(_CRC_MARK):-2]:
+    if f"{zlib.crc32(body):08x}".encode() != line[cut + len(_CRC_MARK) : -2]:
         return None
     try:
         doc = orjson.loads(body)
@@ -750,10 +777,15 @@ class _Totals:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "entries": self.entries, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
-            "tokens": self.tokens_in + self.tokens_out, "images": self.images,
-            "speech_chars": self.speech_chars, "speech_seconds": round(self.speech_seconds, 3),
-            "usd": round(self.usd, 6), "unknown_cost": self.unknown > 0,
+            "entries": self.entries,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "tokens": self.tokens_in + self.tokens_out,
+            "images": self.images,
+            "speech_chars": self.speech_chars,
+            "speech_seconds": round(self.speech_seconds, 3),
+            "usd": round(self.usd, 6),
+            "unknown_cost": self.unknown > 0,
         }
 
 
@@ -868,8 +900,9 @@ class SpendLedger:
         """
         when = self.clock.now() if at is None else float(at)
         cost = usd if usd is not None else self.prices.cost_usd(model, usage, local=local)
-        entry = LedgerEntry(at=when, profile=profile, model=model, kind=kind, usage=usage, usd=cost,
-                            job_id=job_id, attempt=attempt)
+        entry = LedgerEntry(
+            at=when, profile=profile, model=model, kind=kind, usage=usage, usd=cost, job_id=job_id, attempt=attempt
+        )
         self._append(self.path_for(_local_month(when)), encode_line(entry.to_json()))
         return entry
 
@@ -965,7 +998,7 @@ class SpendLedger:
                     continue
                 self._consume(state, pending[: end + 1])
                 state.offset += end + 1
-                pending = pending[end + 1:]
+                pending = pending[end + 1 :]
             # a last line without its newline is being written, or was torn: read it later
         finally:
             os.close(fd)

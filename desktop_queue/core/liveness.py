@@ -62,7 +62,7 @@ def this_process() -> str:
     """This process as a lease holder: ``host/pid/start`` (computed once per process)."""
     global _OWN, _OWN_PID
     pid = os.getpid()
-    if _OWN is None or _OWN_PID != pid:  # a forked child is another holder
+    if _OWN is None or pid != _OWN_PID:  # a forked child is another holder
         _OWN = f"{_HOST}/{pid}/{_start_time(pid) or '-'}"
         _OWN_PID = pid
     return _OWN

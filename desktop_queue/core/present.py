@@ -244,7 +244,7 @@ def budget_use(snapshot: Mapping[str, Any], budget: Budget | None) -> tuple[floa
 def _offline_text(name: str, reason: str) -> str:
     """``offline (cannot connect (ConnectError))`` from flow control's ``profile openai is offline (…)``."""
     prefix = f"profile {name} is "
-    return reason[len(prefix):] if reason.startswith(prefix) else reason
+    return reason[len(prefix) :] if reason.startswith(prefix) else reason
 
 
 def _unavailable_text(name: str, reason: str) -> str:

@@ -44,10 +44,10 @@ from desktop_queue.core.model import (
     frozen,
 )
 from desktop_queue.core.outcome import LookupResult, Outcome
+from desktop_queue.core.records import ErrorDict, EventDict, JobChanges, JobDict, Record, UpdateRecord
 from desktop_queue.core.redact import redact
 from desktop_queue.core.results import ResultStore
 from desktop_queue.core.retry import RetryPolicy
-from desktop_queue.core.records import ErrorDict, EventDict, JobChanges, JobDict, Record, UpdateRecord
 from desktop_queue.core.storage import OpenReport, Store, StoreState
 
 log = logging.getLogger(__name__)
@@ -296,9 +296,7 @@ class Queue:
         except TypeError as exc:
             raise InvalidInput(f"input is not JSON: {exc}") from None
         if len(body) > MAX_INPUT_BYTES:
-            raise InputTooLarge(
-                f"input is {len(body):,} bytes; the limit is {MAX_INPUT_BYTES:,} bytes (1 MiB)"
-            )
+            raise InputTooLarge(f"input is {len(body):,} bytes; the limit is {MAX_INPUT_BYTES:,} bytes (1 MiB)")
         if provider is not None and hasattr(provider, "validate"):
             provider.validate(payload)
         lane = _LANES.get(priority) if isinstance(priority, str) else None
@@ -322,9 +320,7 @@ class Queue:
             if held is not None:
                 existing = state.jobs[held]
                 if existing.get("input_digest") != digest:
-                    raise DuplicateKeyConflict(
-                        f"idempotency key is already used by job {held} with a different input"
-                    )
+                    raise DuplicateKeyConflict(f"idempotency key is already used by job {held} with a different input")
                 out.value = held
                 out.extra["duplicate"] = True
                 return []
@@ -402,8 +398,14 @@ class Queue:
             QueueFull: the interactive lane already has its maximum of waiting jobs.
         """
         fn, out = self._submission(
-            kind, payload, key=key, title=title, priority=priority, max_attempts=max_attempts,
-            actor=actor, replay_of=replay_of,
+            kind,
+            payload,
+            key=key,
+            title=title,
+            priority=priority,
+            max_attempts=max_attempts,
+            actor=actor,
+            replay_of=replay_of,
         )
         self.store.transact(fn)
         job = self._view(out.value)
@@ -500,7 +502,13 @@ class Queue:
             return None
         job_id, token, epoch, expires, attempt = out.value
         return frozen(
-            Lease, job_id=job_id, token=token, epoch=epoch, expires_at=expires, attempt=attempt, worker=who,
+            Lease,
+            job_id=job_id,
+            token=token,
+            epoch=epoch,
+            expires_at=expires,
+            attempt=attempt,
+            worker=who,
             job=self._view(job_id),
         )
 
@@ -508,9 +516,7 @@ class Queue:
         job = state.jobs.get(lease.job_id)
         if job is None or job["state"] != State.RUNNING or job.get("lease_token") != lease.token:
             current = job["state"] if job else "missing"
-            raise StaleLease(
-                f"job {lease.job_id}: lease epoch {lease.epoch} is no longer current (job is {current})"
-            )
+            raise StaleLease(f"job {lease.job_id}: lease epoch {lease.epoch} is no longer current (job is {current})")
         return job
 
     def lease_length(self, kind: str) -> float:
@@ -570,7 +576,11 @@ class Queue:
             job = self._current(state, lease)
             now = self.clock.now()
             ev = self._event(
-                EventType.RESUMED, job, Actor.SYSTEM, now, detail={"reason": reason, "delay_s": round(seconds, 1)},
+                EventType.RESUMED,
+                job,
+                Actor.SYSTEM,
+                now,
+                detail={"reason": reason, "delay_s": round(seconds, 1)},
                 worker=lease.worker,
             )
             return [self._upd(job["id"], {"lease_expires_at": now + length, "heartbeat_at": now}, ev)]
@@ -588,8 +598,12 @@ class Queue:
             job = self._current(state, lease)
             now = self.clock.now()
             ev = self._event(
-                EventType.PROVIDER_JOB, job, Actor.SYSTEM, now,
-                detail={"provider_job_id": provider_job_id}, worker=lease.worker,
+                EventType.PROVIDER_JOB,
+                job,
+                Actor.SYSTEM,
+                now,
+                detail={"provider_job_id": provider_job_id},
+                worker=lease.worker,
             )
             return [self._upd(job["id"], {"provider_job_id": provider_job_id, "updated_at": now}, ev)]
 
@@ -659,14 +673,20 @@ class Queue:
 
     def record_stale(self, lease: Lease, reason: str) -> None:
         """Records in the job's timeline that a lost lease's holder was turned away."""
+
         def fn(state: StoreState) -> list[Record]:
             job = state.jobs.get(lease.job_id)
             if job is None:
                 return []
             ev = self._event(
-                EventType.STALE_RESULT, job, Actor.SYSTEM, self.clock.now(),
-                detail={"reason": reason, "stale_epoch": lease.epoch}, worker=lease.worker,
-                attempt=lease.attempt, epoch=lease.epoch,
+                EventType.STALE_RESULT,
+                job,
+                Actor.SYSTEM,
+                self.clock.now(),
+                detail={"reason": reason, "stale_epoch": lease.epoch},
+                worker=lease.worker,
+                attempt=lease.attempt,
+                epoch=lease.epoch,
             )
             return [self._upd(job["id"], {}, ev)]
 
@@ -692,7 +712,13 @@ class Queue:
         return self._view(lease.job_id)
 
     def _failure_record(
-        self, job: JobDict, outcome: Outcome, now: float, actor: str, worker: str | None, event_reason: str | None = None
+        self,
+        job: JobDict,
+        outcome: Outcome,
+        now: float,
+        actor: str,
+        worker: str | None,
+        event_reason: str | None = None,
     ) -> UpdateRecord:
         error_class = ErrorClass(outcome.error_class or ErrorClass.RETRYABLE)
         retry_after = outcome.retry_after
@@ -710,7 +736,9 @@ class Queue:
 
         def dead(reason: str, **extra: Unpack[JobChanges]) -> UpdateRecord:
             check_transition(job["id"], job["state"], State.DEAD)
-            ev = self._event(EventType.DEAD_LETTERED, job, actor, now, detail={**detail, "reason": reason}, worker=worker)
+            ev = self._event(
+                EventType.DEAD_LETTERED, job, actor, now, detail={**detail, "reason": reason}, worker=worker
+            )
             return self._upd(job["id"], {**base, **extra, "state": str(State.DEAD), "finished_at": now}, ev)
 
         def requeue(kind: EventType, delay: float, **extra: Unpack[JobChanges]) -> UpdateRecord:
@@ -718,9 +746,16 @@ class Queue:
                 return dead("retry deadline passed", **extra)
             check_transition(job["id"], job["state"], State.QUEUED)
             ev = self._event(
-                kind, job, actor, now,
-                detail={**detail, "delay_s": round(delay, 3), "run_after": round(now + delay, 3),
-                        "retry_after_s": retry_after},
+                kind,
+                job,
+                actor,
+                now,
+                detail={
+                    **detail,
+                    "delay_s": round(delay, 3),
+                    "run_after": round(now + delay, 3),
+                    "retry_after_s": retry_after,
+                },
                 worker=worker,
             )
             return self._upd(job["id"], {**base, **extra, "state": str(State.QUEUED), "run_after": now + delay}, ev)
@@ -804,7 +839,10 @@ class Queue:
                 # the lost holder had its answer before it went: never produce it again
                 ref = self.results.ref_for(job["key"])
                 done = self._event(
-                    EventType.SUCCEEDED, job, Actor.SYSTEM, now,
+                    EventType.SUCCEEDED,
+                    job,
+                    Actor.SYSTEM,
+                    now,
                     detail={"result_ref": ref, "reason": "result already stored for this key; not produced again"},
                 )
                 record = self._upd(
@@ -813,14 +851,25 @@ class Queue:
                 record["res"] = found  # the lost holder may never have synced it
                 records.append(record)
             elif job["attempts"] >= job["max_attempts"]:
-                error: ErrorDict = {"class": "retryable", "message": "lease expired on the last attempt", "status": None}
+                error: ErrorDict = {
+                    "class": "retryable",
+                    "message": "lease expired on the last attempt",
+                    "status": None,
+                }
                 dead_ev = self._event(
-                    EventType.DEAD_LETTERED, job, Actor.SYSTEM, now,
-                    detail={"reason": f"lease expired with attempts exhausted ({job['attempts']}/{job['max_attempts']})"},
+                    EventType.DEAD_LETTERED,
+                    job,
+                    Actor.SYSTEM,
+                    now,
+                    detail={
+                        "reason": f"lease expired with attempts exhausted ({job['attempts']}/{job['max_attempts']})"
+                    },
                 )
-                records.append(self._upd(
-                    job_id, {**base, "state": str(State.DEAD), "finished_at": now, "last_error": error}, ev, dead_ev
-                ))
+                records.append(
+                    self._upd(
+                        job_id, {**base, "state": str(State.DEAD), "finished_at": now, "last_error": error}, ev, dead_ev
+                    )
+                )
             else:
                 records.append(self._upd(job_id, {**base, "state": str(State.QUEUED), "run_after": now}, ev))
         return records
@@ -849,7 +898,11 @@ class Queue:
             now = self.clock.now()
             out.value = job["id"]
             ev = self._event(EventType.CANCELLED, job, actor, now, detail={"from_state": job["state"]})
-            changes: JobChanges = {"state": str(State.CANCELLED), "finished_at": now, **self._lease_changes_cleared(now)}
+            changes: JobChanges = {
+                "state": str(State.CANCELLED),
+                "finished_at": now,
+                **self._lease_changes_cleared(now),
+            }
             return [self._upd(job["id"], changes, ev)]
 
         self.store.transact(fn)
@@ -982,14 +1035,17 @@ class Queue:
 
         def fn(st: StoreState) -> list[JobDict]:
             source = st.jobs.values() if ids is None else (st.jobs[i] for i in ids if i in st.jobs)
-            return cast(list[JobDict], [
-                {
-                    k: v
-                    for k, v in j.items()
-                    if k not in ("events", "lease_token") and (k != "input" or j["state"] == State.QUEUED)
-                }
-                for j in source
-            ])
+            return cast(
+                list[JobDict],
+                [
+                    {
+                        k: v
+                        for k, v in j.items()
+                        if k not in ("events", "lease_token") and (k != "input" or j["state"] == State.QUEUED)
+                    }
+                    for j in source
+                ],
+            )
 
         return self.store.read(fn)
 
@@ -1074,8 +1130,15 @@ class Queue:
                 raw = state.jobs[job_id]
                 if raw["state"] != State.RUNNING:
                     return []
-                ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason, "result_ref": ref})
-                changes: JobChanges = {"state": str(State.SUCCEEDED), "result_ref": ref, "finished_at": now, **self._lease_changes_cleared(now)}
+                ev = self._event(
+                    EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason, "result_ref": ref}
+                )
+                changes: JobChanges = {
+                    "state": str(State.SUCCEEDED),
+                    "result_ref": ref,
+                    "finished_at": now,
+                    **self._lease_changes_cleared(now),
+                }
                 decision.value = ("succeeded", reason)
                 record = self._upd(job_id, changes, ev)
                 carried = self.results.get(job.idempotency_key) or doc
@@ -1086,7 +1149,9 @@ class Queue:
             return fn
 
         if doc is not None:
-            self.store.transact(finish(self.results.ref_for(job.idempotency_key), "result found in the local result store"))
+            self.store.transact(
+                finish(self.results.ref_for(job.idempotency_key), "result found in the local result store")
+            )
             self.results.drop_pending(job.idempotency_key, job.lease_epoch)  # the journal carries it now
             if decision.value is None:
                 return Reconciled(job_id, job.title, "unchanged", "changed by another process meanwhile")
@@ -1102,7 +1167,9 @@ class Queue:
                 lookup = LookupResult(LookupResult.UNKNOWN)
 
         if lookup.status == LookupResult.FINISHED:
-            ref, _ = self.results.put(job.idempotency_key, lookup.result, job_id=job_id, epoch=job.lease_epoch, produced_at=now)
+            ref, _ = self.results.put(
+                job.idempotency_key, lookup.result, job_id=job_id, epoch=job.lease_epoch, produced_at=now
+            )
             self.store.transact(finish(ref, "the provider had finished it; result fetched and stored"))
             return Reconciled(job_id, job.title, *decision.value)
 
@@ -1116,14 +1183,28 @@ class Queue:
                     # the provider is still working on this attempt: resume it, spend no new attempt
                     ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason})
                     decision.value = ("resumed", reason)
-                    return [self._upd(job_id, {**base, "state": str(State.QUEUED), "attempts": max(0, raw["attempts"] - 1)}, ev)]
+                    return [
+                        self._upd(
+                            job_id, {**base, "state": str(State.QUEUED), "attempts": max(0, raw["attempts"] - 1)}, ev
+                        )
+                    ]
                 if raw["attempts"] >= raw["max_attempts"]:
                     why = f"{reason}; attempts exhausted ({raw['attempts']}/{raw['max_attempts']})"
                     ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": why})
-                    error: ErrorDict = {"class": "retryable", "message": "interrupted on its last attempt", "status": None}
+                    error: ErrorDict = {
+                        "class": "retryable",
+                        "message": "interrupted on its last attempt",
+                        "status": None,
+                    }
                     decision.value = ("dead", why)
-                    return [self._upd(job_id, {**base, "state": str(State.DEAD), "finished_at": now, "last_error": error}, ev)]
-                ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": f"{reason}; queued again"})
+                    return [
+                        self._upd(
+                            job_id, {**base, "state": str(State.DEAD), "finished_at": now, "last_error": error}, ev
+                        )
+                    ]
+                ev = self._event(
+                    EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": f"{reason}; queued again"}
+                )
                 decision.value = ("requeued", f"{reason}; queued again")
                 return [self._upd(job_id, {**base, "state": str(State.QUEUED)}, ev)]
 
@@ -1138,9 +1219,16 @@ class Queue:
                 raw = state.jobs[job_id]
                 if raw["state"] != State.RUNNING:
                     return []
-                rec = self._failure_record(raw, outcome, now, Actor.SYSTEM, None, event_reason="reconciled: the provider reported a failure")
-                decision.value = (rec["set"]["state"] == State.DEAD and "dead" or "requeued", "the provider reported a failure")
-                ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": "the provider reported a failure"})
+                rec = self._failure_record(
+                    raw, outcome, now, Actor.SYSTEM, None, event_reason="reconciled: the provider reported a failure"
+                )
+                decision.value = (
+                    rec["set"]["state"] == State.DEAD and "dead" or "requeued",
+                    "the provider reported a failure",
+                )
+                ev = self._event(
+                    EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": "the provider reported a failure"}
+                )
                 rec["ev"].insert(0, ev)
                 return [rec]
 
@@ -1150,4 +1238,3 @@ class Queue:
         if decision.value is None:
             return Reconciled(job_id, job.title, "unchanged", "changed by another process meanwhile")
         return Reconciled(job_id, job.title, *decision.value)
-

@@ -39,10 +39,24 @@ MAX_PATTERN_CHARS = 2000
 #: A provider may quote only the start of a long prompt: this much of it is looked for.
 PREFIX_CHARS = 24
 #: Input keys whose values are settings, not text: not hidden, and kept readable.
-SETTING_KEYS = frozenset({
-    "model", "role", "type", "voice", "format", "size", "quality", "profile", "reasoning_effort",
-    "effort", "detail", "tool_choice", "required", "output_format",
-})
+SETTING_KEYS = frozenset(
+    {
+        "model",
+        "role",
+        "type",
+        "voice",
+        "format",
+        "size",
+        "quality",
+        "profile",
+        "reasoning_effort",
+        "effort",
+        "detail",
+        "tool_choice",
+        "required",
+        "output_format",
+    }
+)
 # a word, or a JSON escape (``\n``, ``\"``...) that separates words in a quoted request body
 _TOKEN = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt])|(\w+)')
 

@@ -267,9 +267,7 @@ class ResultStore:
         atomic_write(path, orjson.dumps(doc), durable=False)
         return doc
 
-    def attempt_document(
-        self, key: str, result: Any, *, job_id: str, epoch: int, produced_at: float
-    ) -> dict[str, Any]:
+    def attempt_document(self, key: str, result: Any, *, job_id: str, epoch: int, produced_at: float) -> dict[str, Any]:
         """The document of one attempt's result; its artifact, if any, written (durably) first."""
         return self.document(
             key, self._store_artifact(key, result, epoch), job_id=job_id, epoch=epoch, produced_at=produced_at
@@ -482,7 +480,9 @@ class ResultStore:
 
     def count(self) -> int:
         """How many keys have a result, as files or carried by the journal (walks the directory)."""
-        names = {p.stem for p in self.root.glob("*/*.json") if p.parent.name != "pending"} if self.root.exists() else set()
+        names = (
+            {p.stem for p in self.root.glob("*/*.json") if p.parent.name != "pending"} if self.root.exists() else set()
+        )
         if self._carried_keys is not None:
             names.update(self._safe(k) for k in self._carried_keys())
         return len(names)

@@ -990,7 +990,9 @@ class Store:
                 backup = path.with_name(f"{path.name}.v{orjson.loads(raw)['schema_version']}-backup")
                 atomic_write(backup, raw)
                 atomic_write(path, encode_snapshot(gen, jobs.values(), seq, epoch))
-                self.report.notices.append(f"{path.name} was migrated to schema {SCHEMA_VERSION} (backup: {backup.name})")
+                self.report.notices.append(
+                    f"{path.name} was migrated to schema {SCHEMA_VERSION} (backup: {backup.name})"
+                )
             break
         else:
             if snaps and segs and segs[0] > 1:
@@ -1086,7 +1088,11 @@ class Store:
             good = encode_record(journal_header(gen))
         atomic_write(path, good)
         lost_ids = sorted(
-            {str(i) for r in read.lost_after if (i := r.get("id") or cast("dict[str, Any]", r.get("job") or {}).get("id"))}
+            {
+                str(i)
+                for r in read.lost_after
+                if (i := r.get("id") or cast("dict[str, Any]", r.get("job") or {}).get("id"))
+            }
         )
         lost_n = len(read.lost_after) + sum(
             len(read_segment((self.root / segment_name(g)).read_bytes(), 0).records) - 1 for g in later
@@ -1592,7 +1598,9 @@ class Store:
                 _datasync(self._fd)
             except OSError as exc:
                 cause = exc.strerror or str(exc)
-                raise StoreError(f"could not flush the task store to disk: {cause}. {self._poison_with(cause)}") from exc
+                raise StoreError(
+                    f"could not flush the task store to disk: {cause}. {self._poison_with(cause)}"
+                ) from exc
             self._synced = self._written
 
     # ----------------------------------------------------------------- carried results
@@ -1809,4 +1817,3 @@ def compact(root: Path, upto: int, notices: list[str] | None = None) -> int:
                 (root / name).unlink()
     fsync_dir(root)
     return len(raw)
-

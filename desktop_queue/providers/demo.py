@@ -39,10 +39,32 @@ _STATUS_CLASS = {
     404: ErrorClass.FATAL,
     422: ErrorClass.FATAL,
 }
-_WORDS = (
-    "amber harbor quiet lattice ember willow signal orbit meadow cobalt lantern river "
-    "granite echo velvet summit drift falcon prism tide cedar aurora pebble quartz"
-).split()
+_WORDS = [
+    "amber",
+    "harbor",
+    "quiet",
+    "lattice",
+    "ember",
+    "willow",
+    "signal",
+    "orbit",
+    "meadow",
+    "cobalt",
+    "lantern",
+    "river",
+    "granite",
+    "echo",
+    "velvet",
+    "summit",
+    "drift",
+    "falcon",
+    "prism",
+    "tide",
+    "cedar",
+    "aurora",
+    "pebble",
+    "quartz",
+]
 
 
 def classify_status(status: int) -> ErrorClass:
@@ -74,24 +96,24 @@ class DemoProvider:
     def validate(self, payload: Any) -> None:
         """Checks the demo input's shape; raises :class:`InvalidInput` with the reason."""
         if not isinstance(payload, dict):
-            raise InvalidInput("demo input must be a JSON object with a \"prompt\"")
+            raise InvalidInput('demo input must be a JSON object with a "prompt"')
         prompt = payload.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
-            raise InvalidInput("demo input needs a non-empty \"prompt\" string")
+            raise InvalidInput('demo input needs a non-empty "prompt" string')
         duration = payload.get("duration_s", 1.0)
         if not isinstance(duration, (int, float)) or isinstance(duration, bool) or not 0 <= duration <= MAX_DURATION_S:
-            raise InvalidInput(f"\"duration_s\" must be a number between 0 and {MAX_DURATION_S:g}")
+            raise InvalidInput(f'"duration_s" must be a number between 0 and {MAX_DURATION_S:g}')
         fail_times = payload.get("fail_times", 0)
         if not isinstance(fail_times, int) or isinstance(fail_times, bool) or fail_times < 0:
-            raise InvalidInput("\"fail_times\" must be a whole number of at least 0")
+            raise InvalidInput('"fail_times" must be a whole number of at least 0')
         fail_with = payload.get("fail_with", "retryable")
         if isinstance(fail_with, bool) or not (
             fail_with in FAIL_WITH or (isinstance(fail_with, int) and 100 <= fail_with <= 599)
         ):
-            raise InvalidInput(f"\"fail_with\" must be one of {', '.join(FAIL_WITH)} or an HTTP status")
+            raise InvalidInput(f'"fail_with" must be one of {", ".join(FAIL_WITH)} or an HTTP status')
         retry_after = payload.get("retry_after_s")
         if retry_after is not None and (not isinstance(retry_after, (int, float)) or retry_after < 0):
-            raise InvalidInput("\"retry_after_s\" must be a number of seconds")
+            raise InvalidInput('"retry_after_s" must be a number of seconds')
 
     def run(self, job: Any, context: RunContext) -> Outcome:
         """Works for ``duration_s`` (heartbeating, honouring cancel), then fails or succeeds."""
@@ -143,4 +165,3 @@ class DemoProvider:
     def lookup(self, job: Any) -> LookupResult:
         """The demo keeps no server-side record: an orphan's outcome is unknown."""
         return LookupResult(LookupResult.UNKNOWN)
-

@@ -69,6 +69,7 @@ def _sdk() -> Any:
 
     return openai
 
+
 KEYRING_SERVICE = "desktop-queue"
 DEFAULT_PROFILE = "openai"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -77,12 +78,26 @@ _STATUS_CLASS = {408: ErrorClass.RETRYABLE, 409: ErrorClass.RETRYABLE, 429: Erro
 _QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "quota_exceeded"})
 _RESPONSE_RUNNING = frozenset({"queued", "in_progress"})
 _CHAT_OPTIONS = (
-    "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "response_format",
-    "presence_penalty", "frequency_penalty", "reasoning_effort",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "response_format",
+    "presence_penalty",
+    "frequency_penalty",
+    "reasoning_effort",
 )
 _RESPONSES_OPTIONS = ("instructions", "max_output_tokens", "temperature", "top_p", "reasoning", "text")
-_SPEECH_FORMATS = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
-                   "wav": "audio/wav", "pcm": "audio/L16"}
+_SPEECH_FORMATS = {
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+    "aac": "audio/aac",
+    "flac": "audio/flac",
+    "wav": "audio/wav",
+    "pcm": "audio/L16",
+}
 
 
 # ---------------------------------------------------------------------- configuration
@@ -163,9 +178,7 @@ def resolve_api_key(profile: str = DEFAULT_PROFILE) -> KeyLookup:
         if key:
             return KeyLookup(key, "keyring")
     except Exception as exc:  # NoKeyringError, a locked or broken backend: say so, never crash
-        notice = (
-            f"no usable OS keyring ({type(exc).__name__}); using the OPENAI_API_KEY environment variable"
-        )
+        notice = f"no usable OS keyring ({type(exc).__name__}); using the OPENAI_API_KEY environment variable"
     env = os.environ.get("OPENAI_API_KEY")
     if env:
         return KeyLookup(env, "environment", notice)
@@ -420,8 +433,9 @@ def _request_line(error: Any) -> str | None:
         return None
 
 
-_NOT_A_ROUTE = re.compile(r"^(?:not found|404 page not found|404: not found|no route.*|unknown (?:url|endpoint|route).*)$",
-                          re.IGNORECASE)
+_NOT_A_ROUTE = re.compile(
+    r"^(?:not found|404 page not found|404: not found|no route.*|unknown (?:url|endpoint|route).*)$", re.IGNORECASE
+)
 
 
 def _not_found_hint(line: str | None, detail: str | None) -> str | None:
@@ -621,10 +635,7 @@ class _OpenAIBase:
             return self._client_obj
 
     def _missing_key_text(self) -> str:
-        return (
-            f"no API key for profile {self.profile.name}: enter it in Preferences → Providers "
-            "or set OPENAI_API_KEY"
-        )
+        return f"no API key for profile {self.profile.name}: enter it in Preferences → Providers or set OPENAI_API_KEY"
 
     def unavailable_reason(self) -> str | None:
         """Why this profile's jobs cannot run now (no API key yet), or None when they can.
@@ -728,10 +739,10 @@ def _require_dict(payload: Any, kind: str) -> Mapping[str, Any]:
         raise InvalidInput(f"{kind} input must be a JSON object")
     model = payload.get("model")
     if model is not None and (not isinstance(model, str) or not model):
-        raise InvalidInput("\"model\" must be a non-empty string")
+        raise InvalidInput('"model" must be a non-empty string')
     profile = payload.get("profile")
     if profile is not None and not isinstance(profile, str):
-        raise InvalidInput("\"profile\" must be a string")
+        raise InvalidInput('"profile" must be a string')
     return payload
 
 
@@ -739,14 +750,14 @@ def _messages(payload: Mapping[str, Any], kind: str) -> list[dict[str, Any]]:
     messages = payload.get("messages")
     if messages is not None:
         if not isinstance(messages, list) or not messages:
-            raise InvalidInput(f"{kind}: \"messages\" must be a non-empty list")
+            raise InvalidInput(f'{kind}: "messages" must be a non-empty list')
         for message in messages:
             if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:
-                raise InvalidInput(f"{kind}: every message needs a \"role\" and a \"content\"")
+                raise InvalidInput(f'{kind}: every message needs a "role" and a "content"')
         return list(messages)
     prompt = payload.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
-        raise InvalidInput(f"{kind} input needs \"messages\" or a non-empty \"prompt\"")
+        raise InvalidInput(f'{kind} input needs "messages" or a non-empty "prompt"')
     return [{"role": "user", "content": prompt}]
 
 
@@ -754,7 +765,7 @@ def _check_max(payload: Mapping[str, Any], *names: str) -> None:
     for name in names:
         value = payload.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise InvalidInput(f"\"{name}\" must be a whole number of at least 1")
+            raise InvalidInput(f'"{name}" must be a whole number of at least 1')
 
 
 def output_problem(text: str, response_format: Any) -> str | None:
@@ -833,14 +844,16 @@ class OpenAIChatProvider(_OpenAIBase):
         problem = output_problem(text, payload.get("response_format"))
         if problem:
             return Outcome.failure(ErrorClass.POISON, f"{self.kind}: {problem}")
-        return Outcome.success({
-            "text": text,
-            "model": completion.model,
-            "finish_reason": choices[0].finish_reason,
-            "usage": _usage(completion.usage),
-            "id": completion.id,
-            "provider": self.kind,
-        })
+        return Outcome.success(
+            {
+                "text": text,
+                "model": completion.model,
+                "finish_reason": choices[0].finish_reason,
+                "usage": _usage(completion.usage),
+                "id": completion.id,
+                "provider": self.kind,
+            }
+        )
 
 
 class OpenAIResponsesProvider(_OpenAIBase):
@@ -868,7 +881,7 @@ class OpenAIResponsesProvider(_OpenAIBase):
         if "input" in data:
             value = data["input"]
             if not ((isinstance(value, str) and value.strip()) or (isinstance(value, list) and value)):
-                raise InvalidInput(f"{self.kind}: \"input\" must be a non-empty string or list")
+                raise InvalidInput(f'{self.kind}: "input" must be a non-empty string or list')
         else:
             _messages(data, self.kind)
         _check_max(data, "max_output_tokens")
@@ -983,7 +996,8 @@ class OpenAIResponsesProvider(_OpenAIBase):
                 if context.stopping.is_set():
                     # not cancelled by a person: keep the paid-for provider job for the next attempt
                     return Outcome.failure(
-                        ErrorClass.RETRYABLE, f"{self.kind}: interrupted; the provider job keeps running and will be resumed"
+                        ErrorClass.RETRYABLE,
+                        f"{self.kind}: interrupted; the provider job keeps running and will be resumed",
                     )
                 return self._cancel(client, response_id, headers)
             interval = min(profile.poll_max_s, interval * profile.poll_growth)
@@ -1018,7 +1032,9 @@ class OpenAIResponsesProvider(_OpenAIBase):
 
     def _cancel(self, client: openai.OpenAI, response_id: str, headers: dict[str, str]) -> Outcome:
         try:
-            client.responses.cancel(response_id, extra_headers=headers, timeout=self._sdk_timeout(self.profile.timeout_s))
+            client.responses.cancel(
+                response_id, extra_headers=headers, timeout=self._sdk_timeout(self.profile.timeout_s)
+            )
             note = "the provider job was cancelled"
         except Exception as exc:
             note = f"cancelling the provider job failed ({type(exc).__name__})"
@@ -1079,25 +1095,33 @@ class OpenAIImageProvider(_OpenAIBase):
         self._check_profile(data)
         prompt = data.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
-            raise InvalidInput(f"{self.kind} input needs a non-empty \"prompt\"")
+            raise InvalidInput(f'{self.kind} input needs a non-empty "prompt"')
         for name in ("size", "quality"):
             if name in data and not isinstance(data[name], str):
-                raise InvalidInput(f"\"{name}\" must be a string")
+                raise InvalidInput(f'"{name}" must be a string')
 
     def _asks_b64(self, model: str) -> bool:
         return not model.startswith("gpt-image") and model not in self._refuses_response_format
 
     def _generate(
-        self, client: openai.OpenAI, model: str, payload: Mapping[str, Any], context: RunContext,
-        deadline: float, b64: bool,
+        self,
+        client: openai.OpenAI,
+        model: str,
+        payload: Mapping[str, Any],
+        context: RunContext,
+        deadline: float,
+        b64: bool,
     ) -> Any:
         options: dict[str, Any] = {k: payload[k] for k in ("size", "quality") if k in payload}
         if b64:
             options["response_format"] = "b64_json"
         raw = client.images.with_raw_response.generate(
-            model=model, prompt=payload["prompt"], n=1,
+            model=model,
+            prompt=payload["prompt"],
+            n=1,
             extra_headers=self._headers(context.idempotency_key),
-            timeout=self._sdk_timeout(deadline - self._monotonic()), **options,
+            timeout=self._sdk_timeout(deadline - self._monotonic()),
+            **options,
         )
         self._observe(raw.headers)
         return raw.parse()
@@ -1161,7 +1185,12 @@ class OpenAIImageProvider(_OpenAIBase):
         return Outcome.failure(ErrorClass.POISON, f"{self.kind}: the response had no image data")
 
     def _result(
-        self, content: bytes, mime: str | None, model: str, context: RunContext, source: str,
+        self,
+        content: bytes,
+        mime: str | None,
+        model: str,
+        context: RunContext,
+        source: str,
         usage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         mime = _image_mime(content) or mime or "image/png"
@@ -1206,7 +1235,9 @@ class OpenAIImageProvider(_OpenAIBase):
                     for chunk in response.iter_bytes():
                         size += len(chunk)
                         if size > self.MAX_IMAGE_BYTES:
-                            return Outcome.failure(ErrorClass.RETRYABLE, f"{self.kind}: the image at {host} is too large")
+                            return Outcome.failure(
+                                ErrorClass.RETRYABLE, f"{self.kind}: the image at {host} is too large"
+                            )
                         if self._monotonic() > deadline:
                             raise TimeoutError
                         chunks.append(chunk)
@@ -1220,7 +1251,9 @@ class OpenAIImageProvider(_OpenAIBase):
         content = b"".join(chunks)
         if not content or (_image_mime(content) is None and not content_type.startswith("image/")):
             shown = content_type.split(";")[0] or "no content type"
-            return Outcome.failure(ErrorClass.RETRYABLE, f"{self.kind}: the image link at {host} answered {shown}, not an image")
+            return Outcome.failure(
+                ErrorClass.RETRYABLE, f"{self.kind}: the image link at {host} answered {shown}, not an image"
+            )
         return content
 
     def lookup(self, job: Any) -> LookupResult:
@@ -1228,8 +1261,9 @@ class OpenAIImageProvider(_OpenAIBase):
         link = getattr(job, "provider_job_id", None)
         if not (isinstance(link, str) and _is_image_link(link)):
             return LookupResult(LookupResult.UNKNOWN)
-        context = RunContext(job_id=str(getattr(job, "id", "")), attempt=0,
-                             idempotency_key=str(getattr(job, "idempotency_key", "")))
+        context = RunContext(
+            job_id=str(getattr(job, "id", "")), attempt=0, idempotency_key=str(getattr(job, "idempotency_key", ""))
+        )
         timeout = self._timeout(None)
         fetched = self._fetch(link, self._monotonic() + timeout[0], timeout, getattr(job, "input", None))
         if isinstance(fetched, Outcome):
@@ -1296,12 +1330,12 @@ class OpenAISpeechProvider(_OpenAIBase):
         self._check_profile(data)
         text = data.get("input", data.get("text"))
         if not isinstance(text, str) or not text.strip():
-            raise InvalidInput(f"{self.kind} input needs a non-empty \"input\" text")
+            raise InvalidInput(f'{self.kind} input needs a non-empty "input" text')
         fmt = data.get("format", "mp3")
         if fmt not in _SPEECH_FORMATS:
-            raise InvalidInput(f"\"format\" must be one of {', '.join(_SPEECH_FORMATS)}")
+            raise InvalidInput(f'"format" must be one of {", ".join(_SPEECH_FORMATS)}')
         if "voice" in data and not isinstance(data["voice"], str):
-            raise InvalidInput("\"voice\" must be a string")
+            raise InvalidInput('"voice" must be a string')
 
     def run(self, job: Any, context: RunContext) -> Outcome:
         """Synthesises the audio."""
@@ -1314,10 +1348,13 @@ class OpenAISpeechProvider(_OpenAIBase):
             fmt = payload.get("format", "mp3")
             options = {"instructions": payload["instructions"]} if isinstance(payload.get("instructions"), str) else {}
             audio = client.audio.speech.create(
-                model=model, voice=payload.get("voice", self.profile.voice),
-                input=payload.get("input", payload.get("text")), response_format=fmt,
+                model=model,
+                voice=payload.get("voice", self.profile.voice),
+                input=payload.get("input", payload.get("text")),
+                response_format=fmt,
                 extra_headers=self._headers(context.idempotency_key),
-                timeout=self._sdk_timeout(timeout[0]), **options,
+                timeout=self._sdk_timeout(timeout[0]),
+                **options,
             )
             self._observe(audio.response.headers)
             content = audio.content
@@ -1325,14 +1362,16 @@ class OpenAISpeechProvider(_OpenAIBase):
             return self._fail(exc, payload, timeout)
         if not content:
             return Outcome.failure(ErrorClass.POISON, f"{self.kind}: the response had no audio")
-        return Outcome.success({
-            "artifact_b64": base64.b64encode(content).decode("ascii"),
-            "artifact_name": f"{context.idempotency_key}.{fmt}",
-            "mime": _SPEECH_FORMATS[fmt],
-            "bytes": len(content),
-            "model": model,
-            "provider": self.kind,
-        })
+        return Outcome.success(
+            {
+                "artifact_b64": base64.b64encode(content).decode("ascii"),
+                "artifact_name": f"{context.idempotency_key}.{fmt}",
+                "mime": _SPEECH_FORMATS[fmt],
+                "bytes": len(content),
+                "model": model,
+                "provider": self.kind,
+            }
+        )
 
 
 def make_providers(

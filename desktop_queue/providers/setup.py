@@ -71,14 +71,20 @@ class ProfileConfig:
         """The flow-control limits of this profile."""
         budget = self.budget()
         return ProfileLimits(
-            rpm=self.rpm or None, tpm=self.tpm or None, concurrency=self.concurrency or None,
-            budget=budget if budget.is_set() else None, model=self.model or None, local=self.is_local(),
+            rpm=self.rpm or None,
+            tpm=self.tpm or None,
+            concurrency=self.concurrency or None,
+            budget=budget if budget.is_set() else None,
+            model=self.model or None,
+            local=self.is_local(),
         )
 
     def openai_profile(self) -> OpenAIProfile:
         """The provider-side profile (endpoint and default model)."""
         return OpenAIProfile(
-            name=self.name, base_url=self.base_url or None, model=self.model or OpenAIProfile.model,
+            name=self.name,
+            base_url=self.base_url or None,
+            model=self.model or OpenAIProfile.model,
             require_key=self.require_key,
         )
 
@@ -110,7 +116,8 @@ def build(
     configs = list(profiles) if profiles else [ProfileConfig()]
     shared = Path(data_dir) if data_dir is not None else None
     flow = FlowControl(
-        {c.name: c.limits() for c in configs}, clock=clock,
+        {c.name: c.limits() for c in configs},
+        clock=clock,
         shared_dir=shared / "flow" if shared is not None else None,
         ledger=SpendLedger(shared, clock) if shared is not None else None,
     )

@@ -62,6 +62,7 @@ def attempt_grace(timeout_s: float) -> float:
     """How long past its timeout the driver waits for a provider before it gives up on it."""
     return 5.0 + 0.1 * timeout_s
 
+
 qtcompat.install()  # PySide6 6.12.0 + CPython 3.11 would abort a long run (see qtcompat)
 
 
@@ -428,9 +429,7 @@ class LeaseDriver(QObject):
             self.keeper.remove(active.lease)
             if not active.timed_out:
                 try:
-                    self.queue.release(
-                        active.lease, "interrupted: the worker was shut down and did not stop in time"
-                    )
+                    self.queue.release(active.lease, "interrupted: the worker was shut down and did not stop in time")
                 except QueueError:
                     pass
                 if self.flow is not None:

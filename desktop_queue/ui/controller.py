@@ -14,8 +14,8 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from desktop_queue.core import Job, Queue, QueueError, SubmitResult
 from desktop_queue.core.flow import FlowControl
-from desktop_queue.core.model import Actor
 from desktop_queue.core.ledger import Budget
+from desktop_queue.core.model import Actor
 from desktop_queue.core.present import (
     PAUSED,
     interactive_ahead,
@@ -165,8 +165,13 @@ class Controller(QObject):
         self.dead_model = DeadLetterModel(queue.clock.now, parent=self)
         self.refresher = RefreshCoordinator(queue, [self.queue_model, self.dead_model], refresh_ms, self)
         self.driver = LeaseDriver(
-            queue, self.providers, concurrency=concurrency, tick_ms=tick_ms, flow=flow,
-            attempt_timeout_s=attempt_timeout_s, parent=self,
+            queue,
+            self.providers,
+            concurrency=concurrency,
+            tick_ms=tick_ms,
+            flow=flow,
+            attempt_timeout_s=attempt_timeout_s,
+            parent=self,
         )
         # before the views repaint on the same signal: count the interactive jobs ahead once per refresh
         self.refresher.refreshed.connect(self.update_lanes)
@@ -343,7 +348,8 @@ class Controller(QObject):
         self.batch = BatchRetry(self, ids, batch_size, interval_ms, self)
         self.batch.finished.connect(
             lambda retried, skipped: self.message.emit(
-                f"Retried {retried} dead jobs" + (f" ({skipped} had already changed and were skipped)" if skipped else "")
+                f"Retried {retried} dead jobs"
+                + (f" ({skipped} had already changed and were skipped)" if skipped else "")
             )
         )
         self.batch.start()

@@ -33,9 +33,9 @@ from PySide6.QtWidgets import (
 from desktop_queue.core import Job, QueueError, SubmitResult
 from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.model import Priority
+from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.icons import icon
-from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.ui.settings import MAX_CONCURRENCY, Preferences, load_provider_profile
 
 DEMO_FAIL_WITH = ("", "retryable", "throttled", "fatal", "poison")
@@ -128,7 +128,7 @@ class InlineMessage(QWidget):
 def parse_json(text: str) -> Any:
     """Parses editor text; raises :class:`InvalidInput` saying where the JSON is broken."""
     if not text.strip():
-        raise InvalidInput("the input is empty: write a JSON object, e.g. {\"prompt\": \"…\"}")
+        raise InvalidInput('the input is empty: write a JSON object, e.g. {"prompt": "…"}')
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -150,7 +150,6 @@ def default_title(payload: Any) -> str | None:
         return None
     line = prompt.strip().splitlines()[0].strip()
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
-
 
 
 class DemoForm(QWidget):
@@ -187,9 +186,7 @@ class DemoForm(QWidget):
         form.addRow("Fail &with:", self.fail_with)
         form.addRow("Retry-&After:", self.retry_after)
         self.fail_times.setSuffix(" attempts")
-        self.fail_times.valueChanged.connect(
-            lambda n: self.fail_times.setSuffix(" attempt" if n == 1 else " attempts")
-        )
+        self.fail_times.valueChanged.connect(lambda n: self.fail_times.setSuffix(" attempt" if n == 1 else " attempts"))
         # "fail with X" fails at least once: show it, so the form and the JSON agree
         self.fail_with.currentIndexChanged.connect(self._fail_with_changed)
         for signal in (
@@ -219,9 +216,18 @@ class DemoForm(QWidget):
 
     def load(self, payload: Any) -> bool:
         """Fills the form from ``payload``; False if the form cannot show it exactly."""
-        if not isinstance(payload, dict) or set(payload) - {"prompt", "duration_s", "fail_times", "fail_with", "retry_after_s"}:
+        if not isinstance(payload, dict) or set(payload) - {
+            "prompt",
+            "duration_s",
+            "fail_times",
+            "fail_with",
+            "retry_after_s",
+        }:
             return False
-        blockers = [w.blockSignals(True) for w in (self.prompt, self.duration, self.fail_times, self.fail_with, self.retry_after)]
+        blockers = [
+            w.blockSignals(True)
+            for w in (self.prompt, self.duration, self.fail_times, self.fail_with, self.retry_after)
+        ]
         try:
             self.prompt.setText(str(payload.get("prompt", "")))
             self.duration.setValue(float(payload.get("duration_s", 1.0)))
@@ -232,7 +238,9 @@ class DemoForm(QWidget):
         except (TypeError, ValueError):
             return False
         finally:
-            for w, was in zip((self.prompt, self.duration, self.fail_times, self.fail_with, self.retry_after), blockers):
+            for w, was in zip(
+                (self.prompt, self.duration, self.fail_times, self.fail_with, self.retry_after), blockers, strict=True
+            ):
                 w.blockSignals(was)
         return True
 
@@ -480,7 +488,9 @@ class PreferencesDialog(QDialog):
         parent: the Qt parent.
     """
 
-    def __init__(self, prefs: Preferences, provider: ProfileConfig | None = None, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, prefs: Preferences, provider: ProfileConfig | None = None, parent: QWidget | None = None
+    ) -> None:
         from desktop_queue.ui.provider_prefs import ProvidersPage
 
         super().__init__(parent)

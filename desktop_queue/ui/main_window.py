@@ -54,18 +54,45 @@ FLOW_TOOLTIP_EVENTS = 8
 #: command -> (text with mnemonic, icon, shortcut, status tip)
 ACTION_SPECS: dict[Command, tuple[str, str, Any, str]] = {
     Command.NEW: ("&New job…", "action-new", QKeySequence.StandardKey.New, "Submit a new job (Ctrl+N)"),
-    Command.CANCEL: ("&Cancel job", "action-cancel", QKeySequence(Qt.Key.Key_Delete), "Cancel the selected queued or running jobs"),
-    Command.RETRY: ("&Retry", "action-retry", QKeySequence("Ctrl+R"), "Queue the selected dead or cancelled jobs again"),
-    Command.REPLAY: ("Re&play…", "action-replay", QKeySequence("Ctrl+Shift+R"), "Run a finished job again as a new linked job"),
+    Command.CANCEL: (
+        "&Cancel job",
+        "action-cancel",
+        QKeySequence(Qt.Key.Key_Delete),
+        "Cancel the selected queued or running jobs",
+    ),
+    Command.RETRY: (
+        "&Retry",
+        "action-retry",
+        QKeySequence("Ctrl+R"),
+        "Queue the selected dead or cancelled jobs again",
+    ),
+    Command.REPLAY: (
+        "Re&play…",
+        "action-replay",
+        QKeySequence("Ctrl+Shift+R"),
+        "Run a finished job again as a new linked job",
+    ),
     Command.PAUSE: ("&Pause queue", "action-pause", QKeySequence("Ctrl+P"), "Start nothing new; running jobs finish"),
     Command.RESUME: ("Res&ume queue", "action-resume", QKeySequence("Ctrl+Shift+P"), "Start queued jobs again"),
-    Command.STOP_AFTER_CURRENT: ("&Stop after current", "action-stop-after", None,
-                                 "Let running jobs finish, then pause the queue"),
+    Command.STOP_AFTER_CURRENT: (
+        "&Stop after current",
+        "action-stop-after",
+        None,
+        "Let running jobs finish, then pause the queue",
+    ),
     Command.REFRESH: ("Re&fresh", "action-refresh", QKeySequence.StandardKey.Refresh, "Reload the queue now (F5)"),
-    Command.PREFERENCES: ("Pre&ferences…", "action-preferences", QKeySequence.StandardKey.Preferences,
-                          "Concurrency and other settings"),
-    Command.COPY_TIMELINE: ("C&opy timeline", "action-copy", QKeySequence("Ctrl+Shift+C"),
-                            "Copy the selected job's timeline to the clipboard as text"),
+    Command.PREFERENCES: (
+        "Pre&ferences…",
+        "action-preferences",
+        QKeySequence.StandardKey.Preferences,
+        "Concurrency and other settings",
+    ),
+    Command.COPY_TIMELINE: (
+        "C&opy timeline",
+        "action-copy",
+        QKeySequence("Ctrl+Shift+C"),
+        "Copy the selected job's timeline to the clipboard as text",
+    ),
     Command.FIND: ("&Find…", "action-find", QKeySequence.StandardKey.Find, "Filter the jobs by text (Ctrl+F)"),
     Command.QUIT: ("&Quit", "", QKeySequence.StandardKey.Quit, "Close Desktop Queue"),
 }
@@ -140,7 +167,9 @@ class MainWindow(QMainWindow):
     provider_alert = Signal(str, str)
     drained = Signal(str)
 
-    def __init__(self, controller: Controller, banner_lines: list[str] | None = None, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, controller: Controller, banner_lines: list[str] | None = None, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("mainWindow")
         self.setWindowTitle("Desktop Queue")
@@ -258,8 +287,19 @@ class MainWindow(QMainWindow):
         toolbar.setObjectName("mainToolbar")
         toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         toolbar.setMovable(False)
-        layout_: list[Command | None] = [Command.NEW, None, Command.CANCEL, Command.RETRY, Command.REPLAY, None,
-                        Command.PAUSE, Command.RESUME, Command.STOP_AFTER_CURRENT, None, Command.REFRESH]
+        layout_: list[Command | None] = [
+            Command.NEW,
+            None,
+            Command.CANCEL,
+            Command.RETRY,
+            Command.REPLAY,
+            None,
+            Command.PAUSE,
+            Command.RESUME,
+            Command.STOP_AFTER_CURRENT,
+            None,
+            Command.REFRESH,
+        ]
         for entry in layout_:
             if entry is None:
                 toolbar.addSeparator()
@@ -299,11 +339,14 @@ class MainWindow(QMainWindow):
             label.setObjectName(f"count_{state}")
             status.addPermanentWidget(item)
             self.state_labels[state] = label
-        item, self.capacity_label = self._status_item(icon("state-running"),
-                                                      "Jobs running in this window / jobs it may run at once")
+        item, self.capacity_label = self._status_item(
+            icon("state-running"), "Jobs running in this window / jobs it may run at once"
+        )
         self.capacity_label.setObjectName("capacityLabel")
         status.addPermanentWidget(item)
-        item, self.throughput_label = self._status_item(icon("state-succeeded"), "Jobs that succeeded in the last minute")
+        item, self.throughput_label = self._status_item(
+            icon("state-succeeded"), "Jobs that succeeded in the last minute"
+        )
         self.throughput_label.setObjectName("throughputLabel")
         status.addPermanentWidget(item)
         self.dead_button = QPushButton()
@@ -408,10 +451,13 @@ class MainWindow(QMainWindow):
             "queue_header": self.queue_pane.view.horizontalHeader().saveState(),
             "dead_header": self.dead_pane.view.horizontalHeader().saveState(),
         }
-        save_window_state(values, {
-            "queue_header_columns": self.queue_pane.view.horizontalHeader().count(),
-            "dead_header_columns": self.dead_pane.view.horizontalHeader().count(),
-        })
+        save_window_state(
+            values,
+            {
+                "queue_header_columns": self.queue_pane.view.horizontalHeader().count(),
+                "dead_header_columns": self.dead_pane.view.horizontalHeader().count(),
+            },
+        )
 
     # ----------------------------------------------------------------- selection and timeline
 
@@ -491,7 +537,8 @@ class MainWindow(QMainWindow):
         self.capacity_label.setText(f"{driver.running}/{driver.concurrency} slots busy here{paused}")
         cutoff = time.time() - 60
         done = sum(
-            1 for j in self.controller.queue_model.jobs()
+            1
+            for j in self.controller.queue_model.jobs()
             if j.get("state") == State.SUCCEEDED and (j.get("finished_at") or 0) >= cutoff
         )
         self.throughput_label.setText(f"{done} done in the last minute")
@@ -503,14 +550,17 @@ class MainWindow(QMainWindow):
             self._dead_seen = dead
         if dead > self._dead_count and self.tray is not None and self._dead_count_known:
             self.tray.showMessage(
-                "Desktop Queue", f"{dead - self._dead_count} job(s) dead-lettered; they wait for you in Dead letters",
-                QSystemTrayIcon.MessageIcon.Warning, 8000,
+                "Desktop Queue",
+                f"{dead - self._dead_count} job(s) dead-lettered; they wait for you in Dead letters",
+                QSystemTrayIcon.MessageIcon.Warning,
+                8000,
             )
         self._dead_count_known = True
         self._dead_count = dead
         grown = dead > (self._dead_seen or 0)
         self.dead_button.setText(
-            f"{dead} dead letter{'s' if dead != 1 else ''}" + (f"  (+{dead - (self._dead_seen or 0)} new)" if grown else "")
+            f"{dead} dead letter{'s' if dead != 1 else ''}"
+            + (f"  (+{dead - (self._dead_seen or 0)} new)" if grown else "")
         )
         font = self.dead_button.font()
         font.setBold(grown)
@@ -641,7 +691,8 @@ class MainWindow(QMainWindow):
         if running:
             noun = "job is" if len(running) == 1 else "jobs are"
             if not dialogs.confirm(
-                self, "Cancel running jobs?",
+                self,
+                "Cancel running jobs?",
                 f"{len(running)} {noun} running now. Cancel anyway? Work in progress is lost; "
                 "a result that arrives later is rejected.",
                 "Cancel jobs",
@@ -716,7 +767,8 @@ class MainWindow(QMainWindow):
         """Asks if jobs are running, then stops leasing, lets attempts stop, waits (bounded)."""
         running = self.controller.driver.running
         if running and not dialogs.confirm(
-            self, "Quit Desktop Queue?",
+            self,
+            "Quit Desktop Queue?",
             f"{running} job{'s are' if running != 1 else ' is'} running. Quit anyway? "
             f"{'They are' if running != 1 else 'It is'} stopped and queued again; nothing is lost.",
             "Quit",

@@ -122,19 +122,43 @@ def queue_columns(hold: HoldReason | None = None) -> tuple[Column, ...]:
         return describe_state(job, now, hold)
 
     return (
-        Column("state", "State", lambda j, _n: str(j.get("state", "")), lambda j, _n: _STATE_ORDER.get(str(j.get("state")), 9)),
+        Column(
+            "state",
+            "State",
+            lambda j, _n: str(j.get("state", "")),
+            lambda j, _n: _STATE_ORDER.get(str(j.get("state")), 9),
+        ),
         Column("title", "Title", lambda j, _n: j.get("title") or ""),
         Column("kind", "Kind", lambda j, _n: j.get("kind") or ""),
         Column("priority", "Priority", lambda j, _n: j.get("priority") or ""),
-        Column("attempts", "Attempts", lambda j, _n: attempts_text(j),
-               lambda j, _n: j.get("attempts", 0) * 1000 + j.get("max_attempts", 0)),
-        Column("next", "Next run", next_run,
-               lambda j, n: float(j.get("run_after") or 0.0) if j.get("state") == State.QUEUED else 1e15, live=True),
+        Column(
+            "attempts",
+            "Attempts",
+            lambda j, _n: attempts_text(j),
+            lambda j, _n: j.get("attempts", 0) * 1000 + j.get("max_attempts", 0),
+        ),
+        Column(
+            "next",
+            "Next run",
+            next_run,
+            lambda j, n: float(j.get("run_after") or 0.0) if j.get("state") == State.QUEUED else 1e15,
+            live=True,
+        ),
         Column("created", "Created", lambda j, n: clock_time(j.get("created_at"), n), lambda j, _n: j.get("seq", 0)),
-        Column("wait", "Wait", lambda j, n: seconds(wait_time(j, n)) if wait_time(j, n) is not None else "",
-               lambda j, n: _num(wait_time(j, n)), live=True),
-        Column("run", "Run time", lambda j, n: seconds(run_time(j, n)) if run_time(j, n) is not None else "",
-               lambda j, n: _num(run_time(j, n)), live=True),
+        Column(
+            "wait",
+            "Wait",
+            lambda j, n: seconds(wait_time(j, n)) if wait_time(j, n) is not None else "",
+            lambda j, n: _num(wait_time(j, n)),
+            live=True,
+        ),
+        Column(
+            "run",
+            "Run time",
+            lambda j, n: seconds(run_time(j, n)) if run_time(j, n) is not None else "",
+            lambda j, n: _num(run_time(j, n)),
+            live=True,
+        ),
         Column("error", "Last error", lambda j, _n: error_text(j), lambda j, _n: error_signature(j)),
     )
 
@@ -153,12 +177,22 @@ def replayed_as_text(job: Mapping[str, Any]) -> str:
 DEAD_COLUMNS: tuple[Column, ...] = (
     Column("title", "Title", lambda j, _n: j.get("title") or ""),
     Column("kind", "Kind", lambda j, _n: j.get("kind") or ""),
-    Column("class", "Error class", lambda j, _n: str((j.get("last_error") or {}).get("class", "")),
-           lambda j, _n: error_signature(j)),
+    Column(
+        "class",
+        "Error class",
+        lambda j, _n: str((j.get("last_error") or {}).get("class", "")),
+        lambda j, _n: error_signature(j),
+    ),
     Column("error", "Last error", lambda j, _n: error_text(j), lambda j, _n: error_signature(j)),
-    Column("attempts", "Attempts", lambda j, _n: f"{j.get('attempts', 0)} ({j.get('total_attempts', 0)} in all)",
-           lambda j, _n: j.get("total_attempts", 0)),
-    Column("died", "Died at", lambda j, n: clock_time(j.get("finished_at"), n), lambda j, _n: _num(j.get("finished_at"))),
+    Column(
+        "attempts",
+        "Attempts",
+        lambda j, _n: f"{j.get('attempts', 0)} ({j.get('total_attempts', 0)} in all)",
+        lambda j, _n: j.get("total_attempts", 0),
+    ),
+    Column(
+        "died", "Died at", lambda j, n: clock_time(j.get("finished_at"), n), lambda j, _n: _num(j.get("finished_at"))
+    ),
     # a dead job stays dead when it is replayed: say so, or it looks like nobody dealt with it
     Column("replayed", "Replayed as", lambda j, _n: ", ".join(str(i) for i in j.get("replayed_as") or ())),
 )
@@ -280,7 +314,9 @@ class JobTableModel(QAbstractTableModel):
         if looks is None:
             job, now, live = entry.job, self._now, self._live
             state = str(job.get("state"))
-            looks = entry.looks = [CellLook("" if i in live else c.display(job, now)) for i, c in enumerate(self.columns)]
+            looks = entry.looks = [
+                CellLook("" if i in live else c.display(job, now)) for i, c in enumerate(self.columns)
+            ]
             if self._state_col >= 0:
                 state_look = state_icon(state)
                 looks[self._state_col] = CellLook(

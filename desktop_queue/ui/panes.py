@@ -153,8 +153,18 @@ class QueuePane(QWidget):
         # at the default window size (1200×720) instead of behind horizontal scrolling.
         # Next run is wide enough for "waiting: a free slot (4 of 4 running)": why a job
         # waits is what a reader of this pane looks for (longer reasons: the tooltip).
-        widths = {"state": 96, "title": 160, "kind": 56, "priority": 80, "attempts": 58, "next": 220,
-                  "created": 62, "wait": 48, "run": 56, "error": 76}
+        widths = {
+            "state": 96,
+            "title": 160,
+            "kind": 56,
+            "priority": 80,
+            "attempts": 58,
+            "next": 220,
+            "created": 62,
+            "wait": 48,
+            "run": 56,
+            "error": 76,
+        }
         header = self.view.horizontalHeader()
         header.setStretchLastSection(False)
         for i, column in enumerate(model.columns):
@@ -341,7 +351,9 @@ class TimelineDelegate(QStyledItemDelegate):
         _head, head_height, _detail, detail_height = self._texts(option, index, width)
         return QSize(width + self.TEXT_INSET, head_height + detail_height + self.PAD // 2 + 3 * self.PAD)
 
-    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:
+    def paint(
+        self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+    ) -> None:
         painter.save()
         palette = option.palette
         rect: QRect = option.rect
@@ -365,8 +377,12 @@ class TimelineDelegate(QStyledItemDelegate):
         painter.setPen(pen)
         first = index.row() == 0
         last = index.row() == index.model().rowCount() - 1
-        painter.drawLine(line_x, rect.top() if not first else rect.center().y(), line_x,
-                         rect.bottom() if not last else rect.center().y())
+        painter.drawLine(
+            line_x,
+            rect.top() if not first else rect.center().y(),
+            line_x,
+            rect.bottom() if not last else rect.center().y(),
+        )
         # the node: the event's icon on a base-coloured disc
         node = QRect(0, 0, 20, 20)
         node.moveCenter(rect.center())
@@ -383,12 +399,12 @@ class TimelineDelegate(QStyledItemDelegate):
             painter.drawEllipse(node.adjusted(5, 5, -5, -5))
         # text: the headline, then the detail, each wrapped to the card
         text_rect = card.adjusted(self.PAD + 2, self.PAD - 1, -self.PAD, -self.PAD)
-        text_colour = palette.color(
-            QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
-        )
+        text_colour = palette.color(QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text)
         if index.data(TimelineRole.LINK) and not selected:
             text_colour = palette.color(QPalette.ColorRole.Link)
-        head, head_height, detail, _detail_height = self._texts(option, index, min(text_rect.width(), self.text_width()))
+        head, head_height, detail, _detail_height = self._texts(
+            option, index, min(text_rect.width(), self.text_width())
+        )
         painter.setPen(text_colour)
         head.draw(painter, QPointF(text_rect.topLeft()))
         detail_colour = palette.color(

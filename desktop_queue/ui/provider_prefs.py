@@ -114,10 +114,15 @@ def price_text(model: str, price: Price | None, *, local: bool) -> str:
     if local:
         return f"This endpoint is on this machine: {model or 'its model'} costs nothing unless you set a price."
     if price is None:
-        return (f"No built-in price for {model or 'this model'}: its cost is unknown, so a USD budget holds "
-                "its jobs until you set a price.")
-    rates = [f"{format_usd(v)} {what}" for v, what in (
-        (price.input_per_1m, "in"), (price.output_per_1m, "out")) if v is not None]
+        return (
+            f"No built-in price for {model or 'this model'}: its cost is unknown, so a USD budget holds "
+            "its jobs until you set a price."
+        )
+    rates = [
+        f"{format_usd(v)} {what}"
+        for v, what in ((price.input_per_1m, "in"), (price.output_per_1m, "out"))
+        if v is not None
+    ]
     shown = ", ".join(rates) + " per 1M tokens" if rates else "priced per image or per character"
     kind = "Estimate" if price.estimate else "Price"
     return f"{kind} for {model}: {shown}." + (" Prices change; set your own if they differ." if price.estimate else "")
@@ -134,8 +139,12 @@ class ProvidersPage(QWidget):
     """
 
     def __init__(
-        self, config: ProfileConfig, pool: QThreadPool | None = None, parent: QWidget | None = None,
-        *, prices: PriceTable | None = None,
+        self,
+        config: ProfileConfig,
+        pool: QThreadPool | None = None,
+        parent: QWidget | None = None,
+        *,
+        prices: PriceTable | None = None,
     ) -> None:
         from desktop_queue.ui.dialogs import InlineMessage
 
@@ -153,8 +162,11 @@ class ProvidersPage(QWidget):
         self.rpm.setValue(int(config.rpm or 0))
         self.tpm = _spin(MAX_RATE, "unlimited", "Tokens per minute (estimated, settled by reported usage)")
         self.tpm.setValue(int(config.tpm or 0))
-        self.concurrency = _spin(MAX_PROVIDER_CONCURRENCY, "no extra limit",
-                                 "Attempts at once against this endpoint (the global limit still applies)")
+        self.concurrency = _spin(
+            MAX_PROVIDER_CONCURRENCY,
+            "no extra limit",
+            "Attempts at once against this endpoint (the global limit still applies)",
+        )
         self.concurrency.setValue(int(config.concurrency or 0))
         self.budget_usd_day = _money(MAX_BUDGET_USD, "no budget", "Dollars this profile may spend a day (local time)")
         self.budget_usd_day.setValue(config.budget_usd_per_day or 0.0)
@@ -263,7 +275,8 @@ class ProvidersPage(QWidget):
         model = self._model_name()
         local = self.profile().is_local()
         self.price_note.setText(
-            "Your price, saved for every process on this data dir." if own
+            "Your price, saved for every process on this data dir."
+            if own
             else price_text(model, self.prices.default_price(model), local=local)
         )
 

@@ -83,7 +83,9 @@ def load_provider_profile(name: str = ProfileConfig.name) -> ProfileConfig:
     model = str(settings.value(prefix + "model", "") or "").strip() or ProfileConfig.model
     concurrency = _number(settings.value(prefix + "concurrency"), int)
     return ProfileConfig(
-        name=name, base_url=base_url, model=model,
+        name=name,
+        base_url=base_url,
+        model=model,
         rpm=_number(settings.value(prefix + "rpm"), float),
         tpm=_number(settings.value(prefix + "tpm"), float),
         concurrency=int(concurrency) if concurrency else None,

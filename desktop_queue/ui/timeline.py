@@ -144,7 +144,7 @@ class LiveTimelineModel(TimelineModel):
                 return icon("event-throttled")
             return state_icon("queued")
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{text[len(NOW_PREFIX):] if text.startswith(NOW_PREFIX) else text}: {NOW_DETAIL}"
+            return f"{text[len(NOW_PREFIX) :] if text.startswith(NOW_PREFIX) else text}: {NOW_DETAIL}"
         if role == TimelineRole.CATEGORY:
             return now_category(text)
         return None  # EVENT, LINK: none

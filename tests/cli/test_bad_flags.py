@@ -54,7 +54,6 @@ def test_an_empty_data_dir_is_refused_not_replaced_by_the_default(
     default = Path(os.environ["DESKTOP_QUEUE_DATA_DIR"])
     monkeypatch.chdir(tmp_path)  # a blank name taken as given would be a directory here
 
-
     run = dq.run("--data-dir", value, "submit", "demo", "--input", json.dumps(FAST))
 
     refused(run, "--data-dir")

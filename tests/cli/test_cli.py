@@ -46,8 +46,17 @@ def stored_jobs(data_dir: Path) -> list[Any]:
 class TestSubmit:
     def test_input_title_priority_and_attempts_are_stored_and_printed(self, dq: Cli) -> None:
         run = dq.sub(
-            "submit", "demo", "--input", json.dumps(FAST), "--title", "Haiku",
-            "--priority", "interactive", "--max-attempts", "3", "--json",
+            "submit",
+            "demo",
+            "--input",
+            json.dumps(FAST),
+            "--title",
+            "Haiku",
+            "--priority",
+            "interactive",
+            "--max-attempts",
+            "3",
+            "--json",
         )
 
         assert run.code == OK, run.err
@@ -272,7 +281,9 @@ class TestListAndShow:
         assert doc["state"] == "queued"
         assert doc["input"] == {"prompt": secret_prompt, "duration_s": 0.05}
         assert [(e["type"], e["actor"]) for e in doc["events"]] == [
-            ("submitted", "cli"), ("cancelled", "cli"), ("retried", "cli"),
+            ("submitted", "cli"),
+            ("cancelled", "cli"),
+            ("retried", "cli"),
         ]
         assert doc["events"][2]["detail"]["run"] == 2
         assert secret_prompt not in json.dumps(doc["events"])  # invariant 7
@@ -407,7 +418,11 @@ class TestWorkAndStats:
         jobs = {j.id: j for j in stored_jobs(dq.data_dir)}
         assert {jobs[i].state for i in [*ids, flaky]} == {"succeeded"}
         assert [e.type for e in jobs[flaky].events] == [
-            "submitted", "leased", "retry_scheduled", "leased", "succeeded",
+            "submitted",
+            "leased",
+            "retry_scheduled",
+            "leased",
+            "succeeded",
         ]
         shown = dq.run("show", ids[0], "--json").json()
         assert shown["result"]["provider"] == "demo" and shown["result"]["text"]

@@ -25,11 +25,20 @@ def spent(data_dir: Path) -> SpendLedger:
     day1, day2 = local_ts("2031-05-01 09:00"), local_ts("2031-05-02 18:30")
     chat = Usage(tokens_in=1_000_000, tokens_out=500_000)  # gpt-4o-mini: $0.15 + $0.30
     ledger.record(profile="openai", model="gpt-4o-mini", kind="openai.chat", usage=chat, job_id="a", attempt=1, at=day1)
-    ledger.record(profile="openai", model="dall-e-3", kind="openai.image", usage=Usage(images=2), job_id="b",
-                  attempt=1, at=day1)
+    ledger.record(
+        profile="openai", model="dall-e-3", kind="openai.image", usage=Usage(images=2), job_id="b", attempt=1, at=day1
+    )
     ledger.record(profile="openai", model="gpt-4o-mini", kind="openai.chat", usage=chat, job_id="c", attempt=2, at=day2)
-    ledger.record(profile="local", model="llama3", kind="openai.chat", usage=Usage(tokens_in=700, tokens_out=300),
-                  job_id="d", attempt=1, at=day2, local=True)
+    ledger.record(
+        profile="local",
+        model="llama3",
+        kind="openai.chat",
+        usage=Usage(tokens_in=700, tokens_out=300),
+        job_id="d",
+        attempt=1,
+        at=day2,
+        local=True,
+    )
     return ledger
 
 
@@ -75,8 +84,15 @@ def test_spend_in_a_real_process_and_with_nothing_recorded(
 
 
 def test_unknown_costs_are_flagged_not_hidden(dq: Cli, spent: SpendLedger) -> None:
-    spent.record(profile="openai", model="mystery-model", kind="openai.chat", usage=Usage(tokens_in=10), job_id="e",
-                 attempt=1, at=local_ts("2031-05-02 19:00"))
+    spent.record(
+        profile="openai",
+        model="mystery-model",
+        kind="openai.chat",
+        usage=Usage(tokens_in=10),
+        job_id="e",
+        attempt=1,
+        at=local_ts("2031-05-02 19:00"),
+    )
     run = dq.run("spend")
     assert run.code == 0, run.err
     assert "$0.45+" in run.out and "no known price" in run.out
@@ -100,11 +116,21 @@ def test_work_passes_its_budget_flags_into_the_profile(dq: Cli, monkeypatch: pyt
         raise InvalidInput("stopped by the test")  # before any worker starts
 
     monkeypatch.setattr(setup, "build", capture)
-    run = dq.run("work", "--budget-usd-per-day", "5", "--budget-usd-per-month", "50.5",
-                 "--budget-tokens-per-day", "10000", "--budget-tokens-per-month", "200000")
+    run = dq.run(
+        "work",
+        "--budget-usd-per-day",
+        "5",
+        "--budget-usd-per-month",
+        "50.5",
+        "--budget-tokens-per-day",
+        "10000",
+        "--budget-tokens-per-month",
+        "200000",
+    )
     assert run.code == 2 and "stopped by the test" in run.err
-    assert seen[0].budget() == Budget(usd_per_day=5.0, usd_per_month=50.5, tokens_per_day=10_000,
-                                      tokens_per_month=200_000)
+    assert seen[0].budget() == Budget(
+        usd_per_day=5.0, usd_per_month=50.5, tokens_per_day=10_000, tokens_per_month=200_000
+    )
 
 
 @pytest.mark.parametrize("flag", ["--budget-usd-per-day", "--budget-tokens-per-month"])

@@ -31,10 +31,25 @@ def test_work_stops_with_a_clear_message_when_the_disk_fails(tmp_path: Path) -> 
     with Queue.open(data, discover()) as queue:
         ids = [queue.submit("demo", {"prompt": f"job {i}", "duration_s": 0.01}).job.id for i in range(20)]
     run = subprocess.run(
-        [sys.executable, "-c", WORKER, "--data-dir", str(data), "work", "--json", "--concurrency", "1",
-         "--until-idle", "--max-seconds", "60"],
+        [
+            sys.executable,
+            "-c",
+            WORKER,
+            "--data-dir",
+            str(data),
+            "work",
+            "--json",
+            "--concurrency",
+            "1",
+            "--until-idle",
+            "--max-seconds",
+            "60",
+        ],
         env={**os.environ, "FAIL_AFTER": "6", "QT_QPA_PLATFORM": "offscreen"},
-        stdin=subprocess.DEVNULL, capture_output=True, timeout=90, check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=90,
+        check=False,
     )
     assert run.returncode == 1, run.stderr.decode()
     err = run.stderr.decode()

@@ -63,4 +63,3 @@ def open_queue(
 @pytest.fixture
 def queue(open_queue: Callable[..., Queue]) -> Queue:
     return open_queue()
-

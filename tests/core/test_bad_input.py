@@ -76,7 +76,11 @@ sys.exit(cli.main(argv))
 def run_cli(data_dir: Path, mode: str, target: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", INJECT, mode, target, "--data-dir", str(data_dir), *args],
-        capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -256,9 +260,7 @@ def test_an_opener_that_is_not_first_sweeps_nothing(open_queue: Callable[..., Qu
     assert in_progress.exists()
 
 
-def test_while_a_compaction_child_runs_only_old_leftovers_go(
-    open_queue: Callable[..., Queue], data_dir: Path
-) -> None:
+def test_while_a_compaction_child_runs_only_old_leftovers_go(open_queue: Callable[..., Queue], data_dir: Path) -> None:
     queue = open_queue()
     queue.submit("demo", {"prompt": "p"})
     fresh, old = _leftover(queue, "abcd"), _leftover(queue, "abce", hours_old=2)

@@ -12,7 +12,10 @@ from hypothesis import strategies as st
 from desktop_queue.core.fingerprint import canonical_json, fingerprint, input_digest
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
@@ -35,4 +38,7 @@ def test_keys_equal_the_canonical_json_of_the_whole_document(kind: str, version:
 
 def test_a_known_key_does_not_change() -> None:
     # a stored job's key must still match its input after an upgrade
-    assert fingerprint("demo", "1", {"prompt": "hello"}) == "b43924158acf5f0fdeb436c4ad6ab32983c6e8a382285391e1af727927165971"
+    assert (
+        fingerprint("demo", "1", {"prompt": "hello"})
+        == "b43924158acf5f0fdeb436c4ad6ab32983c6e8a382285391e1af727927165971"
+    )

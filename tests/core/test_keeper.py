@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from desktop_queue.core import FakeClock, Queue, RetryPolicy, State, StaleLease
+from desktop_queue.core import FakeClock, Queue, RetryPolicy, StaleLease, State
 from desktop_queue.core.keeper import LeaseKeeper
 from desktop_queue.core.liveness import SuspendDetector, holder_alive, this_process
 from desktop_queue.providers.demo import DemoProvider
@@ -44,8 +44,7 @@ def worker_script(data: Path, *lines: str, lease_s: float | None = None) -> str:
         "import os, sys, time\n"
         "from desktop_queue.core import Queue, RetryPolicy\n"
         "from desktop_queue.providers.demo import DemoProvider\n"
-        f"q = Queue.open({str(data)!r}, {{'demo': DemoProvider()}}{policy})\n"
-        + "".join(lines)
+        f"q = Queue.open({str(data)!r}, {{'demo': DemoProvider()}}{policy})\n" + "".join(lines)
     )
 
 
@@ -103,8 +102,7 @@ def test_a_live_holder_in_another_process_is_not_reaped(tmp_path: Path) -> None:
     data = tmp_path / "data"
     script = worker_script(
         data,
-        "print(q.lease('holder', kept=True).job_id, flush=True)\n"
-        "sys.stdin.read()\n",
+        "print(q.lease('holder', kept=True).job_id, flush=True)\nsys.stdin.read()\n",
         lease_s=1,
     )
     with Queue.open(data, {"demo": DemoProvider()}) as queue:
@@ -193,8 +191,9 @@ def test_the_keeper_drops_a_lease_the_store_no_longer_honours(queue: Queue) -> N
     assert lease is not None
     mono = Mono()
     lost = []
-    keeper = LeaseKeeper(queue, on_lost=lost.append, monotonic=mono,
-                         detector=SuspendDetector(1.0, gap=lambda: 0.0, monotonic=mono))
+    keeper = LeaseKeeper(
+        queue, on_lost=lost.append, monotonic=mono, detector=SuspendDetector(1.0, gap=lambda: 0.0, monotonic=mono)
+    )
     keeper.add(lease, 3.0)
     queue.cancel(job.id)
     mono.t += 1.0
@@ -218,8 +217,9 @@ def test_a_stale_holders_result_is_never_the_jobs_result(queue: Queue, clock: Fa
     assert queue.reap() == [job.id]
     new = queue.lease("new")
     assert new is not None and new.epoch > old.epoch
-    queue.results.put_pending(job.idempotency_key, {"text": "stale"}, job_id=job.id, epoch=old.epoch,
-                              produced_at=clock.now())
+    queue.results.put_pending(
+        job.idempotency_key, {"text": "stale"}, job_id=job.id, epoch=old.epoch, produced_at=clock.now()
+    )
     assert queue.results.get(job.idempotency_key) is None
     with pytest.raises(StaleLease):
         queue.complete(old, {"text": "stale"})
@@ -235,8 +235,9 @@ def test_a_cancelled_jobs_late_answer_is_not_reused_by_an_identical_submit(queue
     assert lease is not None
     queue.cancel(first.id)
     # the worker's answer arrives after the cancel: kept pending, then refused
-    queue.results.put_pending(first.idempotency_key, {"text": "late"}, job_id=first.id, epoch=lease.epoch,
-                              produced_at=clock.now())
+    queue.results.put_pending(
+        first.idempotency_key, {"text": "late"}, job_id=first.id, epoch=lease.epoch, produced_at=clock.now()
+    )
     with pytest.raises(StaleLease):
         queue.complete(lease, {"text": "late"})
     again = queue.submit("demo", {"prompt": "same"})
@@ -253,7 +254,7 @@ def test_the_dead_holders_pending_answer_is_reconciled(tmp_path: Path) -> None:
         "q.sync()\n"
         "q.results.put_pending(l.job.idempotency_key, {'text': 'paid for'}, job_id=l.job_id, epoch=l.epoch,"
         " produced_at=time.time())\n"
-        "os._exit(0)\n"
+        "os._exit(0)\n",
     )
     with Queue.open(data, {"demo": DemoProvider()}) as queue:
         job = queue.submit("demo", {"prompt": "answered"}).job
@@ -277,7 +278,7 @@ def test_a_first_opener_leaves_a_living_holders_job_and_its_pending_answer(tmp_p
         " produced_at=time.time())\n"
         "q.close()\n"
         "print(l.job_id, l.epoch, flush=True)\n"
-        "sys.stdin.read()\n"
+        "sys.stdin.read()\n",
     )
     with Queue.open(data, {"demo": DemoProvider()}) as queue:
         job = queue.submit("demo", {"prompt": "held"}).job
@@ -303,12 +304,7 @@ def test_an_orphan_that_cannot_be_reconciled_does_not_stop_the_open(
     """Reconciling one orphan fails: the store still opens, says so, and the sweep that follows
     (which reads the jobs still running) copes with the job left running."""
     data = tmp_path / "data"
-    script = worker_script(
-        data,
-        "q.lease('doomed', kept=True)\n"
-        "q.sync()\n"
-        "os._exit(0)\n"
-    )
+    script = worker_script(data, "q.lease('doomed', kept=True)\nq.sync()\nos._exit(0)\n")
     with Queue.open(data, {"demo": DemoProvider()}) as queue:
         job = queue.submit("demo", {"prompt": "orphan"}).job
     subprocess.run([sys.executable, "-c", script], check=True)

@@ -48,16 +48,28 @@ def local_ts(text: str) -> float:
 @pytest.mark.parametrize(
     ("kind", "result", "extra", "expected"),
     [
-        ("openai.chat", {"usage": {"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42}}, {},
-         Usage(tokens_in=12, tokens_out=30)),
-        ("openai.responses", {"usage": {"input_tokens": 7, "output_tokens": 5, "total_tokens": 12}}, {},
-         Usage(tokens_in=7, tokens_out=5)),
+        (
+            "openai.chat",
+            {"usage": {"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42}},
+            {},
+            Usage(tokens_in=12, tokens_out=30),
+        ),
+        (
+            "openai.responses",
+            {"usage": {"input_tokens": 7, "output_tokens": 5, "total_tokens": 12}},
+            {},
+            Usage(tokens_in=7, tokens_out=5),
+        ),
         ("openai.chat", {"usage": {"total_tokens": 40}}, {}, Usage(tokens_in=40)),
         ("openai.chat", {"text": "hi", "usage": None}, {}, Usage()),
         ("openai.chat", None, {}, Usage()),
         ("openai.image", {"artifact_b64": "AAAA", "model": "dall-e-3"}, {}, Usage(images=1)),
-        ("openai.image", {"artifact_sha256": "ab", "usage": {"input_tokens": 9, "output_tokens": 4160}}, {},
-         Usage(tokens_in=9, tokens_out=4160, images=1)),
+        (
+            "openai.image",
+            {"artifact_sha256": "ab", "usage": {"input_tokens": 9, "output_tokens": 4160}},
+            {},
+            Usage(tokens_in=9, tokens_out=4160, images=1),
+        ),
         ("openai.speech", {"artifact_b64": "AAAA", "bytes": 4}, {"input_chars": 120}, Usage(speech_chars=120)),
         ("openai.speech", {"usage": {"input_characters": 33}}, {"input_chars": 120}, Usage(speech_chars=33)),
         ("openai.chat", {"usage": {"prompt_tokens": True, "completion_tokens": -3}}, {}, Usage()),
@@ -112,9 +124,16 @@ def test_every_default_is_marked_as_an_estimate() -> None:
 @pytest.mark.parametrize(
     ("url", "local"),
     [
-        ("http://127.0.0.1:8080/v1", True), ("http://localhost:11434/v1", True), ("http://[::1]:8000/v1", True),
-        ("http://127.5.0.1/v1", True), ("localhost:1234", True), ("https://api.openai.com/v1", False),
-        ("http://192.168.1.10:8080/v1", False), ("http://localhost.example.com/v1", False), (None, False), ("", False),
+        ("http://127.0.0.1:8080/v1", True),
+        ("http://localhost:11434/v1", True),
+        ("http://[::1]:8000/v1", True),
+        ("http://127.5.0.1/v1", True),
+        ("localhost:1234", True),
+        ("https://api.openai.com/v1", False),
+        ("http://192.168.1.10:8080/v1", False),
+        ("http://localhost.example.com/v1", False),
+        (None, False),
+        ("", False),
     ],
 )
 def test_local_servers(url: str | None, local: bool) -> None:
@@ -135,7 +154,9 @@ def test_user_prices_override_defaults_and_survive_a_reload(tmp_path: Path) -> N
     table.set_price("gpt-4o", Price(input_per_1m=1.0, output_per_1m=2.0))
     table.set_price("my-model", Price(input_per_1m=3.0))
     doc = orjson.loads((tmp_path / PRICES_FILE).read_bytes())
-    assert doc["format"] == "desktop-queue.prices" and doc["schema_version"] == 1 and doc["checksum"].startswith("sha256:")
+    assert (
+        doc["format"] == "desktop-queue.prices" and doc["schema_version"] == 1 and doc["checksum"].startswith("sha256:")
+    )
     assert doc["models"]["gpt-4o"] == {"input_per_1m": 1.0, "output_per_1m": 2.0}
 
     other = PriceTable.load(tmp_path)  # another process
@@ -184,23 +205,65 @@ def test_damaged_prices_are_kept_aside_and_newer_ones_never_overwritten(tmp_path
     [
         (Budget(), Spent(10**9, 10**6), Spent(10**9, 10**6), 10, 1.0, None),
         (Budget(usd_per_day=5), Spent(0, 4.98), Spent(0, 4.98), 100, 0.01, None),
-        (Budget(usd_per_day=5), Spent(0, 4.98), Spent(0, 4.98), 100, 0.03,
-         "waiting: budget of profile openai reached, $4.98 of $5.00 today"),
+        (
+            Budget(usd_per_day=5),
+            Spent(0, 4.98),
+            Spent(0, 4.98),
+            100,
+            0.03,
+            "waiting: budget of profile openai reached, $4.98 of $5.00 today",
+        ),
         (Budget(usd_per_day=5), Spent(0, 5.0), Spent(0, 5.0), 0, 0.0, None),  # a free job still fits
-        (Budget(tokens_per_month=10_000), Spent(0), Spent(9_800), 300, None,
-         "waiting: budget of profile openai reached, 9,800 of 10,000 tokens this month"),
+        (
+            Budget(tokens_per_month=10_000),
+            Spent(0),
+            Spent(9_800),
+            300,
+            None,
+            "waiting: budget of profile openai reached, 9,800 of 10,000 tokens this month",
+        ),
         (Budget(tokens_per_month=10_000), Spent(0), Spent(9_800), 200, None, None),
-        (Budget(tokens_per_day=1_000), Spent(900), Spent(900), 200, 0.0,
-         "waiting: budget of profile openai reached, 900 of 1,000 tokens today"),
+        (
+            Budget(tokens_per_day=1_000),
+            Spent(900),
+            Spent(900),
+            200,
+            0.0,
+            "waiting: budget of profile openai reached, 900 of 1,000 tokens today",
+        ),
         # the month holds longest: it is named first
-        (Budget(usd_per_day=1, usd_per_month=10), Spent(0, 1.0), Spent(0, 10.0), 1, 0.5,
-         "waiting: budget of profile openai reached, $10.00 of $10.00 this month"),
-        (Budget(usd_per_day=1), Spent(0, 0.5, True), Spent(0, 0.5, True), 1, 0.6,
-         "waiting: budget of profile openai reached, $0.50 of $1.00 today (and some spend of unknown price)"),
-        (Budget(tokens_per_day=1_000), Spent(0), Spent(0), 5_000, 0.0,
-         "waiting: budget of profile openai: the job's estimate of 5,000 tokens is more than the whole budget of 1,000 a day"),
-        (Budget(usd_per_month=2), Spent(0), Spent(0), 0, 3.0,
-         "waiting: budget of profile openai: the job's estimate of $3.00 is more than the whole budget of $2.00 a month"),
+        (
+            Budget(usd_per_day=1, usd_per_month=10),
+            Spent(0, 1.0),
+            Spent(0, 10.0),
+            1,
+            0.5,
+            "waiting: budget of profile openai reached, $10.00 of $10.00 this month",
+        ),
+        (
+            Budget(usd_per_day=1),
+            Spent(0, 0.5, True),
+            Spent(0, 0.5, True),
+            1,
+            0.6,
+            "waiting: budget of profile openai reached, $0.50 of $1.00 today (and some spend of unknown price)",
+        ),
+        (
+            Budget(tokens_per_day=1_000),
+            Spent(0),
+            Spent(0),
+            5_000,
+            0.0,
+            "waiting: budget of profile openai: the job's estimate of 5,000 tokens is more than the whole budget of 1,000 a day",
+        ),
+        (
+            Budget(usd_per_month=2),
+            Spent(0),
+            Spent(0),
+            0,
+            3.0,
+            "waiting: budget of profile openai: the job's estimate of $3.00 is more than the whole budget of $2.00 a month",
+        ),
     ],
 )
 def test_budget_reason_table(
@@ -223,14 +286,28 @@ limit_tokens = st.none() | st.integers(min_value=1, max_value=10**9)
 
 
 @given(
-    budget=st.builds(Budget, usd_per_day=limit_usd, usd_per_month=limit_usd,
-                     tokens_per_day=limit_tokens, tokens_per_month=limit_tokens),
-    day_tokens=tokens, day_usd=money, extra_tokens=tokens, extra_usd=money,
-    est_tokens=tokens, est_usd=st.none() | money,
+    budget=st.builds(
+        Budget,
+        usd_per_day=limit_usd,
+        usd_per_month=limit_usd,
+        tokens_per_day=limit_tokens,
+        tokens_per_month=limit_tokens,
+    ),
+    day_tokens=tokens,
+    day_usd=money,
+    extra_tokens=tokens,
+    extra_usd=money,
+    est_tokens=tokens,
+    est_usd=st.none() | money,
 )
 def test_budget_reason_admits_exactly_what_stays_within_every_limit(
-    budget: Budget, day_tokens: int, day_usd: float, extra_tokens: int, extra_usd: float,
-    est_tokens: int, est_usd: float | None,
+    budget: Budget,
+    day_tokens: int,
+    day_usd: float,
+    extra_tokens: int,
+    extra_usd: float,
+    est_tokens: int,
+    est_usd: float | None,
 ) -> None:
     day = Spent(day_tokens, day_usd)
     month = Spent(day_tokens + extra_tokens, day_usd + extra_usd)  # a month holds at least its day
@@ -255,14 +332,42 @@ def test_record_spent_and_report_in_local_days_and_months(tmp_path: Path) -> Non
     ledger = SpendLedger(tmp_path, clock=clock)
     chat = Usage(tokens_in=1_000_000, tokens_out=100_000)  # gpt-4o-mini: 0.15 + 0.06
     ledger.record(profile="openai", model="gpt-4o-mini", kind="openai.chat", usage=chat, job_id="a", attempt=1)
-    ledger.record(profile="openai", model="dall-e-3", kind="openai.image", usage=Usage(images=2), job_id="b",
-                  attempt=1, at=local_ts("2031-03-30 23:59"))
-    ledger.record(profile="openai", model="gpt-4o-mini", kind="openai.chat", usage=chat, job_id="c", attempt=2,
-                  at=local_ts("2031-03-31 00:01"))
-    ledger.record(profile="local", model="llama3", kind="openai.chat", usage=Usage(tokens_in=5000), job_id="d",
-                  attempt=1, local=True)
-    ledger.record(profile="openai", model="mystery", kind="openai.chat", usage=Usage(tokens_in=10), job_id="e",
-                  attempt=1, at=local_ts("2031-04-01 00:00"))
+    ledger.record(
+        profile="openai",
+        model="dall-e-3",
+        kind="openai.image",
+        usage=Usage(images=2),
+        job_id="b",
+        attempt=1,
+        at=local_ts("2031-03-30 23:59"),
+    )
+    ledger.record(
+        profile="openai",
+        model="gpt-4o-mini",
+        kind="openai.chat",
+        usage=chat,
+        job_id="c",
+        attempt=2,
+        at=local_ts("2031-03-31 00:01"),
+    )
+    ledger.record(
+        profile="local",
+        model="llama3",
+        kind="openai.chat",
+        usage=Usage(tokens_in=5000),
+        job_id="d",
+        attempt=1,
+        local=True,
+    )
+    ledger.record(
+        profile="openai",
+        model="mystery",
+        kind="openai.chat",
+        usage=Usage(tokens_in=10),
+        job_id="e",
+        attempt=1,
+        at=local_ts("2031-04-01 00:00"),
+    )
 
     day = ledger.spent("openai", "day")
     assert day == Spent(tokens=1_100_000, usd=pytest.approx(0.21 + 0.08), unknown_cost=False)
@@ -290,14 +395,16 @@ def test_a_second_ledger_sees_the_first_ones_appends_by_reading_only_the_tail(tm
     reader = SpendLedger(tmp_path)
     now = time.time()
     assert reader.spent("openai", "day", now) == Spent()
-    writer.record(profile="openai", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=10), job_id="a",
-                  attempt=1, at=now)
+    writer.record(
+        profile="openai", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=10), job_id="a", attempt=1, at=now
+    )
     assert reader.spent("openai", "day", now).tokens == 10
     name = writer.path_for(datetime.fromtimestamp(now).strftime("%Y-%m")).name
     offset = reader._files[name].offset
     assert offset == os.path.getsize(tmp_path / "ledger" / name)
-    writer.record(profile="openai", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=5), job_id="b",
-                  attempt=1, at=now)
+    writer.record(
+        profile="openai", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=5), job_id="b", attempt=1, at=now
+    )
     assert reader.spent("openai", "day", now).tokens == 15
     assert reader._files[name].lines == 3  # header + two entries: each read once
 
@@ -305,17 +412,29 @@ def test_a_second_ledger_sees_the_first_ones_appends_by_reading_only_the_tail(tm
 def test_a_torn_last_line_is_ignored_and_never_blocks_an_append(tmp_path: Path) -> None:
     at = time.time()
     ledger = SpendLedger(tmp_path)
-    ledger.record(profile="openai", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=100), job_id="a",
-                  attempt=1, at=at)
+    ledger.record(
+        profile="openai", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=100), job_id="a", attempt=1, at=at
+    )
     path = next((tmp_path / "ledger").iterdir())
-    whole = encode_line({"at": at, "profile": "openai", "model": "gpt-4o", "kind": "openai.chat",
-                         "usage": {"tokens_in": 1000}, "usd": 1.0, "job_id": "torn", "attempt": 1})
+    whole = encode_line(
+        {
+            "at": at,
+            "profile": "openai",
+            "model": "gpt-4o",
+            "kind": "openai.chat",
+            "usage": {"tokens_in": 1000},
+            "usd": 1.0,
+            "job_id": "torn",
+            "attempt": 1,
+        }
+    )
     with path.open("ab") as fh:
         fh.write(whole[: len(whole) // 2])  # a writer killed mid-line
     reader = SpendLedger(tmp_path)
     assert reader.spent("openai", "day", at).tokens == 100
-    ledger.record(profile="openai", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=7), job_id="b",
-                  attempt=1, at=at)
+    ledger.record(
+        profile="openai", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=7), job_id="b", attempt=1, at=at
+    )
     assert reader.spent("openai", "day", at).tokens == 107
     assert SpendLedger(tmp_path).spent("openai", "day", at).tokens == 107
     assert reader.damaged_lines() == 1
@@ -326,8 +445,9 @@ def test_a_damaged_line_in_the_middle_is_skipped_not_counted(tmp_path: Path) -> 
     at = time.time()
     ledger = SpendLedger(tmp_path)
     for job in ("a", "b", "c"):
-        ledger.record(profile="p", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=1), job_id=job,
-                      attempt=1, at=at)
+        ledger.record(
+            profile="p", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=1), job_id=job, attempt=1, at=at
+        )
     path = next((tmp_path / "ledger").iterdir())
     lines = path.read_bytes().splitlines(keepends=True)
     lines[2] = lines[2].replace(b'"tokens_in":1', b'"tokens_in":9')  # a flipped digit
@@ -361,13 +481,16 @@ def test_a_ledger_of_a_newer_version_is_neither_read_nor_appended_to(tmp_path: P
 def test_a_replaced_ledger_file_is_read_afresh(tmp_path: Path) -> None:
     at = time.time()
     ledger = SpendLedger(tmp_path)
-    ledger.record(profile="p", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=3), job_id="a", attempt=1, at=at)
+    ledger.record(
+        profile="p", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=3), job_id="a", attempt=1, at=at
+    )
     assert ledger.spent("p", "day", at).tokens == 3
     path = next((tmp_path / "ledger").iterdir())
     path.unlink()  # deleted from under a running process: the next append makes a new file
     for job in ("b", "c"):  # the new file may even get the old one's inode number
-        ledger.record(profile="p", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=4), job_id=job,
-                      attempt=1, at=at)
+        ledger.record(
+            profile="p", model="gpt-4o", kind="openai.chat", usage=Usage(tokens_in=4), job_id=job, attempt=1, at=at
+        )
     assert ledger.spent("p", "day", at).tokens == 8
 
 
@@ -390,8 +513,14 @@ def test_two_processes_appending_at_once_lose_no_entry(tmp_path: Path) -> None:
     n = 400
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     children = [
-        subprocess.Popen([sys.executable, "-c", _APPENDER, str(tmp_path), tag, str(n), repr(at)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+        subprocess.Popen(
+            [sys.executable, "-c", _APPENDER, str(tmp_path), tag, str(n), repr(at)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
         for tag in ("a", "b")
     ]
     try:

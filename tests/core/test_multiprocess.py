@@ -158,7 +158,7 @@ def test_processes_lose_no_update(data_dir: Path, open_queue: OpenQueue, n_procs
     assert sorted(epochs) == list(range(1, total + 1))
     for report in reports:
         mine = [epoch for _, epoch in report["leases"]]
-        assert all(a < b for a, b in zip(mine, mine[1:]))
+        assert all(a < b for a, b in zip(mine, mine[1:], strict=False))
     epoch_of = dict(leases)
     for job in jobs.values():
         assert job.lease_epoch == epoch_of[job.id]

@@ -24,14 +24,23 @@ NOW = 1_000.0
 
 
 def job(**fields: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"id": "j1", "kind": "openai.chat", "state": "queued", "priority": "background",
-                            "run_after": NOW, "attempts": 0, "total_attempts": 0, "input": {"prompt": "hi"}}
+    base: dict[str, Any] = {
+        "id": "j1",
+        "kind": "openai.chat",
+        "state": "queued",
+        "priority": "background",
+        "run_after": NOW,
+        "attempts": 0,
+        "total_attempts": 0,
+        "input": {"prompt": "hi"},
+    }
     return {**base, **fields}
 
 
 def test_a_retry_in_the_future_says_backoff_and_a_schedule_does_not() -> None:
-    retrying = job(run_after=NOW + 12, attempts=1, total_attempts=1,
-                   last_error={"class": "retryable", "message": "HTTP 500"})
+    retrying = job(
+        run_after=NOW + 12, attempts=1, total_attempts=1, last_error={"class": "retryable", "message": "HTTP 500"}
+    )
     assert describe_state(retrying, NOW) == "retrying in 12 s (backoff)"
     assert now_line(retrying, NOW) == "now: retrying in 12 s (backoff)"
     assert describe_state(job(run_after=NOW + 30), NOW) == "scheduled in 30 s"
@@ -71,7 +80,9 @@ def test_interactive_ahead_counts_due_runnable_unheld_interactive_jobs() -> None
     ]
     assert interactive_ahead(jobs, NOW) == 3
     assert interactive_ahead(jobs, NOW, kinds={"openai.chat", "demo"}) == 2
-    assert interactive_ahead(jobs, NOW, kinds={"openai.chat", "demo"}, held=lambda j: "x" if j["id"] == "a" else None) == 1
+    assert (
+        interactive_ahead(jobs, NOW, kinds={"openai.chat", "demo"}, held=lambda j: "x" if j["id"] == "a" else None) == 1
+    )
 
 
 def test_each_flow_reason_reads_the_same_in_the_now_line() -> None:
@@ -134,11 +145,18 @@ def test_provider_status_texts() -> None:
 @pytest.mark.parametrize(
     ("kind", "detail", "expected"),
     [
-        (FlowEventType.BREAKER_OPENED, {"reason": "5 retryable failures in a row", "delay_s": 30.0},
-         "openai: breaker open (5 retryable failures in a row): its jobs wait without spending attempts; "
-         "one probe job goes in 30 s"),
+        (
+            FlowEventType.BREAKER_OPENED,
+            {"reason": "5 retryable failures in a row", "delay_s": 30.0},
+            "openai: breaker open (5 retryable failures in a row): its jobs wait without spending attempts; "
+            "one probe job goes in 30 s",
+        ),
         (FlowEventType.BREAKER_HALF_OPEN, {}, "openai: breaker half-open: one probe job may go"),
-        (FlowEventType.RATE_LOWERED, {"scale": 0.5, "was": 1.0}, "openai: rate lowered to 50% (was 100%) after a rate limit"),
+        (
+            FlowEventType.RATE_LOWERED,
+            {"scale": 0.5, "was": 1.0},
+            "openai: rate lowered to 50% (was 100%) after a rate limit",
+        ),
         (FlowEventType.RATE_RECOVERED, {"scale": 0.7}, "openai: rate recovering: 70%"),
         (FlowEventType.PAUSED, {"retry_after_s": 2.0}, "openai: paused for 2.0 s by the provider's rate limit"),
     ],
@@ -175,8 +193,10 @@ def test_offline_and_throttle_streaks_show_in_the_provider_status() -> None:
         "waiting: profile openai is offline (cannot connect (ConnectError))"
     )
     texts = [flow_event_text(e) for e in flow.drain_events()]
-    assert texts == ["openai: offline (cannot connect (ConnectError)): its jobs wait without spending attempts; "
-                     "one job tries again in 2.0 s"]
+    assert texts == [
+        "openai: offline (cannot connect (ConnectError)): its jobs wait without spending attempts; "
+        "one job tries again in 2.0 s"
+    ]
 
     snapshot = {"profile": "openai", "breaker": "closed", "paused_s": 8.0, "throttles": 3}
     assert provider_status(snapshot) == ("slow", "openai: rate limited (3 in a row), resuming in 8.0 s")
@@ -187,10 +207,16 @@ def test_offline_and_throttle_streaks_show_in_the_provider_status() -> None:
     ("spent", "expected"),
     [
         ({"spent_today_usd": 1.2, "spent_month_usd": 1.2}, ("ok", "openai: ok, $1.20 of $5.00 today")),
-        ({"spent_today_usd": 4.6, "spent_month_usd": 4.6}, ("slow", "openai: budget nearly reached, $4.60 of $5.00 today")),
+        (
+            {"spent_today_usd": 4.6, "spent_month_usd": 4.6},
+            ("slow", "openai: budget nearly reached, $4.60 of $5.00 today"),
+        ),
         ({"spent_today_usd": 5.0, "spent_month_usd": 5.0}, ("down", "openai: budget reached, $5.00 of $5.00 today")),
         # the fuller budget is named: 19 of 20 dollars this month before 2 of 5 today
-        ({"spent_today_usd": 2.0, "spent_month_usd": 19.0}, ("slow", "openai: budget nearly reached, $19.00 of $20.00 this month")),
+        (
+            {"spent_today_usd": 2.0, "spent_month_usd": 19.0},
+            ("slow", "openai: budget nearly reached, $19.00 of $20.00 this month"),
+        ),
         ({}, ("ok", "openai: ok")),  # no ledger: no spend to show
     ],
 )
@@ -203,7 +229,8 @@ def test_budgets_show_in_the_provider_status(spent: dict[str, float], expected: 
 def test_a_token_budget_reads_in_tokens() -> None:
     snapshot = {"profile": "local", "breaker": "closed", "spent_today_tokens": 50_000, "spent_month_tokens": 50_000}
     assert provider_status(snapshot, Budget(tokens_per_day=50_000)) == (
-        "down", "local: budget reached, 50,000 of 50,000 tokens today"
+        "down",
+        "local: budget reached, 50,000 of 50,000 tokens today",
     )
 
 
@@ -212,8 +239,15 @@ def test_the_budget_and_no_key_reasons_read_the_same_in_the_now_line(tmp_path: A
     budget = Budget(usd_per_day=5.0)
     ledger = SpendLedger(tmp_path, clock)
     flow = FlowControl({"openai": ProfileLimits(budget=budget, model="gpt-4o-mini")}, clock=clock, ledger=ledger)
-    ledger.record(profile="openai", model="gpt-4o-mini", kind="openai.chat", usage=Usage(tokens_in=10),
-                  job_id="x", attempt=1, usd=5.0)
+    ledger.record(
+        profile="openai",
+        model="gpt-4o-mini",
+        kind="openai.chat",
+        usage=Usage(tokens_in=10),
+        job_id="x",
+        attempt=1,
+        usd=5.0,
+    )
     waiting = job(input={"prompt": "hi", "model": "gpt-4o-mini"})
     assert now_line(waiting, NOW, flow.waiting_reason) == (
         "now: waiting: budget of profile openai reached, $5.00 of $5.00 today"

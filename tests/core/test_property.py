@@ -135,7 +135,9 @@ class QueueMachine(RuleBasedStateMachine):
 
     def _new_job(self, job_id: str, seq: int, key: str, payload: Any, priority: str, max_attempts: int) -> MJob:
         now = self.clock.now()
-        job = MJob(job_id, seq, key, payload, priority, max_attempts, run_after=now, deadline_at=now + POLICY.deadline_s)
+        job = MJob(
+            job_id, seq, key, payload, priority, max_attempts, run_after=now, deadline_at=now + POLICY.deadline_s
+        )
         assert seq == len(self.jobs) + 1
         self.jobs[job_id] = job
         return job
@@ -261,9 +263,11 @@ class QueueMachine(RuleBasedStateMachine):
         else:
             if error_class is ErrorClass.POISON:
                 job.poison_count += 1
-            if error_class is ErrorClass.POISON and job.poison_count >= POLICY.poison_after:
-                job.state = "dead"
-            elif job.attempts >= job.max_attempts:
+            if (
+                error_class is ErrorClass.POISON
+                and job.poison_count >= POLICY.poison_after
+                or job.attempts >= job.max_attempts
+            ):
                 job.state = "dead"
             else:
                 requeue(retry_after if retry_after is not None else POLICY.backoff(job.attempts, self.twin))
@@ -420,7 +424,12 @@ class QueueMachine(RuleBasedStateMachine):
             job = actual[job_id]
             got = (job.state, job.attempts, job.total_attempts, job.run, job.poison_count, job.max_attempts)
             assert got == (m.state, m.attempts, m.total_attempts, m.run, m.poison_count, m.max_attempts), job_id
-            assert (job.idempotency_key, job.priority, job.seq, job.replay_of) == (m.key, m.priority, m.seq, m.replay_of)
+            assert (job.idempotency_key, job.priority, job.seq, job.replay_of) == (
+                m.key,
+                m.priority,
+                m.seq,
+                m.replay_of,
+            )
             assert list(job.replayed_as) == m.replayed_as
             assert job.input == m.input
             assert job.deadline_at == m.deadline_at

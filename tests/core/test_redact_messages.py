@@ -68,18 +68,28 @@ def test_a_prompt_word_inside_a_longer_word_is_left_alone() -> None:
 
 
 def test_the_model_name_stays_readable_even_when_the_prompt_repeats_it() -> None:
-    payload = {"model": "llama3.1-instruct", "messages": [
-        {"role": "system", "content": "You answer briefly"},
-        {"role": "user", "content": "llama3.1-instruct"},
-    ]}
+    payload = {
+        "model": "llama3.1-instruct",
+        "messages": [
+            {"role": "system", "content": "You answer briefly"},
+            {"role": "user", "content": "llama3.1-instruct"},
+        ],
+    }
     out = redact("model 'llama3.1-instruct' is not loaded; system prompt too long", payload)
     assert out == "model 'llama3.1-instruct' is not loaded; system prompt too long"
 
 
 def test_settings_of_the_input_are_not_prompt_text() -> None:
-    payload = {"prompt": "write a summary", "voice": "shimmer", "format": "opus", "size": "1024x1024",
-               "response_format": {"type": "json_schema", "json_schema": {"name": "report", "schema": {
-                   "type": "object", "required": ["summary", "headline"]}}}}
+    payload = {
+        "prompt": "write a summary",
+        "voice": "shimmer",
+        "format": "opus",
+        "size": "1024x1024",
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "report", "schema": {"type": "object", "required": ["summary", "headline"]}},
+        },
+    }
     message = "json_schema output misses required field(s): summary, headline (voice shimmer, size 1024x1024)"
     assert redact(message, payload) == message
 

@@ -114,7 +114,9 @@ def _commits_with_offsets(queue: Queue, clock: FakeClock) -> list[tuple[int, dic
         history.append((queue.store.write_offset, copy.deepcopy(queue.store.state.jobs)))
 
     for i in range(12):
-        job = queue.submit("demo", {"prompt": f"torn tail {i}"}, priority="interactive" if i % 3 == 0 else "background").job
+        job = queue.submit(
+            "demo", {"prompt": f"torn tail {i}"}, priority="interactive" if i % 3 == 0 else "background"
+        ).job
         mark()
         if i % 3 == 0:
             lease = queue.lease("w")
@@ -390,7 +392,7 @@ def test_a_snapshot_that_is_not_json_is_quarantined(open_queue: OpenQueue, clock
     queue, before = _two_snapshots(open_queue, clock)
     queue.close()
     newest = snapshots(data_dir)[-1]
-    newest.write_bytes(newest.read_bytes()[: 200])
+    newest.write_bytes(newest.read_bytes()[:200])
     reopened = open_queue()
     assert all_jobs(reopened) == before
     assert len(corrupt_files(data_dir)) == 1
@@ -563,7 +565,9 @@ def test_migration_from_schema_2_keeps_every_event(data_dir: Path, open_queue: O
     assert listed.state == State.SUCCEEDED
     queue.close()
     assert [(e.type, e.attempt) for e in open_queue().get("job000001").events] == [
-        ("submitted", 0), ("leased", 1), ("succeeded", 1),
+        ("submitted", 0),
+        ("leased", 1),
+        ("succeeded", 1),
     ]
 
 
@@ -637,7 +641,9 @@ def test_every_acknowledged_submit_is_seen_by_a_fresh_open_in_another_process(
     assert child.stdin is not None and child.stdout is not None
     try:
         for i in range(8):
-            job = queue.submit("demo", {"prompt": f"durable {i}"}, priority="interactive" if i % 2 else "background").job
+            job = queue.submit(
+                "demo", {"prompt": f"durable {i}"}, priority="interactive" if i % 2 else "background"
+            ).job
             child.stdin.write(job.id + "\n")
             child.stdin.flush()
             seen = orjson.loads(child.stdout.readline() or b"{}")
@@ -751,9 +757,7 @@ def test_a_rotated_segment_ends_with_a_seal_that_moves_every_reader_on(open_queu
     assert writer.get(mine.id).state == State.QUEUED
 
 
-def test_a_rotation_that_died_before_its_seal_is_sealed_by_the_next_open(
-    open_queue: OpenQueue, data_dir: Path
-) -> None:
+def test_a_rotation_that_died_before_its_seal_is_sealed_by_the_next_open(open_queue: OpenQueue, data_dir: Path) -> None:
     """A process died after creating segment 2 and before sealing segment 1: a process
     still appending to segment 1 must not be cut off from one that opens later."""
     live = open_queue()

@@ -33,10 +33,10 @@ from desktop_queue.core import (
     StaleLease,
     State,
 )
+from desktop_queue.core import storage as storage_module
 from desktop_queue.core.fingerprint import fingerprint
 from desktop_queue.core.queue import MAX_INPUT_BYTES, MAX_INTERACTIVE_WAITING
 from desktop_queue.core.redact import REDACTED, redact
-from desktop_queue.core import storage as storage_module
 from desktop_queue.core.storage import decode_record, decode_snapshot
 
 OpenQueue = Callable[..., Queue]
@@ -540,7 +540,9 @@ def test_replay_of_an_unfinished_job_is_refused(queue: Queue, state: State) -> N
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_retryable_backoff_is_full_jitter_within_the_ceiling(open_queue: OpenQueue, clock: FakeClock, seed: int) -> None:
+def test_retryable_backoff_is_full_jitter_within_the_ceiling(
+    open_queue: OpenQueue, clock: FakeClock, seed: int
+) -> None:
     policy = RetryPolicy(base_s=1.0, cap_s=60.0, max_attempts=10)
     queue = open_queue(policy=policy, rng=random.Random(seed))
     twin = random.Random(seed)
@@ -592,14 +594,12 @@ def test_retry_after_is_honoured(queue: Queue, clock: FakeClock, error_class: Er
     assert lease_of(queue, job.id)
 
 
-
 def test_a_negative_retry_after_does_not_jump_the_queue(queue: Queue, clock: FakeClock) -> None:
     a = queue.submit("demo", {"n": "a"}).job
     b = queue.submit("demo", {"n": "b"}).job
     after = queue.fail(lease_of(queue, a.id), Outcome.failure(ErrorClass.RETRYABLE, "odd header", retry_after=-100.0))
     assert after.run_after >= clock.now()
     assert lease_of(queue, b.id)
-
 
 
 def test_a_nan_retry_after_is_not_stored(queue: Queue, open_queue: OpenQueue) -> None:
@@ -615,7 +615,9 @@ def test_throttled_does_not_spend_an_attempt(open_queue: OpenQueue, clock: FakeC
     for i in range(5):
         lease = lease_of(queue, job.id)
         assert lease.attempt == 1
-        after = queue.fail(lease, Outcome.failure(ErrorClass.THROTTLED, "429 too many requests", status=429, retry_after=5))
+        after = queue.fail(
+            lease, Outcome.failure(ErrorClass.THROTTLED, "429 too many requests", status=429, retry_after=5)
+        )
         assert after.state == State.QUEUED
         assert after.attempts == 0
         assert after.total_attempts == i + 1
@@ -676,7 +678,9 @@ def test_attempts_exhausted_is_dead(queue: Queue) -> None:
 
 @pytest.mark.parametrize("how", ["retry-after-beyond", "clock-beyond"])
 @pytest.mark.parametrize("error_class", [ErrorClass.RETRYABLE, ErrorClass.THROTTLED])
-def test_retry_deadline_passed_is_dead(open_queue: OpenQueue, clock: FakeClock, how: str, error_class: ErrorClass) -> None:
+def test_retry_deadline_passed_is_dead(
+    open_queue: OpenQueue, clock: FakeClock, how: str, error_class: ErrorClass
+) -> None:
     queue = open_queue(policy=RetryPolicy(deadline_s=100.0, max_attempts=50))
     job = queue.submit("demo", {"n": 1}).job
     assert job.deadline_at == clock.now() + 100.0
@@ -762,7 +766,10 @@ def test_redact_keeps_unrelated_text() -> None:
 @pytest.mark.parametrize(
     "prompt,quoted",
     [
-        ("line one of the poem\nline two of the poem", 'body: {"prompt":"line one of the poem\\nline two of the poem"}'),
+        (
+            "line one of the poem\nline two of the poem",
+            'body: {"prompt":"line one of the poem\\nline two of the poem"}',
+        ),
         ('say "hello" to the quiet lighthouse', 'body: {"prompt":"say \\"hello\\" to the quiet lighthouse"}'),
         ("tabs\tand  double  spaces in a prompt", "prompt was: tabs and double spaces in a prompt"),
     ],
@@ -941,7 +948,7 @@ def test_compaction_writes_and_syncs_results_before_folding_their_records(
     monkeypatch.setattr(os, "sync", lambda: synced.append(all((data_dir / str(r)).exists() for r in refs)))
     queue.store.compact_now()  # the records carrying the results are folded away now
     assert synced == [True]  # written, then synced, before the snapshot replaced the records
-    for job, ref in zip(jobs, refs):
+    for job, ref in zip(jobs, refs, strict=True):
         assert orjson.loads((data_dir / str(ref)).read_bytes())["result"] == {"text": job.id}
     assert queue.store.carried_keys() == []  # memory is given back once the files are on disk
     assert queue.results.get(jobs[1].idempotency_key)["result"] == {"text": jobs[1].id}

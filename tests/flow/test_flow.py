@@ -40,7 +40,9 @@ def cost_of(payload: Any) -> Cost:
 
 def make(clock: FakeClock, events: list[FlowEvent] | None = None, **limits: Any) -> FlowControl:
     return FlowControl(
-        {"openai": ProfileLimits(**limits)}, clock=clock, estimator=cost_of,
+        {"openai": ProfileLimits(**limits)},
+        clock=clock,
+        estimator=cost_of,
         listener=events.append if events is not None else None,
     )
 
@@ -85,7 +87,8 @@ def test_settling_charges_an_underestimate_and_refunds_an_overestimate() -> None
     budget=st.integers(1, 5000),
     steps=st.lists(
         st.tuples(st.floats(0, 30, allow_nan=False), st.integers(0, 5000), st.sampled_from([1.0, 1.0, 0.5, 0.25])),
-        min_size=1, max_size=80,
+        min_size=1,
+        max_size=80,
     ),
 )
 def test_bucket_never_admits_above_budget_in_any_window(budget: int, steps: list[tuple[float, int, float]]) -> None:
@@ -182,14 +185,12 @@ def test_aging_keeps_a_large_job_from_starving_behind_small_ones() -> None:
     flow = make(clock, events, tpm=1000, aging_s=30)
     assert flow.accept(job("filler", 200))
     big = job("big", 900)
-    small_n = 0
     big_admitted_at = None
     for second in range(300):
         if flow.accept(big):
             big_admitted_at = second
             break
-        small_n += 1
-        small = job(f"s{small_n}", 100)
+        small = job(f"s{second + 1}", 100)
         if flow.accept(small):
             flow.on_start(small)
             flow.on_outcome(small, OK)  # no usage reported: the estimate stands
@@ -344,8 +345,12 @@ def test_breaker_opens_after_five_retryable_failures_and_probes_once() -> None:
         clock.advance(5)
     assert caps == [1, 2, 3, 4]
     types = [e.type for e in events]
-    assert types == [FlowEventType.BREAKER_OPENED, FlowEventType.BREAKER_HALF_OPEN,
-                     FlowEventType.BREAKER_HALF_OPEN, FlowEventType.BREAKER_CLOSED]
+    assert types == [
+        FlowEventType.BREAKER_OPENED,
+        FlowEventType.BREAKER_HALF_OPEN,
+        FlowEventType.BREAKER_HALF_OPEN,
+        FlowEventType.BREAKER_CLOSED,
+    ]
 
 
 def test_a_failed_probe_reopens_with_a_longer_cooldown() -> None:
@@ -457,7 +462,9 @@ def test_events_can_be_drained_and_described() -> None:
 @settings(max_examples=60, deadline=None)
 @given(
     ops=st.lists(
-        st.tuples(st.integers(0, 2), st.sampled_from(["accept", "finish", "fail", "throttle", "wait"]), st.integers(0, 7)),
+        st.tuples(
+            st.integers(0, 2), st.sampled_from(["accept", "finish", "fail", "throttle", "wait"]), st.integers(0, 7)
+        ),
         max_size=80,
     )
 )
@@ -469,8 +476,9 @@ def test_processes_sharing_a_data_dir_never_exceed_one_budget(ops: list[tuple[in
     with tempfile.TemporaryDirectory() as shared:
         clock = FakeClock()
         flows = [
-            FlowControl({"openai": ProfileLimits(rpm=4, concurrency=2)}, clock=clock, estimator=cost_of,
-                        shared_dir=shared)
+            FlowControl(
+                {"openai": ProfileLimits(rpm=4, concurrency=2)}, clock=clock, estimator=cost_of, shared_dir=shared
+            )
             for _ in range(3)
         ]
         running: dict[str, int] = {}

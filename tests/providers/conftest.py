@@ -24,8 +24,14 @@ def profile(server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> OpenAIProfil
     """A profile for the fake server; the canary key comes from OPENAI_API_KEY."""
     monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
     return OpenAIProfile(
-        base_url=server.url, model="test-model", timeout_s=2.0, connect_timeout_s=1.0,
-        poll_initial_s=0.005, poll_max_s=0.02, poll_growth=2.0, max_poll_s=10.0,
+        base_url=server.url,
+        model="test-model",
+        timeout_s=2.0,
+        connect_timeout_s=1.0,
+        poll_initial_s=0.005,
+        poll_max_s=0.02,
+        poll_growth=2.0,
+        max_poll_s=10.0,
     )
 
 

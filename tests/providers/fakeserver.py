@@ -57,8 +57,15 @@ class Action:
     content_type: str = "text/plain; charset=utf-8"
 
     @classmethod
-    def error(cls, status: int, message: str = "error", code: str | None = None, *, headers: dict[str, str] | None = None,
-              echo: bool = False) -> Action:
+    def error(
+        cls,
+        status: int,
+        message: str = "error",
+        code: str | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+        echo: bool = False,
+    ) -> Action:
         body = {"error": {"message": message, "type": code or "error", "code": code, "param": None}}
         return cls(status=status, body=body, headers=headers or {}, echo=echo)
 
@@ -195,7 +202,9 @@ class FakeOpenAI:
             script = self.scripts.get(route)
             return script.popleft() if script else None
 
-    def answer(self, route: str, method: str, path: str, headers: dict[str, str], body: Any) -> tuple[int, dict[str, str], bytes]:
+    def answer(
+        self, route: str, method: str, path: str, headers: dict[str, str], body: Any
+    ) -> tuple[int, dict[str, str], bytes]:
         """The default (unscripted) answer of ``route``."""
         if route == "files":  # signed links: no API key, like a storage service
             name = path.split("?")[0].rsplit("/", 1)[-1]
@@ -206,20 +215,42 @@ class FakeOpenAI:
             return 200, {"Content-Type": "image/png"}, data
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
             sent = headers.get("authorization", "")
-            return _json(401, {"error": {"message": f"Incorrect API key provided: {sent[7:]}.", "type": "invalid_request_error",
-                                         "code": "invalid_api_key", "param": None}})
+            return _json(
+                401,
+                {
+                    "error": {
+                        "message": f"Incorrect API key provided: {sent[7:]}.",
+                        "type": "invalid_request_error",
+                        "code": "invalid_api_key",
+                        "param": None,
+                    }
+                },
+            )
         refused = sorted(p for p in self.refused_params if isinstance(body, dict) and p in body)
         if refused:
-            return _json(400, {"error": {"message": f"Unrecognized request argument supplied: {refused[0]}",
-                                         "type": "invalid_request_error", "code": None, "param": refused[0]}})
+            return _json(
+                400,
+                {
+                    "error": {
+                        "message": f"Unrecognized request argument supplied: {refused[0]}",
+                        "type": "invalid_request_error",
+                        "code": None,
+                        "param": refused[0],
+                    }
+                },
+            )
         extra = dict(self.rate_headers)
         if route == "chat":
             prompt_tokens = len(json.dumps(body.get("messages", ""))) // 4
             total = self.usage_tokens if self.usage_tokens is not None else prompt_tokens + 5
             doc = {
-                "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": 1, "model": body.get("model"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": "generated text"}}],
+                "id": f"chatcmpl-{len(self.requests)}",
+                "object": "chat.completion",
+                "created": 1,
+                "model": body.get("model"),
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "generated text"}}
+                ],
                 "usage": {"prompt_tokens": total - 5, "completion_tokens": 5, "total_tokens": total},
             }
             return _json(200, doc, extra)
@@ -241,8 +272,17 @@ class FakeOpenAI:
             with self.lock:
                 doc = self.responses.get(response_id)
                 if doc is None:
-                    return _json(404, {"error": {"message": "No response found", "type": "invalid_request_error",
-                                                 "code": None, "param": None}})
+                    return _json(
+                        404,
+                        {
+                            "error": {
+                                "message": "No response found",
+                                "type": "invalid_request_error",
+                                "code": None,
+                                "param": None,
+                            }
+                        },
+                    )
                 if route == "responses.cancel":
                     if doc["status"] in ("queued", "in_progress"):
                         doc["status"] = "cancelled"
@@ -252,16 +292,29 @@ class FakeOpenAI:
                     if doc["_polls_left"] <= 0:
                         doc["status"] = "completed"
                 if doc["status"] == "completed" and not doc["output"]:
-                    doc["output"] = [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-                                      "content": [{"type": "output_text", "text": "background text", "annotations": []}]}]
-                    doc["usage"] = {"input_tokens": 10, "output_tokens": 20, "total_tokens": 30,
-                                    "input_tokens_details": {"cached_tokens": 0},
-                                    "output_tokens_details": {"reasoning_tokens": 0}}
+                    doc["output"] = [
+                        {
+                            "type": "message",
+                            "id": "msg_1",
+                            "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": "background text", "annotations": []}],
+                        }
+                    ]
+                    doc["usage"] = {
+                        "input_tokens": 10,
+                        "output_tokens": 20,
+                        "total_tokens": 30,
+                        "input_tokens_details": {"cached_tokens": 0},
+                        "output_tokens_details": {"reasoning_tokens": 0},
+                    }
                 return _json(200, _public(doc))
         if route == "images":
             answer = self.image_answer
             if answer == "auto":
-                wants_b64 = body.get("response_format") == "b64_json" or str(body.get("model", "")).startswith("gpt-image")
+                wants_b64 = body.get("response_format") == "b64_json" or str(body.get("model", "")).startswith(
+                    "gpt-image"
+                )
                 answer = "b64" if wants_b64 else "url"
             if answer == "b64":
                 return _json(200, {"created": 1, "data": [{"b64_json": base64.b64encode(PNG_BYTES).decode()}]}, extra)
@@ -273,17 +326,38 @@ class FakeOpenAI:
         if route == "speech":
             return 200, {"Content-Type": "audio/mpeg", **extra}, AUDIO_BYTES
         if route == "models":
-            return _json(200, {"object": "list", "data": [{"id": "model-a", "object": "model", "created": 1, "owned_by": "t"},
-                                                          {"id": "model-b", "object": "model", "created": 1, "owned_by": "t"}]})
+            return _json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": "model-a", "object": "model", "created": 1, "owned_by": "t"},
+                        {"id": "model-b", "object": "model", "created": 1, "owned_by": "t"},
+                    ],
+                },
+            )
         return _json(404, {"error": {"message": f"no route {method} {path}", "type": "not_found", "code": None}})
 
 
 def _response_doc(response_id: str, status: str, model: str | None) -> dict[str, Any]:
     return {
-        "id": response_id, "object": "response", "created_at": 1, "status": status, "model": model or "m",
-        "output": [], "error": None, "incomplete_details": None, "instructions": None, "metadata": {},
-        "parallel_tool_calls": True, "temperature": 1.0, "tool_choice": "auto", "tools": [], "top_p": 1.0,
-        "background": True, "usage": None,
+        "id": response_id,
+        "object": "response",
+        "created_at": 1,
+        "status": status,
+        "model": model or "m",
+        "output": [],
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "metadata": {},
+        "parallel_tool_calls": True,
+        "temperature": 1.0,
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "background": True,
+        "usage": None,
     }
 
 
@@ -355,8 +429,11 @@ class _Handler(BaseHTTPRequestHandler):
             action = fake._next_action(route)
             outage = fake.outage
             if action is None and outage is not None and route != "files" and time.monotonic() < outage[0]:
-                action = Action.error(outage[1], "rate limit reached" if outage[1] == 429 else "server error",
-                                      "rate_limit_exceeded" if outage[1] == 429 else "server_error")
+                action = Action.error(
+                    outage[1],
+                    "rate limit reached" if outage[1] == 429 else "server error",
+                    "rate_limit_exceeded" if outage[1] == 429 else "server_error",
+                )
             delay = action.delay_s if action is not None else fake.default_delay_s
             if delay:
                 fake.release.wait(delay)
@@ -365,7 +442,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
             if action is not None and action.status is not None and action.raw is not None:
-                status, out_headers, payload = action.status, {"Content-Type": action.content_type, **action.headers}, action.raw
+                status, out_headers, payload = (
+                    action.status,
+                    {"Content-Type": action.content_type, **action.headers},
+                    action.raw,
+                )
             elif action is not None and action.status is not None:
                 doc = action.body
                 if action.echo and isinstance(doc, dict):

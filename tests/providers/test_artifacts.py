@@ -90,8 +90,11 @@ def test_a_second_run_of_the_same_key_keeps_the_first_artifact(
 
     # a late writer for the first key changes nothing
     ref, created = queue.results.put(
-        key, {"artifact_b64": base64.b64encode(b"other bytes").decode(), "mime": "image/png"},
-        job_id="late", epoch=99, produced_at=0.0,
+        key,
+        {"artifact_b64": base64.b64encode(b"other bytes").decode(), "mime": "image/png"},
+        job_id="late",
+        epoch=99,
+        produced_at=0.0,
     )
     assert created is False and ref == queue.get(first.id).result_ref
     assert artifact.read_bytes() == PNG_BYTES and artifact.stat().st_mtime_ns == before

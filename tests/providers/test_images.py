@@ -76,7 +76,9 @@ def test_a_server_that_refuses_response_format_is_asked_again_without_it_once(
 
 
 def test_a_rejection_for_another_reason_is_not_sent_again(server: FakeOpenAI, profile: OpenAIProfile) -> None:
-    server.push("images", Action.error(400, "Your request was rejected by the safety system", "content_policy_violation"))
+    server.push(
+        "images", Action.error(400, "Your request was rejected by the safety system", "content_policy_violation")
+    )
     outcome = image_provider(profile).run(JobView({"prompt": "a red fox"}), ctx())
     assert outcome.error_class is ErrorClass.FATAL
     assert server.count("images") == 1
@@ -140,19 +142,25 @@ def test_lookup_of_an_orphan_with_a_link_fetches_the_image(server: FakeOpenAI, p
 
 
 def test_the_file_type_comes_from_the_bytes(server: FakeOpenAI, profile: OpenAIProfile) -> None:
-    server.push("images", Action(status=200, body={"created": 1, "data": [
-        {"b64_json": base64.b64encode(JPEG_BYTES).decode()}]}))
+    server.push(
+        "images", Action(status=200, body={"created": 1, "data": [{"b64_json": base64.b64encode(JPEG_BYTES).decode()}]})
+    )
     outcome = image_provider(profile).run(JobView({"prompt": "a red fox"}), ctx())
     assert outcome.ok and outcome.result["mime"] == "image/jpeg"
     assert outcome.result["artifact_name"] == "img-key.jpg"
 
 
 def test_an_answer_with_neither_image_nor_link_is_poison(server: FakeOpenAI, profile: OpenAIProfile) -> None:
-    server.push("images", Action(status=200, body={"created": 1, "data": []}),
-                Action(status=200, body={"created": 1, "data": [{"b64_json": None, "url": "mock"}]}))  # LiteLLM's mock
+    server.push(
+        "images",
+        Action(status=200, body={"created": 1, "data": []}),
+        Action(status=200, body={"created": 1, "data": [{"b64_json": None, "url": "mock"}]}),
+    )  # LiteLLM's mock
     provider = image_provider(profile)
     outcome = provider.run(JobView({"prompt": "a red fox"}), ctx())
-    assert outcome.error_class is ErrorClass.POISON and outcome.message == "openai.image: the response had no image data"
+    assert (
+        outcome.error_class is ErrorClass.POISON and outcome.message == "openai.image: the response had no image data"
+    )
     outcome = provider.run(JobView({"prompt": "a red fox"}), ctx())
     assert outcome.error_class is ErrorClass.POISON
     assert outcome.message == "openai.image: the response's image link is not a URL"

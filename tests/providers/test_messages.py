@@ -37,28 +37,61 @@ def run_chat(profile: OpenAIProfile, payload: Any = None, **kwargs: Any) -> Any:
 @pytest.mark.parametrize(
     ("action", "expected"),
     [
-        (Action(status=400, body={"detail": "prompt is too long for this model"}),
-         "openai.chat: HTTP 400: prompt is too long for this model"),
-        (Action(status=400, body={"message": "unsupported parameter: logit_bias"}),
-         "openai.chat: HTTP 400: unsupported parameter: logit_bias"),
-        (Action(status=500, body={"error": "model runner has unexpectedly stopped"}),  # Ollama
-         "openai.chat: HTTP 500: model runner has unexpectedly stopped"),
-        (Action(status=422, body={"detail": [  # FastAPI / pydantic validation
-            {"type": "missing", "loc": ["body", "messages"], "msg": "Field required", "input": {"x": 1}},
-            {"type": "int_parsing", "loc": ["body", "max_tokens"], "msg": "Input should be a valid integer"},
-        ]}), "openai.chat: HTTP 422: body.messages: Field required; body.max_tokens: Input should be a valid integer"),
-        (Action(status=400, body={"error": {"message": "n must be 1", "type": "invalid_request_error",
-                                            "code": "invalid_value"}}),
-         "openai.chat: HTTP 400 invalid_value: n must be 1"),
-        (Action(status=400, body={"error": {"message": "Invalid model name", "type": "invalid_request_error",
-                                            "code": "400"}}),  # LiteLLM repeats the status as code
-         "openai.chat: HTTP 400: Invalid model name"),
-        (Action.text(502, "upstream connect error or disconnect/reset before headers"),
-         "openai.chat: HTTP 502: upstream connect error or disconnect/reset before headers"),
-        (Action.text(503, "<html><head><title>503 Service Temporarily Unavailable</title></head>"
-                          "<body><center><h1>503 Service Temporarily Unavailable</h1></center></body></html>",
-                     "text/html"),
-         "openai.chat: HTTP 503: 503 Service Temporarily Unavailable"),
+        (
+            Action(status=400, body={"detail": "prompt is too long for this model"}),
+            "openai.chat: HTTP 400: prompt is too long for this model",
+        ),
+        (
+            Action(status=400, body={"message": "unsupported parameter: logit_bias"}),
+            "openai.chat: HTTP 400: unsupported parameter: logit_bias",
+        ),
+        (
+            Action(status=500, body={"error": "model runner has unexpectedly stopped"}),  # Ollama
+            "openai.chat: HTTP 500: model runner has unexpectedly stopped",
+        ),
+        (
+            Action(
+                status=422,
+                body={
+                    "detail": [  # FastAPI / pydantic validation
+                        {"type": "missing", "loc": ["body", "messages"], "msg": "Field required", "input": {"x": 1}},
+                        {
+                            "type": "int_parsing",
+                            "loc": ["body", "max_tokens"],
+                            "msg": "Input should be a valid integer",
+                        },
+                    ]
+                },
+            ),
+            "openai.chat: HTTP 422: body.messages: Field required; body.max_tokens: Input should be a valid integer",
+        ),
+        (
+            Action(
+                status=400,
+                body={"error": {"message": "n must be 1", "type": "invalid_request_error", "code": "invalid_value"}},
+            ),
+            "openai.chat: HTTP 400 invalid_value: n must be 1",
+        ),
+        (
+            Action(
+                status=400,
+                body={"error": {"message": "Invalid model name", "type": "invalid_request_error", "code": "400"}},
+            ),  # LiteLLM repeats the status as code
+            "openai.chat: HTTP 400: Invalid model name",
+        ),
+        (
+            Action.text(502, "upstream connect error or disconnect/reset before headers"),
+            "openai.chat: HTTP 502: upstream connect error or disconnect/reset before headers",
+        ),
+        (
+            Action.text(
+                503,
+                "<html><head><title>503 Service Temporarily Unavailable</title></head>"
+                "<body><center><h1>503 Service Temporarily Unavailable</h1></center></body></html>",
+                "text/html",
+            ),
+            "openai.chat: HTTP 503: 503 Service Temporarily Unavailable",
+        ),
     ],
     ids=["detail", "message", "error-string", "fastapi-list", "openai", "litellm-code", "plain-text", "html"],
 )
@@ -109,7 +142,9 @@ def test_a_404_that_explains_itself_gets_no_url_hint(server: FakeOpenAI, profile
 def test_a_plain_text_404_of_a_go_server(server: FakeOpenAI, profile: OpenAIProfile) -> None:
     server.push("chat", Action.text(404, "404 page not found\n"))
     outcome = run_chat(profile)
-    assert "HTTP 404 Not Found at POST /v1/chat/completions: 404 page not found — is the base URL right" in outcome.message
+    assert (
+        "HTTP 404 Not Found at POST /v1/chat/completions: 404 page not found — is the base URL right" in outcome.message
+    )
 
 
 # ---------------------------------------------------------------------- no API key: wait, never dead-letter
@@ -167,8 +202,12 @@ def test_the_environment_key_counts(server: FakeOpenAI, monkeypatch: pytest.Monk
 
 @pytest.mark.parametrize("kind", ["openai.chat", "openai.responses", "openai.image", "openai.speech"])
 def test_run_without_a_key_is_retryable_for_every_kind_and_sends_nothing(server: FakeOpenAI, kind: str) -> None:
-    payloads = {"openai.chat": CHAT, "openai.responses": {"input": "x"}, "openai.image": {"prompt": "a fox"},
-                "openai.speech": {"input": "hello"}}
+    payloads = {
+        "openai.chat": CHAT,
+        "openai.responses": {"input": "x"},
+        "openai.image": {"prompt": "a fox"},
+        "openai.speech": {"input": "hello"},
+    }
     provider = make_providers(OpenAIProfile(name="work", base_url=server.url))[kind]
     outcome = provider.run(JobView(payloads[kind], kind=kind), ctx())
     assert outcome.error_class is ErrorClass.RETRYABLE and outcome.retry_after == 5.0
@@ -186,7 +225,9 @@ def test_a_placeholder_key_does_not_mangle_the_message(server: FakeOpenAI) -> No
     local = OpenAIProfile(base_url=server.url, timeout_s=2.0)
     server.api_key = None
     server.push("chat", Action.error(400, "max_tokens must be at least 1, got 0 (x-request-id: abc)"))
-    outcome = OpenAIChatProvider(local, api_key="x").run(JobView({"prompt": "hello there", "model": "qwen2.5:7b"}), ctx())
+    outcome = OpenAIChatProvider(local, api_key="x").run(
+        JobView({"prompt": "hello there", "model": "qwen2.5:7b"}), ctx()
+    )
     assert outcome.message == "openai.chat: HTTP 400: max_tokens must be at least 1, got 0 (x-request-id: abc)"
 
 
@@ -231,7 +272,10 @@ def test_an_attempt_timeout_longer_than_the_profile_timeout_lets_a_slow_answer_f
 def test_every_kind_declares_its_default_timeout_and_lease() -> None:
     providers = make_providers(OpenAIProfile())
     assert {k: p.default_timeout_s for k, p in providers.items()} == {
-        "openai.chat": 600.0, "openai.responses": 600.0, "openai.image": 600.0, "openai.speech": 300.0,
+        "openai.chat": 600.0,
+        "openai.responses": 600.0,
+        "openai.image": 600.0,
+        "openai.speech": 300.0,
     }
     assert {p.lease_s for p in providers.values()} == {30.0}
 
@@ -242,8 +286,12 @@ def test_every_kind_declares_its_default_timeout_and_lease() -> None:
 @pytest.mark.parametrize("kind", ["openai.chat", "openai.responses", "openai.image", "openai.speech"])
 def test_validate_refuses_another_profile_in_the_input(kind: str) -> None:
     provider = make_providers(OpenAIProfile(name="openai"))[kind]
-    payload = {"openai.chat": CHAT, "openai.responses": {"input": "x"}, "openai.image": {"prompt": "a fox"},
-               "openai.speech": {"input": "hello"}}[kind]
+    payload = {
+        "openai.chat": CHAT,
+        "openai.responses": {"input": "x"},
+        "openai.image": {"prompt": "a fox"},
+        "openai.speech": {"input": "hello"},
+    }[kind]
     with pytest.raises(InvalidInput) as info:
         provider.validate({**payload, "profile": "anything"})
     assert str(info.value) == (

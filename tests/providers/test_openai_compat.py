@@ -72,9 +72,19 @@ def test_401_is_fatal_after_one_request_and_the_message_hides_key_and_prompt(
 def test_429_is_throttled_with_retry_after(server: FakeOpenAI, profile: OpenAIProfile) -> None:
     server.push("chat", Action.error(429, "Rate limit reached", "rate_limit_exceeded", headers={"Retry-After": "2"}))
     server.push("chat", Action.error(429, "Rate limit reached", headers={"retry-after-ms": "1500", "Retry-After": "9"}))
-    server.push("chat", Action.error(429, "Rate limit reached", headers={
-        "x-ratelimit-remaining-requests": "5", "x-ratelimit-remaining-tokens": "0",
-        "x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "6m0s"}))
+    server.push(
+        "chat",
+        Action.error(
+            429,
+            "Rate limit reached",
+            headers={
+                "x-ratelimit-remaining-requests": "5",
+                "x-ratelimit-remaining-tokens": "0",
+                "x-ratelimit-reset-requests": "1s",
+                "x-ratelimit-reset-tokens": "6m0s",
+            },
+        ),
+    )
     provider = OpenAIChatProvider(profile)
     outcomes = [provider.run(JobView(CHAT), ctx()) for _ in range(3)]
     assert all(o.error_class is ErrorClass.THROTTLED and o.status == 429 for o in outcomes)
@@ -120,8 +130,10 @@ def test_a_slow_response_times_out_as_retryable(server: FakeOpenAI, profile: Ope
 
 
 def test_a_response_without_text_is_poison(server: FakeOpenAI, profile: OpenAIProfile) -> None:
-    server.push("chat", Action(status=200, body={"id": "x", "object": "chat.completion", "created": 1, "model": "m",
-                                                 "choices": []}))
+    server.push(
+        "chat",
+        Action(status=200, body={"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": []}),
+    )
     assert OpenAIChatProvider(profile).run(JobView(CHAT), ctx()).error_class is ErrorClass.POISON
 
 
@@ -132,8 +144,14 @@ def test_header_parsers() -> None:
     assert parse_duration("2.5") == 2.5
     assert parse_duration("soon") is None
     assert retry_after_from_headers({"retry-after": "Wed, 21 Oct 2015 07:28:10 GMT"}, now=lambda: 1445412480.0) == 10.0
-    info = rate_limit_info({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s",
-                            "x-ratelimit-remaining-tokens": "100", "x-ratelimit-reset-tokens": "30s"})
+    info = rate_limit_info(
+        {
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-requests": "2s",
+            "x-ratelimit-remaining-tokens": "100",
+            "x-ratelimit-reset-tokens": "30s",
+        }
+    )
     assert info is not None and info.remaining_requests == 0 and info.reset_s == 2.0
     assert rate_limit_info({}) is None
 
@@ -227,9 +245,7 @@ def test_responses_creates_once_records_the_id_before_polling_and_finishes(
     assert {r.headers["idempotency-key"] for r in server.requests} == {"bg-key"}
 
 
-def test_responses_resumes_a_recorded_provider_job_without_creating(
-    server: FakeOpenAI, profile: OpenAIProfile
-) -> None:
+def test_responses_resumes_a_recorded_provider_job_without_creating(server: FakeOpenAI, profile: OpenAIProfile) -> None:
     provider = OpenAIResponsesProvider(profile)
     lost = provider.run(JobView({"input": "x"}), ctx("k", heartbeat=lambda: False))  # the lease was lost
     assert not lost.ok and "lease lost" in lost.message
@@ -263,12 +279,20 @@ def test_lookup_reports_finished_running_failed_and_unknown(server: FakeOpenAI, 
     context = ctx(cancelled=threading.Event(), record_provider_job=lambda pid: context.cancelled.set())
     provider.run(JobView({"input": "x"}), context)  # creates resp_0001, then stops
     job = JobView({"input": "x"}, provider_job_id="resp_0002")
-    server.responses["resp_0002"] = dict(server.responses["resp_0001"], id="resp_0002", status="in_progress",
-                                         _polls_left=1000)
+    server.responses["resp_0002"] = dict(
+        server.responses["resp_0001"], id="resp_0002", status="in_progress", _polls_left=1000
+    )
     assert provider.lookup(job).status == "running"
     server.finish("resp_0002", "completed")
-    server.responses["resp_0002"]["output"] = [{"type": "message", "id": "m", "role": "assistant", "status": "completed",
-                                                "content": [{"type": "output_text", "text": "done", "annotations": []}]}]
+    server.responses["resp_0002"]["output"] = [
+        {
+            "type": "message",
+            "id": "m",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "done", "annotations": []}],
+        }
+    ]
     found = provider.lookup(job)
     assert found.status == "finished" and found.result["text"] == "done"
     server.finish("resp_0002", "failed", {"code": "server_error", "message": "the model crashed"})

@@ -64,7 +64,10 @@ def env(tmp_path: Path, server: FakeOpenAI) -> dict[str, str]:
 def cli(data_dir: Path, env: dict[str, str], *args: str) -> Any:
     done = subprocess.run(
         [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), *args, "--json"],
-        env=env, capture_output=True, text=True, timeout=DEADLINE_S,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -85,21 +88,31 @@ def test_sigkill_mid_background_response_resumes_the_same_provider_job(
 ) -> None:
     data_dir = tmp_path / "data"
     server.polls_to_complete = 10**6  # in progress until the test says otherwise
-    job = cli(data_dir, env, "submit", "openai.responses", "--input",
-              json.dumps({"input": CANARY_PROMPT, "model": "test-model"}))
+    job = cli(
+        data_dir,
+        env,
+        "submit",
+        "openai.responses",
+        "--input",
+        json.dumps({"input": CANARY_PROMPT, "model": "test-model"}),
+    )
     job_id = job["id"]
 
     log_path = tmp_path / "worker1.log"
     with log_path.open("w") as log_file:
         first = subprocess.Popen(
             [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "-v", "work", "--concurrency", "2"],
-            env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
     workers.append(first)
 
     wait_for(lambda: server.created == 1, "the creation request")
-    provider_job_id = wait_for(lambda: cli(data_dir, env, "show", job_id)["provider_job_id"],
-                               "the provider job id committed to the job")
+    provider_job_id = wait_for(
+        lambda: cli(data_dir, env, "show", job_id)["provider_job_id"], "the provider job id committed to the job"
+    )
     assert provider_job_id == "resp_0001"
     assert first.poll() is None, "the worker stopped on its own"
     first.kill()  # SIGKILL: no shutdown, the lease stays behind
@@ -110,9 +123,22 @@ def test_sigkill_mid_background_response_resumes_the_same_provider_job(
     polls_before = server.count("responses.get")
 
     second = subprocess.run(
-        [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "-v", "work", "--until-idle",
-         "--max-seconds", str(DEADLINE_S)],
-        env=env, capture_output=True, text=True, timeout=DEADLINE_S + 15,
+        [
+            sys.executable,
+            "-m",
+            "desktop_queue",
+            "--data-dir",
+            str(data_dir),
+            "-v",
+            "work",
+            "--until-idle",
+            "--max-seconds",
+            str(DEADLINE_S),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S + 15,
     )
     assert second.returncode == 0, second.stderr
 

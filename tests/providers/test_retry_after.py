@@ -35,8 +35,15 @@ NOW = 1_800_000_000.0  # 2027-01-15: "now" for dates and epoch timestamps
         ({"x-ratelimit-reset-requests": "1s"}, 1.0),
         ({"x-ratelimit-reset-tokens": "6m0s"}, 360.0),
         ({"x-ratelimit-reset-requests": "20ms"}, 0.02),
-        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s",
-          "x-ratelimit-remaining-tokens": "50", "x-ratelimit-reset-tokens": "1m"}, 2.0),
+        (
+            {
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-requests": "2s",
+                "x-ratelimit-remaining-tokens": "50",
+                "x-ratelimit-reset-tokens": "1m",
+            },
+            2.0,
+        ),
         # x-ratelimit-reset: seconds, or an epoch timestamp (GitHub style) or epoch ms (OpenRouter)
         ({"x-ratelimit-reset": "12"}, 12.0),
         ({"x-ratelimit-reset": str(int(NOW) + 40)}, 40.0),
@@ -78,8 +85,13 @@ def test_retry_after_from_headers(headers: dict[str, str], expected: float | Non
 
 
 def test_rate_limit_info_reads_garbled_numbers_as_absent() -> None:
-    info = rate_limit_info({"x-ratelimit-remaining-requests": "inf", "x-ratelimit-remaining-tokens": "nan",
-                            "x-ratelimit-reset-requests": "1s"})
+    info = rate_limit_info(
+        {
+            "x-ratelimit-remaining-requests": "inf",
+            "x-ratelimit-remaining-tokens": "nan",
+            "x-ratelimit-reset-requests": "1s",
+        }
+    )
     assert info is not None and info.remaining_requests is None and info.remaining_tokens is None
     assert info.reset_s == 1.0
 
@@ -88,11 +100,18 @@ def test_a_litellm_style_429_through_the_sdk_waits_as_the_upstream_said(
     server: FakeOpenAI, profile: OpenAIProfile
 ) -> None:
     """LiteLLM passes the upstream's Retry-After on only as ``llm_provider-retry-after``."""
-    body = {"error": {"message": "litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit reached",
-                      "type": "throttling_error", "param": None, "code": "429"}}
+    body = {
+        "error": {
+            "message": "litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit reached",
+            "type": "throttling_error",
+            "param": None,
+            "code": "429",
+        }
+    }
     server.push("chat", Action(status=429, body=body, headers={"llm_provider-retry-after": "20"}))
-    outcome = OpenAIChatProvider(profile).run(JobView({"prompt": "hello there"}),
-                                              RunContext(job_id="j", attempt=1, idempotency_key="k"))
+    outcome = OpenAIChatProvider(profile).run(
+        JobView({"prompt": "hello there"}), RunContext(job_id="j", attempt=1, idempotency_key="k")
+    )
     assert outcome.error_class is ErrorClass.THROTTLED and outcome.retry_after == 20.0
     # LiteLLM's code "429" repeats the status: said once
     assert outcome.message.startswith("openai.chat: HTTP 429: litellm.RateLimitError")

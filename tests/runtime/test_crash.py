@@ -41,8 +41,15 @@ MAX_ATTEMPTS = 12
 
 #: Events that close (explain) a leased attempt of the same epoch.
 CLOSERS = {
-    "succeeded", "retry_scheduled", "lease_expired", "reconciled", "released", "dead_lettered",
-    "stale_result", "throttled", "cancelled",
+    "succeeded",
+    "retry_scheduled",
+    "lease_expired",
+    "reconciled",
+    "released",
+    "dead_lettered",
+    "stale_result",
+    "throttled",
+    "cancelled",
 }
 LIVE_OR_DONE = {State.QUEUED, State.RUNNING, State.SUCCEEDED}
 
@@ -71,7 +78,9 @@ def closing_events(job: Job) -> dict[int, str]:
         elif ev.type in CLOSERS and open_epoch is not None and ev.epoch == open_epoch:
             closed[open_epoch] = ev.type
             open_epoch = None
-    assert open_epoch is None, f"job {job.id}: attempt of epoch {open_epoch} has no outcome: {[e.type for e in job.events]}"
+    assert open_epoch is None, (
+        f"job {job.id}: attempt of epoch {open_epoch} has no outcome: {[e.type for e in job.events]}"
+    )
     return closed
 
 
@@ -144,7 +153,10 @@ def test_sigkill_drill(data_dir: Path, tmp_path: Path) -> None:
     for round_no in range(ROUNDS):
         worker = subprocess.Popen(
             worker_command(data_dir, "--concurrency", "4", "--max-seconds", "30"),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
         )
         try:
             # most kills land while the worker is working; every STARTUP_KILL_EVERY-th one
@@ -173,7 +185,11 @@ def test_sigkill_drill(data_dir: Path, tmp_path: Path) -> None:
 
     final = subprocess.run(
         worker_command(data_dir, "--concurrency", "4", "--until-idle", "--max-seconds", "60"),
-        stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=120, check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
     assert final.returncode == 0, final.stderr.decode()
 
@@ -186,8 +202,7 @@ def test_sigkill_drill(data_dir: Path, tmp_path: Path) -> None:
         for job in jobs:  # results live in the journal until compaction writes their files
             queue.results.materialize(job.idempotency_key)
         files = [
-            p for p in results_root.rglob("*")
-            if p.is_file() and TEMP_MARK not in p.name and p.parent.name != "pending"
+            p for p in results_root.rglob("*") if p.is_file() and TEMP_MARK not in p.name and p.parent.name != "pending"
         ]
         assert len(files) == len(jobs) == queue.results.count()
         productions = Counter(line for line in audit.read_text(encoding="utf-8").splitlines() if line)

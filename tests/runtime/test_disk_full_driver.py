@@ -157,7 +157,11 @@ def test_a_failure_the_store_refuses_is_committed_later_and_spends_one_attempt(
 
 
 def test_a_held_answer_survives_a_restart_in_its_pending_result(
-    qtbot: Any, queue: Queue, data_dir: Path, make_driver: DriverFactory, disk: FullDisk,
+    qtbot: Any,
+    queue: Queue,
+    data_dir: Path,
+    make_driver: DriverFactory,
+    disk: FullDisk,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The app is closed while the disk is still full: the next start commits the kept answer, unpaid."""

@@ -28,7 +28,7 @@ import keyring
 import pytest
 
 from desktop_queue.core import Queue
-from desktop_queue.core.flow import WAITING_UNAVAILABLE, FlowControl
+from desktop_queue.core.flow import FlowControl
 from desktop_queue.core.present import describe_state
 from desktop_queue.providers.setup import ProfileConfig, build
 from desktop_queue.runtime import LeaseDriver

@@ -192,9 +192,7 @@ def test_cancel_a_queued_job_through_the_driver(qtbot: Any, queue: Queue, make_d
     assert event_types(queue, job_id) == ["submitted", "cancelled"]
 
 
-def test_heartbeats_keep_a_long_attempt_leased(
-    qtbot: Any, tmp_path: Path, make_driver: DriverFactory
-) -> None:
+def test_heartbeats_keep_a_long_attempt_leased(qtbot: Any, tmp_path: Path, make_driver: DriverFactory) -> None:
     # a 3 s attempt under a 2.4 s lease: only heartbeats (every 0.8 s at most) keep it
     with Queue.open(tmp_path / "short-leases", {"demo": DemoProvider()}, policy=RetryPolicy(lease_s=2.4)) as short:
         job_id = short.submit("demo", demo("long", 3.0)).job.id
@@ -372,9 +370,21 @@ def test_a_job_submitted_by_another_process_is_picked_up(
         driver.start()
 
     proc = subprocess.run(
-        [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "submit", "demo",
-         "--input", json.dumps(demo("from the shell")), "--json"],
-        capture_output=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "desktop_queue",
+            "--data-dir",
+            str(data_dir),
+            "submit",
+            "demo",
+            "--input",
+            json.dumps(demo("from the shell")),
+            "--json",
+        ],
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr.decode()
     job_id = json.loads(proc.stdout)["id"]

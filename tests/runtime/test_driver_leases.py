@@ -68,9 +68,7 @@ def test_a_hung_attempt_fails_at_its_timeout_and_its_late_answer_is_refused(
     ]
 
 
-def test_an_attempt_broken_by_a_suspension_is_given_back(
-    qtbot: Any, queue: Queue, make_driver: DriverFactory
-) -> None:
+def test_an_attempt_broken_by_a_suspension_is_given_back(qtbot: Any, queue: Queue, make_driver: DriverFactory) -> None:
     """The machine slept mid-call and the connection broke: a new run, the attempt not spent."""
     job_id = queue.submit("demo", {"prompt": "slept", "duration_s": 0.01}).job.id
     gate = threading.Event()

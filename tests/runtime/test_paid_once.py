@@ -61,7 +61,10 @@ def env_for(server: FakeOpenAI) -> dict[str, str]:
 def start_worker(data_dir: Path, server: FakeOpenAI, *flags: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "work", "--json", *flags],
-        env=env_for(server), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=env_for(server),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -107,8 +110,9 @@ def test_a_40_s_answer_with_a_3_s_lease_is_paid_once(server: FakeOpenAI, data_di
     """Two workers, a 3 s lease, an answer that takes 40 s: one request, one attempt."""
     server.default_delay_s = 40.0
     [job_id] = submit(data_dir, 1)
-    workers = [start_worker(data_dir, server, "--lease-s", "3", "--until-idle", "--max-seconds", "90")
-               for _ in range(2)]
+    workers = [
+        start_worker(data_dir, server, "--lease-s", "3", "--until-idle", "--max-seconds", "90") for _ in range(2)
+    ]
     summaries = [finish(w, 120) for w in workers]
 
     assert server.count("chat") == 1, "the slow answer was asked for once"
@@ -192,8 +196,10 @@ def test_the_window_and_two_workers_share_one_rate_budget(
 def test_two_workers_share_one_provider_concurrency(server: FakeOpenAI, data_dir: Path) -> None:
     server.default_delay_s = 1.0
     submit(data_dir, 4)
-    workers = [start_worker(data_dir, server, "--provider-concurrency", "1", "--until-idle", "--max-seconds", "60")
-               for _ in range(2)]
+    workers = [
+        start_worker(data_dir, server, "--provider-concurrency", "1", "--until-idle", "--max-seconds", "60")
+        for _ in range(2)
+    ]
     for worker in workers:
         finish(worker, 90)
     assert server.count("chat") == 4
@@ -242,8 +248,7 @@ def test_a_budget_holds_in_every_process_and_work_resumes_when_raised(server: Fa
     the 4th waits, in both workers, with the budget's reason, and runs once it is raised."""
     server.usage_tokens = 12  # 4 of prompt ("paid question N") + max_tokens 8, as estimated
     ids = submit(data_dir, 4)
-    workers = [start_worker(data_dir, server, "--budget-tokens-per-day", "36", "--max-seconds", "8")
-               for _ in range(2)]
+    workers = [start_worker(data_dir, server, "--budget-tokens-per-day", "36", "--max-seconds", "8") for _ in range(2)]
     for worker in workers:
         finish(worker, 30)
     assert server.count("chat") == 3
@@ -253,8 +258,9 @@ def test_a_budget_holds_in_every_process_and_work_resumes_when_raised(server: Fa
     from desktop_queue.providers.setup import ProfileConfig, build
 
     _providers, flow = build([ProfileConfig(budget_tokens_per_day=36)], data_dir=data_dir)
-    reason = flow.waiting_reason({"id": waiting[0].id, "kind": "openai.chat", "state": "queued",
-                                  "input": waiting[0].input})
+    reason = flow.waiting_reason(
+        {"id": waiting[0].id, "kind": "openai.chat", "state": "queued", "input": waiting[0].input}
+    )
     assert reason is not None and reason.startswith("waiting: budget of profile openai reached")
     assert "36 of 36 tokens today" in reason, reason
 

@@ -167,7 +167,9 @@ def test_ten_thousand_jobs_load_into_the_queue_model(qtbot: Any, queue: Any) -> 
         model.apply([{**j, "state": "cancelled"} for j in jobs[::100]])
         model.tick()
     updated = time.perf_counter() - started
-    print(f"\n10,000 jobs: load+sort {loaded * 1000:.0f} ms, 100 scattered updates + clock tick {updated * 1000:.0f} ms")
+    print(
+        f"\n10,000 jobs: load+sort {loaded * 1000:.0f} ms, 100 scattered updates + clock tick {updated * 1000:.0f} ms"
+    )
     assert proxy.index(0, 0).data(JobRole.ID) == f"{9999:010x}"
 
 
@@ -178,8 +180,18 @@ def _jobs(n: int, **fields: Any) -> list[dict[str, Any]]:
     """Plain job dicts (what ``Queue.raw_jobs`` returns), titles out of order and mixed case."""
     words = ["pear", "Apple", "fig", "banana", "Cherry", "date", "elder", "grape"]
     return [
-        {"id": f"{i:04x}", "seq": i, "title": f"{words[i % len(words)]} {i}", "kind": "demo", "state": "queued",
-         "priority": "background", "attempts": 0, "max_attempts": 3, "created_at": 1_000.0 + i, **fields}
+        {
+            "id": f"{i:04x}",
+            "seq": i,
+            "title": f"{words[i % len(words)]} {i}",
+            "kind": "demo",
+            "state": "queued",
+            "priority": "background",
+            "attempts": 0,
+            "max_attempts": 3,
+            "created_at": 1_000.0 + i,
+            **fields,
+        }
         for i in range(n)
     ]
 
@@ -228,9 +240,13 @@ def test_the_selection_survives_a_sort(qtbot: Any) -> None:
     chosen = {"0003", "000b", "0014"}
     for job_id in chosen:
         row = proxy.mapFromSource(model.index(model.row_of(job_id), 0)).row()
-        selection.select(proxy.index(row, 0), QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows)
-    for column, order in ((_column(model, "title"), Qt.SortOrder.AscendingOrder),
-                          (_column(model, "created"), Qt.SortOrder.DescendingOrder)):
+        selection.select(
+            proxy.index(row, 0), QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows
+        )
+    for column, order in (
+        (_column(model, "title"), Qt.SortOrder.AscendingOrder),
+        (_column(model, "created"), Qt.SortOrder.DescendingOrder),
+    ):
         proxy.sort(column, order)
         assert {index.data(JobRole.ID) for index in selection.selectedRows(0)} == chosen
     proxy.set_text("apple")  # filtered, then sorted: still the same jobs (those the filter shows)
@@ -266,8 +282,11 @@ def test_a_changed_job_moves_to_where_it_now_sorts(qtbot: Any, qtmodeltester: An
     qtmodeltester.check(model)
     state = _column(model, "state")
     model.sort(state, Qt.SortOrder.AscendingOrder)  # running, queued, dead, cancelled, succeeded
-    with qtbot.assertNotEmitted(model.modelReset), qtbot.assertNotEmitted(model.layoutChanged), \
-            qtbot.waitSignal(model.rowsMoved, timeout=1000):
+    with (
+        qtbot.assertNotEmitted(model.modelReset),
+        qtbot.assertNotEmitted(model.layoutChanged),
+        qtbot.waitSignal(model.rowsMoved, timeout=1000),
+    ):
         model.apply([{**jobs[7], "state": "running"}])
     assert model.row_of(jobs[7]["id"]) == 0 and model.job_at(0)["state"] == "running"
     with qtbot.assertNotEmitted(model.rowsMoved):  # a change that keeps the key stays put
@@ -307,8 +326,14 @@ def test_the_proxy_shows_exactly_the_source_data_filtered_or_not(text: str) -> N
     proxy.setSourceModel(model)
     proxy.set_text(text)
     assert proxy.rowCount() == (16 if not text else 2)
-    roles = (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.DecorationRole, Qt.ItemDataRole.ToolTipRole,
-             Qt.ItemDataRole.FontRole, JobRole.ID, Qt.ItemDataRole.TextAlignmentRole)
+    roles = (
+        Qt.ItemDataRole.DisplayRole,
+        Qt.ItemDataRole.DecorationRole,
+        Qt.ItemDataRole.ToolTipRole,
+        Qt.ItemDataRole.FontRole,
+        JobRole.ID,
+        Qt.ItemDataRole.TextAlignmentRole,
+    )
     for row in range(proxy.rowCount()):
         for column in range(proxy.columnCount()):
             index = proxy.index(row, column)
@@ -323,8 +348,10 @@ def test_the_proxy_shows_exactly_the_source_data_filtered_or_not(text: str) -> N
 
 def test_the_look_role_carries_what_the_display_roles_say() -> None:
     model = QueueModel(clock=lambda: 2_000.0)
-    model.reset_jobs(_jobs(8, last_error={"class": "fatal", "message": "boom"})
-                     + [{**_jobs(1)[0], "id": "dead", "seq": 99, "state": "dead", "replayed_as": ["x"]}])
+    model.reset_jobs(
+        _jobs(8, last_error={"class": "fatal", "message": "boom"})
+        + [{**_jobs(1)[0], "id": "dead", "seq": 99, "state": "dead", "replayed_as": ["x"]}]
+    )
     proxy = JobFilterProxy()
     proxy.setSourceModel(model)
     for text in ("", "dead"):
@@ -353,11 +380,18 @@ def test_the_queue_delegate_paints_exactly_like_qt_s_own(qtbot: Any, dark: bool)
     from desktop_queue.ui.panes import QueuePane
 
     states = ["queued", "running", "succeeded", "dead", "cancelled"]
-    jobs = [{**j, "state": states[i % 5], "run_after": 2_010.0 + i, "started_at": 1_500.0,
-             "title": f"{j['title']} with a title long enough to be elided somewhere",
-             **({"last_error": {"class": "fatal", "message": "demo: simulated HTTP 400"}} if i % 3 == 0 else {}),
-             **({"replayed_as": ["abc"]} if i % 4 == 0 else {})}
-            for i, j in enumerate(_jobs(30))]
+    jobs = [
+        {
+            **j,
+            "state": states[i % 5],
+            "run_after": 2_010.0 + i,
+            "started_at": 1_500.0,
+            "title": f"{j['title']} with a title long enough to be elided somewhere",
+            **({"last_error": {"class": "fatal", "message": "demo: simulated HTTP 400"}} if i % 3 == 0 else {}),
+            **({"replayed_as": ["abc"]} if i % 4 == 0 else {}),
+        }
+        for i, j in enumerate(_jobs(30))
+    ]
     images = []
     for ours in (True, False):
         model = QueueModel(clock=lambda: 2_000.0)
@@ -366,8 +400,12 @@ def test_the_queue_delegate_paints_exactly_like_qt_s_own(qtbot: Any, dark: bool)
         qtbot.addWidget(pane)
         if dark:
             palette = pane.view.palette()
-            for role, colour in ((QPalette.ColorRole.Base, "#1e1e20"), (QPalette.ColorRole.AlternateBase, "#26262a"),
-                                 (QPalette.ColorRole.Text, "#e6e6e6"), (QPalette.ColorRole.Highlight, "#2f6fbf")):
+            for role, colour in (
+                (QPalette.ColorRole.Base, "#1e1e20"),
+                (QPalette.ColorRole.AlternateBase, "#26262a"),
+                (QPalette.ColorRole.Text, "#e6e6e6"),
+                (QPalette.ColorRole.Highlight, "#2f6fbf"),
+            ):
                 palette.setColor(role, QColor(colour))
             pane.view.setPalette(palette)
         assert isinstance(pane.view.itemDelegate(), JobCellDelegate)
@@ -378,6 +416,7 @@ def test_the_queue_delegate_paints_exactly_like_qt_s_own(qtbot: Any, dark: bool)
         for row in (1, 2, 3):
             pane.view.selectionModel().select(
                 pane.proxy.index(row, 0),
-                QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows)
+                QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows,
+            )
         images.append(pane.view.viewport().grab().toImage())
     assert images[0] == images[1]

@@ -57,8 +57,10 @@ def open_window(
 
     def open_(limits: ProfileLimits, *, concurrency: int = 4) -> tuple[MainWindow, FlowControl]:
         queue = Queue.open(
-            data_dir, {"demo": DemoProvider(tick_s=0.01), "openai.chat": IdleChat()},
-            policy=RetryPolicy(base_s=600.0, cap_s=600.0), rng=random.Random(3),
+            data_dir,
+            {"demo": DemoProvider(tick_s=0.01), "openai.chat": IdleChat()},
+            policy=RetryPolicy(base_s=600.0, cap_s=600.0),
+            rng=random.Random(3),
         )
         flow = FlowControl({"openai": limits}, clock=clock)
         controller = Controller(queue, queue.providers, concurrency=concurrency, refresh_ms=40, tick_ms=40, flow=flow)
@@ -109,8 +111,10 @@ def test_a_breaker_opening_shows_in_the_status_bar_and_is_announced_once(
     for n in range(3):
         fail(flow, f"down-{n}")
     opened = lambda profile, kind, text: kind == "breaker_opened"  # noqa: E731
-    with qtbot.waitSignal(window.provider_alert, timeout=WAIT_MS) as alert, \
-            qtbot.waitSignal(driver.flow_event, check_params_cb=opened, timeout=WAIT_MS) as event:
+    with (
+        qtbot.waitSignal(window.provider_alert, timeout=WAIT_MS) as alert,
+        qtbot.waitSignal(driver.flow_event, check_params_cb=opened, timeout=WAIT_MS) as event,
+    ):
         driver.tick()  # every tick drains the flow events, not only a finished attempt
 
     profile, kind, text = event.args
@@ -132,8 +136,10 @@ def test_a_breaker_opening_shows_in_the_status_bar_and_is_announced_once(
     qtbot.waitUntil(lambda: indicator(window)[0] == "openai: breaker half-open, probing", timeout=WAIT_MS)
     window.banner.hide()
     fail(flow, "probe-1")
-    with qtbot.assertNotEmitted(window.provider_alert, wait=100), \
-            qtbot.waitSignal(driver.flow_event, check_params_cb=opened, timeout=WAIT_MS):
+    with (
+        qtbot.assertNotEmitted(window.provider_alert, wait=100),
+        qtbot.waitSignal(driver.flow_event, check_params_cb=opened, timeout=WAIT_MS),
+    ):
         driver.tick()
     assert window.banner.isHidden()
     assert indicator(window)[0] == "openai: breaker open, retry in 50 s"  # the cool-down doubled
@@ -201,8 +207,9 @@ def next_run(window: MainWindow, job_id: str) -> str:
 def show(qtbot: Any, window: MainWindow, job_id: str) -> None:
     window.controller.refresher.refresh()
     assert window.show_job(job_id)
-    qtbot.waitUntil(lambda: window.timeline_model.job is not None and window.timeline_model.job.id == job_id,
-                    timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: window.timeline_model.job is not None and window.timeline_model.job.id == job_id, timeout=WAIT_MS
+    )
 
 
 def test_the_timeline_ends_with_why_a_queued_job_waits(qtbot: Any, open_window: Any, clock: FakeClock) -> None:
@@ -267,9 +274,9 @@ def test_a_background_job_behind_interactive_ones_says_lower_priority(qtbot: Any
     qtbot.waitUntil(lambda: now_row(window)[0] == f"now: {expected}", timeout=WAIT_MS)
     assert next_run(window, background) == expected
     # the interactive ones themselves are just ready
-    assert {next_run(window, j["id"]) for j in window.controller.queue_model.jobs() if j["priority"] == "interactive"} == {
-        "ready"
-    }
+    assert {
+        next_run(window, j["id"]) for j in window.controller.queue_model.jobs() if j["priority"] == "interactive"
+    } == {"ready"}
     window.controller.set_paused(True)  # nothing starts while paused: that is the reason, not the lane
     assert next_run(window, background) == "paused"
     qtbot.waitUntil(lambda: now_row(window)[0] == "now: paused", timeout=WAIT_MS)

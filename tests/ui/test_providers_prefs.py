@@ -51,7 +51,10 @@ def test_test_connection_lists_the_models_off_the_gui_thread(qtbot: Any, dialog:
     page = dialog.providers_page
     assert page.api_key.echoMode() is QLineEdit.EchoMode.Password
     page.api_key.setText(CANARY_KEY)
-    with qtbot.assertNotEmitted(page.tester.failed), qtbot.waitSignal(page.tester.succeeded, timeout=WAIT_MS) as blocker:
+    with (
+        qtbot.assertNotEmitted(page.tester.failed),
+        qtbot.waitSignal(page.tester.succeeded, timeout=WAIT_MS) as blocker,
+    ):
         page.test_button.click()
         assert not page.test_button.isEnabled()
     assert blocker.args == [["model-a", "model-b"]]
@@ -59,7 +62,9 @@ def test_test_connection_lists_the_models_off_the_gui_thread(qtbot: Any, dialog:
     assert "model-a, model-b" in page.message.text.text()
 
 
-def test_test_connection_uses_the_saved_key(qtbot: Any, dialog: PreferencesDialog, memory_keyring: MemoryKeyring) -> None:
+def test_test_connection_uses_the_saved_key(
+    qtbot: Any, dialog: PreferencesDialog, memory_keyring: MemoryKeyring
+) -> None:
     memory_keyring.set_password(KEYRING_SERVICE, "openai", CANARY_KEY)
     with qtbot.waitSignal(dialog.providers_page.tester.succeeded, timeout=WAIT_MS):
         dialog.providers_page.test_button.click()
@@ -93,7 +98,10 @@ def test_unreachable_endpoint_is_reported(qtbot: Any, dialog: PreferencesDialog,
 
 
 def test_ok_puts_the_key_in_the_keyring_and_never_in_settings_or_logs(
-    dialog: PreferencesDialog, memory_keyring: MemoryKeyring, isolated_profile: Path, caplog: pytest.LogCaptureFixture,
+    dialog: PreferencesDialog,
+    memory_keyring: MemoryKeyring,
+    isolated_profile: Path,
+    caplog: pytest.LogCaptureFixture,
     server: FakeOpenAI,
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -115,9 +123,7 @@ def test_ok_puts_the_key_in_the_keyring_and_never_in_settings_or_logs(
     assert CANARY_KEY not in caplog.text
 
 
-def test_no_keyring_is_said_inline_and_nothing_is_written(
-    dialog: PreferencesDialog, isolated_profile: Path
-) -> None:
+def test_no_keyring_is_said_inline_and_nothing_is_written(dialog: PreferencesDialog, isolated_profile: Path) -> None:
     keyring.set_keyring(keyring.backends.fail.Keyring())
     page = dialog.providers_page
     page.api_key.setText(CANARY_KEY)
@@ -149,11 +155,31 @@ def test_next_run_says_why_flow_control_holds_a_job() -> None:
 
 
 def test_queue_model_shows_the_hold_reason(qtmodeltester: Any) -> None:
-    model = QueueModel(clock=lambda: 100.0, hold=lambda j: "waiting: concurrency cap" if j["kind"] == "openai.chat" else None)
-    model.reset_jobs([
-        {"id": "a", "kind": "openai.chat", "state": "queued", "run_after": 0.0, "seq": 1, "attempts": 0, "max_attempts": 5},
-        {"id": "b", "kind": "demo", "state": "queued", "run_after": 0.0, "seq": 2, "attempts": 0, "max_attempts": 5},
-    ])
+    model = QueueModel(
+        clock=lambda: 100.0, hold=lambda j: "waiting: concurrency cap" if j["kind"] == "openai.chat" else None
+    )
+    model.reset_jobs(
+        [
+            {
+                "id": "a",
+                "kind": "openai.chat",
+                "state": "queued",
+                "run_after": 0.0,
+                "seq": 1,
+                "attempts": 0,
+                "max_attempts": 5,
+            },
+            {
+                "id": "b",
+                "kind": "demo",
+                "state": "queued",
+                "run_after": 0.0,
+                "seq": 2,
+                "attempts": 0,
+                "max_attempts": 5,
+            },
+        ]
+    )
     qtmodeltester.check(model)
     column = [c.key for c in model.columns].index("next")
     texts = {model.job_at(r)["id"]: model.data(model.index(r, column)) for r in range(model.rowCount())}
@@ -186,7 +212,9 @@ def test_budgets_and_an_own_price_are_saved_and_shown_again(
     assert dlg.result() == QDialog.DialogCode.Accepted
 
     saved = load_provider_profile()
-    assert saved.budget() == Budget(usd_per_day=5.0, usd_per_month=50.0, tokens_per_day=10_000, tokens_per_month=200_000)
+    assert saved.budget() == Budget(
+        usd_per_day=5.0, usd_per_month=50.0, tokens_per_day=10_000, tokens_per_month=200_000
+    )
     assert saved == dlg.provider_profile()
     prices = PriceTable.load(isolated_profile / "data")  # what `desktop-queue work` on that data dir reads
     assert prices.user_price("gpt-4o") == Price(input_per_1m=2.0, output_per_1m=8.0)

@@ -199,7 +199,7 @@ def _event(kind: str, **detail: Any) -> Event:
 
 @pytest.mark.parametrize("kind", [EventType.RETRIED, EventType.REPLAYED_AS])
 def test_user_verbs_do_not_claim_the_previous_attempt(kind: str) -> None:
-    """"Retried by hand · attempt 1 · epoch 1" read as if attempt 1 were being retried."""
+    """ "Retried by hand · attempt 1 · epoch 1" read as if attempt 1 were being retried."""
     headline = event_headline(_event(kind, replayed_as="abc", run=2), now=1_700_000_000.0)
     assert "attempt" not in headline and "epoch" not in headline
 
@@ -253,8 +253,10 @@ def test_state_icons_stay_visible_on_the_selection_colour(qtbot: Any, state: str
     painter.end()
 
     def distance(colour: QColor) -> int:
-        return abs(colour.red() - highlight.red()) + abs(colour.green() - highlight.green()) + abs(
-            colour.blue() - highlight.blue()
+        return (
+            abs(colour.red() - highlight.red())
+            + abs(colour.green() - highlight.green())
+            + abs(colour.blue() - highlight.blue())
         )
 
     visible = sum(1 for x in range(16) for y in range(16) if distance(image.pixelColor(x, y)) > 100)
@@ -284,7 +286,11 @@ def test_the_window_survives_a_binding_that_leaks_none(tmp_path: Path) -> None:
         """
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "QT_QPA_PLATFORM": "offscreen"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -344,8 +350,10 @@ def test_a_header_state_saved_with_other_columns_is_not_restored(open_session: A
 
 
 def test_the_one_job_quit_question_is_singular(qtbot: Any, session: Any, prompts: Any, monkeypatch: Any) -> None:
-    for running, expected in ((1, "1 job is running. Quit anyway? It is stopped"),
-                              (2, "2 jobs are running. Quit anyway? They are stopped")):
+    for running, expected in (
+        (1, "1 job is running. Quit anyway? It is stopped"),
+        (2, "2 jobs are running. Quit anyway? They are stopped"),
+    ):
         monkeypatch.setattr(type(session.controller.driver), "running", property(lambda _self, n=running: n))
         prompts.answer = False
         session.window.close()
@@ -395,7 +403,7 @@ def test_every_queue_column_is_in_sight_at_the_default_size(qtbot: Any, session:
 
 
 def test_every_dead_letter_column_is_in_sight_at_the_default_size(qtbot: Any, session: Any) -> None:
-    """"Died at" sat behind horizontal scrolling in the dead-letter pane."""
+    """ "Died at" sat behind horizontal scrolling in the dead-letter pane."""
     window = session.window
     window.tabs.setCurrentWidget(window.dead_pane)
     view = window.dead_pane.view
@@ -409,7 +417,7 @@ def test_every_dead_letter_column_is_in_sight_at_the_default_size(qtbot: Any, se
 
 
 def test_durations_in_event_details_carry_their_unit_once() -> None:
-    """"delay s: 0.9 s" and "lease s: 30 s" said the unit twice."""
+    """ "delay s: 0.9 s" and "lease s: 30 s" said the unit twice."""
     detail = event_detail(_event(EventType.RETRY_SCHEDULED, delay_s=0.9, run_after=1_700_000_000.0))
     assert "delay: 0.9 s" in detail and "delay s" not in detail
     assert "lease: 30 s" in event_detail(_event(EventType.LEASED, lease_s=30.0))

@@ -109,18 +109,23 @@ def open_window(
     opened: list[tuple[MainWindow, Queue]] = []
 
     def open_(
-        *, concurrency: int = 4, limits: ProfileLimits | None = None, lease: bool = True,
+        *,
+        concurrency: int = 4,
+        limits: ProfileLimits | None = None,
+        lease: bool = True,
         budgets: dict[str, Budget] | None = None,
     ) -> MainWindow:
         chat = Chat()
         providers = {"demo": DemoProvider(tick_s=0.01), "blocking": blocking, "openai.chat": chat}
-        queue = Queue.open(data_dir, providers, clock=clock, policy=RetryPolicy(base_s=600.0, cap_s=600.0),
-                           rng=random.Random(3))
+        queue = Queue.open(
+            data_dir, providers, clock=clock, policy=RetryPolicy(base_s=600.0, cap_s=600.0), rng=random.Random(3)
+        )
         flow = None
         if limits is not None:
             flow = FlowControl({"openai": limits}, clock=clock, ledger=SpendLedger(data_dir, clock))
-        controller = Controller(queue, providers, concurrency=concurrency, refresh_ms=40, tick_ms=40, flow=flow,
-                                budgets=budgets)
+        controller = Controller(
+            queue, providers, concurrency=concurrency, refresh_ms=40, tick_ms=40, flow=flow, budgets=budgets
+        )
         window = MainWindow(controller)
         window.chat = chat  # type: ignore[attr-defined]
         window.tray = Tray()  # type: ignore[assignment]
@@ -156,8 +161,9 @@ def now_text(window: MainWindow) -> str | None:
 def show(qtbot: Any, window: MainWindow, job_id: str) -> None:
     qtbot.waitUntil(lambda: window.controller.queue_model.row_of(job_id) is not None, timeout=WAIT_MS)
     assert window.show_job(job_id)
-    qtbot.waitUntil(lambda: window.timeline_model.job is not None and window.timeline_model.job.id == job_id,
-                    timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: window.timeline_model.job is not None and window.timeline_model.job.id == job_id, timeout=WAIT_MS
+    )
 
 
 def indicator(window: MainWindow, profile: str = "openai") -> str:
@@ -247,8 +253,15 @@ def test_a_kind_this_window_does_not_run_is_not_held_by_its_slots(qtbot: Any, op
     queue = window.controller.queue
     queue.submit("blocking", {"n": 0})
     qtbot.waitUntil(lambda: window.controller.driver.running == 1, timeout=WAIT_MS)
-    foreign = {"id": "x", "kind": "other.kind", "state": "queued", "run_after": 0.0, "attempts": 0,
-               "total_attempts": 0, "priority": "interactive"}
+    foreign = {
+        "id": "x",
+        "kind": "other.kind",
+        "state": "queued",
+        "run_after": 0.0,
+        "attempts": 0,
+        "total_attempts": 0,
+        "priority": "interactive",
+    }
     assert window.controller.hold_reason(foreign) is None
 
 
@@ -299,24 +312,36 @@ def test_an_offline_profile_shows_in_the_job_and_the_indicator(qtbot: Any, open_
     assert "cannot be reached" in alert.args[1] and "ConnectError" in alert.args[1]
 
 
-def test_a_reached_budget_shows_in_the_job_and_the_indicator(
-    qtbot: Any, open_window: Any, clock: FakeClock
-) -> None:
+def test_a_reached_budget_shows_in_the_job_and_the_indicator(qtbot: Any, open_window: Any, clock: FakeClock) -> None:
     budget = Budget(usd_per_day=5.0)
-    window = open_window(limits=ProfileLimits(budget=budget, model="gpt-4o-mini"), lease=False,
-                         budgets={"openai": budget})
+    window = open_window(
+        limits=ProfileLimits(budget=budget, model="gpt-4o-mini"), lease=False, budgets={"openai": budget}
+    )
     flow = window.controller.flow
     queue = window.controller.queue
     qtbot.waitUntil(lambda: indicator(window) == "openai: ok, $0.00 of $5.00 today", timeout=WAIT_MS)
     from desktop_queue.core.ledger import Usage
 
-    flow.ledger.record(profile="openai", model="gpt-4o-mini", kind="openai.chat", usage=Usage(tokens_in=10),
-                       job_id="earlier", attempt=1, usd=4.6)
-    qtbot.waitUntil(lambda: indicator(window) == "openai: budget nearly reached, $4.60 of $5.00 today",
-                    timeout=WAIT_MS)
+    flow.ledger.record(
+        profile="openai",
+        model="gpt-4o-mini",
+        kind="openai.chat",
+        usage=Usage(tokens_in=10),
+        job_id="earlier",
+        attempt=1,
+        usd=4.6,
+    )
+    qtbot.waitUntil(lambda: indicator(window) == "openai: budget nearly reached, $4.60 of $5.00 today", timeout=WAIT_MS)
     assert window._provider_levels["openai"] == "slow"
-    flow.ledger.record(profile="openai", model="gpt-4o-mini", kind="openai.chat", usage=Usage(tokens_in=10),
-                       job_id="earlier", attempt=2, usd=0.4)
+    flow.ledger.record(
+        profile="openai",
+        model="gpt-4o-mini",
+        kind="openai.chat",
+        usage=Usage(tokens_in=10),
+        job_id="earlier",
+        attempt=2,
+        usd=0.4,
+    )
     job_id = queue.submit("openai.chat", {"prompt": "hello", "model": "gpt-4o-mini"}, title="chat").job.id
     show(qtbot, window, job_id)
     reason = "waiting: budget of profile openai reached, $5.00 of $5.00 today"

@@ -173,8 +173,9 @@ def test_cancel_a_running_job_rejects_its_late_result_and_leaves_the_pool_idle(
 ) -> None:
     window, driver = session.window, session.controller.driver
     with qtbot.waitSignal(driver.job_started, timeout=5000) as started:
-        job_id = session.controller.submit("stubborn", {"n": 1}, title="slow", priority="interactive",
-                                           max_attempts=2).job.id
+        job_id = session.controller.submit(
+            "stubborn", {"n": 1}, title="slow", priority="interactive", max_attempts=2
+        ).job.id
     assert started.args == [job_id]
     window.refresh()
     assert window.show_job(job_id)
@@ -196,13 +197,27 @@ def test_a_job_submitted_by_the_cli_appears_and_runs_in_the_windows_worker(
 ) -> None:
     payload = json.dumps({"prompt": "from the shell", "duration_s": FAST})
     out = subprocess.run(
-        [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "submit", "demo", "--input", payload,
-         "--json"],
-        capture_output=True, text=True, timeout=60, check=True,
+        [
+            sys.executable,
+            "-m",
+            "desktop_queue",
+            "--data-dir",
+            str(data_dir),
+            "submit",
+            "demo",
+            "--input",
+            payload,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     job_id = json.loads(out.stdout)["id"]
-    with qtbot.waitSignal(session.controller.driver.job_finished, check_params_cb=finished(job_id, "succeeded"),
-                          timeout=10000):
+    with qtbot.waitSignal(
+        session.controller.driver.job_finished, check_params_cb=finished(job_id, "succeeded"), timeout=10000
+    ):
         pass
     qtbot.waitUntil(lambda: session.controller.queue_model.row_of(job_id) is not None, timeout=3000)
     row = session.controller.queue_model.row_of(job_id)
@@ -223,8 +238,9 @@ def test_start_up_reconciles_an_orphan_before_leasing_and_says_so(
     assert not session.window.banner.isHidden()
     assert "1 interrupted job: 1 queued again" in session.window.banner.text.text()
     session.window.show()
-    with qtbot.waitSignal(session.controller.driver.job_finished, check_params_cb=finished(job_id, "succeeded"),
-                          timeout=5000):
+    with qtbot.waitSignal(
+        session.controller.driver.job_finished, check_params_cb=finished(job_id, "succeeded"), timeout=5000
+    ):
         pass
     types = [e.type for e in session.queue.get(job_id).events]
     assert types == ["submitted", "leased", "reconciled", "leased", "succeeded"]
@@ -269,9 +285,7 @@ def test_a_store_that_cannot_be_opened_is_a_clear_message_not_a_traceback(
     assert not isinstance(open_session(data_dir), int)
 
 
-def test_close_with_a_running_job_asks_then_gives_the_lease_back(
-    qtbot: Any, session: Any, prompts: Any
-) -> None:
+def test_close_with_a_running_job_asks_then_gives_the_lease_back(qtbot: Any, session: Any, prompts: Any) -> None:
     driver = session.controller.driver
     with qtbot.waitSignal(driver.job_started, timeout=5000):
         job_id = submit_demo(session, "long", duration_s=30)
