@@ -102,7 +102,7 @@ WORKER = "bench-worker"
 RESULT_MARK = "@@bench-result "
 
 #: The cases, runnable alone with ``--only``.
-CASES = ("store", "concurrency", "worker")
+CASES = ("store", "concurrency", "worker", "history")
 
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000,)
@@ -482,66 +482,87 @@ def _demo_job_task(payload: dict[str, Any]) -> str:
     return "ok"
 
 
-def worker_concurrent(backend: str, data_dir: Path, ops: int, warmup: int, tag: str) -> dict[str, Any]:
-    """One of N processes doing durable lifecycles on a shared store.
+def worker_concurrent(
+    backend: str, data_dir: Path, ops: int, warmup: int, tag: str, threads: int = 1
+) -> dict[str, Any]:
+    """One of N processes (or one process of N threads) doing durable lifecycles on a shared store.
 
     A lifecycle here is submit, lease *any* waiting job, complete it: with several
-    processes the job leased is often another process's. It never finds the queue
-    empty (every process submits before it leases), but a lease or dequeue that loses
+    processes or threads the job leased is often another's. It never finds the queue
+    empty (every worker submits before it leases), but a lease or dequeue that loses
     a race is retried.
 
     Args:
         backend: "ours" or "huey_fsync".
         data_dir: the shared store.
-        ops: measured lifecycles in this process.
+        ops: measured lifecycles in this process (split over its threads).
         warmup: unmeasured lifecycles before the "ready" line.
         tag: makes inputs distinct.
+        threads: threads sharing this process's one ``Queue`` (huey: one ``SqliteHuey``,
+            which gives each thread its own connection).
 
     Returns:
         ``start``/``end`` (``time.monotonic``, comparable across processes on one
-        machine), ``cpu_seconds``, ``ops``, ``empty_polls`` (retried leases).
+        machine), ``cpu_seconds`` (all threads), ``ops``, ``empty_polls`` (retried leases).
     """
+    import threading
+
     subject = make_subject(backend, data_dir)
     _import_backend(backend)
     subject.open()
-    empty = 0
+    empty = [0] * threads
     if isinstance(subject, OursSubject):
         queue = subject.queue
-        worker = f"{WORKER}-{os.getpid()}"
 
-        def one(label: str, i: int) -> None:
-            nonlocal empty
+        def one(label: str, i: int, t: int) -> None:
             queue.submit(KIND, payload_for(label, i))
-            while (lease := queue.lease(worker)) is None:
-                empty += 1
+            while (lease := queue.lease(f"{WORKER}-{os.getpid()}-{t}")) is None:
+                empty[t] += 1
             queue.complete(lease, result_for(i))
 
     else:
         huey_subject: Any = subject
 
-        def one(label: str, i: int) -> None:
-            nonlocal empty
+        def one(label: str, i: int, t: int) -> None:
             huey_subject.task(payload_for(label, i))
             while (task := huey_subject.huey.dequeue()) is None:
-                empty += 1
+                empty[t] += 1
             huey_subject.huey.put_result(task.id, result_for(i))
+
+    per = [ops // threads + (1 if t < ops % threads else 0) for t in range(threads)]
+    errors: list[BaseException] = []
+
+    def run(t: int) -> None:
+        try:
+            for i in range(per[t]):
+                one(f"{tag}-t{t}", i, t)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
 
     try:
         for i in range(warmup):
-            one(f"{tag}-warm", i)
+            one(f"{tag}-warm", i, 0)
         sys.stdout.write(READY_MARK + "\n")
         sys.stdout.flush()
         if sys.stdin.readline().strip() != "go":
             raise SystemExit("no go")
         cpu_start = time.process_time()
         start = time.monotonic()
-        for i in range(ops):
-            one(tag, i)
+        if threads == 1:
+            run(0)
+        else:
+            workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
         end = time.monotonic()
         cpu = time.process_time() - cpu_start
+        if errors:
+            raise errors[0]
     finally:
         subject.close()
-    return {"start": start, "end": end, "cpu_seconds": cpu, "ops": ops, "empty_polls": empty}
+    return {"start": start, "end": end, "cpu_seconds": cpu, "ops": ops, "empty_polls": sum(empty)}
 
 
 def worker_prepare_jobs(backend: str, data_dir: Path, n: int) -> dict[str, Any]:
@@ -613,6 +634,14 @@ def worker_huey_consumer(data_dir: Path, n: int, threads: int) -> dict[str, Any]
     return {"completed": count, "queue_left": left, "results_stored": results}
 
 
+def history_module() -> Any:
+    """``benchmarks/history.py`` (the history case), which uses this file's helpers as ``store``."""
+    sys.modules.setdefault("store", sys.modules[__name__])
+    import history
+
+    return history
+
+
 def _import_backend(backend: str) -> None:
     """Imports the backend's modules up front, so that no open pays for imports."""
     if backend == "ours":
@@ -640,11 +669,15 @@ def run_worker(spec: dict[str, Any]) -> None:
     elif phase == "measure":
         out = worker_measure(backend, data_dir, int(spec["ops"]), int(spec["warmup"]), str(spec["tag"]))
     elif phase == "concurrent":
-        out = worker_concurrent(backend, data_dir, int(spec["ops"]), int(spec["warmup"]), str(spec["tag"]))
+        out = worker_concurrent(
+            backend, data_dir, int(spec["ops"]), int(spec["warmup"]), str(spec["tag"]), int(spec.get("threads", 1))
+        )
     elif phase == "prepare_jobs":
         out = worker_prepare_jobs(backend, data_dir, int(spec["n"]))
     elif phase == "huey_consumer":
         out = worker_huey_consumer(data_dir, int(spec["n"]), int(spec["threads"]))
+    elif phase.startswith("history_"):
+        out = history_module().run_phase(spec)
     else:
         raise SystemExit(f"unknown worker phase {phase!r}")
     sys.stdout.write(RESULT_MARK + json.dumps(out) + "\n")
@@ -668,12 +701,15 @@ class Config:
         workdir: parent of the temporary stores.
         only: which cases run (of :data:`CASES`).
         conc_procs: process counts of the concurrency case.
+        conc_threads: thread counts of the concurrency case (one process each).
         conc_jobs: lifecycles per concurrency configuration and round, split over its processes.
         conc_size: completed jobs in the concurrency stores before measuring.
         conc_rounds: concurrency rounds (each runs every configuration once).
         e2e_jobs: pre-submitted jobs of the end-to-end case.
         e2e_threads: ``work --concurrency`` and huey consumer threads.
         e2e_rounds: end-to-end rounds (fresh stores each; the median is shown).
+        keep: where the history case keeps its populated stores across runs (None: not kept).
+        repopulate: rebuild kept history stores even when they fit.
     """
 
     sizes: tuple[int, ...]
@@ -684,12 +720,15 @@ class Config:
     workdir: Path
     only: frozenset[str] = frozenset(CASES)
     conc_procs: tuple[int, ...] = (1, 4)
+    conc_threads: tuple[int, ...] = (4,)
     conc_jobs: int = 2000
     conc_size: int = 1000
     conc_rounds: int = 3
     e2e_jobs: int = 2000
     e2e_threads: int = 4
     e2e_rounds: int = 3
+    keep: Path | None = None
+    repopulate: bool = False
 
 
 def log(message: str) -> None:
@@ -978,17 +1017,19 @@ CONC_BACKENDS = ("ours", "huey_fsync")
 
 
 def bench_concurrency(config: Config, root: Path) -> dict[str, Any]:
-    """N processes (each of ``config.conc_procs``) doing lifecycles on one store per column.
+    """N processes (each of ``config.conc_procs``), then one process of N threads (each of
+    ``config.conc_threads``), doing lifecycles on one store per column.
 
     One store per column, populated with ``config.conc_size`` completed jobs, is shared
-    by every process count; the rounds alternate columns and process counts. In every
+    by every configuration; the rounds alternate columns and configurations. In every
     configuration the same total of ``config.conc_jobs`` lifecycles is split over the
-    processes, so the rate compares directly.
+    processes (or threads), so the rate compares directly.
 
     Returns:
-        ``"<backend>/<n>"`` -> ``rate`` (lifecycles/s over the union of the timed
-        windows), ``cpu_ms`` (CPU of the processes per lifecycle), ``seconds``,
-        ``ops``, ``empty_polls``; plus ``settings``.
+        ``"<backend>/<n>"`` (n processes) and ``"<backend>/<n>t"`` (one process, n
+        threads) -> ``rate`` (lifecycles/s over the union of the timed windows),
+        ``cpu_ms`` (CPU of the processes per lifecycle), ``seconds``, ``ops``,
+        ``empty_polls``, ``round_rates``.
     """
     dirs = {b: root / f"conc-{b}" for b in CONC_BACKENDS}
     for backend in CONC_BACKENDS:
@@ -997,13 +1038,16 @@ def bench_concurrency(config: Config, root: Path) -> dict[str, Any]:
     if hasattr(os, "sync"):
         os.sync()
     windows: dict[str, list[dict[str, Any]]] = {}
+    # (processes, threads per process, key suffix): N processes of one thread, then one of N threads
+    shapes = [(n, 1, "") for n in config.conc_procs] + [(1, n, "t") for n in config.conc_threads]
     for index in range(config.conc_rounds):
-        for procs in config.conc_procs:
+        for procs, threads, suffix in shapes:
             for backend in CONC_BACKENDS:
                 per = [config.conc_jobs // procs + (1 if p < config.conc_jobs % procs else 0) for p in range(procs)]
+                shape = f"{procs} process(es)" if not suffix else f"1 process of {threads} threads"
                 log(
                     f"  concurrency round {index + 1}/{config.conc_rounds}: {BACKEND_TITLES[backend]}, "
-                    f"{procs} process(es), {config.conc_jobs:,} lifecycles"
+                    f"{shape}, {config.conc_jobs:,} lifecycles"
                 )
                 tag = f"conc-{os.getpid()}-{time.time_ns()}"
                 results = spawn_group(
@@ -1015,13 +1059,14 @@ def bench_concurrency(config: Config, root: Path) -> dict[str, Any]:
                             "ops": ops,
                             "warmup": config.warmup // 4,
                             "tag": f"{tag}-p{p}",
+                            "threads": threads,
                         }
                         for p, ops in enumerate(per)
                     ]
                 )
                 start = min(r["start"] for r in results)
                 end = max(r["end"] for r in results)
-                windows.setdefault(f"{backend}/{procs}", []).append(
+                windows.setdefault(f"{backend}/{threads if suffix else procs}{suffix}", []).append(
                     {
                         "seconds": end - start,
                         "ops": sum(int(r["ops"]) for r in results),
@@ -1295,11 +1340,15 @@ def evaluate_goals(results: dict[int, dict[str, dict[str, Any]]]) -> list[dict[s
 #: Goals of the concurrency and end-to-end cases (reported only).
 GOAL_CONC_VS_HUEY = 1.5
 GOAL_CONC_SCALING = 2.5
+GOAL_THREADS_VS_HUEY = 2.0
 GOAL_E2E_VS_HUEY = 1.5
 
 
 def summary_rows(
-    results: dict[int, dict[str, dict[str, Any]]], conc: dict[str, Any] | None, e2e: dict[str, Any] | None
+    results: dict[int, dict[str, dict[str, Any]]],
+    conc: dict[str, Any] | None,
+    e2e: dict[str, Any] | None,
+    history: dict[str, Any] | None = None,
 ) -> list[tuple[str, str, str, bool, float, str, float]]:
     """Every figure of the run against its peer.
 
@@ -1317,13 +1366,12 @@ def summary_rows(
                 )  # fmt: skip
     if conc:
         peer = BACKEND_TITLES["huey_fsync"]
-        counts = sorted({int(k.split("/")[1]) for k in conc})
-        for n in counts:
-            ours, huey = conc[f"ours/{n}"], conc[f"huey_fsync/{n}"]
-            rows.append(
-                ("concurrency", f"lifecycles, {n} process(es)", "jobs/s", True, ours["rate"], peer, huey["rate"])
-            )
-            rows.append(("concurrency", f"CPU, {n} process(es)", "ms/job", False, ours["cpu_ms"], peer, huey["cpu_ms"]))
+        for shape in sorted({k.split("/")[1] for k in conc}, key=_shape_order):
+            ours, huey = conc[f"ours/{shape}"], conc[f"huey_fsync/{shape}"]
+            what = _shape_title(shape)
+            rows.append(("concurrency", f"lifecycles, {what}", "jobs/s", True, ours["rate"], peer, huey["rate"]))
+            rows.append(("concurrency", f"CPU, {what}", "ms/job", False, ours["cpu_ms"], peer, huey["cpu_ms"]))
+        counts = sorted(int(k.split("/")[1]) for k in conc if k.startswith("ours/") and not k.endswith("t"))
         if len(counts) > 1:
             lo, hi = counts[0], counts[-1]
             rows.append(
@@ -1348,7 +1396,21 @@ def summary_rows(
         )
         rows.append((label, "throughput", "jobs/s", True, ours["jobs_per_s"], peer, huey["jobs_per_s"]))
         rows.append((label, "CPU time (process + children)", "ms/job", False, ours["cpu_ms"], peer, huey["cpu_ms"]))
+    if history:
+        rows += history_module().summary_rows(history)
     return rows
+
+
+def _shape_order(shape: str) -> tuple[bool, int]:
+    """Concurrency configurations in table order: processes ("4"), then threads ("4t")."""
+    return shape.endswith("t"), int(shape.rstrip("t"))
+
+
+def _shape_title(shape: str) -> str:
+    """ "4" -> "4 process(es)", "4t" -> "4 threads, 1 process"."""
+    if shape.endswith("t"):
+        return f"{shape[:-1]} threads, 1 process"
+    return f"{shape} process(es)"
 
 
 def _num(value: float) -> str:
@@ -1382,22 +1444,22 @@ def format_summary(rows: Sequence[tuple[str, str, str, bool, float, str, float]]
 def evaluate_case_goals(conc: dict[str, Any] | None, e2e: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The goals of the concurrency and end-to-end cases (see :func:`evaluate_goals`)."""
     goals: list[dict[str, Any]] = []
-    if conc and "ours/4" in conc and "huey_fsync/4" in conc:
-        ratio = conc["ours/4"]["rate"] / conc["huey_fsync/4"]["rate"]
-        goals.append(
-            {"goal": f"4 processes >= {GOAL_CONC_VS_HUEY}x huey(fsync=True) with 4 processes",
-             "status": "PASS" if ratio >= GOAL_CONC_VS_HUEY else "MISS",
-             "detail": f"{conc['ours/4']['rate']:,.0f} vs {conc['huey_fsync/4']['rate']:,.0f} jobs/s = {ratio:.2f}x",
-             "value": ratio}
-        )  # fmt: skip
-        if "ours/1" in conc:
-            scaling = conc["ours/4"]["rate"] / conc["ours/1"]["rate"]
+    conc = conc or {}
+
+    def rate(key: str) -> float:
+        return float(conc[key]["rate"])
+
+    def ratio_goal(goal: str, ours: str, peer: str, target: float) -> None:
+        if ours in conc and peer in conc:
+            ratio = rate(ours) / rate(peer)
             goals.append(
-                {"goal": f"4 processes >= {GOAL_CONC_SCALING}x one process of ours",
-                 "status": "PASS" if scaling >= GOAL_CONC_SCALING else "MISS",
-                 "detail": f"{conc['ours/4']['rate']:,.0f} vs {conc['ours/1']['rate']:,.0f} jobs/s = {scaling:.2f}x",
-                 "value": scaling}
+                {"goal": f"{goal} >= {target}x", "status": "PASS" if ratio >= target else "MISS",
+                 "detail": f"{rate(ours):,.0f} vs {rate(peer):,.0f} jobs/s = {ratio:.2f}x", "value": ratio}
             )  # fmt: skip
+
+    ratio_goal("4 processes of ours / huey(fsync=True) with 4 processes", "ours/4", "huey_fsync/4", GOAL_CONC_VS_HUEY)
+    ratio_goal("4 threads of ours / huey(fsync=True) with 4 threads", "ours/4t", "huey_fsync/4t", GOAL_THREADS_VS_HUEY)
+    ratio_goal("4 processes of ours / 1 process of ours", "ours/4", "ours/1", GOAL_CONC_SCALING)
     if e2e:
         ours, huey = e2e["ours"], e2e["huey_fsync"]
         ratio = huey["wall_s"] / ours["wall_s"]
@@ -1444,12 +1506,14 @@ def environment(config: Config) -> dict[str, Any]:
         "rounds": config.rounds,
         "cases": sorted(config.only),
         "conc_procs": list(config.conc_procs),
+        "conc_threads": list(config.conc_threads),
         "conc_jobs": config.conc_jobs,
         "conc_size": config.conc_size,
         "conc_rounds": config.conc_rounds,
         "e2e_jobs": config.e2e_jobs,
         "e2e_threads": config.e2e_threads,
         "e2e_rounds": config.e2e_rounds,
+        "keep": str(config.keep) if config.keep else None,
         "loadavg_start": _loadavg(),
     }
 
@@ -1468,6 +1532,7 @@ def format_report(
     goals: list[dict[str, Any]],
     conc: dict[str, Any] | None = None,
     e2e: dict[str, Any] | None = None,
+    history: dict[str, Any] | None = None,
 ) -> list[str]:
     """The whole human-readable report.
 
@@ -1477,6 +1542,7 @@ def format_report(
         goals: from :func:`evaluate_goals` and :func:`evaluate_case_goals`.
         conc: from :func:`bench_concurrency`, if it ran.
         e2e: from :func:`bench_worker`, if it ran.
+        history: from ``history.bench_history``, if it ran.
 
     Returns:
         The lines to print.
@@ -1524,14 +1590,14 @@ def format_report(
             )
     if conc:
         lines.append(
-            f"== concurrency: N processes on one store holding {env['conc_size']:,}+ completed jobs, "
+            f"== concurrency: N processes (or threads) on one store holding {env['conc_size']:,}+ completed jobs, "
             f"{env['conc_jobs']:,} lifecycles per configuration and round, {env['conc_rounds']} round(s) =="
         )
-        for key in sorted(conc, key=lambda k: (int(k.split("/")[1]), k != "ours/" + k.split("/")[1])):
-            backend, n = key.split("/")
+        for key in sorted(conc, key=lambda k: (_shape_order(k.split("/")[1]), not k.startswith("ours/"))):
+            backend, shape = key.split("/")
             fig = conc[key]
             lines.append(
-                f"  {BACKEND_TITLES[backend]:<16} {n} process(es): {fig['rate']:8,.0f} lifecycles/s, "
+                f"  {BACKEND_TITLES[backend]:<16} {_shape_title(shape) + ':':<22} {fig['rate']:8,.0f} lifecycles/s, "
                 f"{fig['cpu_ms']:.3f} ms CPU per lifecycle (rounds: "
                 + ", ".join(f"{r:,.0f}" for r in fig["round_rates"])
                 + f"; {fig['empty_polls']} retried leases)"
@@ -1550,7 +1616,9 @@ def format_report(
                 f"{fig['cpu_ms']:.3f} ms CPU per job"
             )
         lines.append("")
-    lines += format_summary(summary_rows(results, conc, e2e))
+    if history:
+        lines += history_module().format_notes(history)
+    lines += format_summary(summary_rows(results, conc, e2e, history))
     lines.append("Goals (reported only; timing never fails the run):")
     for goal in goals:
         lines.append(f"  {goal['status']:<4}  {goal['goal']}: {goal['detail']}")
@@ -1620,6 +1688,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--procs", type=parse_sizes, default=None, help="process counts of the concurrency case (default: 1,4)"
     )
     parser.add_argument(
+        "--threads",
+        type=parse_sizes,
+        default=None,
+        help="thread counts of the concurrency case, one process each (default: 4)",
+    )
+    parser.add_argument(
         "--conc-jobs", type=int, default=None, help="lifecycles per concurrency configuration and round (default: 2000)"
     )
     parser.add_argument(
@@ -1653,6 +1727,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="dump raw figures as JSON: to FILE, or without FILE to stdout (table then on stderr)",
     )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the history case's populated stores in DIR/history-N and reuse them in later runs",
+    )
+    parser.add_argument(
+        "--repopulate", action="store_true", help="with --keep: rebuild the kept history stores even when they fit"
+    )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return parser
 
@@ -1684,11 +1768,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir=args.workdir.resolve(),
         only=args.only or frozenset(CASES),
         conc_procs=args.procs or (1, 4),
+        conc_threads=args.threads or (4,),
         conc_jobs=max(1, args.conc_jobs if args.conc_jobs is not None else (500 if args.quick else 2000)),
         conc_rounds=1 if args.quick else (args.rounds if args.rounds is not None else 3),
         e2e_jobs=max(1, args.e2e_jobs if args.e2e_jobs is not None else (500 if args.quick else 2000)),
         e2e_threads=max(1, args.e2e_threads),
         e2e_rounds=1 if args.quick else (args.rounds if args.rounds is not None else 3),
+        keep=args.keep.resolve() if args.keep else None,
+        repopulate=args.repopulate,
     )
     created_workdir = not config.workdir.exists()
     config.workdir.mkdir(parents=True, exist_ok=True)
@@ -1698,6 +1785,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="dq-store-bench-", dir=config.workdir))
     conc: dict[str, Any] | None = None
     e2e: dict[str, Any] | None = None
+    history: dict[str, Any] | None = None
     try:
         for size in config.sizes if "store" in config.only else ():
             log(f"[{time.perf_counter() - started:6.0f} s] {size:,} jobs")
@@ -1715,6 +1803,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "worker" in config.only:
             log(f"[{time.perf_counter() - started:6.0f} s] end-to-end worker: {config.e2e_jobs:,} jobs")
             e2e = bench_worker(config, run_dir)
+        if "history" in config.only:
+            log(f"[{time.perf_counter() - started:6.0f} s] history: {', '.join(f'{n:,}' for n in config.sizes)} jobs")
+            history = history_module().bench_history(
+                config.sizes, run_dir, config.keep, config.repeats, config.repopulate
+            )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
         if created_workdir:
@@ -1724,12 +1817,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     env["loadavg_end"] = _loadavg()
 
     goals = (evaluate_goals(results) if results else []) + evaluate_case_goals(conc, e2e)
-    report = "\n".join(format_report(env, results, goals, conc, e2e))
+    goals += history_module().evaluate_goals(history)
+    report = "\n".join(format_report(env, results, goals, conc, e2e, history))
     document = {
         "environment": env,
         "results": {str(k): v for k, v in results.items()},
         "concurrency": conc,
         "worker": e2e,
+        "history": history,
         "goals": goals,
     }
     if args.json == "-":

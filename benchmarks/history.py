@@ -1,0 +1,839 @@
+"""The history case of ``benchmarks/store.py`` (``--only history``): a store with years of history.
+
+Each store holds 1,000 *active* (queued) jobs and N *finished* ones (``--sizes``):
+about 94 % succeeded with a small text result, 5 % dead with an error message, 1 %
+cancelled, over four provider profiles (all of kind "demo"). Three columns hold the
+same jobs: ours, huey's ``SqliteHuey`` (finished: results in its result table,
+errors as huey ``Error`` results, cancelled tasks revoked) and a plain stdlib
+``sqlite3`` jobs table (WAL, ``synchronous=FULL``, an index on ``(state,
+created_at)``). Measured, each in a fresh process (the OS page cache is warm):
+
+* **open + list queued**: ``Queue.open(d)`` then ``queue.list("queued")`` (huey: the
+  first query of a new ``SqliteHuey`` and ``huey.pending()``; sqlite: connect, set the
+  pragmas, select the queued rows into dicts), wall time from after the imports;
+* **peak RSS** of that process, right after the listing, and again after the queries;
+* **queries in-process** in that same process: ``queue.stats()``, ``queue.list("dead")``
+  and ``queue.get(id)`` of the oldest (archived) job (huey: its counts and
+  ``huey.get(id, peek=True)``; it keeps no dead letters to list; sqlite: ``GROUP BY
+  state``, the dead rows, one row by id);
+* **the same queries through the CLI**: ``python -m desktop_queue --data-dir D stats
+  --json``, ``list --state dead --json`` and ``show ID``, whole command, against
+  ``python benchmarks/history.py peer-cli BACKEND D COMMAND`` doing the same for the
+  peers (a minimal script: the interpreter's start-up is printed as a note);
+* **compaction**: on a copy of our store, real lifecycles (per-op fsync suspended)
+  until the journal segment rotates, which starts the compaction child
+  (``python -m desktop_queue.core.compactor``); its peak RSS is ``ru_maxrss`` of
+  ``RUSAGE_CHILDREN`` once ``close`` has waited for it. Then 1,000 more lifecycles and
+  an inline ``queue.store.compact_now()`` (``background_compaction=False``): its wall
+  time and its peak RSS above the process's RSS before it (Linux: ``VmHWM`` after a
+  reset through ``/proc/self/clear_refs``). Peers have no compaction: the goal is the
+  reference;
+* **disk**: allocated bytes of the data dir per finished job.
+
+Population runs the real public API (ours ``submit``/``lease``/``complete``/``fail``/
+``cancel``; huey ``enqueue``/``dequeue``/``put_result``/``revoke_by_id``) with per-op
+``fsync`` suspended, then ``os.sync()``; sqlite inserts in batches of 10,000 rows. The
+time and peak RSS of populating are reported with a linear extrapolation to 1,000,000.
+With ``--keep DIR`` the populated stores are kept in ``DIR/history-N/`` and reused by
+later runs (``--repopulate`` rebuilds them); a store populated by another version of
+``desktop_queue/core`` is reused with a note (its open then migrates it).
+
+This file runs in three ways: imported by ``store.py`` (the orchestrator and the
+``--worker`` phases named ``history_*``), and as ``python benchmarks/history.py
+peer-cli ...`` (the peers' CLI, standard library and huey only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+
+#: Bump when what populating writes changes: kept stores of another recipe are rebuilt.
+RECIPE = 1
+ACTIVE = 1_000
+KIND = "demo"
+WORKER = "bench-history"
+PROFILES = ("local-sd", "openai-main", "openai-backup", "studio")
+BACKENDS = ("ours", "huey", "sqlite")
+TITLES = {"ours": "ours", "huey": "huey SqliteHuey", "sqlite": "sqlite3 WAL+FULL"}
+PEERS = ("huey", "sqlite")
+SUCCEEDED, DEAD, CANCELLED = "succeeded", "dead", "cancelled"
+#: The queries, as (CLI arguments, key of the figures, the ``Queue`` call); ``show`` gets the archived id.
+QUERIES = (
+    ("stats --json", "stats", "queue.stats()"),
+    ("list --state dead --json", "list_dead", 'queue.list("dead")'),
+    ("show ID", "show", "queue.get(archived id)"),
+)
+#: Lifecycles at most while waiting for the journal segment to rotate.
+COMPACTION_CAP = 50_000
+INLINE_COMPACTION_OPS = 1_000
+
+GOAL_OPEN_MS = 20.0
+GOAL_RSS_MIB = 80.0
+GOAL_COMPACTION_MIB = 100.0
+GOAL_QUERY_MS = 50.0
+GOAL_DISK_PER_JOB = 1024.0
+GOAL_SIZE = 1_000_000
+
+MIB = 1 << 20
+
+
+# ============================================================== what the stores hold
+
+
+def fate(i: int) -> str:
+    """How finished job ``i`` ended: 5 % dead, 1 % cancelled, the rest succeeded."""
+    if i % 20 == 7:
+        return DEAD
+    if i % 100 == 51:
+        return CANCELLED
+    return SUCCEEDED
+
+
+def job_input(i: int, tag: str = "h") -> dict[str, Any]:
+    """A small generation request; distinct per ``i`` (so are the idempotency keys)."""
+    return {
+        "prompt": f"a lighthouse at dusk over a quiet harbor, study {tag}{i}",
+        "profile": PROFILES[i % len(PROFILES)],
+        "seed": i,
+        "duration_s": 0,
+    }
+
+
+def job_title(i: int) -> str:
+    """What a person would see in the list."""
+    return f"Lighthouse study {i}"
+
+
+def job_result(i: int) -> dict[str, Any]:
+    """A small text result, like the demo provider's (about 250 bytes)."""
+    text = (
+        f"Amber light over the harbor, study {i}: the lantern turns, the river runs to the sea, "
+        "a falcon drifts over granite and the meadow is quiet under a cobalt sky."
+    )
+    return {"text": text, "words": len(text.split()), "provider": "demo", "model": "demo-1"}
+
+
+def job_error(i: int) -> str:
+    """The message of a dead job."""
+    return f"HTTP 400 from {PROFILES[i % len(PROFILES)]}: the request was refused (content policy, ref {i})"
+
+
+# =================================================================== worker phases
+#
+# Each runs in a fresh ``store.py --worker`` subprocess and returns a JSON-ready dict.
+
+
+def _bench() -> Any:
+    """``store.py``, for its helpers (it registers itself under this name before importing us)."""
+    import store
+
+    return store
+
+
+def _children_peak_rss() -> int:
+    """The highest peak RSS of any waited-for child of this process, in bytes."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def _progress(backend: str, done: int, total: int, start: float) -> None:
+    """A progress line on stderr (the orchestrator passes it through while populating)."""
+    elapsed = time.perf_counter() - start
+    print(f"    {backend}: {done:,}/{total:,} jobs, {elapsed:.0f} s", file=sys.stderr, flush=True)
+
+
+def populate_ours(data_dir: Path, n: int) -> dict[str, Any]:
+    """N finished jobs through real lifecycles, then ``ACTIVE`` queued ones."""
+    from desktop_queue.core.model import ErrorClass
+    from desktop_queue.core.outcome import Outcome
+    from desktop_queue.core.queue import Queue
+
+    ids: dict[str, str] = {}
+    start = time.perf_counter()
+    step = max(10_000, n // 10)
+    with _bench().fsync_suspended():
+        queue = Queue.open(data_dir, providers={})
+        try:
+            for i in range(n):
+                end = fate(i)
+                job_id = queue.submit(KIND, job_input(i), title=job_title(i)).job.id
+                ids.setdefault(end, job_id)
+                if end == CANCELLED:
+                    queue.cancel(job_id)
+                else:
+                    lease = queue.lease(WORKER)
+                    if lease is None or lease.job_id != job_id:
+                        raise RuntimeError(f"lease returned {lease!r}, expected job {job_id}")
+                    if end == DEAD:
+                        queue.fail(lease, Outcome.failure(ErrorClass.FATAL, job_error(i)))
+                    else:
+                        queue.complete(lease, job_result(i))
+                if (i + 1) % step == 0:
+                    _progress("ours", i + 1, n, start)
+            for j in range(ACTIVE):
+                queue.submit(KIND, job_input(j, "active-"), title=job_title(j))
+        finally:
+            queue.close()
+    return {"ids": ids, "seconds": time.perf_counter() - start}
+
+
+def _huey(data_dir: Path, fsync: bool) -> tuple[Any, Any]:
+    """A ``SqliteHuey`` on ``data_dir/huey.db`` and its task (never run: results are put directly)."""
+    from huey import SqliteHuey
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    huey = SqliteHuey(name="bench", filename=str(data_dir / "huey.db"), fsync=fsync)
+    task = huey.task(name="demo")(_noop)
+    return huey, task
+
+
+def _noop(payload: dict[str, Any]) -> None:
+    """The huey task (the benchmark dequeues and stores results itself)."""
+
+
+def populate_huey(data_dir: Path, n: int) -> dict[str, Any]:
+    """N tasks enqueued, dequeued and given a result (or an ``Error``, or revoked), then ``ACTIVE`` enqueued."""
+    from huey.api import Error
+
+    huey, task = _huey(data_dir, fsync=False)
+    ids: dict[str, str] = {}
+    start = time.perf_counter()
+    step = max(10_000, n // 10)
+    for i in range(n):
+        end = fate(i)
+        handle = task(job_input(i))
+        ids.setdefault(end, handle.id)
+        if end == CANCELLED:
+            huey.revoke_by_id(handle.id)
+        dequeued = huey.dequeue()
+        if dequeued is None or dequeued.id != handle.id:
+            raise RuntimeError(f"huey dequeued {dequeued!r}, expected {handle.id}")
+        if end == DEAD:
+            huey.put_result(handle.id, Error({"error": job_error(i), "retries": 0, "task_id": handle.id}))
+        elif end == SUCCEEDED:
+            huey.put_result(handle.id, job_result(i))
+        if (i + 1) % step == 0:
+            _progress("huey", i + 1, n, start)
+    for j in range(ACTIVE):
+        task(job_input(j, "active-"))
+    huey.storage.close()
+    if hasattr(os, "sync"):
+        os.sync()
+    return {"ids": ids, "seconds": time.perf_counter() - start}
+
+
+SQLITE_SCHEMA = """
+create table jobs (
+    id text primary key,
+    kind text not null,
+    profile text,
+    state text not null,
+    title text,
+    input text not null,
+    result text,
+    error text,
+    attempts integer not null,
+    created_at real not null,
+    started_at real,
+    finished_at real
+);
+create index jobs_state on jobs (state, created_at);
+"""
+SQLITE_COLUMNS = "id, kind, profile, state, title, input, result, error, attempts, created_at, started_at, finished_at"
+
+
+def _sqlite_connect(data_dir: Path) -> sqlite3.Connection:
+    """The peer's connection, durable per commit (WAL, ``synchronous=FULL``)."""
+    conn = sqlite3.connect(str(data_dir / "jobs.db"), isolation_level=None)
+    conn.execute("pragma journal_mode=wal")
+    conn.execute("pragma synchronous=full")
+    return conn
+
+
+def populate_sqlite(data_dir: Path, n: int) -> dict[str, Any]:
+    """N finished rows and ``ACTIVE`` queued ones, in transactions of 10,000 rows."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    conn = _sqlite_connect(data_dir)
+    conn.execute("pragma synchronous=off")
+    conn.executescript(SQLITE_SCHEMA)
+    ids: dict[str, str] = {}
+    now = time.time() - n  # one job a second, ending now
+    batch: list[tuple[Any, ...]] = []
+
+    def flush() -> None:
+        conn.execute("begin")
+        conn.executemany(f"insert into jobs ({SQLITE_COLUMNS}) values ({', '.join('?' * 12)})", batch)
+        conn.execute("commit")
+        batch.clear()
+
+    for i in range(n + ACTIVE):
+        active = i >= n
+        end = "queued" if active else fate(i)
+        job_id = uuid.uuid4().hex
+        ids.setdefault(end, job_id)
+        payload = job_input(i - n, "active-") if active else job_input(i)
+        created = now + i
+        batch.append(
+            (
+                job_id,
+                KIND,
+                payload["profile"],
+                end,
+                job_title(i),
+                json.dumps(payload),
+                json.dumps(job_result(i)) if end == SUCCEEDED else None,
+                job_error(i) if end == DEAD else None,
+                0 if end in ("queued", CANCELLED) else 1,
+                created,
+                None if end in ("queued", CANCELLED) else created + 0.2,
+                None if end == "queued" else created + 0.7,
+            )
+        )
+        if len(batch) >= 10_000:
+            flush()
+    if batch:
+        flush()
+    conn.execute("pragma wal_checkpoint(truncate)")
+    conn.close()
+    if hasattr(os, "sync"):
+        os.sync()
+    return {"ids": ids, "seconds": time.perf_counter() - start}
+
+
+def phase_populate(backend: str, data_dir: Path, n: int) -> dict[str, Any]:
+    """Populates one column; adds the process's and its children's (compactions') peak RSS."""
+    populate = {"ours": populate_ours, "huey": populate_huey, "sqlite": populate_sqlite}[backend]
+    out = populate(data_dir, n)
+    out.update(n=n, peak_rss=_bench().peak_rss_bytes(), children_peak_rss=_children_peak_rss())
+    return out
+
+
+def _sqlite_rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
+    """Rows as dicts (ours hands out Job objects; a dict per row is the peer's equivalent)."""
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``(fn(), milliseconds)``."""
+    start = time.perf_counter()
+    value = fn()
+    return value, (time.perf_counter() - start) * 1e3
+
+
+def phase_open(backend: str, data_dir: Path, ids: dict[str, str]) -> dict[str, Any]:
+    """Open + list queued (timed from after the imports), peak RSS, then the queries in-process."""
+    bench = _bench()
+    archived = ids[SUCCEEDED]
+    queries: dict[str, float] = {}
+    if backend == "ours":
+        from desktop_queue.core.queue import Queue
+
+        baseline = bench.peak_rss_bytes()
+        start = time.perf_counter()
+        queue = Queue.open(data_dir, providers={})
+        queued = len(queue.list("queued"))
+        open_ms = (time.perf_counter() - start) * 1e3
+        peak_open = bench.peak_rss_bytes()
+        try:
+            _, queries["stats"] = _timed(queue.stats)
+            dead, queries["list_dead"] = _timed(lambda: queue.list("dead"))
+            job, queries["show"] = _timed(lambda: queue.get(archived))
+            if job.id != archived or not dead:
+                raise RuntimeError(f"ours: got {job.id} for {archived}, {len(dead)} dead jobs")
+        finally:
+            queue.close()
+    elif backend == "huey":
+        import huey  # noqa: F401
+
+        baseline = bench.peak_rss_bytes()
+        start = time.perf_counter()
+        hq, _task = _huey(data_dir, fsync=True)
+        queued = len(hq.pending())
+        open_ms = (time.perf_counter() - start) * 1e3
+        peak_open = bench.peak_rss_bytes()
+        _, queries["stats"] = _timed(lambda: (hq.pending_count(), hq.scheduled_count(), hq.result_count()))
+        result, queries["show"] = _timed(lambda: hq.get(archived, peek=True))
+        if result is None:
+            raise RuntimeError(f"huey: no result for {archived}")
+        hq.storage.close()
+    else:
+        baseline = bench.peak_rss_bytes()
+        start = time.perf_counter()
+        conn = _sqlite_connect(data_dir)
+        queued = len(_sqlite_rows(conn.execute("select * from jobs where state = 'queued' order by created_at")))
+        open_ms = (time.perf_counter() - start) * 1e3
+        peak_open = bench.peak_rss_bytes()
+        _, queries["stats"] = _timed(lambda: sqlite_query(conn, "stats", archived))
+        _, queries["list_dead"] = _timed(lambda: sqlite_query(conn, "list_dead", archived))
+        _, queries["show"] = _timed(lambda: sqlite_query(conn, "show", archived))
+        conn.close()
+    if queued != ACTIVE:
+        raise RuntimeError(f"{backend}: {queued} queued jobs listed, expected {ACTIVE}")
+    return {
+        "open_ms": open_ms,
+        "baseline_rss": baseline,
+        "peak_rss_open": peak_open,
+        "peak_rss_queries": bench.peak_rss_bytes(),
+        "queries_ms": queries,
+    }
+
+
+def sqlite_query(conn: sqlite3.Connection, what: str, job_id: str) -> Any:
+    """The peer's answer to one query (the same in-process and from its CLI)."""
+    if what == "stats":
+        rows = conn.execute(
+            "select state, count(*), avg(finished_at - started_at), max(finished_at - started_at) "
+            "from jobs group by state"
+        ).fetchall()
+        return {state: {"count": c, "run_avg_s": avg, "run_max_s": top} for state, c, avg, top in rows}
+    if what == "list_dead":
+        return _sqlite_rows(conn.execute("select * from jobs where state = 'dead' order by created_at desc"))
+    return _sqlite_rows(conn.execute("select * from jobs where id = ?", (job_id,)))
+
+
+def _vm_status(field: str) -> int | None:
+    """A ``/proc/self/status`` figure (``VmRSS``, ``VmHWM``) in bytes, or None off Linux."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def phase_compaction(data_dir: Path) -> dict[str, Any]:
+    """The compaction child's peak RSS after one segment of lifecycles, then an inline ``compact_now``."""
+    from desktop_queue.core.queue import Queue
+
+    bench = _bench()
+
+    def lifecycles(queue: Any, count: int, tag: str, until: Callable[[], bool] | None = None) -> int:
+        done = 0
+        while done < count and (until is None or not until()):
+            queue.submit(KIND, job_input(done, tag), title=job_title(done))
+            lease = queue.lease(WORKER)  # the oldest queued job: the active ones go first
+            if lease is None:
+                raise RuntimeError("nothing to lease")
+            queue.complete(lease, job_result(done))
+            done += 1
+        return done
+
+    with bench.fsync_suspended():
+        queue = Queue.open(data_dir, providers={})
+        first = queue.store.segment
+        start = time.perf_counter()
+        ran = lifecycles(queue, COMPACTION_CAP, "compact-", until=lambda: queue.store.segment != first)
+        fill_s = time.perf_counter() - start
+        rotated = queue.store.segment != first
+        start = time.perf_counter()
+        queue.close()  # waits for the compaction child the rotation started
+        close_s = time.perf_counter() - start
+    child_peak = _children_peak_rss()
+
+    inline: dict[str, Any] = {}
+    with bench.fsync_suspended():
+        queue = Queue.open(data_dir, providers={}, background_compaction=False)
+        try:
+            lifecycles(queue, INLINE_COMPACTION_OPS, "inline-")
+            before = _vm_status("VmRSS")
+            reset = False
+            with contextlib.suppress(OSError):
+                Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+                reset = True
+            peak_before = bench.peak_rss_bytes()
+            start = time.perf_counter()
+            queue.store.compact_now()
+            inline["seconds"] = time.perf_counter() - start
+            hwm = _vm_status("VmHWM") if reset else None
+            if before is not None and hwm is not None:
+                inline["extra_rss"] = max(0, hwm - before)
+            else:  # only visible when it beats the open's peak
+                inline["extra_rss"] = max(0, bench.peak_rss_bytes() - peak_before)
+            inline["rss_before"] = before
+        finally:
+            queue.close()
+    return {
+        "lifecycles": ran,
+        "rotated": rotated,
+        "fill_s": fill_s,
+        "close_wait_s": close_s,
+        "child_peak_rss": child_peak,
+        "inline": inline,
+    }
+
+
+def run_phase(spec: dict[str, Any]) -> dict[str, Any]:
+    """Entry point of the ``history_*`` worker phases of ``store.py --worker``."""
+    phase, data_dir = spec["phase"], Path(spec["dir"])
+    if phase == "history_populate":
+        return phase_populate(spec["backend"], data_dir, int(spec["n"]))
+    if phase == "history_open":
+        return phase_open(spec["backend"], data_dir, spec["ids"])
+    if phase == "history_compaction":
+        return phase_compaction(data_dir)
+    raise SystemExit(f"unknown worker phase {phase!r}")
+
+
+# ========================================================================== peer CLI
+
+
+def peer_cli(argv: Sequence[str]) -> int:
+    """``peer-cli BACKEND DIR COMMAND [ID]``: a peer's answer to a CLI query, as JSON on stdout."""
+    backend, data_dir, command = argv[0], Path(argv[1]), argv[2]
+    job_id = argv[3] if len(argv) > 3 else ""
+    if backend == "sqlite":
+        conn = _sqlite_connect(data_dir)
+        answer = sqlite_query(conn, command, job_id)
+        conn.close()
+    elif backend == "huey":
+        huey, _task = _huey(data_dir, fsync=True)
+        if command == "stats":
+            answer = {
+                "queued": huey.pending_count(),
+                "scheduled": huey.scheduled_count(),
+                "results": huey.result_count(),
+            }
+        elif command == "show":
+            answer = {"id": job_id, "result": huey.get(job_id, peek=True)}
+        else:
+            raise SystemExit(f"huey has no {command}")
+        huey.storage.close()
+    else:
+        raise SystemExit(f"no peer {backend!r}")
+    sys.stdout.write(json.dumps(answer, default=str) + "\n")
+    return 0
+
+
+# ==================================================================== orchestrator
+
+
+def core_fingerprint() -> str:
+    """A digest of ``desktop_queue/core`` (the store's code): which version populated a kept store."""
+    digest = hashlib.sha256()
+    core = REPO_ROOT / "desktop_queue" / "core"
+    for path in sorted(core.rglob("*.py")):
+        digest.update(str(path.relative_to(core)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _spawn_live(spec: dict[str, Any]) -> dict[str, Any]:
+    """A worker whose stderr (progress) goes to ours; returns its result."""
+    bench = _bench()
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "store.py"), "--worker", json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=bench._child_env(),
+        check=False,
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith(bench.RESULT_MARK) and proc.returncode == 0:
+            return dict(json.loads(line[len(bench.RESULT_MARK) :]))
+    raise RuntimeError(f"worker {spec['phase']}/{spec['backend']} failed (exit {proc.returncode}); see above")
+
+
+def ensure_populated(
+    parent: Path, n: int, repopulate: bool, fingerprint: str
+) -> tuple[dict[str, Path], dict[str, dict[str, Any]]]:
+    """The three stores of size ``n`` under ``parent/history-n``, populated unless kept ones fit.
+
+    A column is reused when its stamp (``<backend>.json`` beside it) names this recipe
+    and size; one populated by other store code is reused with a note.
+
+    Returns:
+        backend -> directory, and backend -> its stamp (``ids``, ``seconds``, RSS, ...).
+    """
+    log = _bench().log
+    root = parent / f"history-{n}"
+    root.mkdir(parents=True, exist_ok=True)
+    dirs = {b: root / b for b in BACKENDS}
+    stamps: dict[str, dict[str, Any]] = {}
+    for backend in BACKENDS:
+        stamp_path = root / f"{backend}.json"
+        stamp: dict[str, Any] | None = None
+        with contextlib.suppress(OSError, ValueError):
+            stamp = json.loads(stamp_path.read_text())
+        if stamp is not None and not repopulate and stamp.get("recipe") == RECIPE and stamp.get("n") == n:
+            if backend == "ours" and stamp.get("core") != fingerprint:
+                log(f"  note: the kept {n:,}-job store of ours was populated by other store code; reused")
+            log(f"  reusing the kept {TITLES[backend]} store of {n:,} finished jobs ({dirs[backend]})")
+            stamp["reused"] = True
+            stamps[backend] = stamp
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            stamp_path.unlink()
+        shutil.rmtree(dirs[backend], ignore_errors=True)
+        log(f"  populating {TITLES[backend]} with {n:,} finished + {ACTIVE:,} queued jobs ...")
+        result = _spawn_live({"phase": "history_populate", "backend": backend, "dir": str(dirs[backend]), "n": n})
+        result.update(recipe=RECIPE, core=fingerprint, reused=False)
+        stamp_path.write_text(json.dumps(result, indent=2) + "\n")
+        log(
+            f"    done in {result['seconds']:.1f} s, peak RSS {result['peak_rss'] / MIB:.0f} MiB "
+            f"(children {result['children_peak_rss'] / MIB:.0f} MiB)"
+        )
+        stamps[backend] = result
+    return dirs, stamps
+
+
+def _wall(argv: Sequence[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Runs a command to its end; ``(wall milliseconds, the completed process)``."""
+    start = time.perf_counter()
+    proc = subprocess.run(list(argv), capture_output=True, text=True, env=_bench()._child_env(), check=False)
+    return (time.perf_counter() - start) * 1e3, proc
+
+
+def cli_argv(backend: str, data_dir: Path, query: str, job_id: str) -> list[str] | None:
+    """The command line of one query (None: the peer has no such query)."""
+    if backend == "ours":
+        args = {"stats": ["stats", "--json"], "list_dead": ["list", "--state", "dead", "--json"]}.get(
+            query, ["show", job_id]
+        )
+        return [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), *args]
+    if backend == "huey" and query == "list_dead":
+        return None
+    return [sys.executable, str(HERE / "history.py"), "peer-cli", backend, str(data_dir), query, job_id]
+
+
+def bench_history(
+    sizes: Sequence[int], run_dir: Path, keep: Path | None, repeats: int, repopulate: bool
+) -> dict[str, Any]:
+    """The history case at every size.
+
+    Args:
+        sizes: finished jobs per store.
+        run_dir: this run's scratch directory (stores live here without ``keep``).
+        keep: where populated stores are kept across runs (None: not kept).
+        repeats: fresh processes per open measurement and per CLI query (the median is shown).
+        repopulate: rebuild kept stores even when they fit.
+
+    Returns:
+        ``sizes`` (size -> backend -> figures) and ``python_startup_ms``.
+    """
+    bench = _bench()
+    log = bench.log
+    fingerprint = core_fingerprint()
+    results: dict[str, Any] = {}
+    for n in sizes:
+        log(f"  history: {n:,} finished jobs")
+        dirs, stamps = ensure_populated(keep or run_dir, n, repopulate, fingerprint)
+        figures: dict[str, dict[str, Any]] = {b: {"populate": stamps[b]} for b in BACKENDS}
+        if hasattr(os, "sync"):
+            os.sync()
+        for backend in BACKENDS:
+            figures[backend]["disk_bytes"] = bench.disk_usage(dirs[backend])
+            figures[backend]["opens"] = []
+            figures[backend]["cli_ms"] = {}
+        for attempt in range(repeats):
+            for backend in BACKENDS:
+                log(f"    open + list queued {attempt + 1}/{repeats}: {TITLES[backend]}")
+                spec = {"phase": "history_open", "backend": backend, "dir": str(dirs[backend])}
+                result, _ = bench.spawn({**spec, "ids": stamps[backend]["ids"]})
+                figures[backend]["opens"].append(result)
+        for _args, query, _call in QUERIES:
+            for _attempt in range(repeats):
+                for backend in BACKENDS:
+                    argv = cli_argv(backend, dirs[backend], query, stamps[backend]["ids"][SUCCEEDED])
+                    if argv is None:
+                        continue
+                    ms, proc = _wall(argv)
+                    if proc.returncode != 0:
+                        raise RuntimeError(f"{TITLES[backend]} {query} failed (exit {proc.returncode}):\n{proc.stderr}")
+                    figures[backend]["cli_ms"].setdefault(query, []).append(ms)
+            log(f"    CLI {query}: {repeats} run(s) per column")
+        log("    compaction on a copy of ours")
+        copy = run_dir / f"history-{n}-compaction"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(dirs["ours"], copy, symlinks=True)
+        try:
+            figures["ours"]["compaction"], _ = bench.spawn({"phase": "history_compaction", "backend": "ours",
+                                                            "dir": str(copy)})  # fmt: skip
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+        results[str(n)] = figures
+    startup = [_wall([sys.executable, "-c", "pass"])[0] for _ in range(max(3, repeats))]
+    return {"sizes": results, "python_startup_ms": statistics.median(startup)}
+
+
+# ============================================================== figures and goals
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def pick_open_ms(fig: dict[str, Any]) -> float:
+    """Median open + list queued, ms."""
+    return _median([o["open_ms"] for o in fig["opens"]])
+
+
+def pick_rss_open(fig: dict[str, Any]) -> float:
+    """Highest peak RSS after open + list, MiB."""
+    return max(o["peak_rss_open"] for o in fig["opens"]) / MIB
+
+
+def pick_rss_queries(fig: dict[str, Any]) -> float:
+    """Highest peak RSS after the in-process queries, MiB."""
+    return max(o["peak_rss_queries"] for o in fig["opens"]) / MIB
+
+
+def pick_query_ms(fig: dict[str, Any], query: str) -> float | None:
+    """Median in-process time of one query, ms (None: the column has no such query)."""
+    values = [o["queries_ms"][query] for o in fig["opens"] if query in o["queries_ms"]]
+    return _median(values) if values else None
+
+
+def pick_cli_ms(fig: dict[str, Any], query: str) -> float | None:
+    """Median wall time of one CLI query, ms (None: not measured)."""
+    values = fig["cli_ms"].get(query)
+    return _median(values) if values else None
+
+
+def disk_per_job(fig: dict[str, Any], n: int) -> float:
+    """Allocated bytes per finished job."""
+    return float(fig["disk_bytes"]) / n
+
+
+Summary = tuple[str, str, str, bool, float, str, float]
+
+
+def summary_rows(history: dict[str, Any] | None) -> list[Summary]:
+    """The history figures for the one summary table of ``store.py``: ours / each peer."""
+    rows: list[Summary] = []
+    if not history:
+        return rows
+    for key, figures in sorted(history["sizes"].items(), key=lambda kv: int(kv[0])):
+        n = int(key)
+        case = f"history {n:,}"
+        ours = figures["ours"]
+        measured: list[tuple[str, str, Callable[[dict[str, Any]], float | None], tuple[str, ...]]] = [
+            (f"open + list {ACTIVE:,} queued", "ms", pick_open_ms, PEERS),
+            ("peak RSS after open + list", "MiB", pick_rss_open, PEERS),
+            ("peak RSS after the queries", "MiB", pick_rss_queries, PEERS),
+        ]
+        for args, query, call in QUERIES:
+            measured.append((f"{call} in-process", "ms", lambda f, q=query: pick_query_ms(f, q), PEERS))
+            measured.append((f"CLI {args}", "ms", lambda f, q=query: pick_cli_ms(f, q), PEERS))
+        measured.append(("disk per finished job", "bytes", lambda f, n=n: disk_per_job(f, n), PEERS))
+        # sqlite3 is filled by batched inserts, not lifecycles: only huey compares
+        measured.append(("populate, fsync suspended", "s", lambda f: float(f["populate"]["seconds"]), ("huey",)))
+        for label, unit, pick, peers in measured:
+            mine = pick(ours)
+            if mine is None:
+                continue
+            for peer in peers:
+                theirs = pick(figures[peer])
+                if theirs is not None:
+                    rows.append((case, label, unit, False, mine, TITLES[peer], theirs))
+        compaction = ours["compaction"]
+        rows.append((case, "compaction child peak RSS", "MiB", False, compaction["child_peak_rss"] / MIB,
+                     "goal", GOAL_COMPACTION_MIB))  # fmt: skip
+        rows.append((case, "inline compact_now, RSS above before", "MiB", False,
+                     compaction["inline"]["extra_rss"] / MIB, "goal", GOAL_COMPACTION_MIB))  # fmt: skip
+    return rows
+
+
+def _goal(goal: str, ok: bool, detail: str, value: float) -> dict[str, Any]:
+    return {"goal": goal, "status": "PASS" if ok else "MISS", "detail": detail, "value": value}
+
+
+def evaluate_goals(history: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The issue's goals for history, as PASS/MISS lines (never the exit status)."""
+    goals: list[dict[str, Any]] = []
+    if not history:
+        return goals
+    sizes = {int(k): v for k, v in history["sizes"].items()}
+    for n, figures in sorted(sizes.items()):
+        ms = pick_open_ms(figures["ours"])
+        goals.append(
+            _goal(f"open + list {ACTIVE:,} queued <= {GOAL_OPEN_MS:g} ms with {n:,} finished jobs", ms <= GOAL_OPEN_MS,
+                  f"median {ms:.1f} ms (huey {pick_open_ms(figures['huey']):.1f}, "
+                  f"sqlite3 {pick_open_ms(figures['sqlite']):.1f})", ms)
+        )  # fmt: skip
+    for n, figures in sorted(sizes.items()):
+        mib = figures["ours"]["compaction"]["child_peak_rss"] / MIB
+        ran = figures["ours"]["compaction"]
+        note = "" if ran["rotated"] else f" (no rotation after {ran['lifecycles']:,} lifecycles: no child ran)"
+        goals.append(
+            _goal(f"compaction peak RSS <= {GOAL_COMPACTION_MIB:g} MiB with {n:,} finished jobs",
+                  mib <= GOAL_COMPACTION_MIB and ran["rotated"],
+                  f"child {mib:.0f} MiB after {ran['lifecycles']:,} lifecycles{note}; inline compact_now "
+                  f"+{ran['inline']['extra_rss'] / MIB:.0f} MiB in {ran['inline']['seconds']:.2f} s", mib)
+        )  # fmt: skip
+    top = max(sizes)
+    figures = sizes[top]
+    at = f"at {top:,}" + ("" if top >= GOAL_SIZE else f" (the goal names {GOAL_SIZE:,})")
+    mib = pick_rss_open(figures["ours"])
+    goals.append(
+        _goal(f"peak RSS of open + list <= {GOAL_RSS_MIB:g} MiB {at}", mib <= GOAL_RSS_MIB,
+              f"{mib:.0f} MiB (after the queries {pick_rss_queries(figures['ours']):.0f} MiB; "
+              f"huey {pick_rss_open(figures['huey']):.0f}, sqlite3 {pick_rss_open(figures['sqlite']):.0f})", mib)
+    )  # fmt: skip
+    for args, query, call in QUERIES:
+        ms = pick_query_ms(figures["ours"], query) or float("nan")
+        cli = pick_cli_ms(figures["ours"], query) or float("nan")
+        goals.append(
+            _goal(f"{call} in-process <= {GOAL_QUERY_MS:g} ms {at}", ms <= GOAL_QUERY_MS,
+                  f"{ms:.1f} ms in-process, CLI {args} {cli:.0f} ms "
+                  f"(interpreter start-up {history['python_startup_ms']:.0f} ms)", ms)
+        )  # fmt: skip
+    per_job = disk_per_job(figures["ours"], top)
+    goals.append(
+        _goal(f"disk <= {GOAL_DISK_PER_JOB:g} bytes per finished job {at}", per_job <= GOAL_DISK_PER_JOB,
+              f"{per_job:,.0f} bytes (huey {disk_per_job(figures['huey'], top):,.0f}, "
+              f"sqlite3 {disk_per_job(figures['sqlite'], top):,.0f})", per_job)
+    )  # fmt: skip
+    return goals
+
+
+def format_notes(history: dict[str, Any] | None) -> list[str]:
+    """Lines printed before the summary: population cost and its extrapolation, the compaction runs."""
+    if not history:
+        return []
+    lines = [
+        f"== history: {ACTIVE:,} queued + N finished jobs (5 % dead, 1 % cancelled), each figure the median of "
+        "fresh processes; peers: huey SqliteHuey(fsync=True), sqlite3 WAL + synchronous=FULL =="
+    ]
+    for key, figures in sorted(history["sizes"].items(), key=lambda kv: int(kv[0])):
+        n = int(key)
+        for backend in BACKENDS:
+            pop = figures[backend]["populate"]
+            rate = n / pop["seconds"] if pop["seconds"] > 0 else float("nan")
+            lines.append(
+                f"  {n:>9,} {TITLES[backend]:<17} populated in {pop['seconds']:7.1f} s"
+                f"{' (kept from an earlier run)' if pop.get('reused') else ''}, {rate:8,.0f} jobs/s, "
+                f"peak RSS {pop['peak_rss'] / MIB:6.0f} MiB (children {pop['children_peak_rss'] / MIB:.0f} MiB); "
+                f"1,000,000 at this rate: {GOAL_SIZE / rate / 60:.1f} min"
+            )
+        comp = figures["ours"]["compaction"]
+        lines.append(
+            f"  {n:>9,} ours compaction: {comp['lifecycles']:,} lifecycles to rotate ({comp['fill_s']:.1f} s, "
+            f"fsync suspended), close waited {comp['close_wait_s']:.2f} s for the child"
+        )
+    lines.append(f"  python start-up alone (python -c pass): {history['python_startup_ms']:.0f} ms")
+    lines.append("")
+    return lines
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["peer-cli"]:
+        raise SystemExit("usage: history.py peer-cli BACKEND DIR COMMAND [ID] (the rest runs from store.py)")
+    sys.exit(peer_cli(sys.argv[2:]))
