@@ -19,15 +19,16 @@ and the same figures for huey's ``SqliteStorage``, once with ``fsync=True``
 default setting, plus the ratio ours/huey for each figure. Goals are then reported as
 PASS/MISS lines; timing never changes the exit status.
 
-Two more cases follow (each runnable alone with ``--only``):
+Three more cases follow (each runnable alone with ``--only``):
 
 * **concurrency** (``--only concurrency``): 1 and 4 processes (``--procs``) on one data
   dir, each running full lifecycles through ``Queue.submit/lease/complete`` (a lease
-  takes whichever job is next, often another process's); huey: the same number of
-  processes on one ``SqliteHuey(fsync=True)`` file. All processes open and warm up,
-  then start together; the rate is all their lifecycles over the span from the first
-  start to the last end. Printed: lifecycles/s ours / huey per process count, CPU per
-  lifecycle, and the scaling 4 / 1 of each side.
+  takes whichever job is next, often another process's), then one process of 4 threads
+  (``--threads``) sharing one ``Queue``; huey: the same processes or threads on one
+  ``SqliteHuey(fsync=True)`` file. All processes open and warm up, then start
+  together; the rate is all their lifecycles over the span from the first start to the
+  last end. Printed: lifecycles/s ours / huey per configuration, CPU per lifecycle,
+  and the scaling 4 / 1 process(es) of each side.
 * **worker** (``--only worker``): 2,000 (``--e2e-jobs``) trivial demo jobs
   (``{"prompt": "x", "duration_s": 0}``, distinct keys) submitted beforehand, then
   ``python -m desktop_queue --data-dir D work --concurrency 4 --until-idle`` against
@@ -35,8 +36,16 @@ Two more cases follow (each runnable alone with ``--only``):
   and a task that does nothing but return a small result (stored, as ours stores its
   result), stopped once every task completed. Wall time and CPU time (``getrusage``
   of the children) of the whole command, start-up included, per job.
+* **history** (``--only history``, at each of ``--sizes``; in ``history.py``): 1,000
+  queued jobs plus N finished ones (succeeded with a small text result, some dead,
+  a few cancelled), in ours, huey's ``SqliteHuey`` and a stdlib ``sqlite3`` jobs table
+  (WAL, ``synchronous=FULL``, indexed by state). Each in fresh processes: cold open +
+  ``list("queued")``, that process's peak RSS, ``stats``/``list dead``/``show ID``
+  in-process and through the CLI, the compaction child's peak RSS, disk per finished
+  job. With ``--keep DIR`` the populated stores are kept and reused by later runs.
 
-A summary table at the end gives every figure as ours / peer.
+A summary table at the end gives every figure as ours / peer (a figure without a peer,
+such as compaction memory, is given against its goal).
 
 How the stores are populated: by running the real lifecycle N times through the real
 public API of each side (``Queue.submit/lease/complete``; huey ``enqueue``/``dequeue``/
@@ -54,15 +63,18 @@ operations (about 5,000 jobs with the defaults) while it is measured.
 
 Usage::
 
-    python benchmarks/store.py                         # 1,000 / 10,000 / 100,000 jobs
+    python benchmarks/store.py                         # every case; 1,000 / 10,000 / 100,000 jobs
     python benchmarks/store.py --sizes 1000,10000
     python benchmarks/store.py --sizes 1m --only store # 1,000,000 jobs: tens of minutes, several GiB of RAM
-    python benchmarks/store.py --only concurrency      # 1 and 4 processes on one data dir (seconds)
+    python benchmarks/store.py --only concurrency      # 1 and 4 processes, 4 threads on one data dir (seconds)
     python benchmarks/store.py --only worker --rounds 1  # work --concurrency 4 vs huey's consumer
+    python benchmarks/store.py --only history --sizes 1k,100k,1m --workdir /work/scratch-bench \
+        --keep /work/scratch-bench/keep                # history case; populated stores kept for the next run
     python benchmarks/store.py --quick                 # smoke run: 1,000 jobs, 200 ops, 1 round
     python benchmarks/store.py --json                  # raw figures on stdout (table on stderr)
     python benchmarks/store.py --json out.json         # table on stdout, raw figures in out.json
-    python benchmarks/store.py --workdir /some/disk    # where the temporary stores live
+    python benchmarks/store.py --workdir /some/disk    # where the temporary stores live (not tmpfs)
+    make bench ARGS="--only history --sizes 1k,100k"   # the same through make (installs the bench extras)
 
 Requires ``huey`` and ``psutil`` (``pip install -e '.[bench]'``).
 """
@@ -1674,8 +1686,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--sizes",
         type=parse_sizes,
         default=None,
-        help="store sizes in completed jobs, comma separated, k and m suffixes allowed "
-        "(default: 1000,10000,100000; 1m works but takes long and several GiB of memory)",
+        help="store sizes in completed jobs (the history case: finished jobs beside 1,000 queued), comma "
+        "separated, k and m suffixes allowed (default: 1000,10000,100000; 1m works but takes long and, with "
+        "today's store, several GiB of memory)",
     )
     parser.add_argument(
         "--only",
