@@ -22,8 +22,8 @@ created_at)``). Measured, each in a fresh process (the OS page cache is warm):
   peers (a minimal script: the interpreter's start-up is printed as a note);
 * **compaction**: on a copy of our store, real lifecycles (per-op fsync suspended)
   until the journal segment rotates, which starts the compaction child
-  (``python -m desktop_queue.core.compactor``); its peak RSS is ``ru_maxrss`` of
-  ``RUSAGE_CHILDREN`` once ``close`` has waited for it. Then 1,000 more lifecycles and
+  (``python -m desktop_queue.core.compactor``); its peak RSS is its own ``VmHWM``,
+  sampled while it runs (see :class:`ChildPeaks`). Then 1,000 more lifecycles and
   an inline ``queue.store.compact_now()`` (``background_compaction=False``): its wall
   time and its peak RSS above the process's RSS before it (Linux: ``VmHWM`` after a
   reset through ``/proc/self/clear_refs``). Peers have no compaction: the goal is the
@@ -658,7 +658,8 @@ def ensure_populated(
         with contextlib.suppress(OSError, ValueError):
             stamp = json.loads(stamp_path.read_text())
         if stamp is not None and not repopulate and stamp.get("recipe") == RECIPE and stamp.get("n") == n:
-            if backend == "ours" and stamp.get("core") != fingerprint:
+            stamp["other_core"] = backend == "ours" and stamp.get("core") != fingerprint
+            if stamp["other_core"]:
                 log(f"  note: the kept {n:,}-job store of ours was populated by other store code; reused")
             log(f"  reusing the kept {TITLES[backend]} store of {n:,} finished jobs ({dirs[backend]})")
             stamp["reused"] = True
@@ -940,6 +941,15 @@ def evaluate_goals(history: dict[str, Any] | None) -> list[dict[str, Any]]:
     return goals
 
 
+def _kept_note(stamp: dict[str, Any]) -> str:
+    """How a populated store came to be measured: populated now, or kept (by which code)."""
+    if not stamp.get("reused"):
+        return ""
+    if stamp.get("other_core"):
+        return " (kept, populated by OTHER store code: --repopulate)"
+    return " (kept from an earlier run)"
+
+
 def format_notes(history: dict[str, Any] | None) -> list[str]:
     """Lines printed before the summary: population cost and its extrapolation, compaction, failures."""
     if not history:
@@ -955,7 +965,7 @@ def format_notes(history: dict[str, Any] | None) -> list[str]:
             rate = n / pop["seconds"] if pop["seconds"] > 0 else float("nan")
             lines.append(
                 f"  {n:>9,} {TITLES[backend]:<17} populated in {pop['seconds']:7.1f} s"
-                f"{' (kept from an earlier run)' if pop.get('reused') else ''}, {rate:8,.0f} jobs/s, "
+                f"{_kept_note(pop)}, {rate:8,.0f} jobs/s, "
                 f"peak RSS {pop['peak_rss'] / MIB:6.0f} MiB (compaction children {pop['children_peak_rss'] / MIB:.0f}"
                 f" MiB); 1,000,000 at this rate: {GOAL_SIZE / rate / 60:.1f} min"
             )

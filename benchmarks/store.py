@@ -1478,7 +1478,8 @@ def evaluate_case_goals(conc: dict[str, Any] | None, e2e: dict[str, Any] | None)
         goals.append(
             {"goal": f"work --concurrency {ours['threads']} >= {GOAL_E2E_VS_HUEY}x huey's consumer ({huey['threads']} threads)",
              "status": "PASS" if ratio >= GOAL_E2E_VS_HUEY else "MISS",
-             "detail": f"{ours['wall_s']:.2f} s vs {huey['wall_s']:.2f} s for {ours['jobs']:,} jobs = {ratio:.2f}x",
+             "detail": f"{ours['jobs_per_s']:,.0f} vs {huey['jobs_per_s']:,.0f} jobs/s ({ours['wall_s']:.2f} s vs "
+                       f"{huey['wall_s']:.2f} s for {ours['jobs']:,} jobs) = {ratio:.2f}x",
              "value": ratio}
         )  # fmt: skip
         goals.append(
