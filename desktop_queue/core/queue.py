@@ -9,11 +9,12 @@ import os
 import random
 import secrets
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Unpack, cast
 
+from desktop_queue.core.archive import ArchivedRow, PurgeFilter
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import (
     DuplicateKeyConflict,
@@ -44,11 +45,11 @@ from desktop_queue.core.model import (
     frozen,
 )
 from desktop_queue.core.outcome import LookupResult, Outcome
-from desktop_queue.core.records import ErrorDict, EventDict, JobChanges, JobDict, Record, UpdateRecord
+from desktop_queue.core.records import ErrorDict, EventDict, JobChanges, JobDict, PurgeRecord, Record, UpdateRecord
 from desktop_queue.core.redact import redact
 from desktop_queue.core.results import ResultStore
 from desktop_queue.core.retry import RetryPolicy
-from desktop_queue.core.storage import OpenReport, Store, StoreState
+from desktop_queue.core.storage import KEEP_FINISHED, KEEP_FINISHED_S, OpenReport, Store, StoreState
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,8 @@ class Queue:
         rng: random.Random | None = None,
         rotate_bytes: int = 4 << 20,
         background_compaction: bool = True,
+        keep_finished: int = KEEP_FINISHED,
+        keep_finished_s: float = KEEP_FINISHED_S,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.providers: Mapping[str, Any] = providers if providers is not None else {}
@@ -176,10 +179,19 @@ class Queue:
         self.policy = policy or RetryPolicy()
         self.rng = rng or random.Random()
         self.store = Store(
-            self.data_dir / "store", rotate_bytes=rotate_bytes, background_compaction=background_compaction
+            self.data_dir / "store",
+            rotate_bytes=rotate_bytes,
+            background_compaction=background_compaction,
+            keep_finished=keep_finished,
+            keep_finished_s=keep_finished_s,
+            now=self.clock.now,
         )
         self.results = ResultStore(
-            self.data_dir / "results", carried=self.store.carried_result, carried_keys=self.store.carried_keys
+            self.data_dir / "results",
+            carried=self.store.carried_result,
+            carried_keys=self.store.carried_keys,
+            archived=self.store.archived_result,
+            archived_count=lambda: self.store.archive.totals().counts.get("succeeded", 0),
         )
         self.reconciled: list[Reconciled] = []
 
@@ -254,22 +266,27 @@ class Queue:
 
     @staticmethod
     def _find(state: StoreState, job_id: str) -> JobDict:
-        job = state.jobs.get(job_id)
+        """The job with this id or unique id prefix, hot or archived (see :meth:`StoreState.job`)."""
+        job = state.job(job_id)
         if job is not None:
             return job
         if len(job_id) >= 4:
-            matches = [j for i, j in state.jobs.items() if i.startswith(job_id)]
-            if len(matches) == 1:
-                return matches[0]
-            if len(matches) > 1:
-                raise NoSuchJob(f"job id prefix {job_id!r} is ambiguous ({len(matches)} jobs)")
+            ids = {i for i in state.jobs if i.startswith(job_id)}
+            if state.archive is not None and len(ids) < 2:
+                ids.update(state.archive.with_prefix(job_id))
+            if len(ids) == 1:
+                found = state.job(ids.pop())
+                if found is not None:
+                    return found
+            if len(ids) > 1:
+                raise NoSuchJob(f"job id prefix {job_id!r} is ambiguous ({len(ids)} jobs)")
         raise NoSuchJob(f"no job {job_id!r}")
 
     def _lease_changes_cleared(self, now: float) -> JobChanges:
         return {"lease_token": None, "lease_expires_at": None, "updated_at": now}
 
     def _view(self, job_id: str) -> Job:
-        return Job.from_dict(self.store.state.jobs[job_id])
+        return Job.from_dict(self._find(self.store.state, job_id))
 
     # ------------------------------------------------------------------ submit
 
@@ -316,9 +333,9 @@ class Queue:
         out = _Capture()
 
         def fn(state: StoreState) -> list[Record]:
-            held = state.keys.get(the_key)
-            if held is not None:
-                existing = state.jobs[held]
+            holder = state.holder(the_key)
+            if holder is not None:
+                held, existing = holder["id"], holder
                 if existing.get("input_digest") != digest:
                     raise DuplicateKeyConflict(f"idempotency key is already used by job {held} with a different input")
                 out.value = held
@@ -332,7 +349,7 @@ class Queue:
                         "wait for one to start or submit it as background"
                     )
             job_id = secrets.token_hex(5)
-            while job_id in state.jobs:
+            while state.exists(job_id):
                 job_id = secrets.token_hex(5)
             job: JobDict = {
                 "id": job_id,
@@ -917,7 +934,8 @@ class Queue:
             check_transition(job["id"], job["state"], State.QUEUED)
             if job["state"] not in (State.DEAD, State.CANCELLED):
                 raise IllegalTransition(job["id"], job["state"], State.QUEUED)
-            holder = state.keys.get(job["key"])
+            held = state.holder(job["key"])
+            holder = held["id"] if held is not None else None
             if holder is not None and holder != job["id"]:
                 raise NotAllowed(f"job {holder} already holds this job's idempotency key; retry that one instead")
             now = self.clock.now()
@@ -963,7 +981,7 @@ class Queue:
         edited = payload is not None and canonical_json(payload) != canonical_json(original.input)
 
         def fn(state: StoreState) -> list[Record]:
-            job = state.jobs[original.id]
+            job = self._find(state, original.id)
             if job["state"] not in TERMINAL:
                 raise NotAllowed(f"job {original.id} is {job['state']}; only finished jobs can be replayed")
             records = create(state)
@@ -998,7 +1016,7 @@ class Queue:
         return self.store.read(fn)
 
     def list(self, state: str | None = None, *, limit: int | None = None, with_events: bool = False) -> list[Job]:
-        """Jobs, newest first, optionally only those in ``state``."""
+        """Jobs, newest first, optionally only those in ``state``: the hot set, then the archive."""
         if state is not None:
             State(state)
 
@@ -1010,13 +1028,89 @@ class Queue:
             raw.sort(key=lambda j: j["seq"], reverse=True)
             if limit is not None:
                 raw = raw[:limit]
-            return [Job.from_dict(j, with_events=with_events) for j in raw]
+            out = [Job.from_dict(j, with_events=with_events) for j in raw]
+            if st.archive is not None and state not in (State.QUEUED, State.RUNNING):
+                wanted = None if limit is None else limit - len(out)
+                if wanted is None or wanted > 0:
+                    out.extend(Job.from_dict(j, with_events=with_events) for j in self._archived(st, state, wanted))
+                out.sort(key=lambda j: j.seq, reverse=True)
+            return out
+
+        return self.store.read(fn)
+
+    @staticmethod
+    def _archived(st: StoreState, state: str | None, limit: int | None) -> builtins.list[JobDict]:
+        """Archived jobs (in ``state``), newest first, without those the hot set holds a newer copy of."""
+        assert st.archive is not None
+        out: list[JobDict] = []
+        before: int | None = None
+        while limit is None or len(out) < limit:
+            page = 500 if limit is None else limit - len(out) + 16
+            rows = st.archive.rows(state=state, before_seq=before, limit=page)
+            if not rows:
+                break
+            for job in st.archive.jobs(r for r in rows if r.id not in st.jobs):
+                if not st.purges or not any(p.matches(job) for _, p in st.purges):
+                    job.pop("_res", None)  # type: ignore[typeddict-item]
+                    out.append(job)
+            before = rows[-1].seq
+            if len(rows) < page:
+                break
+        return out if limit is None else out[:limit]
+
+    def history(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        profile: str | None = None,
+        error_class: str | None = None,
+        text: str | None = None,
+        before_seq: int | None = None,
+        limit: int = 200,
+    ) -> builtins.list[ArchivedRow]:
+        """A page of archived jobs, newest first, found through the archive's index (no segment read).
+
+        For the window's history and filters: ``before_seq`` continues after the last row
+        of the previous page. Jobs that the hot set holds (:meth:`raw_jobs`) are left out.
+        """
+
+        def fn(st: StoreState) -> builtins.list[ArchivedRow]:
+            if st.archive is None:
+                return []
+            rows = st.archive.rows(
+                state=state,
+                kind=kind,
+                profile=profile,
+                error_class=error_class,
+                text=text,
+                before_seq=before_seq,
+                limit=limit,
+            )
+            return [r for r in rows if r.id not in st.jobs]
 
         return self.store.read(fn)
 
     def counts(self) -> dict[str, int]:
-        """Jobs per state."""
-        return self.store.read(lambda st: {str(s): len(st.by_state.get(s, ())) for s in State})
+        """Jobs per state, hot and archived."""
+
+        def fn(st: StoreState) -> dict[str, int]:
+            out = {str(s): len(st.by_state.get(s, ())) for s in State}
+            if st.archive is None:
+                return out
+            for name, n in st.archive.totals().counts.items():
+                out[name] = out.get(name, 0) + n
+            for name in self._archived_twice(st).values():
+                out[name] -= 1  # archived once, and hot again since (retried, replayed)
+            return out
+
+        return self.store.read(fn)
+
+    @staticmethod
+    def _archived_twice(st: StoreState) -> dict[str, str]:
+        """Archived state of the hot jobs the archive holds an older copy of (retried, replayed)."""
+        assert st.archive is not None
+        return st.archive.states_of(st.jobs) if st.jobs and st.archive.count() else {}
 
     def refresh(self) -> int:
         """Applies other processes' commits; returns the state version."""
@@ -1027,10 +1121,11 @@ class Queue:
         return self.store.read(lambda st: st.changed_since(version))
 
     def raw_jobs(self, ids: set[str] | None = None) -> builtins.list[JobDict]:
-        """Shallow copies of job dicts without events (for the window's models).
+        """Shallow copies of the hot set's job dicts without events (for the window's models).
 
         Only queued jobs keep their input: flow control reads it to say why one waits
-        (its provider profile and estimated cost); finished jobs do not need it.
+        (its provider profile and estimated cost); finished jobs do not need it. The
+        archive is read a page at a time through :meth:`history`.
         """
 
         def fn(st: StoreState) -> list[JobDict]:
@@ -1058,8 +1153,49 @@ class Queue:
         return self.store.read(lambda st: not st.by_state.get(State.QUEUED) and not st.by_state.get(State.RUNNING))
 
     def stats(self) -> Stats:
-        """Counts and timings derived from every job's timeline."""
-        return self.store.read(lambda st: compute_stats(st.jobs.values()))
+        """Counts and timings derived from every job's timeline (the archive's from its running totals)."""
+
+        def fn(st: StoreState) -> Stats:
+            if st.archive is None:
+                return compute_stats(st.jobs.values())
+            totals = st.archive.totals()
+            twice = self._archived_twice(st)
+            if twice:
+                for state, contrib in st.archive.contributions_of(twice):
+                    totals.add(state, contrib, -1)
+            return compute_stats(st.jobs.values(), archived=totals)
+
+        return self.store.read(fn)
+
+    def purge(self, finished_before: float, states: Sequence[str] | None = None, *, dry_run: bool = False) -> int:
+        """Removes finished jobs (with their results and artifacts) finished before a wall time.
+
+        One durable journal record says what goes; hot jobs go at once, and a compaction
+        (run before this returns) writes the archive segments that hold the others again
+        without them. Returns how many jobs matched.
+
+        Raises:
+            InvalidInput: a state that is not a finished one.
+        """
+        chosen = tuple(states) if states else tuple(str(s) for s in TERMINAL)
+        for name in chosen:
+            if name not in TERMINAL:
+                raise InvalidInput(f"only finished jobs can be purged (succeeded, dead, cancelled), not {name!r}")
+        purge = PurgeFilter(before=finished_before, states=chosen)
+
+        def count(st: StoreState) -> int:
+            hot = sum(1 for j in st.jobs.values() if purge.matches(j))
+            if st.archive is None:
+                return hot
+            return hot + sum(1 for i in st.archive.matching(purge) if i not in st.jobs)
+
+        matched = self.store.read(count)
+        if dry_run or not matched:
+            return matched
+        record: PurgeRecord = {"op": "purge", "filter": purge.to_json(), "at": self.clock.now()}
+        self.store.transact(lambda st: [record])
+        self.store.compact_now()
+        return matched
 
     # ------------------------------------------------------------------ reconciliation
 

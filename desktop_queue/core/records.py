@@ -21,6 +21,7 @@ __all__ = [
     "JobChanges",
     "JobDict",
     "NewRecord",
+    "PurgeRecord",
     "Record",
     "SealRecord",
     "UpdateRecord",
@@ -143,5 +144,18 @@ class SealRecord(TypedDict):
     next: int
 
 
+@final
+class PurgeRecord(TypedDict):
+    """Removes every finished job ``filter`` matches (see :class:`~desktop_queue.core.archive.PurgeFilter`).
+
+    One record for any number of jobs: hot ones go when it is applied, archived ones
+    when the next compaction writes their segments again without them.
+    """
+
+    op: Literal["purge"]
+    filter: dict[str, Any]
+    at: float
+
+
 #: any journal record (a checksummed record of an unknown ``op`` is read, and changes nothing)
-Record = NewRecord | UpdateRecord | HeaderRecord | SealRecord
+Record = NewRecord | UpdateRecord | HeaderRecord | SealRecord | PurgeRecord

@@ -118,6 +118,8 @@ class ResultStore:
         carried: looks up a result document held by the journal and not yet written as
             a file (the store's :meth:`~desktop_queue.core.storage.Store.carried_result`).
         carried_keys: the keys of those documents (the store's ``carried_keys``).
+        archived: looks up the result document of an archived job, which the archive
+            holds instead of a file (the store's :meth:`~desktop_queue.core.storage.Store.archived_result`).
     """
 
     def __init__(
@@ -125,11 +127,15 @@ class ResultStore:
         root: Path,
         carried: Callable[[str], dict[str, Any] | None] | None = None,
         carried_keys: Callable[[], Iterable[str]] | None = None,
+        archived: Callable[[str], dict[str, Any] | None] | None = None,
+        archived_count: Callable[[], int] | None = None,
     ) -> None:
         self.root = Path(root)
         self._root_s = str(self.root)
         self._carried = carried
         self._carried_keys = carried_keys
+        self._archived = archived
+        self._archived_count = archived_count
 
     @staticmethod
     def _safe(key: str) -> str:
@@ -338,6 +344,8 @@ class ResultStore:
         if path.exists():
             return path
         doc = self._carried(key) if self._carried is not None else None
+        if doc is None and self._archived is not None:
+            doc = self._archived(key)  # a copy for whoever wants a file; the archive keeps the original
         if doc is None:
             return None
         self.write(doc, durable=False)
@@ -373,7 +381,8 @@ class ResultStore:
                 return doc
         path_s = self._path_s(key)
         if not os.access(path_s, os.F_OK):
-            return None  # the usual miss, told without raising (a third of a failed open's cost)
+            # the usual miss, told without raising (a third of a failed open's cost)
+            return self._archived(key) if self._archived is not None else None
         try:
             fd = os.open(path_s, os.O_RDONLY | _O_BINARY)
         except FileNotFoundError:
@@ -476,16 +485,19 @@ class ResultStore:
     def has(self, key: str) -> bool:
         if self._carried is not None and self._carried(key) is not None:
             return True
-        return self.path_for(key).exists()
+        return self.path_for(key).exists() or (self._archived is not None and self._archived(key) is not None)
 
     def count(self) -> int:
-        """How many keys have a result, as files or carried by the journal (walks the directory)."""
+        """How many keys have a result: files, carried by the journal, or archived (walks the directory).
+
+        An archived result that :meth:`materialize` has copied out as a file again counts twice.
+        """
         names = (
             {p.stem for p in self.root.glob("*/*.json") if p.parent.name != "pending"} if self.root.exists() else set()
         )
         if self._carried_keys is not None:
             names.update(self._safe(k) for k in self._carried_keys())
-        return len(names)
+        return len(names) + (self._archived_count() if self._archived_count is not None else 0)
 
 
 __all__ = ["InvalidArtifact", "MIME_EXTENSIONS", "ResultProblem", "ResultStore", "StoreCorrupt", "artifact_extension"]

@@ -76,17 +76,27 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
+from desktop_queue.core.archive import FINISHED_STATES, INLINE_RESULT_MAX, Archive, PurgeFilter, choose_archived
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs
 from desktop_queue.core.model import events_of
-from desktop_queue.core.records import EventDict, HeaderRecord, JobDict, NewRecord, Record, SealRecord, UpdateRecord
+from desktop_queue.core.records import (
+    EventDict,
+    HeaderRecord,
+    JobDict,
+    NewRecord,
+    PurgeRecord,
+    Record,
+    SealRecord,
+    UpdateRecord,
+)
 from desktop_queue.core.results import ResultStore
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FORMAT = "desktop-queue.snapshot"
 JOURNAL_FORMAT = "desktop-queue.journal"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SEGMENT_RE = re.compile(r"^journal-(\d{12})\.jsonl$")
 _SNAPSHOT_RE = re.compile(r"^snapshot-(\d{12})\.json$")
@@ -98,6 +108,11 @@ T = TypeVar("T")
 __all__ = ["JobDict", "Record"]  # the shapes live in records.py; re-exported for old imports
 
 LIVE_OR_DONE = ("queued", "running", "succeeded")
+#: the finished jobs a compaction keeps in the snapshot (see archive.choose_archived)
+KEEP_FINISHED = 500
+KEEP_FINISHED_S = 15 * 60.0
+#: how often a process looks whether a compaction archived jobs it still holds
+FOLLOW_ARCHIVE_S = 2.0
 #: the job fields StoreState indexes (an update touching none of them moves no index)
 _INDEXED = frozenset({"state", "run_after", "priority", "key", "seq", "lease_epoch"})
 
@@ -306,7 +321,31 @@ def apply_plain(jobs: dict[str, JobDict], record: Record) -> JobDict | None:
         if events:
             events_of(job).extend(events)
         return job
+    if op == "purge":
+        purge = PurgeFilter.from_json(cast(PurgeRecord, record)["filter"])
+        for job_id in [i for i, j in jobs.items() if purge.matches(j)]:
+            del jobs[job_id]
     return None  # headers and unknown-but-checksummed records change no job
+
+
+def fault_in(jobs: dict[str, JobDict], archive: Archive | None, record: Record) -> JobDict | None:
+    """Brings an archived job back into ``jobs`` when ``record`` updates it; returns it, or None.
+
+    A finished job changes after it was archived when it is retried or replayed: it is
+    hot again from then on, and archived again (a newer copy) once it is finished long
+    enough. Its result document stays in the archive's older copy meanwhile.
+    """
+    if archive is None or record.get("op") != "upd":
+        return None
+    job_id = cast(UpdateRecord, record).get("id", "")
+    if job_id in jobs:
+        return None
+    archived = archive.get(job_id)
+    if archived is None:
+        return None
+    archived.pop("_res", None)  # type: ignore[typeddict-item]
+    jobs[job_id] = archived
+    return archived
 
 
 @dataclass
@@ -324,6 +363,11 @@ class StoreState:
         version: bumped by every applied record; ``changes`` logs ``(version, id)``.
         orphans: updates not applied because their job does not exist (see
             :func:`set_aside_orphans`), until the reader of the records takes them.
+        archive: where finished jobs that left the hot set are (see :mod:`.archive`);
+            ``jobs`` and the indexes hold the hot set only.
+        purges: purges recorded but not yet folded into the archive by a compaction,
+            with the journal segment that recorded them: archived jobs they match are
+            hidden until then.
     """
 
     jobs: dict[str, JobDict] = field(default_factory=dict)
@@ -336,6 +380,67 @@ class StoreState:
     changes: list[tuple[int, str]] = field(default_factory=list)
     queued_by_lane: dict[str, set[str]] = field(default_factory=dict)
     orphans: list[Record] = field(default_factory=list)
+    archive: Archive | None = None
+    purges: list[tuple[int, PurgeFilter]] = field(default_factory=list)
+    #: the journal segment whose records are being applied (for ``purges``)
+    gen: int = 0
+
+    # ------------------------------------------------------------- hot set and archive
+
+    def job(self, job_id: str) -> JobDict | None:
+        """The job with this id, hot or archived (an archived one is a copy: reading it changes nothing)."""
+        job = self.jobs.get(job_id)
+        if job is not None or self.archive is None:
+            return job
+        archived = self.archive.get(job_id)
+        if archived is None or self._purged(archived):
+            return None
+        archived.pop("_res", None)  # type: ignore[typeddict-item]
+        return archived
+
+    def _purged(self, job: JobDict) -> bool:
+        return any(p.matches(job) for _, p in self.purges)
+
+    def holder(self, key: str) -> JobDict | None:
+        """The live or succeeded job holding idempotency key ``key``, hot or archived."""
+        held = self.keys.get(key)
+        if held is not None:
+            return self.jobs[held]
+        if self.archive is None:
+            return None
+        archived = self.archive.by_key(key)
+        if archived is None or archived["id"] in self.jobs or self._purged(archived):
+            return None  # (a hot copy is newer, and does not hold the key, or it would be in keys)
+        archived.pop("_res", None)  # type: ignore[typeddict-item]
+        return archived
+
+    def exists(self, job_id: str) -> bool:
+        """Whether any job, hot or archived, has this id."""
+        return job_id in self.jobs or (self.archive is not None and self.archive.has_id(job_id))
+
+    def evict(self, archived: Iterable[tuple[str, float | None, str]]) -> int:
+        """Drops from memory the finished jobs an archive segment holds as they are here.
+
+        Args:
+            archived: ``(id, updated_at, state)`` of the jobs the segment holds.
+        Returns:
+            how many were dropped.
+        """
+        dropped = 0
+        for job_id, updated_at, state in archived:
+            job = self.jobs.get(job_id)
+            if job is None or job["state"] != state or job.get("updated_at") != updated_at:
+                continue  # changed since it was archived (retried, replayed): it stays hot
+            del self.jobs[job_id]
+            bucket = self.by_state.get(state)
+            if bucket is not None:
+                bucket.discard(job_id)
+            if self.keys.get(job["key"]) == job_id:
+                del self.keys[job["key"]]
+            dropped += 1
+        if dropped:
+            self.version += 1
+        return dropped
 
     def take_orphans(self) -> list[Record]:
         """The updates of missing jobs met since the last call (see ``orphans``)."""
@@ -373,13 +478,21 @@ class StoreState:
         (a damaged journal must not stop every other job from loading).
         """
         old: tuple[str, str, str] | None = None
-        is_update = record.get("op") == "upd"
+        op = record.get("op")
+        if op == "purge":
+            self._apply_purge(record)
+            return
+        is_update = op == "upd"
         if is_update:
             upd = cast(UpdateRecord, record)
             current = self.jobs.get(upd.get("id", ""))
             if current is None:
-                self.orphans.append(record)
-                return
+                current = fault_in(self.jobs, self.archive, record)
+                if current is None or self._purged(current):
+                    self.jobs.pop(upd.get("id", ""), None)
+                    self.orphans.append(record)
+                    return
+                self._index(current)
             if not _INDEXED.isdisjoint(upd.get("set") or ()):
                 old = (current["state"], current["key"], current["priority"])
         job = apply_plain(self.jobs, record)
@@ -393,6 +506,22 @@ class StoreState:
         self.changes.append((self.version, job["id"]))
         if len(self.changes) > 200_000:
             del self.changes[:100_000]
+
+    def _apply_purge(self, record: Record) -> None:
+        purge = PurgeFilter.from_json(cast(PurgeRecord, record)["filter"])
+        gone = [i for i, j in self.jobs.items() if purge.matches(j)]
+        for job_id in gone:
+            job = self.jobs.pop(job_id)
+            bucket = self.by_state.get(job["state"])
+            if bucket is not None:
+                bucket.discard(job_id)
+            if self.keys.get(job["key"]) == job_id:
+                del self.keys[job["key"]]
+            self.version += 1
+            self.changes.append((self.version, job_id))
+        self.purges.append((self.gen, purge))
+        self.version += 1
+        self.changes.append((self.version, "*"))
 
     def _reindex(self, job: JobDict, old_state: str, old_key: str, old_lane: str) -> None:
         """Moves ``job`` (just updated) out of the index entries of its old values, then indexes it."""
@@ -588,11 +717,21 @@ def _migrate_v2(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _migrate_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 4 keeps only the hot set in the snapshot; the other finished jobs are in the
+    archive (``store/archive/``), which an older version would not read: it must refuse
+    the store rather than show a history with most of its jobs missing. The jobs of a
+    schema 3 snapshot are all still in it; the first compaction archives them."""
+    doc["schema_version"] = 4
+    return doc
+
+
 #: schema_version -> function that lifts a document one version up.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     0: _migrate_v0,
     1: _migrate_v1,
     2: _migrate_v2,
+    3: _migrate_v3,
 }
 
 
@@ -768,13 +907,31 @@ class Store:
         root: the ``store`` directory.
         rotate_bytes: minimum segment size before it is folded into a snapshot.
         background_compaction: fold segments in a child process (False: inline, in this one).
+        keep_finished, keep_finished_s: how many finished jobs, finished how recently, stay
+            in the hot set (the snapshot and memory) when compaction archives the others.
+        now: the wall clock the jobs' times are measured by (the queue's).
     """
 
-    def __init__(self, root: Path, *, rotate_bytes: int = 4 << 20, background_compaction: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        rotate_bytes: int = 4 << 20,
+        background_compaction: bool = True,
+        keep_finished: int = KEEP_FINISHED,
+        keep_finished_s: float = KEEP_FINISHED_S,
+        now: Callable[[], float] = time.time,
+    ) -> None:
         self.root = Path(root)
+        self.now = now
         self._root_s = str(self.root)
         self.rotate_bytes = rotate_bytes
         self.background_compaction = background_compaction
+        self.keep_finished = keep_finished
+        self.keep_finished_s = keep_finished_s
+        self.archive = Archive(self.root)
+        self._archive_seen = 0  # the newest archive segment whose jobs this process has let go of
+        self._follow_at = 0.0  # when a read or commit next looks for others' compactions
         self.state = StoreState()
         self.report = OpenReport(first=False)
         #: key -> (segment, result document) carried by journal records not yet folded
@@ -867,7 +1024,14 @@ class Store:
             if isinstance(exc, OSError):
                 raise self._io_error("cannot read the task store", exc) from exc
             raise
+        if first and self._archivable_backlog():
+            self._compact_soon(self._newest_snapshot_gen())  # e.g. a store from before the archive
         return self.report
+
+    def _archivable_backlog(self) -> bool:
+        """Whether the snapshot loaded holds far more finished jobs than the hot set keeps."""
+        finished = sum(len(self.state.by_state.get(s, ())) for s in FINISHED_STATES)
+        return finished > 2 * self.keep_finished + 1000 and self._newest_snapshot_gen() > 0
 
     def _io_error(self, doing: str, exc: OSError, where: str | Path | None = None) -> StoreError:
         """One line for the user: what failed, on which file, and the system's reason.
@@ -909,6 +1073,7 @@ class Store:
                     error = exc  # raised once everything is released
                 os.close(self._fd)
                 self._fd = -1
+            self.archive.close()
             for lock in (self._presence, self._commit_lock):
                 if lock is not None:
                     lock.close()
@@ -987,7 +1152,9 @@ class Store:
             seq, epoch, base = data.get("seq", 0), data.get("epoch", 0), gen
             self._snapshot_bytes = len(raw)
             if migrated:
-                backup = path.with_name(f"{path.name}.v{orjson.loads(raw)['schema_version']}-backup")
+                # (the version is in the first line: since schema 3 the events follow it)
+                was = orjson.loads(raw.split(b"\n", 1)[0]).get("schema_version", 0)
+                backup = path.with_name(f"{path.name}.v{was}-backup")
                 atomic_write(backup, raw)
                 atomic_write(path, encode_snapshot(gen, jobs.values(), seq, epoch))
                 self.report.notices.append(
@@ -1002,7 +1169,12 @@ class Store:
                 )
         pending = [g for g in segs if g > base]
         expected = base + 1
-        state = StoreState()
+        self.archive.catch_up()  # replaying may bring archived jobs back (a retry of a dead one)
+        self.report.notices.extend(self.archive.notices)
+        self.archive.notices.clear()
+        archived = self.archive.numbers()
+        self._archive_seen = archived[-1] if archived else 0
+        state = StoreState(archive=self.archive)
         state.rebuild(jobs, seq, epoch)
         end_offset: int | None = None
         for index, gen in enumerate(pending):
@@ -1034,6 +1206,7 @@ class Store:
                 read.end = 0
             else:
                 _check_header(read.records[0], path.name)
+            state.gen = gen
             for record in read.records[1:]:
                 state.apply(record)
                 if "res" in record:
@@ -1301,6 +1474,7 @@ class Store:
         if not data:
             return
         read = read_segment(data, 0)
+        self.state.gen = self._gen
         for record in read.records:
             if record.get("op") == "seal":
                 self._sealed = True
@@ -1363,6 +1537,8 @@ class Store:
             self._lock_or_raise(lock, exclusive=False)
             try:
                 self._catch_up_or_raise(exclusive=False)
+                if time.monotonic() >= self._follow_at:
+                    self._follow_archive()
                 return fn(self.state)
             except _NeedsExclusive:
                 pass
@@ -1415,6 +1591,8 @@ class Store:
                 records, rotate = self._commit(fn, durable)
             finally:
                 lock.unlock()
+            if time.monotonic() >= self._follow_at:
+                self._follow_archive()
         if rotate:
             # the commit is made: what follows only prepares later ones, and must not report it as failed
             try:
@@ -1466,6 +1644,7 @@ class Store:
         self._offset = offset
         if offset > self._size:
             self._size = offset
+        state.gen = self._gen
         for record in records:
             state.apply(record)
             if "res" in record:
@@ -1615,6 +1794,16 @@ class Store:
         entry = self._carried.get(key)
         return entry[1] if entry is not None else None
 
+    def archived_result(self, key: str) -> dict[str, Any] | None:
+        """The result document of the archived succeeded job holding ``key``, or None."""
+        try:
+            job = self.archive.by_key(key)
+        except (OSError, StoreError) as exc:
+            log.warning("could not read the archive: %s", exc)
+            return None
+        doc = cast(dict[str, Any], job).get("_res") if job is not None else None
+        return doc if isinstance(doc, dict) else None
+
     def carried_keys(self) -> list[str]:
         """The keys whose result documents only the journal holds so far."""
         return list(self._carried)
@@ -1648,7 +1837,16 @@ class Store:
             return  # one at a time; the first commit after it ends starts the next
         try:
             self._compactor = subprocess.Popen(
-                [sys.executable, "-m", "desktop_queue.core.compactor", str(self.root), str(upto)],
+                [
+                    sys.executable,
+                    "-m",
+                    "desktop_queue.core.compactor",
+                    str(self.root),
+                    str(upto),
+                    str(self.keep_finished),
+                    repr(self.keep_finished_s),
+                    repr(self.now()),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -1686,7 +1884,35 @@ class Store:
         self._reaped_gen = gen
         with self._mutex:
             self._prune_carried(gen)
+            self._follow_archive(gen)
         return None
+
+    def _follow_archive(self, snapshot_gen: int | None = None) -> None:
+        """Lets go of the finished jobs that a compaction (this process's or another's) archived.
+
+        Looks at most every :data:`FOLLOW_ARCHIVE_S` (a directory listing): memory then
+        holds the hot set, whatever the history. A job changed since it was archived
+        stays. Purges that a compaction has folded stop hiding archived jobs.
+        """
+        self._follow_at = time.monotonic() + FOLLOW_ARCHIVE_S
+        with self._mutex:
+            try:
+                numbers = self.archive.numbers()
+                if numbers and numbers[-1] > self._archive_seen:
+                    self.archive.catch_up()
+                    for number in numbers:
+                        if number > self._archive_seen:
+                            self.state.evict(self.archive.in_segment(number))
+                    self._archive_seen = numbers[-1]
+                if self.state.purges:
+                    folded = snapshot_gen if snapshot_gen is not None else self._newest_snapshot_gen()
+                    self.state.purges = [(g, p) for g, p in self.state.purges if g > folded]
+            except (OSError, StoreError) as exc:  # memory only: the next look tries again
+                log.warning("could not follow the archive: %s", exc)
+            for notice in self.archive.notices:
+                log.warning("%s", notice)
+                self.report.notices.append(notice)
+            self.archive.notices.clear()
 
     def _newest_snapshot_gen(self) -> int:
         return self._newest_snapshot()[0]
@@ -1713,7 +1939,14 @@ class Store:
             if not lock.acquire(blocking=False):
                 return  # another process is compacting
             notices: list[str] = []
-            written = compact(self.root, upto, notices)
+            written = compact(
+                self.root,
+                upto,
+                notices,
+                keep_finished=self.keep_finished,
+                keep_finished_s=self.keep_finished_s,
+                now=self.now(),
+            )
             for notice in notices:
                 log.warning("compaction: %s", notice)
             self.report.notices.extend(notices)
@@ -1721,6 +1954,7 @@ class Store:
                 self._snapshot_bytes = written
                 with self._mutex:
                     self._prune_carried()
+                    self._follow_archive()
         except OSError as exc:
             log.warning("compaction skipped: %s", self._io_error("cannot compact the task store", exc))
         except StoreError as exc:
@@ -1743,19 +1977,59 @@ class Store:
         return self._offset
 
 
-def compact(root: Path, upto: int, notices: list[str] | None = None) -> int:
+def compact(
+    root: Path,
+    upto: int,
+    notices: list[str] | None = None,
+    *,
+    keep_finished: int = KEEP_FINISHED,
+    keep_finished_s: float = KEEP_FINISHED_S,
+    now: float | None = None,
+) -> int:
     """Writes ``snapshot-<upto>`` from the newest snapshot and the closed segments after it.
+
+    On the way, the finished jobs that leave the hot set (:func:`choose_archived`) are
+    written to a new archive segment with their result documents, which is indexed,
+    before the snapshot that leaves them out replaces the previous one; their result
+    files are removed only after that. Purges recorded in the folded segments remove
+    the hot jobs they match and write the archive segments holding matches again
+    without them. A crash at any step leaves every job in the snapshot, the archive,
+    or both (where the snapshot's copy wins until the next compaction).
 
     Keeps the newest two snapshots and the segments the older of them still needs.
     Callers hold ``compact.lock``. Returns the new snapshot's size (0 if nothing to do).
     Updates of jobs that do not exist are set aside (:func:`set_aside_orphans`) before
     the snapshot folds their segment away; what was said about them goes to ``notices``.
 
+    ``upto`` may be the newest snapshot's own generation: the snapshot is then written
+    again if it holds jobs to archive (a store written before the archive existed).
+
     Raises:
         StoreError: a segment is damaged, or they could not be set aside (nothing folded).
     """
+    now = time.time() if now is None else now
     names = os.listdir(root)
     snaps = sorted(int(m.group(1)) for n in names if (m := _SNAPSHOT_RE.match(n)))
+    archive = Archive(root)
+    try:
+        archive.catch_up()
+        if notices is not None:
+            notices.extend(archive.notices)
+        return _compact(root, upto, snaps, archive, notices, keep_finished, keep_finished_s, now)
+    finally:
+        archive.close()
+
+
+def _compact(
+    root: Path,
+    upto: int,
+    snaps: list[int],
+    archive: Archive,
+    notices: list[str] | None,
+    keep_finished: int,
+    keep_finished_s: float,
+    now: float,
+) -> int:
     base_gen = 0
     jobs: dict[str, JobDict] = {}
     seq = epoch = 0
@@ -1766,14 +2040,18 @@ def compact(root: Path, upto: int, notices: list[str] | None = None) -> int:
             doc, _ = decode_snapshot((root / snapshot_name(gen)).read_bytes(), snapshot_name(gen))
         except StoreCorrupt:
             continue  # the next open quarantines it
-        if gen == upto:
-            return 0
         data = doc["data"]
         jobs = {job["id"]: job for job in data["jobs"]}
+        if gen == upto and not choose_archived(
+            jobs.values(), now=now, keep_finished=keep_finished, keep_for_s=keep_finished_s
+        ):
+            return 0
         seq, epoch, base_gen = data.get("seq", 0), data.get("epoch", 0), gen
         break
     results = ResultStore(root.parent / "results")
-    result_keys: list[str] = []
+    carried: dict[str, dict[str, Any]] = {}
+    purges: list[PurgeFilter] = []
+    purged_keys: set[str] = set()
     for gen in range(base_gen + 1, upto + 1):
         data = (root / segment_name(gen)).read_bytes()
         read = read_segment(data, 0)
@@ -1781,13 +2059,20 @@ def compact(root: Path, upto: int, notices: list[str] | None = None) -> int:
             raise StoreCorrupt(f"{segment_name(gen)} is damaged; left for the next open to recover")
         orphans: list[Record] = []
         for record in read.records[1:]:
+            fault_in(jobs, archive, record)
             if is_orphan(jobs, record):
                 orphans.append(record)
                 continue
-            carried = record.get("res")
-            if isinstance(carried, dict):
-                results.restore(carried, durable=False)  # all synced at once below
-                result_keys.append(carried.get("key", ""))
+            res = record.get("res")
+            if isinstance(res, dict) and isinstance(res.get("key"), str):
+                carried[res["key"]] = res
+            if record.get("op") == "purge":
+                purge = PurgeFilter.from_json(cast(PurgeRecord, record)["filter"])
+                purges.append(purge)
+                for hot in jobs.values():
+                    if purge.matches(hot) and hot["state"] == "succeeded":
+                        purged_keys.add(hot["key"])
+                        _remove_artifact(results.get(hot["key"]), results)
             job = apply_plain(jobs, record)
             if job is not None:
                 seq = max(seq, job.get("seq", 0))
@@ -1798,14 +2083,38 @@ def compact(root: Path, upto: int, notices: list[str] | None = None) -> int:
                 raise StoreError(f"{notice}; nothing was folded")
             if notices is not None:
                 notices.append(notice)
-    # the journal records being folded away were what made these results durable
-    results.make_durable(k for k in result_keys if k)
+    gone_results = _purge_archive(archive, purges, jobs, results, notices) | purged_keys
+    leaving = choose_archived(jobs.values(), now=now, keep_finished=keep_finished, keep_for_s=keep_finished_s)
+    if leaving:
+        packed: list[JobDict] = []
+        for job in leaving:
+            out: dict[str, Any] = dict(job)
+            out["events"] = events_of(job)
+            out.pop("lease_token", None)
+            if job["state"] == "succeeded":
+                found = _result_doc(job, carried, results, archive)
+                if found is not None:
+                    out["_res"] = found
+            packed.append(cast(JobDict, out))
+        archive.write(packed)  # durable and indexed before the snapshot leaves them out
+        for job in leaving:
+            del jobs[job["id"]]
+    leaving_keys = {j["key"] for j in leaving if j["state"] == "succeeded"}
+    # the journal records being folded away were what made the hot jobs' results durable
+    hot_keys = [k for k in carried if k not in leaving_keys]
+    for key in hot_keys:
+        results.restore(carried[key], durable=False)  # all synced at once below
+    results.make_durable(hot_keys)
     results.remove_temp_files(older_than_s=3600)  # writes a crash left behind, long abandoned
     raw = encode_snapshot(upto, jobs.values(), seq, epoch)
     # paced: written all at once, 100 MiB would hold up every commit's sync for as long
     atomic_write(root / snapshot_name(upto), raw, sync_every=SNAPSHOT_SYNC_EVERY)
+    # the archive holds these documents now, and no snapshot or kept segment needs the files
+    for key in leaving_keys | gone_results:
+        with contextlib.suppress(OSError):
+            results.path_for(key).unlink()
     # keep this snapshot and the previous one, with the segments the previous one needs
-    keep_from = base_gen
+    keep_from = base_gen if base_gen < upto else upto
     for gen in snaps:
         if gen < keep_from:
             with contextlib.suppress(OSError):
@@ -1817,3 +2126,61 @@ def compact(root: Path, upto: int, notices: list[str] | None = None) -> int:
                 (root / name).unlink()
     fsync_dir(root)
     return len(raw)
+
+
+def _result_doc(
+    job: JobDict, carried: dict[str, dict[str, Any]], results: ResultStore, archive: Archive
+) -> dict[str, Any] | None:
+    """The result document of a succeeded job leaving the hot set, to be archived with it."""
+    key = job["key"]
+    doc: dict[str, Any] | None = carried.get(key) or results.get(key)
+    if doc is None:
+        older = archive.get(job["id"])  # retried or replayed after an earlier archiving
+        found = cast(dict[str, Any], older).get("_res") if older is not None else None
+        doc = found if isinstance(found, dict) else None
+    if doc is not None and len(orjson.dumps(doc)) > INLINE_RESULT_MAX:
+        return None  # stays a file
+    return doc
+
+
+def _purge_archive(
+    archive: Archive,
+    purges: list[PurgeFilter],
+    hot: dict[str, JobDict],
+    results: ResultStore,
+    notices: list[str] | None,
+) -> set[str]:
+    """Writes the archive segments holding jobs ``purges`` match again without them.
+
+    Returns the keys of purged succeeded jobs, whose result files go once the snapshot
+    is written; their artifacts (images, audio) go now, as nothing refers to them.
+    """
+    keys: set[str] = set()
+    for purge in purges:
+        ids = archive.matching(purge)
+        if not ids:
+            continue
+        removed = 0
+        for number in sorted(archive.segments_of(ids)):
+
+            def keep(job: JobDict, purge: PurgeFilter = purge) -> bool:
+                if purge.matches(job) and job["id"] not in hot:
+                    if job["state"] == "succeeded":
+                        keys.add(job["key"])
+                        _remove_artifact(cast(dict[str, Any], job).get("_res"), results)
+                    return False
+                return True
+
+            removed += archive.rewrite(number, keep)
+        if notices is not None and removed:
+            notices.append(f"purged {removed} archived jobs finished before {time.ctime(purge.before)}")
+    return keys
+
+
+def _remove_artifact(doc: Any, results: ResultStore) -> None:
+    """Removes the image or audio file a result document refers to."""
+    result = doc.get("result") if isinstance(doc, dict) else None
+    ref = result.get("artifact_ref") if isinstance(result, dict) else None
+    if isinstance(ref, str):
+        with contextlib.suppress(OSError, ValueError):
+            results.resolve(ref).unlink()

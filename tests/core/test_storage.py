@@ -559,7 +559,7 @@ def test_migration_from_schema_2_keeps_every_event(data_dir: Path, open_queue: O
     queue = open_queue()
     assert (store_dir(data_dir) / f"{snap.name}.v2-backup").read_bytes() == original
     migrated, was_migrated = decode_snapshot(snap.read_bytes(), snap.name)
-    assert not was_migrated and migrated["schema_version"] == SCHEMA_VERSION == 3
+    assert not was_migrated and migrated["schema_version"] == SCHEMA_VERSION == 4
     [listed] = queue.list(with_events=True)
     assert [(e.type, e.at) for e in listed.events] == [(e["type"], e["at"]) for e in events]
     assert listed.state == State.SUCCEEDED

@@ -1,0 +1,430 @@
+"""The archive of finished jobs: the hot set in memory, the rest in compressed segments with a derived index.
+
+Every question the store answers (get, list, counts, stats, duplicates, results) must get
+the same answer whether a finished job is hot or archived, and whether the index exists.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from desktop_queue.core import FakeClock, Queue
+from desktop_queue.core.archive import Archive, encode_segment, read_segment
+from desktop_queue.core.errors import NoSuchJob, StoreCorrupt
+from desktop_queue.core.model import State
+from desktop_queue.core.outcome import Outcome
+
+
+def run_jobs(queue: Queue, clock: FakeClock, n: int, *, tag: str = "j", fail_every: int = 0) -> list[str]:
+    """Submits and finishes ``n`` jobs: each ``fail_every``-th dies (fatal), the rest succeed."""
+    ids = []
+    for i in range(n):
+        job = queue.submit("demo", {"prompt": f"{tag}{i}"}, title=f"{tag} number {i}").job
+        lease = queue.lease("w")
+        assert lease is not None and lease.job_id == job.id
+        clock.advance(1.0)
+        if fail_every and i % fail_every == 0:
+            queue.fail(lease, Outcome.failure("fatal", f"refused {i}", status=400))
+        else:
+            queue.complete(lease, {"text": f"answer {tag}{i}"})
+        ids.append(job.id)
+    return ids
+
+
+def answers(queue: Queue, ids: list[str]) -> dict[str, Any]:
+    """Everything a person can ask about these jobs, in a comparable form."""
+    out: dict[str, Any] = {}
+    for job_id in ids:
+        job = queue.get(job_id)
+        doc = queue.results.get(job.idempotency_key) if job.state == State.SUCCEEDED else None
+        out[job_id] = (
+            job.state,
+            job.title,
+            [e.type for e in job.events],
+            doc["result"] if doc else None,
+        )
+    stats = queue.stats().to_json()
+    return {
+        "jobs": out,
+        "counts": queue.counts(),
+        "list": [j.id for j in queue.list()],
+        "dead": [j.id for j in queue.list("dead")],
+        "stats": {k: v for k, v in stats.items() if not k.endswith("_s")},
+    }
+
+
+@pytest.fixture
+def small_hot(open_queue: Callable[..., Queue]) -> Callable[..., Queue]:
+    """Queues that keep 5 finished jobs hot and compact inline."""
+
+    def _open(**kwargs: Any) -> Queue:
+        kwargs.setdefault("keep_finished", 5)
+        kwargs.setdefault("background_compaction", False)
+        return open_queue(**kwargs)
+
+    return _open
+
+
+def test_finished_jobs_leave_memory_and_answer_the_same(small_hot: Callable[..., Queue], clock: FakeClock) -> None:
+    queue = small_hot()
+    ids = run_jobs(queue, clock, 40, fail_every=7)
+    before = answers(queue, ids)
+    queue.store.compact_now()
+    assert len(queue.store.state.jobs) == 5  # the hot set
+    assert queue.store.archive.count() == 35
+    assert answers(queue, ids) == before
+    queue.close()
+    again = small_hot()
+    assert len(again.store.state.jobs) == 5
+    assert answers(again, ids) == before
+
+
+def test_result_files_of_archived_jobs_are_gone_and_results_still_read(
+    small_hot: Callable[..., Queue], clock: FakeClock, data_dir: Path
+) -> None:
+    queue = small_hot()
+    ids = run_jobs(queue, clock, 20)
+    queue.store.compact_now()
+    files = [p for p in (data_dir / "results").rglob("*.json") if "pending" not in p.parts]
+    assert len(files) == 5  # only the hot jobs' results are files
+    oldest = queue.get(ids[0])
+    assert queue.results.get(oldest.idempotency_key)["result"] == {"text": "answer j0"}
+    path = queue.results.materialize(oldest.idempotency_key)  # `show` and the window want a file
+    assert path is not None and path.exists()
+
+
+def test_deleting_the_index_loses_nothing(small_hot: Callable[..., Queue], clock: FakeClock, data_dir: Path) -> None:
+    queue = small_hot()
+    ids = run_jobs(queue, clock, 30, fail_every=4)
+    queue.store.compact_now()
+    before = answers(queue, ids)
+    queue.close()
+    for path in (data_dir / "store" / "archive").glob("index.sqlite3*"):
+        path.unlink()
+    again = small_hot()
+    assert answers(again, ids) == before
+
+
+def test_a_damaged_index_is_rebuilt(small_hot: Callable[..., Queue], clock: FakeClock, data_dir: Path) -> None:
+    queue = small_hot()
+    ids = run_jobs(queue, clock, 30)
+    queue.store.compact_now()
+    before = answers(queue, ids)
+    queue.close()
+    index = data_dir / "store" / "archive" / "index.sqlite3"
+    for suffix in ("-wal", "-shm"):
+        Path(f"{index}{suffix}").unlink(missing_ok=True)
+    index.write_bytes(b"this is not a database" * 100)
+    again = small_hot()
+    assert answers(again, ids) == before
+    assert any("index was damaged" in n for n in again.report.notices)
+
+
+def test_a_duplicate_of_an_archived_job_returns_it(small_hot: Callable[..., Queue], clock: FakeClock) -> None:
+    queue = small_hot()
+    ids = run_jobs(queue, clock, 20)
+    queue.store.compact_now()
+    assert ids[0] not in queue.store.state.jobs
+    again = queue.submit("demo", {"prompt": "j0"}, title="j number 0")
+    assert again.duplicate and again.job.id == ids[0] and again.job.state == State.SUCCEEDED
+    assert again.result is not None and again.result["result"] == {"text": "answer j0"}
+    assert queue.lease("w") is None  # nothing new to run: the paid call is not repeated
+    assert queue.counts()["succeeded"] == 20
+
+
+def test_an_archived_dead_job_can_be_retried_and_is_one_job(small_hot: Callable[..., Queue], clock: FakeClock) -> None:
+    queue = small_hot()
+    ids = run_jobs(queue, clock, 20, fail_every=5)
+    run_jobs(queue, clock, 10, tag="later")
+    queue.store.compact_now()
+    dead = ids[0]
+    assert dead not in queue.store.state.jobs and queue.get(dead).state == State.DEAD
+    queue.retry(dead)
+    assert queue.get(dead).state == State.QUEUED
+    counts = queue.counts()
+    assert counts["queued"] == 1 and counts["dead"] == 3 and sum(counts.values()) == 30
+    lease = queue.lease("w")
+    assert lease is not None and lease.job_id == dead
+    queue.complete(lease, {"text": "second run"})
+    run_jobs(queue, clock, 10, tag="more")
+    queue.store.compact_now()  # archived again: a newer copy in a newer segment
+    assert dead not in queue.store.state.jobs
+    assert queue.get(dead).state == State.SUCCEEDED
+    assert queue.counts()["succeeded"] == 37 and sum(queue.counts().values()) == 40
+    assert [j.id for j in queue.list()].count(dead) == 1
+
+
+def test_another_process_lets_go_of_what_a_compaction_archived(
+    small_hot: Callable[..., Queue], clock: FakeClock
+) -> None:
+    writer = small_hot()
+    reader = small_hot()
+    ids = run_jobs(writer, clock, 30)
+    assert len(reader.list()) == 30
+    writer.store.compact_now()
+    reader.store._follow_at = 0.0  # (it looks every few seconds)
+    assert len(reader.list()) == 30
+    assert len(reader.store.state.jobs) == 5
+    assert reader.get(ids[0]).state == State.SUCCEEDED
+
+
+def test_prefix_lookup_reaches_the_archive(small_hot: Callable[..., Queue], clock: FakeClock) -> None:
+    queue = small_hot()
+    ids = run_jobs(queue, clock, 20)
+    queue.store.compact_now()
+    assert queue.get(ids[0][:6]).id == ids[0]
+    with pytest.raises(NoSuchJob):
+        queue.get("ffffffffff")
+
+
+def test_purge_removes_jobs_results_and_survives_reopen(
+    small_hot: Callable[..., Queue], clock: FakeClock, data_dir: Path
+) -> None:
+    queue = small_hot()
+    old = run_jobs(queue, clock, 20, fail_every=5)
+    cutoff = clock.now() + 0.5  # the last old job finished at now
+    clock.advance(3600)
+    new = run_jobs(queue, clock, 10, tag="new")
+    queue.store.compact_now()
+    assert queue.purge(cutoff, dry_run=True) == 20
+    assert queue.counts()["succeeded"] == 26  # a dry run changes nothing
+    assert queue.purge(cutoff, ["dead"]) == 4
+    assert queue.counts()["dead"] == 0
+    assert queue.purge(cutoff) == 16
+    for job_id in old:
+        with pytest.raises(NoSuchJob):
+            queue.get(job_id)
+    files = [p for p in (data_dir / "results").rglob("*.json") if "pending" not in p.parts]
+    assert len(files) <= 5
+    assert queue.counts()["succeeded"] == 10 and sum(queue.counts().values()) == 10
+    queue.close()
+    again = small_hot()
+    assert sorted(j.id for j in again.list()) == sorted(new)
+    assert again.stats().jobs == 10
+
+
+def test_purge_refuses_live_states(small_hot: Callable[..., Queue]) -> None:
+    from desktop_queue.core.errors import InvalidInput
+
+    queue = small_hot()
+    with pytest.raises(InvalidInput, match="only finished jobs"):
+        queue.purge(0.0, ["queued"])
+
+
+def test_a_damaged_segment_is_quarantined_and_named(
+    small_hot: Callable[..., Queue], clock: FakeClock, data_dir: Path
+) -> None:
+    queue = small_hot()
+    ids = run_jobs(queue, clock, 20)
+    queue.store.compact_now()
+    queue.close()
+    [segment] = (data_dir / "store" / "archive").glob("segment-*.dqa")
+    raw = bytearray(segment.read_bytes())
+    raw[-5] ^= 0xFF
+    segment.write_bytes(bytes(raw))
+    for path in (data_dir / "store" / "archive").glob("index.sqlite3*"):
+        path.unlink()
+    again = small_hot()
+    assert any(segment.name in n and "damaged" in n for n in again.report.notices)
+    assert again.get(ids[-1]).state == State.SUCCEEDED  # the hot set is whole
+
+
+def test_segments_check_their_blocks() -> None:
+    jobs: list[Any] = [{"id": f"{i:010x}", "seq": i, "key": "k", "state": "succeeded"} for i in range(70)]
+    data, where = encode_segment(jobs)
+    head, entries = read_segment(data, "s")
+    assert [j["id"] for *_, j in entries] == [j["id"] for j in jobs] and head["jobs"] == 70
+    assert len({w[0] for w in where}) == 3  # blocks of 32
+    with pytest.raises(StoreCorrupt):
+        read_segment(data[:-3], "s")
+
+
+def test_a_store_from_schema_3_is_migrated_and_archived(tmp_path: Path, clock: FakeClock) -> None:
+    from desktop_queue.core import storage
+
+    data_dir = tmp_path / "old"
+    queue = Queue.open(data_dir, clock=clock, background_compaction=False, keep_finished=10_000_000)
+    run_jobs(queue, clock, 30)
+    queue.store.compact_now()
+    queue.close()
+    [snap] = sorted((data_dir / "store").glob("snapshot-*.json"))[-1:]
+    raw = snap.read_bytes().replace(b'"schema_version":4', b'"schema_version":3', 1)
+    snap.write_bytes(raw)  # (the checksum covers the jobs, not the header)
+    assert storage.decode_snapshot(snap.read_bytes(), snap.name)[1]  # it reads as one to migrate
+    again = Queue.open(data_dir, clock=clock, background_compaction=False, keep_finished=5)
+    assert (snap.parent / f"{snap.name}.v3-backup").exists()
+    assert len(again.list()) == 30
+    again.store.compact_now()
+    assert len(again.store.state.jobs) == 5 and len(again.list()) == 30
+    again.close()
+
+
+# ----------------------------------------------------------------------------- crash drill
+
+_CRASH_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    from desktop_queue.core import FakeClock, Queue
+    from desktop_queue.core import fileio, archive, storage
+
+    step = int(sys.argv[2])
+    seen = [0]
+    real_write, real_unlink, real_replace = fileio.atomic_write, os.unlink, os.replace
+
+    def counting(fn):
+        def wrapped(*a, **k):
+            seen[0] += 1
+            if seen[0] == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return fn(*a, **k)
+        return wrapped
+
+    clock = FakeClock(start=float(sys.argv[3]))
+    q = Queue.open(sys.argv[1], clock=clock, background_compaction=False, keep_finished=3)
+    archive.atomic_write = counting(real_write)
+    storage.atomic_write = counting(real_write)
+    os.unlink = counting(real_unlink)
+    os.replace = counting(real_replace)
+    if sys.argv[4] == "purge":
+        q.purge(float(sys.argv[5]))
+    else:
+        q.store.compact_now()
+    print("done", seen[0])
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verb", ["archive", "purge"])
+def test_a_kill_between_any_two_writes_loses_no_job(tmp_path: Path, verb: str) -> None:
+    """SIGKILL at every file write, rename and unlink of archiving (or purging): nothing is lost or half-purged."""
+    step = 1
+    while True:
+        data_dir = tmp_path / f"{verb}-{step}"
+        clock = FakeClock()
+        queue = Queue.open(data_dir, clock=clock, background_compaction=False, keep_finished=10_000)
+        old = run_jobs(queue, clock, 12, fail_every=4)
+        cutoff = clock.now() + 0.5
+        clock.advance(60)
+        new = run_jobs(queue, clock, 6, tag="new")
+        queue.close()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        proc = subprocess.run(
+            [sys.executable, "-c", _CRASH_CHILD, str(data_dir), str(step), repr(clock.now()), verb, repr(cutoff)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        finished = proc.returncode == 0
+        assert finished or proc.returncode == -signal.SIGKILL, proc.stderr
+        after = Queue.open(data_dir, clock=clock, background_compaction=False, keep_finished=3)
+        listed = {j.id: j.state for j in after.list()}
+        if verb == "purge" and finished:
+            assert sorted(listed) == sorted(new)
+        elif verb == "purge":
+            # the purge record is durable or not: all of the old jobs are there, or none
+            present = [i for i in old if i in listed]
+            assert present in ([], old), f"half purged at step {step}"
+        else:
+            assert sorted(listed) == sorted(old + new), f"lost jobs at step {step}"
+        for job_id in listed:
+            assert after.get(job_id).state in (State.SUCCEEDED, State.DEAD)
+        after.store.compact_now()  # and the next compaction finishes the work
+        assert {j.id for j in after.list()} == set(listed) if verb == "archive" or finished else True
+        after.close()
+        if finished:
+            break
+        step += 1
+    assert step > 3  # the drill did kill it at several points
+
+
+# ----------------------------------------------------------------------------- property
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("run"), st.integers(1, 6), st.booleans()),
+        st.tuples(st.just("compact")),
+        st.tuples(st.just("retry_dead")),
+        st.tuples(st.just("duplicate"), st.integers(0, 40)),
+        st.tuples(st.just("advance"), st.integers(1, 2000)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_ops)
+def test_archived_and_hot_stores_give_the_same_answers(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[Any]
+) -> None:
+    """The same random history on a store that archives eagerly and one that never does."""
+    root = tmp_path_factory.mktemp("twins")
+    clocks = [FakeClock(), FakeClock()]
+    queues = [
+        Queue.open(root / "eager", clock=clocks[0], background_compaction=False, keep_finished=1, keep_finished_s=5),
+        Queue.open(root / "never", clock=clocks[1], background_compaction=False, keep_finished=10**9),
+    ]
+    ids: list[str] = []
+    try:
+        counter = 0
+        for op in ops:
+            outs = []
+            for queue, clock in zip(queues, clocks, strict=True):
+                if op[0] == "run":
+                    n, fail = op[1], op[2]
+                    got = run_jobs(queue, clock, n, tag=f"p{counter}-", fail_every=2 if fail else 0)
+                    outs.append(len(got))
+                    if queue is queues[0]:
+                        ids.extend(got)
+                elif op[0] == "compact":
+                    queue.store.compact_now()
+                elif op[0] == "retry_dead":
+                    dead = queue.list("dead", limit=1)
+                    if dead:
+                        queue.retry(dead[0].id)
+                        lease = queue.lease("w")
+                        assert lease is not None
+                        queue.complete(lease, {"text": "again"})
+                    outs.append(bool(dead))
+                elif op[0] == "duplicate" and ids:
+                    job = queue.get(ids[op[1] % len(ids)]) if queue is queues[0] else None
+                    outs.append(job.state if job else None)
+                elif op[0] == "advance":
+                    clock.advance(op[1])
+            if op[0] == "run":
+                counter += 1
+
+        # both stores made the same ids? (ids are random: compare by title instead)
+        def view(queue: Queue) -> Any:
+            jobs = sorted((j.title, j.state, j.run) for j in queue.list())
+            return jobs, queue.counts(), {k: v for k, v in queue.stats().to_json().items() if not k.endswith("_s")}
+
+        assert view(queues[0]) == view(queues[1])
+        queues[0].close()
+        for path in (root / "eager" / "store" / "archive").glob("index.sqlite3*"):
+            path.unlink()
+        queues[0] = Queue.open(root / "eager", clock=clocks[0], background_compaction=False, keep_finished=1)
+        assert view(queues[0]) == view(queues[1])
+    finally:
+        for queue in queues:
+            queue.close()
+
+
+def test_archive_get_of_unknown_id_is_none(tmp_path: Path) -> None:
+    archive = Archive(tmp_path)
+    assert archive.get("nothing") is None and archive.count() == 0
+    archive.close()
