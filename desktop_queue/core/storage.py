@@ -18,10 +18,12 @@ left running (:meth:`Store.open`).
 
 A commit takes the commit lock, first applies the records other processes appended
 since its last look (catch-up), asks the caller for the records of its change,
-writes them with one ``pwrite`` where the written part ends and one ``fdatasync``, then
-applies them in memory. The cost of a commit therefore does not grow with the number of
-stored jobs, and as the segment's size never changes while it fills, the sync flushes
-data only. Readers find the end of the written part at the first zero byte.
+writes them with one ``pwrite`` where the written part ends, applies them in memory,
+and releases the lock; a durable one then waits for one ``fdatasync``, which it shares
+with every committer of any process that wrote before it started (group commit: see
+:mod:`~desktop_queue.core.groupsync`). The cost of a commit therefore does not grow with
+the number of stored jobs, and as the segment's size never changes while it fills, the
+sync flushes data only. Readers find the end of the written part at the first zero byte.
 
 Some commits need not wait for the disk: a lease, a heartbeat. They are written (so
 they survive the process, and every other process sees them) but not fsynced;
@@ -79,6 +81,7 @@ import orjson
 from desktop_queue.core.archive import FINISHED_STATES, INLINE_RESULT_MAX, Archive, PurgeFilter, choose_archived
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs
+from desktop_queue.core.groupsync import GroupSync
 from desktop_queue.core.model import events_of
 from desktop_queue.core.records import (
     EventDict,
@@ -900,6 +903,16 @@ class OpenReport:
     notices: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Waiting:
+    """A durable commit's wait for its sync, outside the locks (see :meth:`Store._durable_wait`)."""
+
+    gen: int
+    end: int
+    fd: int  #: a descriptor of segment ``gen`` that the wait owns
+    written: int  #: the writes of this process that the sync covers (Store._written then)
+
+
 class Store:
     """The journal + snapshot store of one data directory, shared safely between processes.
 
@@ -938,7 +951,8 @@ class Store:
         #: into a snapshot (whose compaction writes the result files)
         self._carried: dict[str, tuple[int, dict[str, Any]]] = {}
         self._mutex = threading.RLock()
-        self._sync_lock = threading.Lock()
+        #: the written and synced marks shared by every process on this store (while open)
+        self._group: GroupSync | None = None
         self._written = 0  # commits written by this process (durable or not)
         self._synced = 0  # ... of which known to be on disk
         self._gen = 0
@@ -983,6 +997,8 @@ class Store:
             make_dirs(self.root)
             presence = self._presence = FileLock.on_directory(self.root, self.root / "presence.lock")
             commit = self._commit_lock = FileLock.on_directory(self.root.parent, self.root / "commit.lock")
+            # (a lambda: _datasync is looked up at each sync, so what tests patch is what runs)
+            self._group = GroupSync(self.root, sync=lambda fd: _datasync(fd))
         except OSError as exc:
             self.close()
             raise self._io_error("cannot use the data directory", exc) from exc
@@ -1078,6 +1094,9 @@ class Store:
                 if lock is not None:
                     lock.close()
             self._presence = self._commit_lock = None
+            if self._group is not None:
+                self._group.close()
+                self._group = None
             self._closed = True
             self._refusal = "the task store is closed"
         if error is not None:
@@ -1125,6 +1144,9 @@ class Store:
         gc.disable()
         try:
             self._load_files()
+            if self._group is not None:
+                # loading may have rewritten a segment: the marks' offsets would mean other bytes
+                self._group.reset()
         finally:
             if was_enabled:
                 gc.enable()
@@ -1588,7 +1610,7 @@ class Store:
             except OSError as exc:
                 raise self._io_error("cannot lock the task store; the change was not made", exc) from exc
             try:
-                records, rotate = self._commit(fn, durable)
+                records, rotate, waiting = self._commit(fn, durable)
             finally:
                 lock.unlock()
             if time.monotonic() >= self._follow_at:
@@ -1607,10 +1629,19 @@ class Store:
             if self._reap_compactor(wait=False) is None and self._fold_wanted > self._reaped_gen:
                 # the running compaction just finished; fold what closed meanwhile (a burst)
                 self._compact_soon(self._fold_wanted)
+        if waiting is not None:
+            self._wait_durable(waiting)
         return records
 
-    def _commit(self, fn: Callable[[StoreState], Sequence[Record]], durable: bool) -> tuple[Sequence[Record], bool]:
-        """The part of :meth:`transact` under the locks; returns the records and whether the segment rotated."""
+    def _commit(
+        self, fn: Callable[[StoreState], Sequence[Record]], durable: bool
+    ) -> tuple[Sequence[Record], bool, _Waiting | None]:
+        """The part of :meth:`transact` under the locks.
+
+        Returns:
+            the records, whether the segment rotated, and what a durable commit waits for
+            once the locks are released (None: nothing, see :meth:`_durable_wait`).
+        """
         fd = self._fd
         offset = self._offset
         try:
@@ -1625,7 +1656,7 @@ class Store:
         state = self.state
         records = fn(state)
         if not records:
-            return records, False
+            return records, False, None
         payload = encode_record(records[0]) if len(records) == 1 else b"".join(encode_record(r) for r in records)
         try:
             if offset + len(payload) > self._size:
@@ -1634,12 +1665,9 @@ class Store:
         except OSError as exc:
             raise self._write_failed(exc, len(payload), flushing=False) from exc
         self._written += 1
-        if durable:
-            try:
-                _datasync(fd)
-            except OSError as exc:
-                raise self._write_failed(exc, len(payload), flushing=True) from exc
-            self._synced = self._written
+        gen = self._gen
+        if self._group is not None:  # published once final: a sync by anyone from now on covers it
+            self._group.note_written(gen, offset + len(payload))
         offset += len(payload)
         self._offset = offset
         if offset > self._size:
@@ -1650,7 +1678,14 @@ class Store:
             if "res" in record:
                 self._carry(self._gen, record["res"])
         # (the threshold is never below rotate_bytes: most commits need not work it out)
-        return records, offset > self.rotate_bytes and offset > self._rotate_threshold() and self._rotate()
+        rotating = offset > self.rotate_bytes and offset > self._rotate_threshold()
+        waiting = None
+        if durable and rotating:
+            # synced here, before the rotation: the commit is made whatever becomes of it
+            self._wait_durable(_Waiting(gen, offset, fd, self._written), owned=False)
+        elif durable:
+            waiting = self._durable_wait(gen, offset)
+        return records, rotating and self._rotate(), waiting
 
     def compact_now(self) -> None:
         """Closes the current segment and folds everything into a snapshot before returning."""
@@ -1737,31 +1772,76 @@ class Store:
         """Puts every commit this process has written on disk (a no-op if they are).
 
         The ``fsync`` runs outside the store's locks, so commits from other threads go on
-        meanwhile; concurrent callers share one ``fsync``.
+        meanwhile; concurrent callers, and committers in every process, share one ``fsync``.
 
         Raises:
             StoreError: the disk refused, now or before: the store is poisoned (see
                 :meth:`_poison_with`); the records stay written, not known to be durable.
         """
-        with self._sync_lock:
+        with self._mutex:
+            if self._poison is not None:
+                raise StoreError(self._poison)
+            if self._synced >= self._written or self._fd < 0:
+                return
+            waiting = self._durable_wait(self._gen, self._offset)
+        if waiting is not None:
+            self._wait_durable(waiting)
+
+    def _group_sync(self, gen: int, end: int, fd: int) -> None:
+        """Returns once segment ``gen`` is on disk up to ``end``, syncing ``fd`` unless another sync covered it.
+
+        Raises:
+            OSError: the sync failed.
+        """
+        if self._group is None:
+            _datasync(fd)
+        else:
+            self._group.wait_durable(gen, end, fd)
+
+    def _durable_wait(self, gen: int, end: int) -> _Waiting | None:
+        """What a wait outside the locks needs for segment ``gen`` to be durable up to ``end`` (mutex held).
+
+        None if a sync covers it already. Otherwise the wait syncs a descriptor of its own:
+        the segment's may be closed meanwhile, by a rotation in another thread.
+        """
+        written = self._written
+        if self._group is not None and self._group.covers(gen, end):
+            self._synced = max(self._synced, written)
+            return None
+        try:
+            return _Waiting(gen, end, os.dup(self._fd), written)
+        except OSError:
+            pass  # no descriptor to spare: wait here, under the locks (as before group commit)
+        self._wait_durable(_Waiting(gen, end, self._fd, written), owned=False)
+        return None
+
+    def _wait_durable(self, waiting: _Waiting, *, owned: bool = True) -> None:
+        """Waits for a commit's sync, closing the descriptor the wait owns.
+
+        Raises:
+            StoreError: the sync failed. The records are written, and other processes may
+                have read them, so nothing can be taken back: the store is poisoned, and
+                it is not known whether the change was saved.
+        """
+        try:
+            self._group_sync(waiting.gen, waiting.end, waiting.fd)
+        except OSError as exc:
+            cause = exc.strerror or str(exc)
             with self._mutex:
-                if self._poison is not None:
-                    raise StoreError(self._poison)
-                target = self._written
-                if self._synced >= target or self._fd < 0:
-                    return
-                fd = os.dup(self._fd)
-            try:
-                _datasync(fd)
-            except OSError as exc:
-                cause = exc.strerror or str(exc)
-                with self._mutex:
-                    poison = self._poison_with(cause)
-                raise StoreError(f"could not flush the task store to disk: {cause}. {poison}") from exc
-            finally:
-                os.close(fd)
-            with self._mutex:
-                self._synced = max(self._synced, target)
+                poison = self._poison_with(cause)
+            raise StoreError(
+                f"could not flush the task store to disk: {cause}; "
+                f"it is not known whether the change was saved. {poison}"
+            ) from exc
+        finally:
+            if owned:
+                os.close(waiting.fd)
+        with self._mutex:
+            if self._poison is not None:
+                # a sync failed meanwhile (a rotation's, a close's): this one may have succeeded
+                # without the pages that failure lost (the kernel reports an error once)
+                raise StoreError(f"it is not known whether the change was saved. {self._poison}")
+            self._synced = max(self._synced, waiting.written)
 
     def _sync_current(self) -> None:
         """Fsyncs the segment being left or closed if this process wrote to it unsynced (mutex held).
