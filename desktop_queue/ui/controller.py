@@ -161,8 +161,9 @@ class Controller(QObject):
         self.budgets: dict[str, Budget] = dict(budgets or {})
         self._interactive_ahead = 0
         # the queue's clock, so that the panes and the timeline's now line read one time
-        self.queue_model = QueueModel(queue.clock.now, hold=self.hold_reason, parent=self)
-        self.dead_model = DeadLetterModel(queue.clock.now, parent=self)
+        # archived jobs come from the queue's history, a page at a time as the views scroll
+        self.queue_model = QueueModel(queue.clock.now, hold=self.hold_reason, parent=self, history=queue)
+        self.dead_model = DeadLetterModel(queue.clock.now, parent=self, history=queue)
         self.refresher = RefreshCoordinator(queue, [self.queue_model, self.dead_model], refresh_ms, self)
         self.driver = LeaseDriver(
             queue,

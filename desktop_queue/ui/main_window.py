@@ -503,6 +503,12 @@ class MainWindow(QMainWindow):
         found = self.queue_pane.select(job_id)
         if found:
             self.queue_pane.view.setFocus()
+        elif (job := self.controller.job(job_id)) is not None:
+            # archived deeper than the pane loads to find it: its timeline all the same
+            self.queue_pane.view.clearSelection()
+            self._timeline_id = job.id
+            self.timeline_model.show_job(job)
+            self._update_now_line()
         return found
 
     def _update_actions(self, jobs: list[dict] | None = None) -> None:

@@ -6,15 +6,22 @@ refresh timer: every tick it asks the queue what changed since the version it la
 and hands only those jobs to the models, which emit ``dataChanged`` and ranged
 ``beginInsertRows``/``beginRemoveRows``; a model is reset only when the whole store was
 reloaded.
+
+The store keeps only its hot set in memory (queued, running, recently finished jobs);
+older finished jobs are in its archive. A table shows the hot rows first, in the order
+the user sorted them, then the archived rows, newest first, a page at a time as the view
+scrolls down (``canFetchMore``/``fetchMore``), found through :meth:`Queue.history` with
+the filters as its arguments: the archive is searched by its index, never loaded.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol
 
 from PySide6.QtCore import (
     QAbstractItemModel,
@@ -32,6 +39,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QFont, QIcon
 
 from desktop_queue.core import Job, Queue, QueueError, State
+from desktop_queue.core.archive import ArchivedRow
 from desktop_queue.core.model import Event, EventType
 from desktop_queue.core.present import (
     HoldReason,
@@ -45,6 +53,8 @@ from desktop_queue.core.present import (
     wait_time,
 )
 from desktop_queue.ui.icons import icon, state_icon
+
+log = logging.getLogger(__name__)
 
 JobDict = dict[str, Any]
 AnyIndex = QModelIndex | QPersistentModelIndex
@@ -134,7 +144,7 @@ def queue_columns(hold: HoldReason | None = None) -> tuple[Column, ...]:
         Column(
             "attempts",
             "Attempts",
-            lambda j, _n: attempts_text(j),
+            lambda j, _n: attempts_text(j) if "attempts" in j else "",
             lambda j, _n: j.get("attempts", 0) * 1000 + j.get("max_attempts", 0),
         ),
         Column(
@@ -187,7 +197,7 @@ DEAD_COLUMNS: tuple[Column, ...] = (
     Column(
         "attempts",
         "Attempts",
-        lambda j, _n: f"{j.get('attempts', 0)} ({j.get('total_attempts', 0)} in all)",
+        lambda j, _n: f"{j.get('attempts', 0)} ({j.get('total_attempts', 0)} in all)" if "attempts" in j else "",
         lambda j, _n: j.get("total_attempts", 0),
     ),
     Column(
@@ -207,6 +217,70 @@ def _runs(rows: Iterable[int]) -> list[tuple[int, int]]:
         else:
             out.append((row, row))
     return out
+
+
+class HistorySource(Protocol):
+    """Where a table finds archived jobs (:class:`Queue` is one)."""
+
+    def history(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        profile: str | None = None,
+        error_class: str | None = None,
+        text: str | None = None,
+        before_seq: int | None = None,
+        limit: int = 200,
+    ) -> list[ArchivedRow]: ...
+
+    def get(self, job_id: str) -> Job: ...
+
+
+#: archived rows loaded per ``fetchMore`` (one index query, a few segment blocks)
+ARCHIVE_PAGE = 200
+
+_FINISHED = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})
+
+
+def archived_job(row: ArchivedRow, history: HistorySource | None = None) -> JobDict | None:
+    """The job dict of an archived row, as the hot rows have it (``"archived": True``).
+
+    With ``history`` the whole job is read (one segment block serves 32 jobs), so that
+    attempts and the last error show as for hot jobs; without it, or if it cannot be
+    read, what the index knows. None if the job is no longer in the row's state (it was
+    retried meanwhile: the refresh brings it as a hot job).
+    """
+    job: JobDict | None = None
+    if history is not None:
+        try:
+            found = history.get(row.id)
+        except QueueError as exc:
+            log.warning("could not read archived job %s: %s", row.id, exc)
+        else:
+            if found.state != row.state:
+                return None
+            job = found.to_json(with_events=False, with_input=False)
+    if job is None:
+        job = {
+            "id": row.id,
+            "state": row.state,
+            "kind": row.kind,
+            "title": row.title,
+            "created_at": row.created_at,
+            "finished_at": row.finished_at,
+            "updated_at": row.updated_at,
+        }
+        if row.error_class:
+            job["last_error"] = {"class": row.error_class}
+    job["seq"] = row.seq
+    job["archived"] = True
+    return job
+
+
+def _maybe_archived(job: Mapping[str, Any]) -> bool:
+    """Whether the archive may hold an older copy of this hot job (``history`` leaves those out)."""
+    return job.get("state") in _FINISHED or (job.get("run") or 1) > 1 or bool(job.get("replayed_as"))
 
 
 class _Row:
@@ -247,17 +321,39 @@ class JobTableModel(QAbstractTableModel):
     where it sorts, a changed job whose key moved it is moved (``beginMoveRows`` for
     one, one coalesced re-sort for more). Ties sort by submission order.
 
+    Archived jobs (with ``history``) follow the hot rows, newest first whatever the sort
+    column (the archive is read in that order, a page at a time: :meth:`fetchMore`).
+    A job is in one of the two parts, never both: a page leaves out the jobs the hot
+    part holds, and a job that becomes hot again (retried) leaves the archived part.
+
     Args:
         columns: what the table shows.
         clock: wall time (tests may pin it).
         parent: the Qt parent.
+        history: where archived jobs are found (None: hot jobs only).
+        page_size: archived rows per :meth:`fetchMore`.
+
+    Signals:
+        archive_error(str): the archive could not be read (no more rows are fetched
+            until the filter changes or the model is reset).
+        archive_fetched(): a page of archived rows was asked for (``canFetchMore`` may
+            have changed, even if no row was added).
     """
+
+    #: the state every archived row of this model is in (None: any, as the filter says)
+    archive_state: str | None = None
+
+    archive_error = Signal(str)
+    archive_fetched = Signal()
 
     def __init__(
         self,
         columns: tuple[Column, ...] = QUEUE_COLUMNS,
         clock: Callable[[], float] = time.time,
         parent: QObject | None = None,
+        *,
+        history: HistorySource | None = None,
+        page_size: int = ARCHIVE_PAGE,
     ) -> None:
         super().__init__(parent)
         self.columns = columns
@@ -276,6 +372,16 @@ class JobTableModel(QAbstractTableModel):
         self._bold = QFont()
         self._bold.setBold(True)
         self._link_icon: QIcon | None = None
+        # the archived part: rows loaded so far, the seq to continue before, the filter
+        self._history = history
+        self.page_size = max(1, page_size)
+        self._arch: list[_Row] = []
+        self._arch_of: dict[str, int] = {}
+        self._arch_cursor: int | None = None
+        self._arch_done = history is None
+        self._arch_text: str | None = None
+        self._arch_filter_state: str | None = None
+        self._fetching = False
 
     # ----------------------------------------------------------------- what belongs here
 
@@ -286,7 +392,7 @@ class JobTableModel(QAbstractTableModel):
     # ----------------------------------------------------------------- Qt interface
 
     def rowCount(self, parent: AnyIndex = _ROOT) -> int:  # noqa: N802 - Qt API
-        return 0 if parent.isValid() else len(self._rows)
+        return 0 if parent.isValid() else len(self._rows) + len(self._arch)
 
     def columnCount(self, parent: AnyIndex = _ROOT) -> int:  # noqa: N802 - Qt API
         return 0 if parent.isValid() else len(self.columns)
@@ -294,7 +400,7 @@ class JobTableModel(QAbstractTableModel):
     def index(self, row: int, column: int, parent: AnyIndex = _ROOT) -> QModelIndex:
         # Qt's own index() asks rowCount() and columnCount(): two calls into Python for
         # every cell the proxy maps while painting. One call does the same checks.
-        if 0 <= row < len(self._rows) and 0 <= column < self._column_count and not parent.isValid():
+        if 0 <= row < len(self._rows) + len(self._arch) and 0 <= column < self._column_count and not parent.isValid():
             return self.createIndex(row, column)
         return QModelIndex()
 
@@ -348,8 +454,8 @@ class JobTableModel(QAbstractTableModel):
 
     def cell_look(self, row: int, col: int) -> CellLook | None:
         """What the cell at ``row``, ``col`` shows (``JobRole.LOOK``); None outside the table."""
-        if 0 <= row < len(self._rows) and 0 <= col < self._column_count:
-            return self._look(self._rows[row], col)
+        if 0 <= row < len(self._rows) + len(self._arch) and 0 <= col < self._column_count:
+            return self._look(self._entry(row), col)
         return None
 
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -361,9 +467,9 @@ class JobTableModel(QAbstractTableModel):
 
     def cell_data(self, row: int, col: int, role: int) -> Any:
         """:meth:`data` by row and column (the filter proxy calls it without an index)."""
-        if row < 0 or row >= len(self._rows) or col < 0 or col >= self._column_count:
+        if row < 0 or row >= len(self._rows) + len(self._arch) or col < 0 or col >= self._column_count:
             return None
-        entry = self._rows[row]
+        entry = self._entry(row)
         if role == _DISPLAY:
             return self._cell(entry, col)
         if role == _LOOK:
@@ -379,7 +485,10 @@ class JobTableModel(QAbstractTableModel):
                 return error_text(job)
             if key == "title":
                 replayed = replayed_as_text(job)
-                return f"{job.get('title')}\njob {entry.id}" + (f"\nreplayed as {replayed}" if replayed else "")
+                archived = "\narchived (shown after the jobs in memory, newest first)" if job.get("archived") else ""
+                return (
+                    f"{job.get('title')}\njob {entry.id}" + (f"\nreplayed as {replayed}" if replayed else "") + archived
+                )
             if key == "state" and job.get("last_error"):
                 return f"{job.get('state')}: {error_text(job)}"
             return self._cell(entry, col) or None
@@ -445,13 +554,14 @@ class JobTableModel(QAbstractTableModel):
         hint = QAbstractItemModel.LayoutChangeHint.VerticalSortHint
         self.layoutAboutToBeChanged[_LAYOUT_SIGNATURE].emit([], hint)  # type: ignore[index]
         persistent = self.persistentIndexList()
-        where = [(self._rows[p.row()].id, p.column()) for p in persistent]
+        # archived rows keep their places (after the hot rows, whose number does not change)
+        where = [(self._entry(p.row()).id, p.column()) for p in persistent]
         if rekey:
             self._order_rows(self._rows)
         else:
             self._rows.sort(key=lambda e: e.key, reverse=self._sort_order == Qt.SortOrder.DescendingOrder)
         self._row_of = {e.id: i for i, e in enumerate(self._rows)}
-        self.changePersistentIndexList(persistent, [self.index(self._row_of[i], c) for i, c in where])
+        self.changePersistentIndexList(persistent, [self.index(self._row_number(i), c) for i, c in where])
         self.layoutChanged[_LAYOUT_SIGNATURE].emit([], hint)  # type: ignore[index]
 
     def _position(self, key: Any) -> int:
@@ -485,18 +595,163 @@ class JobTableModel(QAbstractTableModel):
 
     # ----------------------------------------------------------------- access
 
+    def _entry(self, row: int) -> _Row:
+        """The row at ``row``: a hot one, or an archived one after them."""
+        hot = self._rows
+        return hot[row] if row < len(hot) else self._arch[row - len(hot)]
+
+    def _row_number(self, job_id: str) -> int:
+        row = self._row_of.get(job_id)
+        return row if row is not None else len(self._rows) + self._arch_of[job_id]
+
     def job_at(self, row: int) -> JobDict:
-        return self._rows[row].job
+        return self._entry(row).job
 
     def row_of(self, job_id: str) -> int | None:
-        return self._row_of.get(job_id)
+        row = self._row_of.get(job_id)
+        if row is not None:
+            return row
+        offset = self._arch_of.get(job_id)
+        return None if offset is None else len(self._rows) + offset
 
     def jobs(self) -> list[JobDict]:
+        """The hot jobs (those in the store's memory); archived rows are not among them."""
         return [e.job for e in self._rows]
+
+    def hot_count(self) -> int:
+        """How many rows are hot jobs (the archived rows come after them)."""
+        return len(self._rows)
+
+    def archived_count(self) -> int:
+        """How many archived rows are loaded."""
+        return len(self._arch)
 
     def search_text(self, row: int) -> str:
         """What the text filter searches in row ``row`` (casefolded, cached)."""
-        return self._search(self._rows[row])
+        return self._search(self._entry(row))
+
+    # ----------------------------------------------------------------- the archive
+
+    def canFetchMore(self, parent: AnyIndex = _ROOT) -> bool:  # noqa: N802 - Qt API
+        return not parent.isValid() and not self._arch_done
+
+    def fetchMore(self, parent: AnyIndex = _ROOT) -> None:  # noqa: N802 - Qt API
+        if not parent.isValid():
+            self.fetch_archived()
+
+    @property
+    def archive_filter(self) -> tuple[str | None, str | None]:
+        """``(state, text)`` the archived rows are found by."""
+        return self.archive_state or self._arch_filter_state, self._arch_text
+
+    def set_archive_filter(self, state: str | None, text: str | None) -> None:
+        """Finds the archived rows again with the filter's state and title text.
+
+        The archive's index does the filtering (SQL): its loaded rows are dropped and
+        the first page of the new matches loaded; the view fetches more as it scrolls.
+        """
+        text = text or None
+        if (state, text) == (self._arch_filter_state, self._arch_text):
+            return
+        self._arch_filter_state, self._arch_text = state, text
+        self._drop_archived()
+        self.fetch_archived()
+
+    def _drop_archived(self) -> None:
+        if self._arch:
+            first = len(self._rows)
+            self.beginRemoveRows(_ROOT, first, first + len(self._arch) - 1)
+            self._arch, self._arch_of = [], {}
+            self.endRemoveRows()
+        self._arch_cursor = None
+        self._arch_done = self._history is None
+
+    def _history_page(self, before: int | None, limit: int) -> tuple[list[ArchivedRow], bool]:
+        """Up to ``limit`` archived rows before seq ``before`` matching the filter, and
+        whether they were the last ones.
+
+        ``history`` leaves out the jobs the store's hot set holds, so a page may come
+        back short while more follow: asking for as many more rows as there are hot
+        jobs the archive may hold, a page shorter than ``limit`` is the end.
+        """
+        assert self._history is not None
+        state, text = self.archive_filter
+        if state in (State.QUEUED, State.RUNNING):
+            return [], True  # the archive holds finished jobs only
+        extra = sum(1 for e in self._rows if _maybe_archived(e.job)) + 16
+        rows = self._history.history(state=state, text=text, before_seq=before, limit=limit + extra)
+        return rows, len(rows) < limit
+
+    def fetch_archived(self, count: int | None = None) -> int:
+        """Loads the next page of archived rows (``count`` of them at most); how many were added."""
+        if self._arch_done or self._history is None or self._fetching:
+            return 0  # never from within a fetch's own insert (a view or tester asking again)
+        self._fetching = True
+        try:
+            return self._fetch_archived(count or self.page_size)
+        finally:
+            self._fetching = False
+
+    def _fetch_archived(self, want: int) -> int:
+        added: list[_Row] = []
+        try:
+            while not added and not self._arch_done:
+                rows, last = self._history_page(self._arch_cursor, want)
+                taken = rows[:want]
+                if taken:
+                    self._arch_cursor = taken[-1].seq
+                self._arch_done = last and len(taken) == len(rows)
+                for row in taken:
+                    if row.id in self._row_of or row.id in self._arch_of:
+                        continue  # a hot row already (the store let go of it since the last reload)
+                    job = archived_job(row, self._history)
+                    if job is not None and self.include(job):
+                        added.append(_Row(job))
+                if not taken:
+                    self._arch_done = True
+        except QueueError as exc:
+            self._arch_done = True
+            log.warning("could not read the archive: %s", exc)
+            self.archive_error.emit(str(exc))
+        if added:
+            first = len(self._rows) + len(self._arch)
+            self.beginInsertRows(_ROOT, first, first + len(added) - 1)
+            base = len(self._arch)
+            self._arch.extend(added)
+            for i, entry in enumerate(added):
+                self._arch_of[entry.id] = base + i
+            self.endInsertRows()
+        self.archive_fetched.emit()
+        return len(added)
+
+    def archived_ids(self) -> list[str]:
+        """The ids of every archived job the filter finds: those loaded, then the rest
+        (read from the index only, in pages; for "Retry all matching")."""
+        out = [e.id for e in self._arch]
+        if self._history is None or self._arch_done:
+            return out
+        seen = set(out) | set(self._row_of)
+        before = self._arch_cursor
+        try:
+            while True:
+                rows, last = self._history_page(before, 5000)
+                for row in rows:
+                    if row.id not in seen:
+                        seen.add(row.id)
+                        out.append(row.id)
+                if last or not rows:
+                    break
+                before = rows[-1].seq
+        except QueueError as exc:
+            self.archive_error.emit(str(exc))
+        return out
+
+    def reveal(self, job_id: str, limit: int = 20_000) -> int | None:
+        """Loads archived pages until ``job_id`` is among the rows (at most ``limit`` rows); its row."""
+        while self.row_of(job_id) is None and not self._arch_done and len(self._arch) < limit:
+            if not self.fetch_archived(1000):
+                break
+        return self.row_of(job_id)
 
     # ----------------------------------------------------------------- updates
 
@@ -508,6 +763,10 @@ class JobTableModel(QAbstractTableModel):
         self._order_rows(rows)
         self._rows = rows
         self._row_of = {e.id: i for i, e in enumerate(rows)}
+        # the archived part is found again as the view scrolls (the store may have let go of jobs)
+        self._arch, self._arch_of = [], {}
+        self._arch_cursor = None
+        self._arch_done = self._history is None
         self.endResetModel()
 
     def apply(self, jobs: Iterable[Mapping[str, Any]]) -> None:
@@ -516,6 +775,8 @@ class JobTableModel(QAbstractTableModel):
         Rows stay sorted: new rows are inserted where they sort; changed rows whose sort
         key moved them are moved (one row) or re-sorted in one ``layoutChanged`` (more).
         """
+        jobs = list(jobs)
+        self._unarchive(job["id"] for job in jobs)
         changed: list[str] = []
         rekeyed: list[str] = []
         removed: list[int] = []
@@ -551,6 +812,20 @@ class JobTableModel(QAbstractTableModel):
             self._relayout(rekey=False)
         if added:
             self._insert(added)
+
+    def _unarchive(self, ids: Iterable[str]) -> None:
+        """Takes jobs that are hot again (retried, replayed) out of the archived part."""
+        if not self._arch_of:
+            return
+        gone = [self._arch_of[i] for i in ids if i in self._arch_of]
+        if not gone:
+            return
+        base = len(self._rows)
+        for first, last in reversed(_runs(gone)):
+            self.beginRemoveRows(_ROOT, base + first, base + last)
+            del self._arch[first : last + 1]
+            self.endRemoveRows()
+        self._arch_of = {e.id: i for i, e in enumerate(self._arch)}
 
     def _move(self, row: int) -> None:
         """Moves one row whose key changed to where it now sorts."""
@@ -611,6 +886,8 @@ class QueueModel(JobTableModel):
         clock: wall time (tests may pin it).
         hold: why flow control keeps a due job waiting (``FlowControl.waiting_reason``).
         parent: the Qt parent.
+        history: where archived jobs are found (None: hot jobs only).
+        page_size: archived rows per :meth:`fetchMore`.
     """
 
     def __init__(
@@ -619,15 +896,32 @@ class QueueModel(JobTableModel):
         parent: QObject | None = None,
         *,
         hold: HoldReason | None = None,
+        history: HistorySource | None = None,
+        page_size: int = ARCHIVE_PAGE,
     ) -> None:
-        super().__init__(queue_columns(hold) if hold is not None else QUEUE_COLUMNS, clock, parent)
+        super().__init__(
+            queue_columns(hold) if hold is not None else QUEUE_COLUMNS,
+            clock,
+            parent,
+            history=history,
+            page_size=page_size,
+        )
 
 
 class DeadLetterModel(JobTableModel):
-    """Only the dead jobs: a job leaves this model when it is retried."""
+    """Only the dead jobs, archived ones included: a job leaves this model when it is retried."""
 
-    def __init__(self, clock: Callable[[], float] = time.time, parent: QObject | None = None) -> None:
-        super().__init__(DEAD_COLUMNS, clock, parent)
+    archive_state = str(State.DEAD)
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        parent: QObject | None = None,
+        *,
+        history: HistorySource | None = None,
+        page_size: int = ARCHIVE_PAGE,
+    ) -> None:
+        super().__init__(DEAD_COLUMNS, clock, parent, history=history, page_size=page_size)
 
     def include(self, job: Mapping[str, Any]) -> bool:
         return job.get("state") == State.DEAD
@@ -635,6 +929,10 @@ class DeadLetterModel(JobTableModel):
 
 class JobFilterProxy(QSortFilterProxyModel):
     """Text search (id, title, kind, state, error) and an optional state filter.
+
+    Hot rows are filtered here; the archived rows are found again by the archive's
+    index with the same state and the text in their title
+    (:meth:`JobTableModel.set_archive_filter`), so a filter never loads the archive.
 
     It only filters: :meth:`sort` hands the sort to the source :class:`JobTableModel`,
     which sorts in one Python ``list.sort`` instead of Qt asking Python for a key on
@@ -695,11 +993,17 @@ class JobFilterProxy(QSortFilterProxyModel):
         folded = text.strip().casefold()
         if folded != self._text:
             self._change_filter(lambda: setattr(self, "_text", folded))
+            self._filter_archive()
 
     def set_state(self, state: str | None) -> None:
         """Shows only jobs in ``state`` (None: every state)."""
         if state != self._state:
             self._change_filter(lambda: setattr(self, "_state", state))
+            self._filter_archive()
+
+    def _filter_archive(self) -> None:
+        if self._jobs is not None:
+            self._jobs.set_archive_filter(self._state, self._text or None)
 
     def _change_filter(self, change: Callable[[], None]) -> None:
         # Qt 6.10 replaced invalidateRowsFilter() by begin/endFilterChange()

@@ -103,6 +103,8 @@ def select_job(view: QTableView, job_id: str) -> bool:
     assert isinstance(model, JobTableModel)
     row = model.row_of(job_id)
     if row is None:
+        row = model.reveal(job_id)  # an archived job not loaded yet: load the pages down to it
+    if row is None:
         return False
     index = proxy.mapFromSource(model.index(row, 0))
     if not index.isValid():
@@ -130,6 +132,7 @@ class QueuePane(QWidget):
         self.proxy = JobFilterProxy(self)
         self.proxy.setSourceModel(model)
         self.search = _search_box("queueSearch", "Filter by title, id, kind or error  (Ctrl+F)")
+        self.search.setToolTip("Jobs in memory match on title, id, kind, state or error; archived jobs on their title")
         self.state_filter = QComboBox()
         self.state_filter.setObjectName("stateFilter")
         self.state_filter.setToolTip("Show only jobs in one state")
@@ -217,6 +220,7 @@ class DeadLetterPane(QWidget):
         self.proxy = JobFilterProxy(self)
         self.proxy.setSourceModel(model)
         self.search = _search_box("deadSearch", "Filter dead letters by title, id or error")
+        self.search.setToolTip("Recent dead letters match on title, id or error; archived ones on their title")
         self.view = _job_table(self.proxy, "deadView")
         self.retry_button = QPushButton(icon("action-retry"), "&Retry")
         self.replay_button = QPushButton(icon("action-replay"), "Re&play…")
@@ -240,6 +244,7 @@ class DeadLetterPane(QWidget):
         self.proxy.rowsInserted.connect(lambda *_: self._update_retry_all())
         self.proxy.rowsRemoved.connect(lambda *_: self._update_retry_all())
         self.proxy.modelReset.connect(self._update_retry_all)
+        model.archive_fetched.connect(self._update_retry_all)
         self.view.selectionModel().selectionChanged.connect(lambda *_: self.selection_changed.emit())
         self.retry_button.clicked.connect(self.retry_requested)
         self.replay_button.clicked.connect(self.replay_requested)
@@ -259,15 +264,19 @@ class DeadLetterPane(QWidget):
 
     def _update_retry_all(self) -> None:
         n = self.proxy.rowCount()
-        self.retry_all_button.setEnabled(n > 0)
-        self.retry_all_button.setText(f"Retry &all matching ({n})")
+        more = self.model.canFetchMore(QModelIndex())  # archived dead letters not loaded yet
+        self.retry_all_button.setEnabled(n > 0 or more)
+        self.retry_all_button.setText(f"Retry &all matching ({n}{'+' if more else ''})")
 
     def selected(self) -> list[dict]:
         return selected_jobs(self.view)
 
     def matching_ids(self) -> list[str]:
-        """The ids of every dead job the filter shows right now."""
-        return self.proxy.job_ids()
+        """The ids of every dead job the filter matches: those shown, then the archived
+        ones not loaded yet (from the archive's index)."""
+        shown = self.proxy.job_ids()
+        seen = set(shown)
+        return shown + [i for i in self.model.archived_ids() if i not in seen]
 
     def set_progress(self, done: int, total: int) -> None:
         self.progress.setVisible(done < total)
