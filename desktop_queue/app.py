@@ -168,6 +168,12 @@ def start(
         lock.release()
         dialogs.show_error(None, "Desktop Queue cannot start", str(exc))
         return 1
+    try:
+        purged, files = queue.apply_retention()  # a no-op unless a policy was set (`desktop-queue retention`)
+        if purged or files:
+            log.info("retention removed %d finished jobs and %d damaged files", purged, files)
+    except QueueError as exc:
+        log.warning("retention not applied: %s", exc)
     prefs = load_preferences()
     controller = Controller(
         queue,

@@ -7,6 +7,8 @@ A thin layer over :mod:`desktop_queue.core`. Exit codes: 0 done, 1 failed,
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import logging
 import math
 import os
@@ -25,6 +27,7 @@ from desktop_queue.core.errors import InputTooLarge, InvalidInput
 from desktop_queue.core.model import iso
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.core.queue import MAX_INPUT_BYTES
+from desktop_queue.core.retention import load_policy, save_policy
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_JOB, EXIT_NOT_ALLOWED = 0, 1, 2, 3, 4
 PROG = "desktop-queue"
@@ -137,6 +140,47 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="counts per state, wait and run time percentiles, retries, dead letters")
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    p = sub.add_parser(
+        "purge",
+        help="remove finished jobs (with their results and artifacts) finished before a date",
+        description="Removes finished jobs for good: their timelines, results and artifact files. "
+        "With --by-retention, applies the data directory's retention policy (see `retention`).",
+    )
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument(
+        "--finished-before",
+        type=_time_arg,
+        metavar="WHEN",
+        help="a local date (YYYY-MM-DD), an ISO 8601 time, or an age such as 90d, 12h",
+    )
+    when.add_argument("--by-retention", action="store_true", help="apply the saved retention policy")
+    p.add_argument(
+        "--state", action="append", choices=["succeeded", "dead", "cancelled"], help="only these (repeatable)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="say how many would go; remove nothing")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("retention", help="show or set how long finished jobs and damaged files are kept")
+    # (absent unless given: "never" is a value, None)
+    p.add_argument(
+        "--finished-days",
+        type=_days_arg,
+        default=argparse.SUPPRESS,
+        metavar="N|never",
+        help="keep finished jobs N days",
+    )
+    keep = p.add_mutually_exclusive_group()
+    keep.add_argument("--keep-succeeded", action="store_true", default=None, help="never purge succeeded jobs")
+    keep.add_argument("--no-keep-succeeded", dest="keep_succeeded", action="store_false")
+    p.add_argument(
+        "--quarantine-days",
+        type=_days_arg,
+        default=argparse.SUPPRESS,
+        metavar="N|never",
+        help="keep *.corrupt-* files N days",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
     p = sub.add_parser("spend", help="what the providers' calls used and cost, from the spend ledger")
     p.add_argument("--by", choices=["day", "model", "profile"], default="day", help="group by (default: day)")
     p.add_argument("--since", type=_day_arg, default=None, metavar="YYYY-MM-DD", help="from this local day on")
@@ -147,6 +191,27 @@ def build_parser() -> argparse.ArgumentParser:
 # Numbers are checked where they are parsed: a negative --limit would slice off the
 # oldest job, a negative --max-seconds would still lease (the first check runs after
 # the driver starts), and float() takes "nan" and "inf", which no comparison refuses.
+
+
+def _time_arg(text: str) -> float:
+    """A wall time from a local date, an ISO 8601 time, or an age (``90d``, ``12h``, ``30m``) back from now."""
+    text = text.strip()
+    units = {"d": 86_400.0, "h": 3_600.0, "m": 60.0, "s": 1.0}
+    if text[-1:] in units and text[:-1].isdigit():
+        return time.time() - int(text[:-1]) * units[text[-1]]
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date, time or age: {text!r} (e.g. 2026-01-31, 90d)") from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # a local date or time, as people mean it
+    return moment.timestamp()
+
+
+def _days_arg(text: str) -> int | None:
+    if text.strip().lower() in ("never", "forever", "none"):
+        return None
+    return _at_least_one(text)
 
 
 def _at_least_one(text: str) -> int:
@@ -491,6 +556,12 @@ def cmd_work(args: argparse.Namespace) -> int:
     # after everything that can refuse the arguments: a process has one application object
     app = QCoreApplication.instance() or QCoreApplication([PROG])
     queue = _open(args, dict(providers))
+    try:
+        purged, files = queue.apply_retention()  # a no-op unless a policy was set (see `retention`)
+        if purged or files:
+            _err(f"note: retention removed {purged} finished jobs and {files} damaged files")
+    except QueueError as exc:
+        _err(f"note: retention not applied: {exc}")
     driver = LeaseDriver(
         queue,
         queue.providers,
@@ -572,6 +643,45 @@ def cmd_work(args: argparse.Namespace) -> int:
     return EXIT_OK if stop["why"] != "interrupted" else 130
 
 
+def cmd_purge(args: argparse.Namespace) -> int:
+    with _open(args) as queue:
+        if args.by_retention:
+            policy = load_policy(queue.data_dir)
+            jobs, files = queue.apply_retention(policy, dry_run=args.dry_run)
+            data = {"policy": policy.to_json(), "jobs": jobs, "quarantined_files": files, "dry_run": args.dry_run}
+            text = f"{policy.describe()}: {jobs} jobs and {files} damaged files"
+        else:
+            jobs = queue.purge(args.finished_before, args.state, dry_run=args.dry_run)
+            before = datetime.datetime.fromtimestamp(args.finished_before).astimezone().isoformat(timespec="seconds")
+            data = {"before": before, "states": args.state or ["succeeded", "dead", "cancelled"], "jobs": jobs}
+            data["dry_run"] = args.dry_run
+            text = f"{jobs} jobs finished before {before}"
+    if args.json:
+        _out(data)
+    else:
+        print(("would remove " if args.dry_run else "removed ") + text)
+    return EXIT_OK
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    data_dir = resolve_data_dir(args.data_dir)
+    policy = load_policy(data_dir)
+    changes: dict[str, Any] = {}
+    for name in ("finished_days", "quarantine_days"):
+        if name in vars(args):
+            changes[name] = getattr(args, name)
+    if args.keep_succeeded is not None:
+        changes["keep_succeeded"] = args.keep_succeeded
+    if changes:
+        policy = dataclasses.replace(policy, **changes)
+        save_policy(data_dir, policy)
+    if args.json:
+        _out(policy.to_json())
+    else:
+        print(policy.describe())
+    return EXIT_OK
+
+
 def cmd_gui(args: argparse.Namespace) -> int:
     from desktop_queue.app import main as app_main
 
@@ -589,6 +699,8 @@ COMMANDS = {
     "work": cmd_work,
     "stats": cmd_stats,
     "spend": cmd_spend,
+    "purge": cmd_purge,
+    "retention": cmd_retention,
 }
 
 

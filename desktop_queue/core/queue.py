@@ -48,6 +48,8 @@ from desktop_queue.core.outcome import LookupResult, Outcome
 from desktop_queue.core.records import ErrorDict, EventDict, JobChanges, JobDict, PurgeRecord, Record, UpdateRecord
 from desktop_queue.core.redact import redact
 from desktop_queue.core.results import ResultStore
+from desktop_queue.core.retention import RetentionPolicy, load_policy, purge_quarantined
+from desktop_queue.core.retention import cutoff as retention_cutoff
 from desktop_queue.core.retry import RetryPolicy
 from desktop_queue.core.storage import KEEP_FINISHED, KEEP_FINISHED_S, OpenReport, Store, StoreState
 
@@ -1196,6 +1198,22 @@ class Queue:
         self.store.transact(lambda st: [record])
         self.store.compact_now()
         return matched
+
+    def apply_retention(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> tuple[int, int]:
+        """Purges what the data directory's retention policy (or ``policy``) no longer keeps.
+
+        Returns:
+            ``(jobs purged, quarantined files deleted)``.
+        """
+        policy = load_policy(self.data_dir) if policy is None else policy
+        now = self.clock.now()
+        jobs = files = 0
+        if policy.finished_days is not None:
+            jobs = self.purge(retention_cutoff(policy.finished_days, now), policy.purge_states(), dry_run=dry_run)
+        if policy.quarantine_days is not None:
+            before = retention_cutoff(policy.quarantine_days, now)
+            files = len(purge_quarantined(self.data_dir, before, dry_run=dry_run))
+        return jobs, files
 
     # ------------------------------------------------------------------ reconciliation
 

@@ -1,0 +1,83 @@
+"""``purge`` and ``retention``: finished jobs go for good, on a date or by the saved policy."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from desktop_queue.core import Queue
+from desktop_queue.core.model import State
+from desktop_queue.core.outcome import Outcome
+
+from .conftest import Cli
+
+
+def finish_jobs(data_dir: Path, n: int, *, tag: str, fail_every: int = 0) -> list[str]:
+    queue = Queue.open(data_dir, keep_finished=2, background_compaction=False)
+    ids = []
+    try:
+        for i in range(n):
+            job = queue.submit("demo", {"prompt": f"{tag}{i}"}).job
+            lease = queue.lease("w")
+            assert lease is not None
+            if fail_every and i % fail_every == 0:
+                queue.fail(lease, Outcome.failure("fatal", "refused"))
+            else:
+                queue.complete(lease, {"text": f"{tag}{i}"})
+            ids.append(job.id)
+        queue.store.compact_now()
+    finally:
+        queue.close()
+    return ids
+
+
+def test_purge_by_date_dry_run_then_for_real(dq: Cli, data_dir: Path) -> None:
+    old = finish_jobs(data_dir, 12, tag="old", fail_every=3)
+    run = dq.run("purge", "--finished-before", "0d", "--dry-run", "--json")  # everything finished until now
+    assert run.code == 0, run.err
+    assert run.json()["jobs"] == 12 and run.json()["dry_run"] is True
+    assert len(dq.run("list", "--json").json()) == 12
+    run = dq.run("purge", "--finished-before", "0d", "--state", "dead")
+    assert run.code == 0 and "removed 4 jobs" in run.out
+    listed = dq.run("list", "--json").json()
+    assert len(listed) == 8 and all(j["state"] == State.SUCCEEDED for j in listed)
+    assert dq.run("purge", "--finished-before", "0d").code == 0
+    assert dq.run("list", "--json").json() == []
+    assert dq.run("show", old[0]).code != 0
+    assert dq.run("stats", "--json").json()["jobs"] == 0
+
+
+def test_purge_refuses_a_bad_date(dq: Cli) -> None:
+    run = dq.run("purge", "--finished-before", "last tuesday")
+    assert run.code == 2 and "not a date, time or age" in run.err
+
+
+def test_retention_is_saved_and_applied(dq: Cli, data_dir: Path) -> None:
+    assert dq.run("retention").out.strip() == "everything is kept"
+    finish_jobs(data_dir, 6, tag="r", fail_every=2)
+    run = dq.run("retention", "--finished-days", "30", "--keep-succeeded", "--quarantine-days", "7", "--json")
+    assert run.code == 0 and run.json()["finished_days"] == 30 and run.json()["keep_succeeded"] is True
+    # a damaged file set aside long ago, and one set aside now
+    old_copy = data_dir / "store" / "snapshot-000000000001.json.corrupt-20250101T000000"
+    old_copy.write_bytes(b"x")
+    long_ago = time.time() - 8 * 86_400
+    os.utime(old_copy, (long_ago, long_ago))
+    new_copy = data_dir / "store" / "journal-000000000001.jsonl.corrupt-20261201T000000"
+    new_copy.write_bytes(b"x")
+    run = dq.run("purge", "--by-retention", "--json")
+    assert run.code == 0, run.err
+    assert run.json()["jobs"] == 0  # nothing is 30 days old
+    assert run.json()["quarantined_files"] == 1
+    assert not old_copy.exists() and new_copy.exists()
+    out = dq.run("retention", "--finished-days", "never").out.strip()
+    assert out == "finished jobs are kept; damaged files set aside are kept 7 days"
+    assert dq.run("retention", "--json").json()["finished_days"] is None
+
+
+def test_a_damaged_policy_purges_nothing_and_says_so(dq: Cli, data_dir: Path) -> None:
+    finish_jobs(data_dir, 3, tag="d")
+    (data_dir / "retention.json").write_text("{not json")
+    run = dq.run("purge", "--by-retention")
+    assert run.code != 0 and "retention.json is damaged" in run.err
+    assert len(dq.run("list", "--json").json()) == 3
