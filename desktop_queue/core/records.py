@@ -109,6 +109,7 @@ class NewRecord(TypedDict):
     op: Literal["new"]
     job: JobDict
     ev: list[EventDict]
+    n: NotRequired[int]  # the record's number: 1, 2, ... store-wide (see storage.read_segment)
 
 
 @final
@@ -124,6 +125,7 @@ class UpdateRecord(TypedDict):
     set: JobChanges
     ev: list[EventDict]
     res: NotRequired[dict[str, Any]]
+    n: NotRequired[int]
 
 
 @final
@@ -134,6 +136,7 @@ class HeaderRecord(TypedDict):
     format: str
     schema_version: int
     gen: int
+    n: NotRequired[int]  # (never set: headers and seals are not numbered)
 
 
 @final
@@ -142,6 +145,7 @@ class SealRecord(TypedDict):
 
     op: Literal["seal"]
     next: int
+    n: NotRequired[int]
 
 
 @final
@@ -155,6 +159,7 @@ class PurgeRecord(TypedDict):
     op: Literal["purge"]
     filter: dict[str, Any]
     at: float
+    n: NotRequired[int]
 
 
 #: any journal record (a checksummed record of an unknown ``op`` is read, and changes nothing)

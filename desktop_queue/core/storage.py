@@ -387,6 +387,8 @@ class StoreState:
     purges: list[tuple[int, PurgeFilter]] = field(default_factory=list)
     #: the journal segment whose records are being applied (for ``purges``)
     gen: int = 0
+    #: the number of the last record applied (records are numbered 1, 2, ... store-wide)
+    n: int = 0
 
     # ------------------------------------------------------------- hot set and archive
 
@@ -481,6 +483,9 @@ class StoreState:
         (a damaged journal must not stop every other job from loading).
         """
         old: tuple[str, str, str] | None = None
+        number = record.get("n")
+        if isinstance(number, int) and number > self.n:
+            self.n = number
         op = record.get("op")
         if op == "purge":
             self._apply_purge(record)
@@ -647,7 +652,7 @@ def _events_bytes(job: JobDict) -> bytes:
     return orjson.dumps([_slim_event(e) for e in events or ()])
 
 
-def encode_snapshot(gen: int, jobs: Iterable[JobDict], seq: int, epoch: int) -> bytes:
+def encode_snapshot(gen: int, jobs: Iterable[JobDict], seq: int, epoch: int, n: int = 0) -> bytes:
     """A snapshot file: one JSON line (the jobs), then every job's events, with one CRC-32 over both.
 
     Layout (schema 3)::
@@ -668,7 +673,7 @@ def encode_snapshot(gen: int, jobs: Iterable[JobDict], seq: int, epoch: int) -> 
         out["ev_bytes"] = len(events)
         chunks.append(events)
         slim.append(out)
-    data = orjson.dumps({"seq": seq, "epoch": epoch, "jobs": slim})
+    data = orjson.dumps({"seq": seq, "epoch": epoch, "n": n, "jobs": slim})
     blob = b"".join(chunks)
     head = orjson.dumps(
         {
@@ -813,6 +818,7 @@ class SegmentRead:
     torn_tail: bool = False  # an incomplete or checksum-failing *last* line
     bad_line: int | None = None  # offset of a bad line followed by good ones
     lost_after: list[Record] = field(default_factory=list)  # readable records after the bad line
+    out_of_order: str | None = None  # why a checksummed record at bad_line was refused (its number)
 
 
 def _written_end(data: bytes, start: int = 0) -> int:
@@ -821,8 +827,14 @@ def _written_end(data: bytes, start: int = 0) -> int:
     return len(data) if end < 0 else end
 
 
-def read_segment(data: bytes, start: int) -> SegmentRead:
+def read_segment(data: bytes, start: int, after_n: int | None = None) -> SegmentRead:
     """Splits ``data[start:]`` into verified records.
+
+    With ``after_n`` (the number of the last record applied before these), every
+    numbered record must carry the next number: a record that repeats one (a duplicated
+    line), skips one (a deleted line) or goes back (swapped lines) is reported as a bad
+    record at its offset, like one that fails its checksum, and nothing from it on is
+    applied. A record without a number (written before numbering) is not checked.
 
     A segment is created filled with zero bytes (see :meth:`Store._start_segment`) and
     records overwrite them in order, so the first zero byte ends the written part (a
@@ -831,16 +843,16 @@ def read_segment(data: bytes, start: int) -> SegmentRead:
     """
     size = _written_end(data, start)
     if size < len(data) and data.count(b"\0", size) != len(data) - size:
-        out = _read_lines(data, start, size)
+        out = _read_lines(data, start, size, after_n)
         if out.bad_line is None:
             out.bad_line = out.end
             out.torn_tail = False
             out.lost_after = [r for line in data[size:].split(b"\n") if (r := decode_record(line.strip(b"\0")))]
         return out
-    return _read_lines(data, start, size)
+    return _read_lines(data, start, size, after_n)
 
 
-def _read_lines(data: bytes, start: int, size: int) -> SegmentRead:
+def _read_lines(data: bytes, start: int, size: int, after_n: int | None = None) -> SegmentRead:
     out = SegmentRead(records=[], end=start)
     pos = start
     while pos < size:
@@ -849,6 +861,15 @@ def _read_lines(data: bytes, start: int, size: int) -> SegmentRead:
             out.torn_tail = True  # no newline: a write that never finished
             break
         record = decode_record(data[pos:nl])
+        if record is not None and after_n is not None:
+            number = record.get("n")
+            if isinstance(number, int):
+                if after_n > 0 and number != after_n + 1:
+                    out.bad_line = pos
+                    out.out_of_order = f"record {number} where {after_n + 1} was due"
+                    out.lost_after = [r for line in data[pos:size].split(b"\n") if (r := decode_record(line))]
+                    break
+                after_n = number
         if record is None:
             if data.find(b"\n", nl + 1, size) < 0 and not data[nl + 1 : size].strip():
                 out.torn_tail = True  # the last complete-looking line is torn
@@ -1154,7 +1175,10 @@ class Store:
 
     def _load_files(self) -> None:
         self._carried = {}
+        # read before the files: what anyone had synced when this look began is on disk now
+        synced = self._group.synced() if self._group is not None else (0, 0)
         snaps, segs = self._list()
+        last_n = 0
         jobs: dict[str, JobDict] = {}
         seq = epoch = 0
         base = 0
@@ -1172,6 +1196,7 @@ class Store:
             data = doc["data"]
             jobs = {job["id"]: job for job in data["jobs"]}
             seq, epoch, base = data.get("seq", 0), data.get("epoch", 0), gen
+            last_n = data.get("n", 0)
             self._snapshot_bytes = len(raw)
             if migrated:
                 # (the version is in the first line: since schema 3 the events follow it)
@@ -1191,6 +1216,9 @@ class Store:
                 )
         pending = [g for g in segs if g > base]
         expected = base + 1
+        lost = self._lost_by_synced_mark(synced, base, segs)
+        if lost:
+            self.report.notices.append(lost)
         self.archive.catch_up()  # replaying may bring archived jobs back (a retry of a dead one)
         self.report.notices.extend(self.archive.notices)
         self.archive.notices.clear()
@@ -1198,6 +1226,7 @@ class Store:
         self._archive_seen = archived[-1] if archived else 0
         state = StoreState(archive=self.archive)
         state.rebuild(jobs, seq, epoch)
+        state.n = last_n
         end_offset: int | None = None
         for index, gen in enumerate(pending):
             path = self.root / segment_name(gen)
@@ -1211,13 +1240,14 @@ class Store:
                 pending = pending[:index]
                 break
             data = path.read_bytes()
-            read = read_segment(data, 0)
+            read = read_segment(data, 0, state.n)
             if not read.records or read.records[0].get("op") != "header":
                 if is_last and not read.lost_after:
                     if data:
                         moved = self._quarantine(path, "no header")
                         self.report.notices.append(
-                            f"{path.name} had no readable header; it was kept aside as {moved.name} (no change lost)"
+                            f"{path.name} had no readable header; it was kept aside as {moved.name} "
+                            + ("(the changes saved in it are lost)" if lost else "(no change lost)")
                         )
                     self._start_segment(gen, replace=True)
                     end_offset = None
@@ -1271,6 +1301,36 @@ class Store:
         # failed a sync since it was written says so here)
         _datasync(self._fd)
 
+    def _lost_by_synced_mark(self, synced: tuple[int, int], snapshot_gen: int, segs: list[int]) -> str | None:
+        """What the group-sync mark says was lost: a segment gone or cut short below it.
+
+        The mark names how far some process had seen a journal segment reach the disk
+        (fdatasync returned). A segment that is missing, or whose written part ends
+        before it, lost acknowledged changes, even if what is left reads as whole: a
+        deleted current segment, a cut exactly at a record boundary, a zeroed file.
+        """
+        gen, end = synced
+        if gen <= snapshot_gen or end <= 0:
+            return None
+        path = self.root / segment_name(gen)
+        if gen not in segs:
+            return (
+                f"journal segment {path.name} is missing: changes that had been saved to disk "
+                f"({end:,} bytes of it) are lost; the store was loaded without them"
+            )
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return None
+        written = _written_end(data)
+        if written < end:
+            return (
+                f"journal segment {path.name} ends at byte {written:,} where {end:,} bytes had been saved "
+                "to disk: the changes in between are lost; the store was loaded without them"
+            )
+        return None
+
     def _recover_segment(self, path: Path, gen: int, data: bytes, read: SegmentRead, later: list[int]) -> int:
         """Keeps the good prefix of a damaged segment, quarantines the rest, says what was lost.
 
@@ -1296,7 +1356,9 @@ class Store:
             self._quarantine(self.root / segment_name(g), "after a bad record")
         detail = f" (jobs affected: {', '.join(lost_ids[:10])}{'…' if len(lost_ids) > 10 else ''})" if lost_ids else ""
         self.report.notices.append(
-            f"{path.name} has a damaged record at byte {read.bad_line}; it was kept aside as {moved.name}. "
+            f"{path.name} has a damaged record at byte {read.bad_line}"
+            + (f" ({read.out_of_order}: a line repeated, lost or moved)" if read.out_of_order else "")
+            + f"; it was kept aside as {moved.name}. "
             f"Everything before it was loaded; {lost_n} later change(s) could not be applied{detail}."
         )
         return len(good)
@@ -1495,7 +1557,7 @@ class Store:
         data = self._unread()
         if not data:
             return
-        read = read_segment(data, 0)
+        read = read_segment(data, 0, self.state.n)
         self.state.gen = self._gen
         for record in read.records:
             if record.get("op") == "seal":
@@ -1657,6 +1719,8 @@ class Store:
         records = fn(state)
         if not records:
             return records, False, None
+        for number, record in enumerate(records, start=state.n + 1):
+            record["n"] = number  # a duplicated, lost or swapped line is then told apart
         payload = encode_record(records[0]) if len(records) == 1 else b"".join(encode_record(r) for r in records)
         try:
             if offset + len(payload) > self._size:
@@ -2112,7 +2176,7 @@ def _compact(
 ) -> int:
     base_gen = 0
     jobs: dict[str, JobDict] = {}
-    seq = epoch = 0
+    seq = epoch = last_n = 0
     for gen in reversed(snaps):
         if gen > upto:
             continue
@@ -2127,6 +2191,7 @@ def _compact(
         ):
             return 0
         seq, epoch, base_gen = data.get("seq", 0), data.get("epoch", 0), gen
+        last_n = data.get("n", 0)
         break
     results = ResultStore(root.parent / "results")
     carried: dict[str, dict[str, Any]] = {}
@@ -2134,11 +2199,14 @@ def _compact(
     purged_keys: set[str] = set()
     for gen in range(base_gen + 1, upto + 1):
         data = (root / segment_name(gen)).read_bytes()
-        read = read_segment(data, 0)
+        read = read_segment(data, 0, last_n)
         if read.bad_line is not None or read.torn_tail:
             raise StoreCorrupt(f"{segment_name(gen)} is damaged; left for the next open to recover")
         orphans: list[Record] = []
         for record in read.records[1:]:
+            number = record.get("n")
+            if isinstance(number, int):
+                last_n = number
             fault_in(jobs, archive, record)
             if is_orphan(jobs, record):
                 orphans.append(record)
@@ -2186,7 +2254,7 @@ def _compact(
         results.restore(carried[key], durable=False)  # all synced at once below
     results.make_durable(hot_keys)
     results.remove_temp_files(older_than_s=3600)  # writes a crash left behind, long abandoned
-    raw = encode_snapshot(upto, jobs.values(), seq, epoch)
+    raw = encode_snapshot(upto, jobs.values(), seq, epoch, last_n)
     # paced: written all at once, 100 MiB would hold up every commit's sync for as long
     atomic_write(root / snapshot_name(upto), raw, sync_every=SNAPSHOT_SYNC_EVERY)
     # the archive holds these documents now, and no snapshot or kept segment needs the files
