@@ -933,6 +933,9 @@ class JobFilterProxy(QSortFilterProxyModel):
     Hot rows are filtered here; the archived rows are found again by the archive's
     index with the same state and the text in their title
     (:meth:`JobTableModel.set_archive_filter`), so a filter never loads the archive.
+    With ``archive_delay_ms`` the archive is asked only once typing pauses (on a
+    million jobs a title search scans the index); meanwhile the archived rows already
+    loaded are filtered here like the hot ones, so nothing that does not match shows.
 
     It only filters: :meth:`sort` hands the sort to the source :class:`JobTableModel`,
     which sorts in one Python ``list.sort`` instead of Qt asking Python for a key on
@@ -940,12 +943,17 @@ class JobFilterProxy(QSortFilterProxyModel):
     order; ``dynamicSortFilter`` stays on so that a changed job is filtered again.
     """
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, *, archive_delay_ms: int = 0) -> None:
         super().__init__(parent)
         self._text = ""
         self._state: str | None = None
         self._jobs: JobTableModel | None = None
         self.setDynamicSortFilter(True)  # re-filters changed rows; never sorts (sort column -1)
+        self.archive_timer = QTimer(self)
+        self.archive_timer.setObjectName("archiveFilterTimer")
+        self.archive_timer.setSingleShot(True)
+        self.archive_timer.setInterval(archive_delay_ms)
+        self.archive_timer.timeout.connect(self.filter_archive)
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
         """Sorts the source model (the header and ``QTableView.sortByColumn`` land here)."""
@@ -993,15 +1001,21 @@ class JobFilterProxy(QSortFilterProxyModel):
         folded = text.strip().casefold()
         if folded != self._text:
             self._change_filter(lambda: setattr(self, "_text", folded))
-            self._filter_archive()
+            if self.archive_timer.interval() > 0:
+                self.archive_timer.start()  # again: typing goes on
+            else:
+                self.filter_archive()
 
     def set_state(self, state: str | None) -> None:
         """Shows only jobs in ``state`` (None: every state)."""
         if state != self._state:
             self._change_filter(lambda: setattr(self, "_state", state))
-            self._filter_archive()
+            self.filter_archive()
 
-    def _filter_archive(self) -> None:
+    @Slot()
+    def filter_archive(self) -> None:
+        """Finds the archived rows again with this filter (at once, even if a search waits)."""
+        self.archive_timer.stop()
         if self._jobs is not None:
             self._jobs.set_archive_filter(self._state, self._text or None)
 

@@ -41,6 +41,9 @@ CATEGORY_COLOURS: dict[str, str] = {
     "success": "#27ae60",
 }
 
+#: a title search of the archive waits this long after the last keystroke (the hot rows filter at once)
+ARCHIVE_SEARCH_DELAY_MS = 150
+
 STATE_ORDER = (State.QUEUED, State.RUNNING, State.SUCCEEDED, State.DEAD, State.CANCELLED)
 
 
@@ -129,7 +132,7 @@ class QueuePane(QWidget):
     def __init__(self, model: JobTableModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
-        self.proxy = JobFilterProxy(self)
+        self.proxy = JobFilterProxy(self, archive_delay_ms=ARCHIVE_SEARCH_DELAY_MS)
         self.proxy.setSourceModel(model)
         self.search = _search_box("queueSearch", "Filter by title, id, kind or error  (Ctrl+F)")
         self.search.setToolTip("Jobs in memory match on title, id, kind, state or error; archived jobs on their title")
@@ -217,7 +220,7 @@ class DeadLetterPane(QWidget):
     def __init__(self, model: JobTableModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
-        self.proxy = JobFilterProxy(self)
+        self.proxy = JobFilterProxy(self, archive_delay_ms=ARCHIVE_SEARCH_DELAY_MS)
         self.proxy.setSourceModel(model)
         self.search = _search_box("deadSearch", "Filter dead letters by title, id or error")
         self.search.setToolTip("Recent dead letters match on title, id or error; archived ones on their title")
@@ -274,6 +277,8 @@ class DeadLetterPane(QWidget):
     def matching_ids(self) -> list[str]:
         """The ids of every dead job the filter matches: those shown, then the archived
         ones not loaded yet (from the archive's index)."""
+        if self.proxy.archive_timer.isActive():
+            self.proxy.filter_archive()  # the count confirmed must be the search typed
         shown = self.proxy.job_ids()
         seen = set(shown)
         return shown + [i for i in self.model.archived_ids() if i not in seen]
