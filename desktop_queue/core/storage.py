@@ -114,6 +114,8 @@ LIVE_OR_DONE = ("queued", "running", "succeeded")
 #: the finished jobs a compaction keeps in the snapshot (see archive.choose_archived)
 KEEP_FINISHED = 500
 KEEP_FINISHED_S = 15 * 60.0
+#: the most journal segments one compaction step folds (see compact)
+FOLD_SEGMENTS = 2
 #: how often a process looks whether a compaction archived jobs it still holds
 FOLLOW_ARCHIVE_S = 2.0
 #: the job fields StoreState indexes (an update touching none of them moves no index)
@@ -2152,14 +2154,23 @@ def compact(
         StoreError: a segment is damaged, or they could not be set aside (nothing folded).
     """
     now = time.time() if now is None else now
-    names = os.listdir(root)
-    snaps = sorted(int(m.group(1)) for n in names if (m := _SNAPSHOT_RE.match(n)))
     archive = Archive(root)
+    written = 0
     try:
         archive.catch_up()
         if notices is not None:
             notices.extend(archive.notices)
-        return _compact(root, upto, snaps, archive, notices, keep_finished, keep_finished_s, now)
+        # a few segments at a time: memory is then bounded by what those hold, however
+        # large a burst's backlog (each step leaves a complete snapshot behind it)
+        while True:
+            names = os.listdir(root)
+            snaps = sorted(int(m.group(1)) for n in names if (m := _SNAPSHOT_RE.match(n)))
+            base = max((g for g in snaps if g <= upto), default=0)
+            step = min(upto, base + FOLD_SEGMENTS) if base < upto else upto
+            size = _compact(root, step, snaps, archive, notices, keep_finished, keep_finished_s, now)
+            written = size or written
+            if step >= upto or not size:
+                return written
     finally:
         archive.close()
 
