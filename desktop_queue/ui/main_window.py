@@ -552,6 +552,7 @@ class MainWindow(QMainWindow):
         if self._ran_something:
             self._announce_if_drained(counts)
         dead = counts.get(State.DEAD, 0)
+        self.dead_pane.set_total(dead)
         if self._dead_seen is None or self.tabs.currentWidget() is self.dead_pane:
             self._dead_seen = dead
         if dead > self._dead_count and self.tray is not None and self._dead_count_known:

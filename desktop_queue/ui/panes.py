@@ -229,6 +229,7 @@ class DeadLetterPane(QWidget):
         self.replay_button = QPushButton(icon("action-replay"), "Re&play…")
         self.retry_all_button = QPushButton(icon("action-retry"), "Retry &all matching")
         self.retry_all_button.setObjectName("retryAllButton")
+        self._total: int | None = None
         self.progress = QLabel()
         self.progress.setObjectName("batchProgress")
         bar = QHBoxLayout()
@@ -265,11 +266,21 @@ class DeadLetterPane(QWidget):
                 header.setSectionResizeMode(i, QHeaderView.ResizeMode.Stretch)
         self._update_retry_all()
 
+    def set_total(self, dead: int) -> None:
+        """The number of dead letters, archived ones included (``Queue.counts``)."""
+        if dead != self._total:
+            self._total = dead
+            self._update_retry_all()
+
     def _update_retry_all(self) -> None:
         n = self.proxy.rowCount()
         more = self.model.canFetchMore(QModelIndex())  # archived dead letters not loaded yet
+        if more and not self.search.text().strip() and self._total is not None:
+            count = str(max(n, self._total))  # unfiltered: every dead letter matches
+        else:
+            count = f"{n}+" if more else str(n)
         self.retry_all_button.setEnabled(n > 0 or more)
-        self.retry_all_button.setText(f"Retry &all matching ({n}{'+' if more else ''})")
+        self.retry_all_button.setText(f"Retry &all matching ({count})")
 
     def selected(self) -> list[dict]:
         return selected_jobs(self.view)
@@ -449,6 +460,8 @@ class TimelinePane(QWidget):
         font = self.heading.font()
         font.setBold(True)
         self.heading.setFont(font)
+        # a long title wraps: it must not widen the timeline and squeeze the job tables
+        self.heading.setWordWrap(True)
         self.copy_button = QPushButton(icon("action-copy"), "&Copy")
         self.copy_button.setToolTip("Copy this timeline to the clipboard as text")
         self.view = QListView()
