@@ -112,7 +112,7 @@ __all__ = ["JobDict", "Record"]  # the shapes live in records.py; re-exported fo
 
 LIVE_OR_DONE = ("queued", "running", "succeeded")
 #: the finished jobs a compaction keeps in the snapshot (see archive.choose_archived)
-KEEP_FINISHED = 500
+KEEP_FINISHED = 200
 KEEP_FINISHED_S = 15 * 60.0
 #: the most journal segments one compaction step folds (see compact)
 FOLD_SEGMENTS = 2
@@ -1179,6 +1179,7 @@ class Store:
         self._carried = {}
         # read before the files: what anyone had synced when this look began is on disk now
         synced = self._group.synced() if self._group is not None else (0, 0)
+        notices_before = len(self.report.notices)
         snaps, segs = self._list()
         last_n = 0
         jobs: dict[str, JobDict] = {}
@@ -1300,8 +1301,11 @@ class Store:
                 self._start_segment(gen)
             self._open_segment(gen)
         # what was just read is on disk before anything is built on it (and a disk that
-        # failed a sync since it was written says so here)
-        _datasync(self._fd)
+        # failed a sync since it was written says so here), unless a sync that returned
+        # after it was written says so already and this load changed no file
+        clean = len(self.report.notices) == notices_before
+        if not (clean and synced >= (self._gen, self._offset) and synced[0] == self._gen):
+            _datasync(self._fd)
 
     def _lost_by_synced_mark(self, synced: tuple[int, int], snapshot_gen: int, segs: list[int]) -> str | None:
         """What the group-sync mark says was lost: a segment gone or cut short below it.
