@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 ARCHIVE_FORMAT = "desktop-queue.archive"
 ARCHIVE_VERSION = 1
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 #: jobs compressed together: larger blocks compress little better and cost more to read one job
 BLOCK_JOBS = 32
 _BLOCK_MAGIC = b"DQB1"
@@ -73,6 +73,8 @@ FINISHED_STATES = ("succeeded", "dead", "cancelled")
 INLINE_RESULT_MAX = 1 << 20
 #: run and wait times are kept as counts per bucket of this relative width (2 %)
 _BUCKET_BASE = math.log(1.02)
+#: a title search reads this many of the newest archived jobs before asking the trigram index
+SCAN_FIRST = 20_000
 
 
 def segment_file(number: int) -> str:
@@ -279,6 +281,17 @@ CREATE INDEX IF NOT EXISTS jobs_profile ON jobs (profile, seq);
 CREATE INDEX IF NOT EXISTS jobs_err ON jobs (err, seq);
 CREATE TABLE IF NOT EXISTS copies (id TEXT NOT NULL, seg INTEGER NOT NULL, PRIMARY KEY (id, seg)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS totals (k INTEGER PRIMARY KEY, blob BLOB NOT NULL);
+-- title search by substring: a trigram index finds "study 42" among a million titles
+-- without reading them all (a LIKE scan of the jobs table takes over 100 ms there)
+CREATE VIRTUAL TABLE IF NOT EXISTS titles USING fts5(
+    title, content='jobs', content_rowid='seq', tokenize='trigram'
+);
+CREATE TRIGGER IF NOT EXISTS jobs_title_in AFTER INSERT ON jobs BEGIN
+    INSERT INTO titles (rowid, title) VALUES (new.seq, new.title);
+END;
+CREATE TRIGGER IF NOT EXISTS jobs_title_out AFTER DELETE ON jobs BEGIN
+    INSERT INTO titles (titles, rowid, title) VALUES ('delete', old.seq, old.title);
+END;
 """
 
 
@@ -469,6 +482,7 @@ class Archive:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA recursive_triggers=ON")  # a REPLACE's delete keeps the title index right
             db.executescript(_SCHEMA)
             row = db.execute("SELECT v FROM meta WHERE k = 'version'").fetchone()
             if row is None:
@@ -702,26 +716,49 @@ class Archive:
         before_seq: int | None = None,
         limit: int | None = None,
     ) -> list[ArchivedRow]:
-        """Archived jobs, newest first, by the indexed fields (``text``: in the title)."""
+        """Archived jobs, newest first, by the indexed fields (``text``: in the title, any case).
+
+        A title search first scans the newest :data:`SCAN_FIRST` jobs (a common word fills
+        a page there at once), then asks the trigram index for the older ones (a rare
+        word is found among a million titles without reading them).
+        """
         where: list[str] = []
         args: list[Any] = []
         for column, value in (("state", state), ("kind", kind), ("profile", profile), ("err", error_class)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
-        if text:
-            where.append("title LIKE ? ESCAPE '\\'")
-            args.append("%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
         if before_seq is not None:
             where.append("seq < ?")
             args.append(before_seq)
+        if not text:
+            return self._select(where, args, limit)
+        scan = (
+            ["title LIKE ? ESCAPE '\\'"],
+            ["%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"],
+        )
+        if len(text) < 3 or any(c in text for c in "%_\\"):
+            return self._select(where + scan[0], args + scan[1], limit)  # the trigram index cannot help
+        top = self._query("SELECT max(seq) FROM jobs")[0][0] or 0
+        bound = min(top + 1, before_seq or top + 1) - SCAN_FIRST
+        newest = self._select([*where, *scan[0], "seq >= ?"], [*args, *scan[1], bound], limit)
+        if limit is not None and len(newest) >= limit:
+            return newest
+        older = self._select(
+            [*where, "seq IN (SELECT rowid FROM titles WHERE title LIKE ?)", "seq < ?"],
+            [*args, f"%{text}%", bound],
+            None if limit is None else limit - len(newest),
+        )
+        return newest + older
+
+    def _select(self, where: list[str], args: list[Any], limit: int | None) -> list[ArchivedRow]:
         sql = f"SELECT {_ROW_COLUMNS} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY seq DESC"
         if limit is not None:
             sql += " LIMIT ?"
-            args.append(limit)
+            args = [*args, limit]
         return [_row(r) for r in self._query(sql, args)]
 
     def jobs(self, rows: Iterable[ArchivedRow]) -> Iterator[JobDict]:

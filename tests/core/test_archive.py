@@ -428,3 +428,21 @@ def test_archive_get_of_unknown_id_is_none(tmp_path: Path) -> None:
     archive = Archive(tmp_path)
     assert archive.get("nothing") is None and archive.count() == 0
     archive.close()
+
+
+@pytest.mark.parametrize("scan_first", [5, 20_000])
+@pytest.mark.parametrize("text", ["NUMBER 1", "er 2", "j n", "1", "%", "_", "no such title"])
+def test_title_search_finds_what_a_scan_finds(
+    small_hot: Callable[..., Queue], clock: FakeClock, monkeypatch: pytest.MonkeyPatch, text: str, scan_first: int
+) -> None:
+    """The trigram index (older jobs) and the scan (newest ones) together answer as a full scan does."""
+    from desktop_queue.core import archive
+
+    monkeypatch.setattr(archive, "SCAN_FIRST", scan_first)
+    queue = small_hot()
+    run_jobs(queue, clock, 40)
+    queue.store.compact_now()
+    every = queue.history(limit=1000)
+    expected = [r.id for r in every if text.lower() in (r.title or "").lower()]
+    assert [r.id for r in queue.history(text=text, limit=1000)] == expected
+    assert [r.id for r in queue.history(text=text, limit=3)] == expected[:3]
