@@ -68,12 +68,19 @@ qtcompat.install()  # PySide6 6.12.0 + CPython 3.11 would abort a long run (see 
 
 @dataclass
 class RunReport:
-    """What a runnable hands back to the driver thread."""
+    """What a runnable hands back to the driver thread.
+
+    A success is committed by the runnable itself (see :meth:`JobRunnable.run`):
+    ``committed`` is then the job's new state, or ``commit_error`` what the commit
+    raised (the driver handles it as if its own commit had raised it).
+    """
 
     lease: Lease
     outcome: Outcome
     cancelled: bool
     reused: bool = False
+    committed: str | None = None
+    commit_error: QueueError | None = None
 
 
 @dataclass
@@ -116,17 +123,46 @@ class _Active:
 
 
 class _Relay(QObject):
-    """Lives in the driver's thread; runnables emit through it (queued to that thread).
+    """Lives in the driver's thread; runnables report through it (queued to that thread).
+
+    A runnable puts its report in the inbox and emits ``ready`` only if the inbox was
+    empty: one queued signal tells of every report that arrives before the driver
+    takes them, so a busy driver handles its finished attempts in batches.
 
     Signals:
-        finished(RunReport): an attempt ended (successfully or not).
+        ready(): reports wait in the inbox (:meth:`take`).
     """
 
-    finished = Signal(object)
+    ready = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._lock = threading.Lock()
+        self._inbox: list[RunReport] = []
+
+    def put(self, report: RunReport) -> None:
+        """Hands ``report`` to the driver (any thread)."""
+        with self._lock:
+            first = not self._inbox
+            self._inbox.append(report)
+        if first:
+            self.ready.emit()
+
+    def take(self) -> list[RunReport]:
+        """Every report handed in so far, oldest first (the driver's thread)."""
+        with self._lock:
+            reports, self._inbox = self._inbox, []
+        return reports
 
 
 class JobRunnable(QRunnable):
     """Runs one leased attempt on a pool thread.
+
+    A success is committed here, on the pool thread, the moment the provider answers:
+    its durable commit is the slow part of a finished attempt (an ``fsync``), and the
+    pool's threads share theirs (group commit) where the driver's thread would make
+    one after the other. Everything else (failures, retries, give-backs, an attempt
+    told to stop, flow control) is decided and committed by the driver.
 
     Args:
         queue: the engine (thread-safe).
@@ -136,6 +172,8 @@ class JobRunnable(QRunnable):
         cancel: set to ask the provider to stop.
         stopping: set with ``cancel`` when the job was not cancelled (shutdown, lost lease).
         timeout_s: the attempt's timeout, handed to the provider.
+        keeper: renews the lease; told to stop before the success is committed, as the
+            driver does before its commits (None: the driver's commit tells it).
     """
 
     def __init__(
@@ -147,6 +185,7 @@ class JobRunnable(QRunnable):
         cancel: threading.Event,
         stopping: threading.Event | None = None,
         timeout_s: float | None = None,
+        keeper: LeaseKeeper | None = None,
     ) -> None:
         super().__init__()
         self.setAutoDelete(True)
@@ -157,6 +196,7 @@ class JobRunnable(QRunnable):
         self._cancel = cancel
         self._stopping = stopping or threading.Event()
         self._timeout_s = timeout_s
+        self._keeper = keeper
 
     def _beat(self) -> bool:
         # the lease keeper renews the lease; a provider's beat only asks whether to go on
@@ -166,6 +206,23 @@ class JobRunnable(QRunnable):
         self._queue.record_provider_job(self._lease, provider_job_id)
 
     def run(self) -> None:
+        report = self._attempt()
+        if report.outcome.ok and not report.cancelled:
+            # an attempt told to stop (cancelled, timed out, lease lost, shutdown) is the
+            # driver's to settle: it knows why
+            self._complete(report)
+        self._relay.put(report)
+
+    def _complete(self, report: RunReport) -> None:
+        """Commits a success under the lease; the driver is told what came of it."""
+        if self._keeper is not None:
+            self._keeper.remove(report.lease)  # no renewal may race the commit (and be refused)
+        try:
+            report.committed = self._queue.complete(report.lease, report.outcome.result, reused=report.reused).state
+        except QueueError as exc:  # a stale lease, a store that refuses: the driver decides
+            report.commit_error = exc
+
+    def _attempt(self) -> RunReport:
         lease = self._lease
         job = lease.job
         reused = False
@@ -222,7 +279,7 @@ class JobRunnable(QRunnable):
             # the type only: an exception's text may quote the prompt (invariant 7)
             log.error("attempt of %s crashed: %s", job.id, type(exc).__name__)
             outcome = Outcome.failure(ErrorClass.RETRYABLE, f"worker error: {type(exc).__name__}")
-        self._relay.finished.emit(RunReport(lease, outcome, self._cancel.is_set(), reused))
+        return RunReport(lease, outcome, self._cancel.is_set(), reused)
 
 
 class LeaseDriver(QObject):
@@ -310,8 +367,11 @@ class LeaseDriver(QObject):
         self._store_retry_s = (max(0.0, store_retry_s[0]), max(store_retry_s))
         self._retry_wait = self._store_retry_s[0]
         self._retry_at = 0.0
+        # the kinds the last tick found available; a freed slot leases from them at once
+        self._kinds: set[str] | None = None
+        self._in_tick = False
         self._relay = _Relay(self)
-        self._relay.finished.connect(self._on_finished)
+        self._relay.ready.connect(self._on_ready)
         self._timer = QTimer(self)
         self._timer.setObjectName("leaseDriverTick")
         self._timer.setInterval(tick_ms)
@@ -417,6 +477,7 @@ class LeaseDriver(QObject):
 
         QCoreApplication.sendPostedEvents(self._relay)
         QCoreApplication.processEvents()
+        self._on_ready()
         self._settle_held()
         for finish in self._held.values():
             # the store still refuses: the job stays running under its lease, and the next
@@ -445,6 +506,7 @@ class LeaseDriver(QObject):
         """Reaps, notices jobs cancelled elsewhere, and leases while there is capacity."""
         if self._stopping:
             return
+        self._in_tick = True
         try:
             self._check_active()
             if self._store_down is not None and not self._store_retry():
@@ -455,23 +517,8 @@ class LeaseDriver(QObject):
                     self._stop_after_current = False
                 self._emit_idle_if_idle()
                 return
-            kinds = self._available_kinds()  # once a tick: each provider is asked (a key lookup)
-            while len(self._active) < self._concurrency:
-                if self.flow is None:
-                    lease = self.queue.lease(self.worker_id, kinds=kinds, lease_s=self.lease_s, kept=True)
-                else:
-                    # one look at the shared flow state for the whole scan, taken before
-                    # the store's commit lock (the lease commit asks accept inside it)
-                    with self.flow.session():
-                        lease = self.queue.lease(
-                            self.worker_id, kinds=kinds, accept=self.flow.accept, lease_s=self.lease_s, kept=True
-                        )
-                        if lease is not None:
-                            self.flow.on_start(lease.job)
-                if lease is None:
-                    break
-                self._store_ok()
-                self._launch(lease)
+            self._kinds = self._available_kinds()  # once a tick: each provider is asked (a key lookup)
+            self._lease_while_capacity(self._kinds)
             if not self._active:
                 self.queue.reap()
             self._emit_idle_if_idle()
@@ -482,7 +529,62 @@ class LeaseDriver(QObject):
             log.error("lease driver: %s", exc)
             self.error.emit(str(exc))
         finally:
+            self._in_tick = False
             self.drain_flow_events()
+
+    def _fill(self) -> None:
+        """Leases at once into the slots finished attempts freed: the part of a tick they need.
+
+        What else a tick does (timeouts, jobs cancelled elsewhere, reaping, asking each
+        provider whether it can run) waits for the timer: per finished attempt it would
+        cost more than the attempt itself. The kinds are those the last tick found
+        available. Paused, or with a store that refuses, the full tick decides.
+        """
+        if self._stopping or self._in_tick:
+            return  # a tick leases after whatever it settled
+        if self._kinds is None or self._paused or self._store_down is not None:
+            self.tick()
+            return
+        try:
+            self._lease_while_capacity(self._kinds)
+            self._emit_idle_if_idle()
+        except StoreError as exc:
+            self._store_failed(exc)
+        except QueueError as exc:
+            log.error("lease driver: %s", exc)
+            self.error.emit(str(exc))
+        finally:
+            self.drain_flow_events()
+
+    def _lease_while_capacity(self, kinds: set[str]) -> None:
+        """Leases runnable jobs of ``kinds`` and starts them until every slot is taken.
+
+        Raises:
+            StoreError: a lease commit failed (nothing was written for it).
+            QueueError: the store could not be used otherwise.
+        """
+        if len(self._active) >= self._concurrency:
+            return
+        if self.flow is None:
+            while len(self._active) < self._concurrency:
+                lease = self.queue.lease(self.worker_id, kinds=kinds, lease_s=self.lease_s, kept=True)
+                if lease is None:
+                    return
+                self._store_ok()
+                self._launch(lease)
+            return
+        # one look at the shared flow state for the whole scan (every lease of it), taken
+        # before the store's commit lock (the lease commit asks accept inside it)
+        with self.flow.session():
+            while len(self._active) < self._concurrency:
+                lease = self.queue.lease(
+                    self.worker_id, kinds=kinds, accept=self.flow.accept, lease_s=self.lease_s, kept=True
+                )
+                if lease is None:
+                    return
+                self.flow.on_start(lease.job)
+                self._store_ok()
+                self._launch(lease)
 
     # ------------------------------------------------------------------ a store that refuses
 
@@ -629,13 +731,27 @@ class LeaseDriver(QObject):
         self._active[lease.job_id] = active
         self.keeper.add(lease, self.lease_s or self.queue.lease_length(lease.job.kind))
         runnable = JobRunnable(
-            self.queue, provider, lease, self._relay, active.cancel, active.stopping, active.timeout_s
+            self.queue, provider, lease, self._relay, active.cancel, active.stopping, active.timeout_s, self.keeper
         )
         self._was_idle = False
         self.pool.start(runnable)
         self.job_started.emit(lease.job_id)
 
-    @Slot(object)
+    @Slot()
+    def _on_ready(self) -> None:
+        """Handles every report in the inbox, then leases into the freed slots at once."""
+        reports = self._relay.take()
+        if not reports:
+            return
+        with self.flow.session() if self.flow is not None else contextlib.nullcontext():
+            self._in_tick, in_tick = True, self._in_tick  # one fill for the whole batch
+            try:
+                for report in reports:
+                    self._on_finished(report)
+            finally:
+                self._in_tick = in_tick
+            self._fill()
+
     def _on_finished(self, report: RunReport) -> None:
         lease = report.lease
         active = self._active.get(lease.job_id)
@@ -643,16 +759,22 @@ class LeaseDriver(QObject):
             del self._active[lease.job_id]
         else:
             active = None
-        if active is not None and active.timed_out:
+        if active is not None and active.timed_out and report.committed is None:
             # already failed as a timeout: whatever came back is a stale holder's
             if not self._holds(lease):  # (that failure still waits for the store: its lease stays kept)
                 self.keeper.remove(lease)
-            self.queue.results.drop_pending(lease.job.idempotency_key, lease.epoch)
-            with contextlib.suppress(QueueError):
-                self.queue.record_stale(lease, "answer after the attempt timed out ignored")
+            if not isinstance(report.commit_error, StaleLease):  # (its refused commit said so already)
+                self.queue.results.drop_pending(lease.job.idempotency_key, lease.epoch)
+                with contextlib.suppress(QueueError):
+                    self.queue.record_stale(lease, "answer after the attempt timed out ignored")
             self.stale_result.emit(lease.job_id)
             self._after_finish()
             return
+        if active is not None and active.timed_out:
+            # the answer was committed before the timeout's failure could be (which was
+            # then refused as stale, silently): the success stands
+            self._held.pop(lease.job_id, None)
+            active.timed_out = False
         suspended = self.keeper.suspended_since(active.started) if active is not None else 0.0
         self._settle(_Finish(report, report.outcome, suspended))
 
@@ -714,6 +836,11 @@ class LeaseDriver(QObject):
             StoreError: the store refused; nothing was changed.
         """
         report, outcome, lease = finish.report, finish.outcome, finish.report.lease
+        if report.committed is not None:  # the runnable committed the success
+            return report.committed, report.cancelled
+        if report.commit_error is not None:  # ...or tried: a later try commits here
+            error, report.commit_error = report.commit_error, None
+            raise error
         if finish.timed_out:
             return self.queue.fail(lease, outcome).state, False
         if outcome.unreachable and not report.cancelled:
@@ -750,5 +877,4 @@ class LeaseDriver(QObject):
     def _after_finish(self) -> None:
         if self._stop_after_current and not self._active:
             self._stop_after_current = False
-        if not self._stopping:
-            self.wake()
+        self._fill()
