@@ -739,7 +739,10 @@ class Archive:
         )
         if len(text) < 3 or any(c in text for c in "%_\\"):
             return self._select(where + scan[0], args + scan[1], limit)  # the trigram index cannot help
-        top = self._query("SELECT max(seq) FROM jobs")[0][0] or 0
+        found = self._query("SELECT max(seq) FROM jobs")
+        if not found or found[0][0] is None:
+            return []  # nothing archived yet (no index is made before there is)
+        top = found[0][0]
         bound = min(top + 1, before_seq or top + 1) - SCAN_FIRST
         newest = self._select([*where, *scan[0], "seq >= ?"], [*args, *scan[1], bound], limit)
         if limit is not None and len(newest) >= limit:

@@ -446,3 +446,9 @@ def test_title_search_finds_what_a_scan_finds(
     expected = [r.id for r in every if text.lower() in (r.title or "").lower()]
     assert [r.id for r in queue.history(text=text, limit=1000)] == expected
     assert [r.id for r in queue.history(text=text, limit=3)] == expected[:3]
+
+
+def test_a_title_search_with_nothing_archived_finds_nothing(open_queue: Callable[..., Queue]) -> None:
+    queue = open_queue()
+    queue.submit("demo", {"prompt": "alpha"}, title="alpha")
+    assert queue.history(text="alpha") == []  # (the hot job is the window's own row)
