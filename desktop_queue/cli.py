@@ -604,6 +604,8 @@ def cmd_work(args: argparse.Namespace) -> int:
             request_stop("idle")
 
     driver.error.connect(on_error)
+    # --until-idle stops the moment the driver says it is idle, not at the next look
+    driver.idle.connect(check)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: request_stop("interrupted"))
     watch = QTimer()
