@@ -27,8 +27,8 @@ N_PER_PROCESS = 300
 _WORKER = r"""
 import sys, orjson
 from desktop_queue.core import Queue, RetryPolicy
-data_dir, tag, n, rotate = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-q = Queue.open(data_dir, policy=RetryPolicy(lease_s=3600), rotate_bytes=rotate)
+data_dir, tag, n, rotate, keep = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+q = Queue.open(data_dir, policy=RetryPolicy(lease_s=3600), rotate_bytes=rotate, keep_finished=keep)
 print("ready", flush=True)
 sys.stdin.readline()
 submitted, leases = [], []
@@ -116,15 +116,18 @@ def _line(proc: subprocess.Popen[str]) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("n_procs", "rotate_bytes"),
-    [(2, 64 * 1024), (3, 4096)],
-    ids=["two-processes", "three-processes-rotating-every-few-commits"],
+    ("n_procs", "rotate_bytes", "keep"),
+    [(2, 64 * 1024, 200), (3, 4096, 200), (3, 8192, 3)],
+    ids=["two-processes", "three-processes-rotating-every-few-commits", "three-processes-archiving-as-they-go"],
 )
-def test_processes_lose_no_update(data_dir: Path, open_queue: OpenQueue, n_procs: int, rotate_bytes: int) -> None:
-    """With 4 KiB segments every few commits rotate (a seal), and compactions run all along."""
+def test_processes_lose_no_update(
+    data_dir: Path, open_queue: OpenQueue, n_procs: int, rotate_bytes: int, keep: int
+) -> None:
+    """With 4 KiB segments every few commits rotate (a seal), and compactions run all along;
+    with a hot set of 3, every compaction archives what others still hold in memory."""
     open_queue().close()  # create the store first, so no child has to
     tags = [f"p{k + 1}" for k in range(n_procs)]
-    procs = [_spawn(_WORKER, str(data_dir), tag, str(N_PER_PROCESS), str(rotate_bytes)) for tag in tags]
+    procs = [_spawn(_WORKER, str(data_dir), tag, str(N_PER_PROCESS), str(rotate_bytes), str(keep)) for tag in tags]
     with children(*procs):
         for proc in procs:
             assert _line(proc).strip() == "ready"
@@ -168,6 +171,9 @@ def test_processes_lose_no_update(data_dir: Path, open_queue: OpenQueue, n_procs
         assert doc["result"]["epoch"] == job.lease_epoch
     assert queue.results.count() == total
     assert queue.report.notices == []
+    assert queue.counts()["succeeded"] == total == queue.stats().jobs
+    if keep < 10:
+        assert queue.store.archive.count() > total // 2  # the archive took most of them
 
 
 def test_only_the_first_opener_reconciles(data_dir: Path, open_queue: OpenQueue) -> None:
