@@ -66,7 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="jobs, newest first")
     p.add_argument("--state", choices=[s.value for s in State])
-    p.add_argument("--limit", type=_at_least_one, default=None, metavar="N", help="at most N jobs (the newest)")
+    count = p.add_mutually_exclusive_group()
+    count.add_argument(
+        "--limit",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help=f"at most N jobs, the newest (default: {LIST_DEFAULT_LIMIT:,})",
+    )
+    count.add_argument("--all", action="store_true", help="every job, however many (a long history takes long)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("show", help="one job with its full event timeline")
@@ -187,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
+
+#: how many jobs `list` prints unless told: a year of history is a million jobs
+LIST_DEFAULT_LIMIT = 1000
 
 # Numbers are checked where they are parsed: a negative --limit would slice off the
 # oldest job, a negative --max-seconds would still lease (the first check runs after
@@ -411,8 +422,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    limit = None if args.all else args.limit or LIST_DEFAULT_LIMIT
     with _open(args) as queue:
-        jobs = queue.list(args.state, limit=args.limit)
+        jobs = queue.list(args.state, limit=limit)
+        if args.limit is None and not args.all and len(jobs) == limit:
+            counts = queue.counts()
+            total = counts.get(args.state, 0) if args.state else sum(counts.values())
+            if total > limit:
+                _err(f"note: the newest {limit:,} of {total:,} jobs; --limit N or --all for more")
         if args.json:
             _out([j.to_json(with_events=False, with_input=False) for j in jobs])
             return EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from desktop_queue.core import Queue
 from desktop_queue.core.model import State
@@ -81,3 +82,17 @@ def test_a_damaged_policy_purges_nothing_and_says_so(dq: Cli, data_dir: Path) ->
     run = dq.run("purge", "--by-retention")
     assert run.code != 0 and "retention.json is damaged" in run.err
     assert len(dq.run("list", "--json").json()) == 3
+
+
+def test_list_prints_the_newest_thousand_unless_told(dq: Cli, data_dir: Path, monkeypatch: Any) -> None:
+    from desktop_queue import cli
+
+    monkeypatch.setattr(cli, "LIST_DEFAULT_LIMIT", 5)
+    finish_jobs(data_dir, 8, tag="l")
+    run = dq.run("list", "--json")
+    assert run.code == 0 and len(run.json()) == 5
+    assert "the newest 5 of 8 jobs" in run.err
+    assert len(dq.run("list", "--all", "--json").json()) == 8
+    run = dq.run("list", "--limit", "7", "--json")
+    assert len(run.json()) == 7 and run.err == ""
+    assert dq.run("list", "--all", "--limit", "2").code == 2
