@@ -632,13 +632,99 @@ class Queue:
             self.record_stale(lease, "provider job id of a lost lease rejected")
             raise
 
-    def complete(self, lease: Lease, result: Any, *, reused: bool = False) -> Job:
+    def stored_result(self, lease: Lease) -> dict[str, Any] | None:
+        """The result already stored for the key of ``lease``'s job, or None: asked before an attempt runs.
+
+        While the job is hot and holds its key, no archived job can hold a result for
+        that key (a submission would have found that job and returned it), so the
+        archive is not asked; the journal's results and the result files are.
+        """
+        key = lease.job.idempotency_key
+        return self.results.get(key, archived=self.store.state.keys.get(key) != lease.job_id)
+
+    def complete(
+        self, lease: Lease, result: Any, *, reused: bool = False, document: dict[str, Any] | None = None
+    ) -> Job:
         """Stores the result durably under the job's key, then marks the job ``succeeded``.
+
+        Args:
+            lease: the lease the attempt holds.
+            result: what the provider answered.
+            reused: the result is one stored earlier for the key (not produced again).
+            document: the result document this attempt kept when the provider answered
+                (what :meth:`ResultStore.put_pending` returned), by a caller that found
+                no stored result for the key (:meth:`stored_result`) after its lease was
+                taken. The result is then not looked up again, nor its pending copy read
+                back: while the lease is current and its job holds the key, no one else
+                can have stored a result for that key since.
 
         Raises:
             StaleLease: the lease is no longer current; the state is unchanged and the
                 rejection is recorded in the job's timeline.
         """
+        key = lease.job.idempotency_key
+        if (
+            document is not None
+            and not reused
+            and document.get("key") == key
+            and document.get("job_id") == lease.job_id
+            and document.get("epoch") == lease.epoch
+        ):
+            done = self._complete_kept(lease, key, document)
+            if done is not None:
+                return done
+        return self._complete_looked_up(lease, result, reused)
+
+    def _complete_kept(self, lease: Lease, key: str, doc: dict[str, Any]) -> Job | None:
+        """:meth:`complete` with the attempt's own kept document; None when the job no longer holds its key."""
+        now = self.clock.now()
+        ref = self.results.ref_for(key)
+        out = _Capture()
+
+        def fn(state: StoreState) -> list[Record]:
+            job = self._current(state, lease)
+            if state.keys.get(key) != job["id"] or self.store.carried_result(key) is not None:
+                out.value = False  # not the key's holder (or a result appeared): the full look-up decides
+                return []
+            out.value = True
+            return [self._success_record(job, lease, ref, now, doc, reused=False)]
+
+        try:
+            self.store.transact(fn)
+        except StaleLease:
+            self.record_stale(lease, "late result rejected")
+            self.results.drop_pending(key, lease.epoch)
+            raise
+        if not out.value:
+            return None
+        self.results.drop_pending(key, lease.epoch)  # the journal record carries it now
+        return self._view(lease.job_id)
+
+    def _success_record(
+        self, job: JobDict, lease: Lease, ref: str, now: float, doc: dict[str, Any], *, reused: bool
+    ) -> UpdateRecord:
+        check_transition(job["id"], job["state"], _SUCCEEDED)
+        detail: dict[str, Any] = {"result_ref": ref}
+        if reused:
+            detail["reason"] = "result already stored for this key; not produced again"
+        event = _event_dict(
+            _EV_SUCCEEDED, now, job.get("attempts", 0), job.get("lease_epoch", 0), lease.worker, _SYSTEM, detail
+        )
+        changes: JobChanges = {
+            "state": _SUCCEEDED,
+            "result_ref": ref,
+            "finished_at": now,
+            "last_error": None,
+            **self._lease_changes_cleared(now),
+        }
+        record = self._upd(job["id"], changes, event)
+        # the record carries the result: one fsync makes both durable ("the same durable
+        # commit"); compaction writes the result file (synced) before folding this record
+        record["res"] = doc
+        return record
+
+    def _complete_looked_up(self, lease: Lease, result: Any, reused: bool) -> Job:
+        """:meth:`complete` that looks up the key's result and the attempt's pending copy."""
         now = self.clock.now()
         key = lease.job.idempotency_key
         ref = self.results.ref_for(key)
@@ -659,25 +745,7 @@ class Queue:
 
         def fn(state: StoreState) -> list[Record]:
             job = self._current(state, lease)
-            check_transition(job["id"], job["state"], _SUCCEEDED)
-            detail: dict[str, Any] = {"result_ref": ref}
-            if reused or not created:
-                detail["reason"] = "result already stored for this key; not produced again"
-            event = _event_dict(
-                _EV_SUCCEEDED, now, job.get("attempts", 0), job.get("lease_epoch", 0), lease.worker, _SYSTEM, detail
-            )
-            changes: JobChanges = {
-                "state": _SUCCEEDED,
-                "result_ref": ref,
-                "finished_at": now,
-                "last_error": None,
-                **self._lease_changes_cleared(now),
-            }
-            record = self._upd(job["id"], changes, event)
-            # the record carries the result: one fsync makes both durable ("the same durable
-            # commit"); compaction writes the result file (synced) before folding this record
-            record["res"] = doc
-            return [record]
+            return [self._success_record(job, lease, ref, now, doc, reused=reused or not created)]
 
         try:
             self.store.transact(fn)

@@ -370,10 +370,16 @@ class ResultStore:
             with contextlib.suppress(OSError):
                 fsync_dir(directory)
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str, *, archived: bool = True) -> dict[str, Any] | None:
         """The stored result document for ``key``, or None.
 
         A damaged result file is moved aside (``*.corrupt-<time>``) and reported as missing.
+
+        Args:
+            key: the idempotency key.
+            archived: also ask the archive (False: the caller knows it holds no result
+                for ``key``, see :meth:`Queue.stored_result
+                <desktop_queue.core.queue.Queue.stored_result>`).
         """
         if self._carried is not None:
             doc = self._carried(key)
@@ -382,7 +388,7 @@ class ResultStore:
         path_s = self._path_s(key)
         if not os.access(path_s, os.F_OK):
             # the usual miss, told without raising (a third of a failed open's cost)
-            return self._archived(key) if self._archived is not None else None
+            return self._archived(key) if archived and self._archived is not None else None
         try:
             fd = os.open(path_s, os.O_RDONLY | _O_BINARY)
         except FileNotFoundError:

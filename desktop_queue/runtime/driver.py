@@ -79,6 +79,8 @@ class RunReport:
     outcome: Outcome
     cancelled: bool
     reused: bool = False
+    #: the result document kept when the provider answered (None: none could be kept)
+    document: dict[str, Any] | None = None
     committed: str | None = None
     commit_error: QueueError | None = None
 
@@ -218,7 +220,9 @@ class JobRunnable(QRunnable):
         if self._keeper is not None:
             self._keeper.remove(report.lease)  # no renewal may race the commit (and be refused)
         try:
-            report.committed = self._queue.complete(report.lease, report.outcome.result, reused=report.reused).state
+            report.committed = self._queue.complete(
+                report.lease, report.outcome.result, reused=report.reused, document=report.document
+            ).state
         except QueueError as exc:  # a stale lease, a store that refuses: the driver decides
             report.commit_error = exc
 
@@ -226,8 +230,9 @@ class JobRunnable(QRunnable):
         lease = self._lease
         job = lease.job
         reused = False
+        document = None
         try:
-            stored = self._queue.results.get(job.idempotency_key)
+            stored = self._queue.stored_result(lease)
             if stored is not None:
                 # paid for already: never produce a result twice
                 outcome, reused = Outcome.success(stored.get("result")), True
@@ -262,7 +267,7 @@ class JobRunnable(QRunnable):
                     # kept under this lease's epoch, so only this holder's commit (or the
                     # reconciliation of this holder's death) can make it the job's result
                     try:
-                        self._queue.results.put_pending(
+                        document = self._queue.results.put_pending(
                             job.idempotency_key,
                             outcome.result,
                             job_id=job.id,
@@ -279,7 +284,7 @@ class JobRunnable(QRunnable):
             # the type only: an exception's text may quote the prompt (invariant 7)
             log.error("attempt of %s crashed: %s", job.id, type(exc).__name__)
             outcome = Outcome.failure(ErrorClass.RETRYABLE, f"worker error: {type(exc).__name__}")
-        return RunReport(lease, outcome, self._cancel.is_set(), reused)
+        return RunReport(lease, outcome, self._cancel.is_set(), reused, document if outcome.ok else None)
 
 
 class LeaseDriver(QObject):
@@ -858,7 +863,8 @@ class LeaseDriver(QObject):
             reason = f"interrupted by a suspension of {finish.suspended:.0f} s; the attempt is not counted"
             return self.queue.release(lease, reason).state, True
         if outcome.ok:
-            return self.queue.complete(lease, outcome.result, reused=report.reused).state, report.cancelled
+            state = self.queue.complete(lease, outcome.result, reused=report.reused, document=report.document).state
+            return state, report.cancelled
         if report.cancelled:
             # told to stop. Cancelled or reaped elsewhere: nothing to commit (the token is
             # stale). Stopped by our own shutdown: give the lease back, attempt not spent.
