@@ -813,6 +813,14 @@ FLOW_FORMAT = "desktop-queue.flow"
 FLOW_SCHEMA = 1
 
 
+class NeedsSession(Exception):
+    """A lease scan outside a session met a job that flow control governs (see :meth:`FlowControl.accept_unshared`).
+
+    Raised inside the lease commit, which then writes nothing; the caller takes a
+    :meth:`FlowControl.session` and scans again.
+    """
+
+
 class FlowControl:
     """Decides which queued jobs may start now, and says why the others wait.
 
@@ -1076,12 +1084,42 @@ class FlowControl:
 
     # ------------------------------------------------------------------ the driver's side
 
+    def governs(self, job: Any) -> bool:
+        """Whether ``job`` has a profile here: only such a job's calls use the shared state.
+
+        A job without one is never held back but by its kind's hold (:meth:`hold_kind`,
+        this process's own), and nothing it does changes a profile's state, so its calls
+        need no :meth:`session`: no lock, no read, no write of the shared state.
+        """
+        with self._lock:
+            return self._flow_of(job)[1] is not None
+
+    def accept_unshared(self, job: Any) -> bool:
+        """:meth:`accept` for a lease scan that holds no session, as long as it meets no governed job.
+
+        Raises:
+            NeedsSession: ``job`` has a profile here, and the scan holds no session: its
+                answer needs the shared state, whose lock may not be taken inside the
+                store's commit lock (where ``accept`` runs). The lease then writes
+                nothing; scan again inside a :meth:`session`.
+        """
+        with self._lock:
+            if self._depth:  # (the session is this thread's: a session holds the lock throughout)
+                return self.accept(job)
+            job_id, flow, _payload = self._flow_of(job)
+            if flow is not None:
+                raise NeedsSession(job_id)
+            return _job_fields(job)[1] not in self._kind_holds
+
     def accept(self, job: Any) -> bool:
         """May this queued job start now? If so, its estimated cost is spent (for ``Queue.lease``).
 
         Asking again for a job already admitted (and not yet finished) answers True
         without spending twice.
         """
+        if not self.governs(job):
+            with self._lock:
+                return _job_fields(job)[1] not in self._kind_holds
         with self.session():
             job_id, flow, payload = self._flow_of(job)
             kind = _job_fields(job)[1]
@@ -1145,6 +1183,8 @@ class FlowControl:
 
         A job that started without ``accept`` (another code path) is counted now.
         """
+        if not self.governs(job):
+            return
         with self.session():
             job_id, flow, payload = self._flow_of(job)
             if flow is None:
@@ -1165,6 +1205,8 @@ class FlowControl:
         Returns:
             Seconds until the profile may send again (None: the job has no profile here).
         """
+        if not self.governs(job):
+            return None
         with self.session():
             job_id, flow, _payload = self._flow_of(job)
             if flow is None:
@@ -1187,6 +1229,8 @@ class FlowControl:
                 (cancelled, released on shutdown).
             usage: the provider's reported usage (default: ``outcome.result["usage"]``).
         """
+        if not self.governs(job):
+            return
         with self.session():
             job_id, flow, payload = self._flow_of(job)
             if flow is None:

@@ -38,6 +38,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
 
 from desktop_queue.core import Lease, Outcome, Queue, RunContext, StaleLease
 from desktop_queue.core.errors import QueueError, StoreError
+from desktop_queue.core.flow import NeedsSession
 from desktop_queue.core.keeper import LeaseKeeper
 from desktop_queue.core.model import ErrorClass
 from desktop_queue.core.present import flow_event_text
@@ -578,8 +579,25 @@ class LeaseDriver(QObject):
                 self._store_ok()
                 self._launch(lease)
             return
-        # one look at the shared flow state for the whole scan (every lease of it), taken
-        # before the store's commit lock (the lease commit asks accept inside it)
+        # the shared flow state (a file lock, a stat) only once a job flow control governs
+        # comes up: until then the scan goes without, and at that job the lease writes
+        # nothing and the scan starts again inside a session, which is taken before the
+        # store's commit lock (the lease commit asks accept inside it), never inside it
+        while len(self._active) < self._concurrency:
+            try:
+                lease = self.queue.lease(
+                    self.worker_id, kinds=kinds, accept=self.flow.accept_unshared, lease_s=self.lease_s, kept=True
+                )
+            except NeedsSession:
+                break
+            if lease is None:
+                return
+            self.flow.on_start(lease.job)
+            self._store_ok()
+            self._launch(lease)
+        else:
+            return
+        # one look at the shared flow state for the rest of the scan (every lease of it)
         with self.flow.session():
             while len(self._active) < self._concurrency:
                 lease = self.queue.lease(
@@ -748,7 +766,10 @@ class LeaseDriver(QObject):
         reports = self._relay.take()
         if not reports:
             return
-        with self.flow.session() if self.flow is not None else contextlib.nullcontext():
+        flow = self.flow
+        governed = flow is not None and any(flow.governs(r.lease.job) for r in reports)
+        # one look at the shared flow state for the whole batch, if any of it needs one
+        with flow.session() if governed else contextlib.nullcontext():
             self._in_tick, in_tick = True, self._in_tick  # one fill for the whole batch
             try:
                 for report in reports:
