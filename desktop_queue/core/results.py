@@ -32,8 +32,8 @@ from typing import Any
 
 import orjson
 
-from desktop_queue.core.errors import StoreCorrupt, StoreError
-from desktop_queue.core.fileio import TEMP_MARK, atomic_write, fsync_dir, make_dirs, write_all
+from desktop_queue.core.errors import StoreCorrupt
+from desktop_queue.core.fileio import TEMP_MARK, atomic_write, fsync_dir, make_dirs
 
 RESULT_FORMAT = "desktop-queue.result"
 
@@ -136,7 +136,6 @@ class ResultStore:
         self._carried_keys = carried_keys
         self._archived = archived
         self._archived_count = archived_count
-        self._pending_made = False  # the pending directory is known to exist
 
     @staticmethod
     def _safe(key: str) -> str:
@@ -260,10 +259,7 @@ class ResultStore:
         reconciliation when that holder died with the lease still current). A stale
         holder's pending result is never read. The artifact, if any, is written durably
         under the epoch's own name; the JSON is not synced (the commit's journal record
-        carries it), and it is written in place, not through a temp file and a rename:
-        its name is that lease epoch's own, so there is never an older version a reader
-        could see instead, and a file cut short by a crash is not a whole JSON object
-        (:meth:`pending` counts it as none, as if the crash had come before the write).
+        carries it).
 
         Returns:
             The result document (artifact already replaced by its reference).
@@ -272,25 +268,9 @@ class ResultStore:
             InvalidArtifact: ``artifact_b64`` is not base64 (nothing was stored).
         """
         doc = self.attempt_document(key, result, job_id=job_id, epoch=epoch, produced_at=produced_at)
-        path = self._pending_s(key, epoch)
-        if not self._pending_made:
-            make_dirs(Path(path).parent)
-            self._pending_made = True
-        data = orjson.dumps(doc)
-        try:
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_BINARY, 0o600)
-            except FileNotFoundError:  # the directory went away (a user cleaning up): make it again
-                make_dirs(Path(path).parent)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_BINARY, 0o600)
-            try:
-                write_all(fd, data)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            raise StoreError(f"could not write {os.path.basename(path)}: {exc.strerror or exc}") from exc
+        path = self._pending_path(key, epoch)
+        make_dirs(path.parent)
+        atomic_write(path, orjson.dumps(doc), durable=False)
         return doc
 
     def attempt_document(self, key: str, result: Any, *, job_id: str, epoch: int, produced_at: float) -> dict[str, Any]:

@@ -8,7 +8,6 @@ produced twice, a stale holder's answer never becomes the result).
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -140,19 +139,3 @@ def test_a_result_stored_for_the_key_meanwhile_is_not_produced_again(queue: Queu
     assert job.state == State.SUCCEEDED
     assert queue.results.get("k") == first  # the first result stays
     assert "not produced again" in job.events[-1].detail.get("reason", "")
-
-
-def test_a_pending_result_is_written_in_place_and_a_torn_one_counts_as_none(
-    queue: Queue, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    renames: list[Any] = []
-    real_replace = os.replace
-    monkeypatch.setattr(os, "replace", lambda *a, **k: (renames.append(a), real_replace(*a, **k)))
-    lease, doc = run_as_the_driver_does(queue, "k")
-
-    assert renames == []  # its name is the epoch's own: no temp file, no rename
-    assert queue.results.pending("k", lease.epoch) == doc
-    path = queue.data_dir / "results" / "pending" / f"k.{lease.epoch}.json"
-    raw = path.read_bytes()
-    path.write_bytes(raw[:-1])  # a crash in the middle of the write
-    assert queue.results.pending("k", lease.epoch) is None
