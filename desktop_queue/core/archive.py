@@ -77,6 +77,13 @@ _BUCKET_BASE = math.log(1.02)
 SCAN_FIRST = 20_000
 
 
+def as_hot(job: JobDict) -> JobDict:
+    """An archived job as the hot set holds it: without the result document it carries
+    (``_res``; the result store reads that from the archive by key)."""
+    job.pop("_res", None)  # type: ignore[typeddict-item]
+    return job
+
+
 def segment_file(number: int) -> str:
     return f"segment-{number:09d}.dqa"
 
@@ -528,9 +535,8 @@ class Archive:
         for number in known.keys() - on_disk:
             self._forget_segment(number)
         for number in numbers:
-            nonce = known.get(number)
-            if nonce is not None and number in known:
-                continue
+            if number in known:
+                continue  # (a segment written again is indexed by whoever wrote it)
             path = self.dir / segment_file(number)
             try:
                 data = path.read_bytes()
@@ -772,23 +778,6 @@ class Archive:
                 job = self.get(row.id)  # the segment was written again since the rows were read
             if job is not None:
                 yield job
-
-    def states_of(self, ids: Iterable[str]) -> dict[str, str]:
-        """The archived state of each of ``ids`` that the archive holds."""
-        out: dict[str, str] = {}
-        chunk: list[str] = []
-        for job_id in ids:
-            chunk.append(job_id)
-            if len(chunk) == 500:
-                out.update(self._states(chunk))
-                chunk = []
-        if chunk:
-            out.update(self._states(chunk))
-        return out
-
-    def _states(self, ids: list[str]) -> dict[str, str]:
-        marks = ",".join("?" * len(ids))
-        return dict(self._query(f"SELECT id, state FROM jobs WHERE id IN ({marks})", ids))
 
     def contributions_of(self, ids: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
         """``(state, contribution)`` of each archived job of ``ids`` (to take them out of the totals)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Unpack, cast
 
-from desktop_queue.core.archive import ArchivedRow, PurgeFilter
+from desktop_queue.core.archive import ArchivedRow, PurgeFilter, Totals, as_hot
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import (
     DuplicateKeyConflict,
@@ -1121,8 +1121,7 @@ class Queue:
                 break
             for job in st.archive.jobs(r for r in rows if r.id not in st.jobs):
                 if not st.purges or not any(p.matches(job) for _, p in st.purges):
-                    job.pop("_res", None)  # type: ignore[typeddict-item]
-                    out.append(job)
+                    out.append(as_hot(job))
             before = rows[-1].seq
             if len(rows) < page:
                 break
@@ -1168,19 +1167,22 @@ class Queue:
             out = {str(s): len(st.by_state.get(s, ())) for s in State}
             if st.archive is None:
                 return out
-            for name, n in st.archive.totals().counts.items():
+            for name, n in self._archived_totals(st).counts.items():
                 out[name] = out.get(name, 0) + n
-            for name in self._archived_twice(st).values():
-                out[name] -= 1  # archived once, and hot again since (retried, replayed)
             return out
 
         return self.store.read(fn)
 
     @staticmethod
-    def _archived_twice(st: StoreState) -> dict[str, str]:
-        """Archived state of the hot jobs the archive holds an older copy of (retried, replayed)."""
+    def _archived_totals(st: StoreState) -> Totals:
+        """The archive's running totals without the jobs the hot set holds a newer copy of
+        (archived once, then retried or replayed): those count as the hot job they are now."""
         assert st.archive is not None
-        return st.archive.states_of(st.jobs) if st.jobs and st.archive.count() else {}
+        totals = st.archive.totals()
+        if st.jobs and any(totals.counts.values()):
+            for state, contrib in st.archive.contributions_of(st.jobs):
+                totals.add(state, contrib, -1)
+        return totals
 
     def refresh(self) -> int:
         """Applies other processes' commits; returns the state version."""
@@ -1228,12 +1230,7 @@ class Queue:
         def fn(st: StoreState) -> Stats:
             if st.archive is None:
                 return compute_stats(st.jobs.values())
-            totals = st.archive.totals()
-            twice = self._archived_twice(st)
-            if twice:
-                for state, contrib in st.archive.contributions_of(twice):
-                    totals.add(state, contrib, -1)
-            return compute_stats(st.jobs.values(), archived=totals)
+            return compute_stats(st.jobs.values(), archived=self._archived_totals(st))
 
         return self.store.read(fn)
 

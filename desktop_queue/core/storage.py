@@ -78,7 +78,7 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
-from desktop_queue.core.archive import FINISHED_STATES, INLINE_RESULT_MAX, Archive, PurgeFilter, choose_archived
+from desktop_queue.core.archive import FINISHED_STATES, INLINE_RESULT_MAX, Archive, PurgeFilter, as_hot, choose_archived
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs
 from desktop_queue.core.groupsync import GroupSync
@@ -348,8 +348,7 @@ def fault_in(jobs: dict[str, JobDict], archive: Archive | None, record: Record) 
     archived = archive.get(job_id)
     if archived is None:
         return None
-    archived.pop("_res", None)  # type: ignore[typeddict-item]
-    jobs[job_id] = archived
+    jobs[job_id] = as_hot(archived)
     return archived
 
 
@@ -402,8 +401,7 @@ class StoreState:
         archived = self.archive.get(job_id)
         if archived is None or self._purged(archived):
             return None
-        archived.pop("_res", None)  # type: ignore[typeddict-item]
-        return archived
+        return as_hot(archived)
 
     def _purged(self, job: JobDict) -> bool:
         return any(p.matches(job) for _, p in self.purges)
@@ -418,8 +416,7 @@ class StoreState:
         archived = self.archive.by_key(key)
         if archived is None or archived["id"] in self.jobs or self._purged(archived):
             return None  # (a hot copy is newer, and does not hold the key, or it would be in keys)
-        archived.pop("_res", None)  # type: ignore[typeddict-item]
-        return archived
+        return as_hot(archived)
 
     def exists(self, job_id: str) -> bool:
         """Whether any job, hot or archived, has this id."""
@@ -1219,7 +1216,7 @@ class Store:
                 )
         pending = [g for g in segs if g > base]
         expected = base + 1
-        lost = self._lost_by_synced_mark(synced, base, segs)
+        lost = self._lost_by_synced_mark(synced, base, segs)  # a missing segment; a cut one is seen below
         if lost:
             self.report.notices.append(lost)
         self.archive.catch_up()  # replaying may bring archived jobs back (a retry of a dead one)
@@ -1243,6 +1240,10 @@ class Store:
                 pending = pending[:index]
                 break
             data = path.read_bytes()
+            if gen == synced[0]:
+                lost = self._lost_by_synced_mark(synced, base, segs, data)
+                if lost:
+                    self.report.notices.append(lost)
             read = read_segment(data, 0, state.n)
             if not read.records or read.records[0].get("op") != "header":
                 if is_last and not read.lost_after:
@@ -1307,13 +1308,19 @@ class Store:
         if not (clean and synced >= (self._gen, self._offset) and synced[0] == self._gen):
             _datasync(self._fd)
 
-    def _lost_by_synced_mark(self, synced: tuple[int, int], snapshot_gen: int, segs: list[int]) -> str | None:
+    def _lost_by_synced_mark(
+        self, synced: tuple[int, int], snapshot_gen: int, segs: list[int], data: bytes | None = None
+    ) -> str | None:
         """What the group-sync mark says was lost: a segment gone or cut short below it.
 
         The mark names how far some process had seen a journal segment reach the disk
         (fdatasync returned). A segment that is missing, or whose written part ends
         before it, lost acknowledged changes, even if what is left reads as whole: a
         deleted current segment, a cut exactly at a record boundary, a zeroed file.
+
+        Args:
+            data: the marked segment's bytes, as the load read them; without them only a
+                missing segment is told.
         """
         gen, end = synced
         if gen <= snapshot_gen or end <= 0:
@@ -1324,10 +1331,7 @@ class Store:
                 f"journal segment {path.name} is missing: changes that had been saved to disk "
                 f"({end:,} bytes of it) are lost; the store was loaded without them"
             )
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError:
+        if data is None:
             return None
         written = _written_end(data)
         if written < end:
