@@ -535,17 +535,8 @@ class Archive:
         for number in known.keys() - on_disk:
             self._forget_segment(number)
         for number in numbers:
-            if number in known:
-                continue  # (a segment written again is indexed by whoever wrote it)
-            path = self.dir / segment_file(number)
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                continue
-            try:
-                self._ingest(number, data)
-            except StoreCorrupt as exc:
-                self._quarantine(path, str(exc))
+            if number not in known:  # (one written again but not indexed: see _reindex)
+                self._reindex(number)
 
     def _quarantine(self, path: Path, why: str) -> None:
         target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
@@ -665,13 +656,10 @@ class Archive:
         with self._lock:
             try:
                 lines = self._block(number, offset, length)
-            except FileNotFoundError:
-                return None  # purged or rewritten since the index was read: the caller looks again
-            except StoreCorrupt as exc:
+            except (FileNotFoundError, StoreCorrupt):
+                # purged or written again since the index was read, or damaged: the caller
+                # reads the whole segment again (_reindex), which tells the two apart
                 self._drop_fd(number)
-                self._quarantine(self.dir / segment_file(number), str(exc))
-                with contextlib.suppress(sqlite3.Error):
-                    self._forget_segment(number)
                 return None
         if line >= len(lines):
             return None
@@ -686,8 +674,30 @@ class Archive:
             job = self._load(*rows[0])
             if job is not None and job.get("id") == job_id:
                 return job
-            self.catch_up()
+            self._reindex(rows[0][0])
         return None
+
+    def _reindex(self, number: int) -> None:
+        """Indexes segment ``number`` again if the file is not what the index says it is.
+
+        A purge writes a segment again and then indexes it; a crash between the two (or
+        another process's rewrite seen mid-way) leaves rows pointing at the old layout.
+        """
+        with self._lock:
+            self._drop_fd(number)
+            path = self.dir / segment_file(number)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                with contextlib.suppress(sqlite3.Error):
+                    self._forget_segment(number)
+                return
+            try:
+                self._ingest(number, data)  # (a no-op when the index already has this version)
+            except StoreCorrupt as exc:
+                self._quarantine(path, str(exc))
+                with contextlib.suppress(sqlite3.Error):
+                    self._forget_segment(number)
 
     def with_prefix(self, prefix: str, limit: int = 3) -> list[str]:
         """Ids of archived jobs starting with ``prefix`` (at most ``limit``)."""

@@ -452,3 +452,25 @@ def test_a_title_search_with_nothing_archived_finds_nothing(open_queue: Callable
     queue = open_queue()
     queue.submit("demo", {"prompt": "alpha"}, title="alpha")
     assert queue.history(text="alpha") == []  # (the hot job is the window's own row)
+
+
+def test_a_segment_written_again_but_not_indexed_is_indexed_when_read(
+    small_hot: Callable[..., Queue], clock: FakeClock, data_dir: Path
+) -> None:
+    """A crash between a purge's rewrite of a segment and its indexing leaves stale rows: reading mends them."""
+    queue = small_hot()
+    ids = run_jobs(queue, clock, 40, fail_every=4)
+    queue.store.compact_now()
+    queue.close()
+    [segment] = (data_dir / "store" / "archive").glob("segment-*.dqa")
+    _, entries = read_segment(segment.read_bytes(), segment.name)
+    kept = [job for *_, job in entries if job["state"] != "dead"]  # as a purge of dead jobs writes it
+    segment.write_bytes(encode_segment(kept)[0])  # ... and the index is never told
+    again = small_hot()
+    survivor = kept[-1]["id"]
+    assert again.get(survivor).state == State.SUCCEEDED
+    with pytest.raises(NoSuchJob):
+        again.get(ids[0])  # a dead one, gone with the rewrite
+    hot_dead = sum(1 for j in again.store.state.jobs.values() if j["state"] == State.DEAD)
+    assert again.counts()["dead"] == hot_dead  # the archived dead ones went with the rewrite
+    assert not list((data_dir / "store" / "archive").glob("*.corrupt-*"))  # nothing was taken for damage
