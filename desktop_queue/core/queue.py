@@ -45,7 +45,16 @@ from desktop_queue.core.model import (
     frozen,
 )
 from desktop_queue.core.outcome import LookupResult, Outcome
-from desktop_queue.core.records import ErrorDict, EventDict, JobChanges, JobDict, PurgeRecord, Record, UpdateRecord
+from desktop_queue.core.records import (
+    ErrorDict,
+    EventDict,
+    JobChanges,
+    JobDict,
+    NewRecord,
+    PurgeRecord,
+    Record,
+    UpdateRecord,
+)
 from desktop_queue.core.redact import redact
 from desktop_queue.core.results import ResultStore
 from desktop_queue.core.retention import RetentionPolicy, load_policy, purge_quarantined
@@ -60,6 +69,10 @@ MAX_INPUT_BYTES = 1 << 20
 #: has been silent this long (a process stopped by hand for hours, or one that hung)
 SILENT_HOLDER_S = 3600.0
 MAX_INTERACTIVE_WAITING = 5
+#: jobs and input bytes one batch may create in its single commit (a journal record
+#: is held in memory whole, and a segment rotates only between commits)
+MAX_BATCH = 10_000
+MAX_BATCH_BYTES = 64 << 20
 MAX_TITLE = 200
 
 
@@ -109,6 +122,26 @@ class _Capture:
     def __init__(self) -> None:
         self.value: Any = None
         self.extra: dict[str, Any] = {}
+
+
+class _Batch:
+    """The jobs a batch has created so far in its commit, which the state does not hold yet."""
+
+    __slots__ = ("ids", "keys", "interactive")
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+        self.keys: dict[str, JobDict] = {}
+        self.interactive = 0
+
+    def holder(self, state: StoreState, key: str) -> JobDict | None:
+        return self.keys.get(key) or state.holder(key)
+
+    def add(self, job: JobDict) -> None:
+        self.ids.add(job["id"])
+        self.keys[job["key"]] = job
+        if job["priority"] == str(Priority.INTERACTIVE):
+            self.interactive += 1
 
 
 #: priority name -> lane (a dict lookup: calling the enum costs a microsecond a submission)
@@ -303,8 +336,10 @@ class Queue:
         max_attempts: int | None,
         actor: str,
         replay_of: str | None,
-    ) -> tuple[Callable[[StoreState], list[Record]], _Capture]:
+    ) -> tuple[Callable[..., list[Record]], _Capture]:
         """Validates a submission; returns the transaction function that creates the job.
+
+        The function takes the state and, inside :meth:`submit_many`, the batch so far.
 
         After the commit, ``out.value`` is the job id and ``out.extra["duplicate"]`` says
         whether an existing job was returned instead.
@@ -333,9 +368,10 @@ class Queue:
         clean_title = " ".join((title or "").split())[:MAX_TITLE]
         now = self.clock.now()
         out = _Capture()
+        out.extra["bytes"] = len(body)
 
-        def fn(state: StoreState) -> list[Record]:
-            holder = state.holder(the_key)
+        def fn(state: StoreState, batch: _Batch | None = None) -> list[Record]:
+            holder = state.holder(the_key) if batch is None else batch.holder(state, the_key)
             if holder is not None:
                 held, existing = holder["id"], holder
                 if existing.get("input_digest") != digest:
@@ -345,17 +381,19 @@ class Queue:
                 return []
             if lane is Priority.INTERACTIVE:
                 waiting = len(state.queued_by_lane.get(Priority.INTERACTIVE, ()))
+                if batch is not None:
+                    waiting += batch.interactive
                 if waiting >= MAX_INTERACTIVE_WAITING:
                     raise QueueFull(
                         f"{waiting} interactive jobs are already waiting (the limit is {MAX_INTERACTIVE_WAITING}); "
                         "wait for one to start or submit it as background"
                     )
             job_id = secrets.token_hex(5)
-            while state.exists(job_id):
+            while state.exists(job_id) or (batch is not None and job_id in batch.ids):
                 job_id = secrets.token_hex(5)
             job: JobDict = {
                 "id": job_id,
-                "seq": state.seq + 1,
+                "seq": state.seq + 1 + (len(batch.ids) if batch is not None else 0),
                 "kind": kind,
                 "title": clean_title or f"{kind} job",
                 "priority": str(lane),
@@ -389,6 +427,8 @@ class Queue:
             if replay_of:
                 detail["replay_of"] = replay_of
             out.value = job_id
+            if batch is not None:
+                batch.add(job)
             event = _event_dict(_EV_SUBMITTED, now, 0, 0, None, str(actor), detail)
             return [{"op": "new", "job": job, "ev": [event]}]
 
@@ -432,6 +472,81 @@ class Queue:
             result = self.results.get(job.idempotency_key) if job.state == State.SUCCEEDED else None
             return SubmitResult(job=job, duplicate=True, result=result)
         return frozen(SubmitResult, job=job, duplicate=False, result=None)
+
+    def submit_many(
+        self,
+        kind: str,
+        payloads: Sequence[Any],
+        *,
+        titles: Sequence[str | None] | None = None,
+        priority: str = Priority.BACKGROUND,
+        max_attempts: int | None = None,
+        actor: str = Actor.USER,
+    ) -> builtins.list[SubmitResult]:
+        """Creates one job per input, all in one durable commit: all of them exist, or none.
+
+        Every input is validated before anything is written, so one bad line refuses the
+        whole batch with an error naming it (``InvalidInput`` with "item N: ..."). An input
+        equal to an earlier one, in the store or in this batch, is a duplicate: it returns
+        the job holding its key, as :meth:`submit` does, and creates nothing.
+
+        Raises:
+            InvalidInput: an empty batch, more than MAX_BATCH items, or a bad item.
+            InputTooLarge: an item over 1 MiB.
+            DuplicateKeyConflict, QueueFull: as :meth:`submit`; nothing is created.
+        """
+        if not payloads:
+            raise InvalidInput("the batch is empty")
+        if len(payloads) > MAX_BATCH:
+            raise InvalidInput(f"a batch holds at most {MAX_BATCH:,} jobs, not {len(payloads):,}")
+        if titles is not None and len(titles) != len(payloads):
+            raise InvalidInput("a batch needs one title per input")
+        parts = []
+        for number, payload in enumerate(payloads, 1):
+            try:
+                parts.append(
+                    self._submission(
+                        kind,
+                        payload,
+                        key=None,
+                        title=titles[number - 1] if titles is not None else None,
+                        priority=priority,
+                        max_attempts=max_attempts,
+                        actor=actor,
+                        replay_of=None,
+                    )
+                )
+            except InputTooLarge as exc:
+                raise InputTooLarge(f"item {number}: {exc}") from None
+            except InvalidInput as exc:
+                raise InvalidInput(f"item {number}: {exc}") from None
+        size = sum(out.extra["bytes"] for _, out in parts)
+        if size > MAX_BATCH_BYTES:
+            raise InputTooLarge(
+                f"the batch's inputs are {size:,} bytes; the limit is {MAX_BATCH_BYTES:,} bytes (64 MiB)"
+            )
+
+        def fn(state: StoreState) -> list[Record]:
+            batch = _Batch()
+            created: list[NewRecord] = []
+            for make, _ in parts:
+                created.extend(cast(list[NewRecord], make(state, batch)))
+            if not created:
+                return []
+            if len(created) == 1:
+                return [created[0]]
+            return [{"op": "batch", "new": created}]
+
+        self.store.transact(fn)
+        results: list[SubmitResult] = []
+        for _, out in parts:
+            job = self._view(out.value)
+            if out.extra.get("duplicate"):
+                result = self.results.get(job.idempotency_key) if job.state == State.SUCCEEDED else None
+                results.append(SubmitResult(job=job, duplicate=True, result=result))
+            else:
+                results.append(SubmitResult(job=job, duplicate=False, result=None))
+        return results
 
     # ------------------------------------------------------------------ leases
 

@@ -162,5 +162,18 @@ class PurgeRecord(TypedDict):
     n: NotRequired[int]
 
 
+@final
+class BatchRecord(TypedDict):
+    """Creates every job of ``new`` at once (``Queue.submit_many``).
+
+    One line, so that a crash leaves all of the batch or none of it: a torn line is
+    refused whole, where several ``new`` lines could be cut between two of them.
+    """
+
+    op: Literal["batch"]
+    new: list[NewRecord]
+    n: NotRequired[int]
+
+
 #: any journal record (a checksummed record of an unknown ``op`` is read, and changes nothing)
-Record = NewRecord | UpdateRecord | HeaderRecord | SealRecord | PurgeRecord
+Record = NewRecord | UpdateRecord | HeaderRecord | SealRecord | PurgeRecord | BatchRecord

@@ -84,6 +84,7 @@ from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_d
 from desktop_queue.core.groupsync import GroupSync
 from desktop_queue.core.model import events_of
 from desktop_queue.core.records import (
+    BatchRecord,
     EventDict,
     HeaderRecord,
     JobDict,
@@ -315,6 +316,11 @@ def apply_plain(jobs: dict[str, JobDict], record: Record) -> JobDict | None:
         job["events"] = list(new.get("ev") or ())
         jobs[job["id"]] = job
         return job
+    if op == "batch":
+        last = None
+        for sub in cast(BatchRecord, record)["new"]:
+            last = apply_plain(jobs, cast(Record, sub))
+        return last  # (the batch's highest seq: compaction takes the store's from it)
     if op == "upd":
         upd = cast(UpdateRecord, record)
         found = jobs.get(upd["id"])
@@ -488,6 +494,10 @@ class StoreState:
         op = record.get("op")
         if op == "purge":
             self._apply_purge(record)
+            return
+        if op == "batch":
+            for sub in cast(BatchRecord, record)["new"]:
+                self.apply(cast(Record, sub))
             return
         is_update = op == "upd"
         if is_update:
