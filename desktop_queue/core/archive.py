@@ -55,7 +55,7 @@ import zstandard
 
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.fileio import atomic_write, fsync_dir, make_dirs
-from desktop_queue.core.model import EventType, events_of
+from desktop_queue.core.model import EventType, State, events_of
 from desktop_queue.core.records import JobDict
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ BLOCK_JOBS = 32
 _BLOCK_MAGIC = b"DQB1"
 _BLOCK_HEAD = struct.Struct("<4sII")
 _SEGMENT_RE = re.compile(r"^segment-(\d{9})\.dqa$")
-FINISHED_STATES = ("succeeded", "dead", "cancelled")
+FINISHED_STATES = (State.SUCCEEDED, State.DEAD, State.CANCELLED)
 #: a result document larger than this stays a file in results/ (it would bloat its block)
 INLINE_RESULT_MAX = 1 << 20
 #: run and wait times are kept as counts per bucket of this relative width (2 %)
@@ -705,7 +705,7 @@ class Archive:
         rows = self._query("SELECT id FROM jobs WHERE id >= ? AND id < ? LIMIT ?", (prefix, upper, limit))
         return [r[0] for r in rows]
 
-    def by_key(self, key: str, states: Sequence[str] = ("succeeded",)) -> JobDict | None:
+    def by_key(self, key: str, states: Sequence[str] = (State.SUCCEEDED,)) -> JobDict | None:
         """The archived job holding idempotency key ``key`` in one of ``states``, or None."""
         marks = ",".join("?" * len(states))
         rows = self._query(

@@ -54,7 +54,7 @@ from desktop_queue.core.errors import QueueError
 from desktop_queue.core.fileio import FileLock, atomic_write, make_dirs
 from desktop_queue.core.ledger import Budget, SpendLedger, Spent, budget_reason, estimate_usage, usage_of
 from desktop_queue.core.liveness import holder_alive, this_process
-from desktop_queue.core.model import ErrorClass
+from desktop_queue.core.model import ErrorClass, State
 from desktop_queue.core.outcome import Outcome
 from desktop_queue.core.redact import strings_in
 
@@ -1396,7 +1396,7 @@ class FlowControl:
         with self.session():
             job_id, flow, payload = self._flow_of(job)
             kind = _job_fields(job)[1]
-            if isinstance(job, Mapping) and job.get("state") not in (None, "queued"):
+            if isinstance(job, Mapping) and job.get("state") not in (None, State.QUEUED):
                 return None
             if flow is None:
                 held = self._kind_holds.get(kind)

@@ -10,14 +10,12 @@ import datetime as _dt
 import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import orjson
 
 from desktop_queue.core.errors import IllegalTransition
-from desktop_queue.core.records import EventDict, JobDict
-
-T = TypeVar("T")
+from desktop_queue.core.records import ErrorDict, EventDict, JobDict
 
 
 class State(StrEnum):
@@ -168,17 +166,6 @@ def events_of(job: JobDict) -> list[EventDict]:
     return events
 
 
-def frozen(cls: type[T], **fields: Any) -> T:
-    """An instance of the frozen dataclass ``cls`` with ``fields``, filled in directly.
-
-    Its ``__init__`` would cost a setattr call per field, and the engine builds such
-    values (views, leases) on every commit. ``fields`` must be all of them.
-    """
-    obj = cls.__new__(cls)
-    obj.__dict__.update(fields)
-    return obj
-
-
 def iso(ts: float | None) -> str:
     """Formats a stored timestamp for people (local time, seconds)."""
     if ts is None:
@@ -199,9 +186,8 @@ class Event:
     detail: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Event:
-        return frozen(
-            cls,
+    def from_dict(cls, raw: EventDict | dict[str, Any]) -> Event:
+        return cls(
             type=raw["type"],
             at=raw["at"],
             attempt=raw.get("attempt", 0),
@@ -236,7 +222,7 @@ class Job:
     lease_epoch: int
     lease_expires_at: float | None
     worker: str | None
-    last_error: dict[str, Any] | None
+    last_error: ErrorDict | None
     result_ref: str | None
     provider_job_id: str | None
     replay_of: str | None
@@ -245,7 +231,7 @@ class Job:
     started_at: float | None
     finished_at: float | None
     #: the stored events as of the moment the view was taken (see :attr:`events`)
-    raw_events: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    raw_events: tuple[EventDict, ...] = field(default=(), repr=False)
 
     @functools.cached_property
     def events(self) -> tuple[Event, ...]:
@@ -257,38 +243,16 @@ class Job:
     def from_dict(cls, raw: JobDict, with_events: bool = True) -> Job:
         """Builds the view from the store's dict (the lease token is never exposed).
 
-        The view is taken now but filled in on first use: the engine returns a view from
-        every commit (a lease, a completion) and most are never read, while filling one in
-        costs a lookup per field. Until then it keeps a copy of the dict (the store's own
-        changes in place); its timeline is captured at once, as events are appended to.
+        The view is a copy: later changes to the stored job do not show in it.
         """
-        job = cls.__new__(cls)
-        events = events_of(raw) if with_events else ()
-        job.__dict__.update(id=raw["id"], idempotency_key=raw["key"], _raw=dict(raw), raw_events=tuple(events))
-        return job
-
-    if not TYPE_CHECKING:  # (for mypy, a Job has its fields and nothing else)
-
-        def __getattr__(self, name: str) -> Any:
-            # called only for what __dict__ lacks: the fields of a view not yet filled in.
-            # Fill, then drop the copy: a thread that comes in between fills again (the same
-            # values, in one atomic update) or finds the fields there.
-            state = self.__dict__
-            raw = state.get("_raw")
-            if raw is not None:
-                self._fill(raw)
-                state.pop("_raw", None)
-            if name in state:
-                return state[name]
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def _fill(self, raw: JobDict) -> None:
-        self.__dict__.update(  # directly: a frozen dataclass's __init__ costs a setattr per field
+        return cls(
+            id=raw["id"],
             seq=raw["seq"],
             kind=raw["kind"],
             title=raw.get("title") or "",
             priority=raw["priority"],
             input=raw.get("input"),
+            idempotency_key=raw["key"],
             key_source=raw.get("key_source", "fingerprint"),
             max_attempts=raw["max_attempts"],
             state=raw["state"],
@@ -310,6 +274,7 @@ class Job:
             poison_count=raw.get("poison_count", 0),
             started_at=raw.get("started_at"),
             finished_at=raw.get("finished_at"),
+            raw_events=tuple(events_of(raw)) if with_events else (),
         )
 
     @property

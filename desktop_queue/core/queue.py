@@ -42,7 +42,6 @@ from desktop_queue.core.model import (
     State,
     check_transition,
     clean_detail,
-    frozen,
 )
 from desktop_queue.core.outcome import LookupResult, Outcome
 from desktop_queue.core.records import (
@@ -140,16 +139,13 @@ class _Batch:
     def add(self, job: JobDict) -> None:
         self.ids.add(job["id"])
         self.keys[job["key"]] = job
-        if job["priority"] == str(Priority.INTERACTIVE):
+        if job["priority"] == Priority.INTERACTIVE:
             self.interactive += 1
 
 
 #: priority name -> lane (a dict lookup: calling the enum costs a microsecond a submission)
-_LANES = {str(p): p for p in Priority}
-_RUNNING, _SUCCEEDED = str(State.RUNNING), str(State.SUCCEEDED)
-_LANE_ORDER = (str(Priority.INTERACTIVE), str(Priority.BACKGROUND))
-_EV_SUBMITTED, _EV_LEASED, _EV_SUCCEEDED = str(EventType.SUBMITTED), str(EventType.LEASED), str(EventType.SUCCEEDED)
-_SYSTEM = str(Actor.SYSTEM)
+_LANES = {p.value: p for p in Priority}
+_LANE_ORDER = (Priority.INTERACTIVE, Priority.BACKGROUND)
 
 
 def _event_dict(
@@ -226,7 +222,7 @@ class Queue:
             carried=self.store.carried_result,
             carried_keys=self.store.carried_keys,
             archived=self.store.archived_result,
-            archived_count=lambda: self.store.archive.totals().counts.get("succeeded", 0),
+            archived_count=lambda: self.store.archive.totals().counts.get(State.SUCCEEDED, 0),
         )
         self.reconciled: list[Reconciled] = []
 
@@ -429,7 +425,7 @@ class Queue:
             out.value = job_id
             if batch is not None:
                 batch.add(job)
-            event = _event_dict(_EV_SUBMITTED, now, 0, 0, None, str(actor), detail)
+            event = _event_dict(EventType.SUBMITTED, now, 0, 0, None, str(actor), detail)
             return [{"op": "new", "job": job, "ev": [event]}]
 
         return fn, out
@@ -471,7 +467,7 @@ class Queue:
         if out.extra.get("duplicate"):
             result = self.results.get(job.idempotency_key) if job.state == State.SUCCEEDED else None
             return SubmitResult(job=job, duplicate=True, result=result)
-        return frozen(SubmitResult, job=job, duplicate=False, result=None)
+        return SubmitResult(job=job, duplicate=False, result=None)
 
     def submit_many(
         self,
@@ -595,7 +591,7 @@ class Queue:
         def fn(state: StoreState) -> list[UpdateRecord]:
             now = self.clock.now()
             # only a running job's lease can have expired: none running, nothing to reap
-            records = self._reap_records(state, now) if state.by_state.get(_RUNNING) else []
+            records = self._reap_records(state, now) if state.by_state.get(State.RUNNING) else []
             reaped.clear()
             if records:
                 reaped.update(r["id"] for r in records)
@@ -613,7 +609,7 @@ class Queue:
             length = self.lease_length(job["kind"]) if lease_s is None else lease_s
             expires = now + length
             changes: JobChanges = {
-                "state": _RUNNING,
+                "state": State.RUNNING,
                 "attempts": attempts,
                 "total_attempts": job.get("total_attempts", 0) + 1,
                 "lease_token": token,
@@ -624,7 +620,7 @@ class Queue:
                 "started_at": now,
                 "updated_at": now,
             }
-            event = _event_dict(_EV_LEASED, now, attempts, epoch, who, _SYSTEM, {"lease_s": length})
+            event = _event_dict(EventType.LEASED, now, attempts, epoch, who, Actor.SYSTEM, {"lease_s": length})
             records.append(self._upd(job["id"], changes, event))
             out.value = (job["id"], token, epoch, expires, attempts)
             if kept:
@@ -635,8 +631,7 @@ class Queue:
         if out.value is None:
             return None
         job_id, token, epoch, expires, attempt = out.value
-        return frozen(
-            Lease,
+        return Lease(
             job_id=job_id,
             token=token,
             epoch=epoch,
@@ -818,15 +813,21 @@ class Queue:
     def _success_record(
         self, job: JobDict, lease: Lease, ref: str, now: float, doc: dict[str, Any], *, reused: bool
     ) -> UpdateRecord:
-        check_transition(job["id"], job["state"], _SUCCEEDED)
+        check_transition(job["id"], job["state"], State.SUCCEEDED)
         detail: dict[str, Any] = {"result_ref": ref}
         if reused:
             detail["reason"] = "result already stored for this key; not produced again"
         event = _event_dict(
-            _EV_SUCCEEDED, now, job.get("attempts", 0), job.get("lease_epoch", 0), lease.worker, _SYSTEM, detail
+            EventType.SUCCEEDED,
+            now,
+            job.get("attempts", 0),
+            job.get("lease_epoch", 0),
+            lease.worker,
+            Actor.SYSTEM,
+            detail,
         )
         changes: JobChanges = {
-            "state": _SUCCEEDED,
+            "state": State.SUCCEEDED,
             "result_ref": ref,
             "finished_at": now,
             "last_error": None,
@@ -1473,7 +1474,7 @@ class Queue:
                     "finished_at": now,
                     **self._lease_changes_cleared(now),
                 }
-                decision.value = ("succeeded", reason)
+                decision.value = (State.SUCCEEDED, reason)
                 record = self._upd(job_id, changes, ev)
                 carried = self.results.get(job.idempotency_key) or doc
                 if carried is not None:
@@ -1530,7 +1531,7 @@ class Queue:
                         "message": "interrupted on its last attempt",
                         "status": None,
                     }
-                    decision.value = ("dead", why)
+                    decision.value = (State.DEAD, why)
                     return [
                         self._upd(
                             job_id, {**base, "state": str(State.DEAD), "finished_at": now, "last_error": error}, ev

@@ -22,6 +22,7 @@ import orjson
 
 from desktop_queue.core.errors import InvalidInput, StoreError
 from desktop_queue.core.fileio import atomic_write, fsync_dir
+from desktop_queue.core.model import State
 
 POLICY_FILE = "retention.json"
 POLICY_FORMAT = "desktop-queue.retention"
@@ -58,7 +59,7 @@ class RetentionPolicy:
         return self.finished_days is None and self.quarantine_days is None
 
     def purge_states(self) -> tuple[str, ...]:
-        return ("dead", "cancelled") if self.keep_succeeded else ("succeeded", "dead", "cancelled")
+        return (State.DEAD, State.CANCELLED) if self.keep_succeeded else (State.SUCCEEDED, State.DEAD, State.CANCELLED)
 
     def describe(self) -> str:
         if self.keeps_everything:

@@ -82,7 +82,7 @@ from desktop_queue.core.archive import FINISHED_STATES, INLINE_RESULT_MAX, Archi
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs
 from desktop_queue.core.groupsync import GroupSync
-from desktop_queue.core.model import events_of
+from desktop_queue.core.model import State, events_of
 from desktop_queue.core.records import (
     BatchRecord,
     EventDict,
@@ -111,7 +111,7 @@ T = TypeVar("T")
 
 __all__ = ["JobDict", "Record"]  # the shapes live in records.py; re-exported for old imports
 
-LIVE_OR_DONE = ("queued", "running", "succeeded")
+LIVE_OR_DONE = (State.QUEUED, State.RUNNING, State.SUCCEEDED)
 #: the finished jobs a compaction keeps in the snapshot (see archive.choose_archived)
 KEEP_FINISHED = 200
 KEEP_FINISHED_S = 15 * 60.0
@@ -467,7 +467,7 @@ class StoreState:
         bucket.add(job_id)
         if state in LIVE_OR_DONE:
             self.keys[job["key"]] = job_id
-        if state == "queued":
+        if state == State.QUEUED:
             self.queued_by_lane.setdefault(job["priority"], set()).add(job_id)
             heapq.heappush(
                 self.lanes.setdefault(job["priority"], []),
@@ -547,7 +547,7 @@ class StoreState:
             bucket = self.by_state.get(old_state)
             if bucket is not None:
                 bucket.discard(job_id)
-        if old_state == "queued":
+        if old_state == State.QUEUED:
             bucket = self.queued_by_lane.get(old_lane)
             if bucket is not None:
                 bucket.discard(job_id)
@@ -571,12 +571,12 @@ class StoreState:
         top_seq = top_epoch = 0
         for job_id, job in jobs.items():
             state = job["state"]
-            if state == "succeeded" or state == "dead" or state == "cancelled":
+            if state == State.SUCCEEDED or state == State.DEAD or state == State.CANCELLED:
                 bucket = by_state.get(state)
                 if bucket is None:
                     bucket = by_state[state] = set()
                 bucket.add(job_id)
-                if state == "succeeded":
+                if state == State.SUCCEEDED:
                     keys[job["key"]] = job_id
                 if job["seq"] > top_seq:
                     top_seq = job["seq"]
@@ -596,7 +596,7 @@ class StoreState:
         while heap:
             run_after, _seq, job_id = heap[0]
             job = self.jobs.get(job_id)
-            if job is not None and job["state"] == "queued" and (job.get("run_after") or 0.0) == run_after:
+            if job is not None and job["state"] == State.QUEUED and (job.get("run_after") or 0.0) == run_after:
                 return job
             heapq.heappop(heap)
         return None
@@ -2247,7 +2247,7 @@ def _compact(
                 purge = PurgeFilter.from_json(cast(PurgeRecord, record)["filter"])
                 purges.append(purge)
                 for hot in jobs.values():
-                    if purge.matches(hot) and hot["state"] == "succeeded":
+                    if purge.matches(hot) and hot["state"] == State.SUCCEEDED:
                         purged_keys.add(hot["key"])
                         _remove_artifact(results.get(hot["key"]), results)
             job = apply_plain(jobs, record)
@@ -2268,7 +2268,7 @@ def _compact(
             out: dict[str, Any] = dict(job)
             out["events"] = events_of(job)
             out.pop("lease_token", None)
-            if job["state"] == "succeeded":
+            if job["state"] == State.SUCCEEDED:
                 found = _result_doc(job, carried, results, archive)
                 if found is not None:
                     out["_res"] = found
@@ -2276,7 +2276,7 @@ def _compact(
         archive.write(packed)  # durable and indexed before the snapshot leaves them out
         for job in leaving:
             del jobs[job["id"]]
-    leaving_keys = {j["key"] for j in leaving if j["state"] == "succeeded"}
+    leaving_keys = {j["key"] for j in leaving if j["state"] == State.SUCCEEDED}
     # the journal records being folded away were what made the hot jobs' results durable
     hot_keys = [k for k in carried if k not in leaving_keys]
     for key in hot_keys:
@@ -2342,7 +2342,7 @@ def _purge_archive(
 
             def keep(job: JobDict, purge: PurgeFilter = purge) -> bool:
                 if purge.matches(job) and job["id"] not in hot:
-                    if job["state"] == "succeeded":
+                    if job["state"] == State.SUCCEEDED:
                         keys.add(job["key"])
                         _remove_artifact(cast(dict[str, Any], job).get("_res"), results)
                     return False

@@ -1,4 +1,4 @@
-"""Job and event views: every field filled, equal to what the dataclass constructor would build."""
+"""Job and event views: plain frozen dataclasses, copies of the job as it was when taken."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ from desktop_queue.core.model import Event, Job
 from desktop_queue.core.results import ResultStore
 
 
-def test_views_fill_every_field_like_the_constructor(queue: Queue) -> None:
+def test_views_are_plain_dataclasses_with_every_field(queue: Queue) -> None:
     job = queue.submit("demo", {"prompt": "p"}).job
     lease = queue.lease("w")
     assert lease is not None
     done = queue.complete(lease, {"text": "r"})
     for view in (job, lease.job, done):
-        assert "state" not in vars(view)  # filled in on first use
         assert view.state in ("queued", "running", "succeeded")
         assert set(vars(view)) == {f.name for f in dataclasses.fields(Job)}  # the timeline is not built yet
         rebuilt = Job(**{f.name: getattr(view, f.name) for f in dataclasses.fields(Job)})
@@ -42,7 +41,7 @@ def test_result_file_names_keep_tame_keys_and_hash_the_rest() -> None:
         assert safe(wild).startswith("k-") and len(safe(wild)) == 66
 
 
-def test_a_view_filled_in_late_shows_the_job_as_it_was_when_taken(queue: Queue) -> None:
+def test_a_view_read_late_shows_the_job_as_it_was_when_taken(queue: Queue) -> None:
     job = queue.submit("demo", {"prompt": "p"}).job
     lease = queue.lease("w")
     assert lease is not None
@@ -53,7 +52,7 @@ def test_a_view_filled_in_late_shows_the_job_as_it_was_when_taken(queue: Queue) 
     assert (lease.job.state, lease.job.attempts) == ("running", 1)
     assert [e.type for e in lease.job.events] == ["submitted", "leased"]
     assert queue.get(job.id).state == "succeeded"
-    assert job != queue.get(job.id)  # equality compares the fields, filled in on demand
+    assert job != queue.get(job.id)
     try:
         job.no_such_field  # type: ignore[attr-defined]  # noqa: B018
     except AttributeError:
