@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import math
 import os
 import random
 import secrets
@@ -12,10 +11,11 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Unpack, cast
+from typing import Any, cast
 
 from desktop_queue.core.archive import ArchivedRow, PurgeFilter, Totals, as_hot
 from desktop_queue.core.clock import Clock, SystemClock
+from desktop_queue.core.decisions import Then, decide_failure, decide_reap, lost_lease_reason
 from desktop_queue.core.errors import (
     DuplicateKeyConflict,
     IllegalTransition,
@@ -27,7 +27,6 @@ from desktop_queue.core.errors import (
     StaleLease,
     UnknownKind,
 )
-from desktop_queue.core.fileio import FileLock
 from desktop_queue.core.fingerprint import canonical_json, fingerprint, input_digest
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.metrics import Stats
@@ -43,7 +42,8 @@ from desktop_queue.core.model import (
     check_transition,
     clean_detail,
 )
-from desktop_queue.core.outcome import LookupResult, Outcome
+from desktop_queue.core.outcome import Outcome
+from desktop_queue.core.reconcile import Reconciled, reconcile_orphans
 from desktop_queue.core.records import (
     ErrorDict,
     EventDict,
@@ -64,9 +64,6 @@ from desktop_queue.core.storage import KEEP_FINISHED, KEEP_FINISHED_S, OpenRepor
 log = logging.getLogger(__name__)
 
 MAX_INPUT_BYTES = 1 << 20
-#: a lease whose holder still runs on this host is not reaped for being late, unless it
-#: has been silent this long (a process stopped by hand for hours, or one that hung)
-SILENT_HOLDER_S = 3600.0
 MAX_INTERACTIVE_WAITING = 5
 #: jobs and input bytes one batch may create in its single commit (a journal record
 #: is held in memory whole, and a segment rotates only between commits)
@@ -101,16 +98,6 @@ class SubmitResult:
     job: Job
     duplicate: bool
     result: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Reconciled:
-    """One start-up reconciliation decision."""
-
-    job_id: str
-    title: str
-    decision: str  # succeeded | requeued | resumed | dead
-    reason: str
 
 
 class _Capture:
@@ -232,7 +219,7 @@ class Queue:
     def open(cls, data_dir: Path | str, providers: Mapping[str, Any] | None = None, **kwargs: Any) -> Queue:
         """Opens (creating if needed) the queue; the first process to open it reconciles orphans."""
         queue = cls(data_dir, providers, **kwargs)
-        queue.store.open(on_first=queue._reconcile_orphans)
+        queue.store.open(on_first=lambda: reconcile_orphans(queue))
         return queue
 
     def close(self) -> None:
@@ -924,63 +911,51 @@ class Queue:
         event_reason: str | None = None,
     ) -> UpdateRecord:
         error_class = ErrorClass(outcome.error_class or ErrorClass.RETRYABLE)
-        retry_after = outcome.retry_after
-        if retry_after is not None and not (math.isfinite(retry_after) and retry_after >= 0):
-            retry_after = None  # a garbled header: fall back to backoff
+        decision = decide_failure(
+            error_class,
+            outcome.retry_after,
+            attempts=job["attempts"],
+            max_attempts=job["max_attempts"],
+            poison_count=job.get("poison_count", 0),
+            deadline_at=job.get("deadline_at"),
+            now=now,
+            policy=self.policy,
+            rng=self.rng,
+        )
         message = redact(outcome.message or error_class.value, job.get("input"))
         error: ErrorDict = {"class": str(error_class), "message": message, "status": outcome.status}
         detail: dict[str, Any] = {"error_class": str(error_class), "error": message, "status": outcome.status}
         if event_reason:
             detail["reason"] = event_reason
-        base: JobChanges = {"last_error": error, "updated_at": now, "lease_token": None, "lease_expires_at": None}
-        attempts = job["attempts"]
-        deadline = job.get("deadline_at")
-        poison_count = job.get("poison_count", 0)
-
-        def dead(reason: str, **extra: Unpack[JobChanges]) -> UpdateRecord:
+        changes: JobChanges = {"last_error": error, "updated_at": now, "lease_token": None, "lease_expires_at": None}
+        if decision.give_back:
+            changes["attempts"] = max(0, job["attempts"] - 1)
+        if decision.poison_count is not None:
+            changes["poison_count"] = decision.poison_count
+            detail["poison_count"] = decision.poison_count
+        if decision.poisoned:
+            changes["poison"] = True
+        if decision.dead:
             check_transition(job["id"], job["state"], State.DEAD)
             ev = self._event(
-                EventType.DEAD_LETTERED, job, actor, now, detail={**detail, "reason": reason}, worker=worker
+                EventType.DEAD_LETTERED, job, actor, now, detail={**detail, "reason": decision.reason}, worker=worker
             )
-            return self._upd(job["id"], {**base, **extra, "state": str(State.DEAD), "finished_at": now}, ev)
-
-        def requeue(kind: EventType, delay: float, **extra: Unpack[JobChanges]) -> UpdateRecord:
-            if deadline is not None and now + delay > deadline:
-                return dead("retry deadline passed", **extra)
-            check_transition(job["id"], job["state"], State.QUEUED)
-            ev = self._event(
-                kind,
-                job,
-                actor,
-                now,
-                detail={
-                    **detail,
-                    "delay_s": round(delay, 3),
-                    "run_after": round(now + delay, 3),
-                    "retry_after_s": retry_after,
-                },
-                worker=worker,
-            )
-            return self._upd(job["id"], {**base, **extra, "state": str(State.QUEUED), "run_after": now + delay}, ev)
-
-        if error_class is ErrorClass.FATAL:
-            return dead("fatal error")
-        if error_class is ErrorClass.THROTTLED:
-            delay = retry_after if retry_after is not None else self.policy.backoff(max(1, attempts), self.rng)
-            # the attempt is given back: a rate limit is not the job's fault
-            return requeue(EventType.THROTTLED, max(0.0, delay), attempts=max(0, attempts - 1))
-        extra: JobChanges = {}
-        if error_class is ErrorClass.POISON:
-            poison_count += 1
-            extra["poison_count"] = poison_count
-            detail["poison_count"] = poison_count
-            if poison_count >= self.policy.poison_after:
-                poisoned: JobChanges = {"poison": True, **extra}
-                return dead("poison: the same input kept producing invalid output", **poisoned)
-        if attempts >= job["max_attempts"]:
-            return dead(f"attempts exhausted ({attempts}/{job['max_attempts']})", **extra)
-        delay = retry_after if retry_after is not None else self.policy.backoff(attempts, self.rng)
-        return requeue(EventType.RETRY_SCHEDULED, delay, **extra)
+            return self._upd(job["id"], {**changes, "state": str(State.DEAD), "finished_at": now}, ev)
+        check_transition(job["id"], job["state"], State.QUEUED)
+        ev = self._event(
+            decision.event or EventType.RETRY_SCHEDULED,
+            job,
+            actor,
+            now,
+            detail={
+                **detail,
+                "delay_s": round(decision.delay, 3),
+                "run_after": round(now + decision.delay, 3),
+                "retry_after_s": decision.retry_after,
+            },
+            worker=worker,
+        )
+        return self._upd(job["id"], {**changes, "state": str(State.QUEUED), "run_after": now + decision.delay}, ev)
 
     def release(self, lease: Lease, reason: str = "the worker was shut down") -> Job:
         """Gives a lease back unfinished: ``queued`` again at once, the attempt not counted.
@@ -1013,16 +988,15 @@ class Queue:
     def _lost(self, job: JobDict, expires: float, now: float) -> str | None:
         """Why an expired lease counts as lost (None: its holder lives; leave it be)."""
         if job.get("lease_token") in _KEPT:
-            return None  # this process renews it: late only because this process was suspended
-        owner = job.get("lease_owner")
-        alive = None if owner is None or owner == this_process() else holder_alive(owner)
-        if alive is None:
-            return "no heartbeat before the lease expired"
-        if not alive:
-            return "the process holding the lease has ended"
-        if now - expires > SILENT_HOLDER_S:
-            return f"the process holding the lease runs but has not renewed it for {now - expires:.0f} s"
-        return None  # stopped or suspended for a while; it renews the lease when it runs again
+            return None  # (before looking at the process table: the common case of a suspension)
+        owner, me = job.get("lease_owner"), this_process()
+        return lost_lease_reason(
+            renewed_here=False,
+            owner=owner,
+            me=me,
+            alive=None if owner is None or owner == me else holder_alive(owner),
+            overdue_s=now - expires,
+        )
 
     def _reap_records(self, state: StoreState, now: float) -> list[UpdateRecord]:
         records: list[UpdateRecord] = []
@@ -1038,7 +1012,8 @@ class Queue:
             detail = {"expired_at": round(expires, 3), "reason": why}
             ev = self._event(EventType.LEASE_EXPIRED, job, Actor.SYSTEM, now, detail=detail, worker=job.get("worker"))
             found = self.results.get(job["key"]) or self.results.pending(job["key"], job.get("lease_epoch", 0))
-            if found is not None:
+            then = decide_reap(has_result=found is not None, attempts=job["attempts"], max_attempts=job["max_attempts"])
+            if then is Then.SUCCEED and found is not None:
                 # the lost holder had its answer before it went: never produce it again
                 ref = self.results.ref_for(job["key"])
                 done = self._event(
@@ -1053,7 +1028,7 @@ class Queue:
                 )
                 record["res"] = found  # the lost holder may never have synced it
                 records.append(record)
-            elif job["attempts"] >= job["max_attempts"]:
+            elif then is Then.DEAD:
                 error: ErrorDict = {
                     "class": "retryable",
                     "message": "lease expired on the last attempt",
@@ -1395,181 +1370,3 @@ class Queue:
             before = retention_cutoff(policy.quarantine_days, now)
             files = len(purge_quarantined(self.data_dir, before, dry_run=dry_run))
         return jobs, files
-
-    # ------------------------------------------------------------------ reconciliation
-
-    def _reconcile_orphans(self) -> None:
-        """Resolves every job left ``running`` by a process that died (shared/DESIGN.md section 3)."""
-        self.reconciled = []
-        running = self.store.read(
-            lambda st: sorted((i, st.jobs[i].get("lease_owner")) for i in st.by_state.get(State.RUNNING, ()))
-        )
-        # a job whose holder still runs is no orphan, whoever believes it opened the store first
-        orphans = [job_id for job_id, owner in running if holder_alive(owner) is not True]
-        for job_id in orphans:
-            try:
-                self.reconciled.append(self._reconcile_one(job_id))
-            except Exception as exc:  # one bad orphan must not keep the app from starting
-                log.error("could not reconcile job %s: %s", job_id, type(exc).__name__)  # no text: invariant 7
-                self.report.notices.append(f"job {job_id} could not be reconciled: {type(exc).__name__}")
-        # after reconciling, which reads the pending results of the orphans
-        self._sweep_results(alone=len(orphans) == len(running))
-
-    def _sweep_results(self, alone: bool) -> None:
-        """Removes the result writes a crash left unfinished, and pending results nothing can commit.
-
-        Runs while this process is the only one with the store open, so no write is in
-        progress unless this process makes it (a reopen after a disk error, its attempts
-        still running: ``alone`` is False then, and only files far older than any write
-        go) or a compaction child outlived the process that started it (it holds
-        ``compact.lock``; its writes are kept likewise).
-        """
-        try:
-            lock = FileLock(self.store.root / "compact.lock")
-            try:
-                alone = lock.acquire(blocking=False) and alone
-                removed = self.results.remove_temp_files(None if alone else 3600.0)
-                stale = 0
-                if alone:
-                    live = self.store.read(
-                        lambda st: [
-                            (st.jobs[i]["key"], st.jobs[i].get("lease_epoch") or 0)
-                            for i in st.by_state.get(State.RUNNING, ())
-                        ]
-                    )
-                    stale = self.results.remove_stale_pending(live)
-            finally:
-                lock.close()
-        except OSError as exc:  # leftovers cost only disk space: say so, and open anyway
-            self.report.notices.append(
-                f"could not remove unfinished result writes ({exc.filename or self.results.root}: "
-                f"{exc.strerror or exc}); they will be tried again at the next start"
-            )
-            return
-        if removed:
-            self.report.notices.append(f"removed {removed} unfinished result write(s) left by a crash (nothing lost)")
-        if stale:
-            self.report.notices.append(
-                f"removed {stale} kept result(s) of attempts that can no longer commit (nothing lost)"
-            )
-
-    def _reconcile_one(self, job_id: str) -> Reconciled:
-        job = self.get(job_id)
-        now = self.clock.now()
-        # the dead holder's own answer counts only if its lease was still the current one
-        doc = self.results.get(job.idempotency_key) or self.results.pending(job.idempotency_key, job.lease_epoch)
-        decision = _Capture()
-
-        def finish(ref: str, reason: str) -> Callable[[StoreState], list[Record]]:
-            def fn(state: StoreState) -> list[Record]:
-                raw = state.jobs[job_id]
-                if raw["state"] != State.RUNNING:
-                    return []
-                ev = self._event(
-                    EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason, "result_ref": ref}
-                )
-                changes: JobChanges = {
-                    "state": str(State.SUCCEEDED),
-                    "result_ref": ref,
-                    "finished_at": now,
-                    **self._lease_changes_cleared(now),
-                }
-                decision.value = (State.SUCCEEDED, reason)
-                record = self._upd(job_id, changes, ev)
-                carried = self.results.get(job.idempotency_key) or doc
-                if carried is not None:
-                    record["res"] = carried  # the file may never have been synced
-                return [record]
-
-            return fn
-
-        if doc is not None:
-            self.store.transact(
-                finish(self.results.ref_for(job.idempotency_key), "result found in the local result store")
-            )
-            self.results.drop_pending(job.idempotency_key, job.lease_epoch)  # the journal carries it now
-            if decision.value is None:
-                return Reconciled(job_id, job.title, "unchanged", "changed by another process meanwhile")
-            return Reconciled(job_id, job.title, *decision.value)
-
-        lookup = LookupResult(LookupResult.UNKNOWN)
-        provider = self.providers.get(job.kind)
-        if provider is not None and hasattr(provider, "lookup"):
-            try:
-                lookup = provider.lookup(job)
-            except Exception as exc:
-                log.warning("lookup of job %s failed: %s", job_id, type(exc).__name__)
-                lookup = LookupResult(LookupResult.UNKNOWN)
-
-        if lookup.status == LookupResult.FINISHED:
-            ref, _ = self.results.put(
-                job.idempotency_key, lookup.result, job_id=job_id, epoch=job.lease_epoch, produced_at=now
-            )
-            self.store.transact(finish(ref, "the provider had finished it; result fetched and stored"))
-            return Reconciled(job_id, job.title, *decision.value)
-
-        def requeue(reason: str, resumed: bool) -> Callable[[StoreState], list[Record]]:
-            def fn(state: StoreState) -> list[Record]:
-                raw = state.jobs[job_id]
-                if raw["state"] != State.RUNNING:
-                    return []
-                base: JobChanges = {**self._lease_changes_cleared(now), "run_after": now}
-                if resumed:
-                    # the provider is still working on this attempt: resume it, spend no new attempt
-                    ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason})
-                    decision.value = ("resumed", reason)
-                    return [
-                        self._upd(
-                            job_id, {**base, "state": str(State.QUEUED), "attempts": max(0, raw["attempts"] - 1)}, ev
-                        )
-                    ]
-                if raw["attempts"] >= raw["max_attempts"]:
-                    why = f"{reason}; attempts exhausted ({raw['attempts']}/{raw['max_attempts']})"
-                    ev = self._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": why})
-                    error: ErrorDict = {
-                        "class": "retryable",
-                        "message": "interrupted on its last attempt",
-                        "status": None,
-                    }
-                    decision.value = (State.DEAD, why)
-                    return [
-                        self._upd(
-                            job_id, {**base, "state": str(State.DEAD), "finished_at": now, "last_error": error}, ev
-                        )
-                    ]
-                ev = self._event(
-                    EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": f"{reason}; queued again"}
-                )
-                decision.value = ("requeued", f"{reason}; queued again")
-                return [self._upd(job_id, {**base, "state": str(State.QUEUED)}, ev)]
-
-            return fn
-
-        if lookup.status == LookupResult.RUNNING:
-            self.store.transact(requeue("the provider is still working on it; polling resumes", resumed=True))
-        elif lookup.status == LookupResult.FAILED and lookup.outcome is not None:
-            outcome = lookup.outcome
-
-            def failed(state: StoreState) -> list[Record]:
-                raw = state.jobs[job_id]
-                if raw["state"] != State.RUNNING:
-                    return []
-                rec = self._failure_record(
-                    raw, outcome, now, Actor.SYSTEM, None, event_reason="reconciled: the provider reported a failure"
-                )
-                decision.value = (
-                    rec["set"]["state"] == State.DEAD and "dead" or "requeued",
-                    "the provider reported a failure",
-                )
-                ev = self._event(
-                    EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": "the provider reported a failure"}
-                )
-                rec["ev"].insert(0, ev)
-                return [rec]
-
-            self.store.transact(failed)
-        else:
-            self.store.transact(requeue("outcome unknown (the process running it died)", resumed=False))
-        if decision.value is None:
-            return Reconciled(job_id, job.title, "unchanged", "changed by another process meanwhile")
-        return Reconciled(job_id, job.title, *decision.value)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from desktop_queue.core import FakeClock, Queue, RetryPolicy, StaleLease, State
+from desktop_queue.core import FakeClock, Queue, RetryPolicy, StaleLease, State, reconcile
 from desktop_queue.core.keeper import LeaseKeeper
 from desktop_queue.core.liveness import SuspendDetector, holder_alive, this_process
 from desktop_queue.providers.demo import DemoProvider
@@ -309,10 +309,10 @@ def test_an_orphan_that_cannot_be_reconciled_does_not_stop_the_open(
         job = queue.submit("demo", {"prompt": "orphan"}).job
     subprocess.run([sys.executable, "-c", script], check=True)
 
-    def broken(self: Queue, job_id: str) -> Any:
+    def broken(queue: Queue, job_id: str) -> Any:
         raise RuntimeError("lookup service down")
 
-    monkeypatch.setattr(Queue, "_reconcile_one", broken)
+    monkeypatch.setattr(reconcile, "reconcile_one", broken)
     with Queue.open(data, {"demo": DemoProvider()}) as queue:
         assert queue.get(job.id).state == State.RUNNING
         assert f"job {job.id} could not be reconciled: RuntimeError" in queue.report.notices

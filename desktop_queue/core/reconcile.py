@@ -1,0 +1,202 @@
+"""Start-up reconciliation: jobs left ``running`` by a process that died (shared/DESIGN.md section 3).
+
+Before anything runs again, each such job is asked about where its answer may be: the
+local result store first (the dead holder's own answer, or a pending one of its
+current epoch), then the provider's ``lookup``. :func:`~desktop_queue.core.decisions.decide_reconcile`
+says what that means; this module gathers the facts and commits the decision, one job
+at a time, each in its own commit that changes the job only if it is still running.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from desktop_queue.core.decisions import Lookup, Then, decide_reconcile
+from desktop_queue.core.fileio import FileLock
+from desktop_queue.core.liveness import holder_alive
+from desktop_queue.core.model import Actor, EventType, State
+from desktop_queue.core.outcome import LookupResult
+from desktop_queue.core.records import ErrorDict, JobChanges, Record
+from desktop_queue.core.storage import StoreState
+
+if TYPE_CHECKING:
+    from desktop_queue.core.queue import Queue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """One start-up reconciliation decision."""
+
+    job_id: str
+    title: str
+    decision: str  # succeeded | requeued | resumed | dead | unchanged
+    reason: str
+
+
+def reconcile_orphans(queue: Queue) -> None:
+    """Resolves every job left ``running`` by a process that died; fills ``queue.reconciled``.
+
+    Runs as the store's first opener (``Store.open(on_first=...)``).
+    """
+    queue.reconciled = []
+    running = queue.store.read(
+        lambda st: sorted((i, st.jobs[i].get("lease_owner")) for i in st.by_state.get(State.RUNNING, ()))
+    )
+    # a job whose holder still runs is no orphan, whoever believes it opened the store first
+    orphans = [job_id for job_id, owner in running if holder_alive(owner) is not True]
+    for job_id in orphans:
+        try:
+            queue.reconciled.append(reconcile_one(queue, job_id))
+        except Exception as exc:  # one bad orphan must not keep the app from starting
+            log.error("could not reconcile job %s: %s", job_id, type(exc).__name__)  # no text: invariant 7
+            queue.report.notices.append(f"job {job_id} could not be reconciled: {type(exc).__name__}")
+    # after reconciling, which reads the pending results of the orphans
+    sweep_results(queue, alone=len(orphans) == len(running))
+
+
+def sweep_results(queue: Queue, alone: bool) -> None:
+    """Removes the result writes a crash left unfinished, and pending results nothing can commit.
+
+    Runs while this process is the only one with the store open, so no write is in
+    progress unless this process makes it (a reopen after a disk error, its attempts
+    still running: ``alone`` is False then, and only files far older than any write
+    go) or a compaction child outlived the process that started it (it holds
+    ``compact.lock``; its writes are kept likewise).
+    """
+    results = queue.results
+    try:
+        lock = FileLock(queue.store.root / "compact.lock")
+        try:
+            alone = lock.acquire(blocking=False) and alone
+            removed = results.remove_temp_files(None if alone else 3600.0)
+            stale = 0
+            if alone:
+                live = queue.store.read(
+                    lambda st: [
+                        (st.jobs[i]["key"], st.jobs[i].get("lease_epoch") or 0)
+                        for i in st.by_state.get(State.RUNNING, ())
+                    ]
+                )
+                stale = results.remove_stale_pending(live)
+        finally:
+            lock.close()
+    except OSError as exc:  # leftovers cost only disk space: say so, and open anyway
+        queue.report.notices.append(
+            f"could not remove unfinished result writes ({exc.filename or results.root}: "
+            f"{exc.strerror or exc}); they will be tried again at the next start"
+        )
+        return
+    if removed:
+        queue.report.notices.append(f"removed {removed} unfinished result write(s) left by a crash (nothing lost)")
+    if stale:
+        queue.report.notices.append(
+            f"removed {stale} kept result(s) of attempts that can no longer commit (nothing lost)"
+        )
+
+
+def reconcile_one(queue: Queue, job_id: str) -> Reconciled:
+    """Finds out what became of one orphaned job and commits that (see the module's docstring)."""
+    job = queue.get(job_id)
+    key, epoch = job.idempotency_key, job.lease_epoch
+    now = queue.clock.now()
+    results = queue.results
+    # the dead holder's own answer counts only if its lease was still the current one
+    doc = results.get(key) or results.pending(key, epoch)
+    lookup = LookupResult(LookupResult.UNKNOWN)
+    if doc is None:
+        provider = queue.providers.get(job.kind)
+        if provider is not None and hasattr(provider, "lookup"):
+            try:
+                lookup = provider.lookup(job)
+            except Exception as exc:
+                log.warning("lookup of job %s failed: %s", job_id, type(exc).__name__)
+                lookup = LookupResult(LookupResult.UNKNOWN)
+    status = lookup.status if lookup.status != LookupResult.FAILED or lookup.outcome is not None else Lookup.UNKNOWN
+    then = decide_reconcile(
+        has_result=doc is not None, lookup=status, attempts=job.attempts, max_attempts=job.max_attempts
+    )
+    decided: list[tuple[str, str]] = []
+
+    def when_running(build: Callable[[StoreState], list[Record]]) -> Callable[[StoreState], list[Record]]:
+        def fn(state: StoreState) -> list[Record]:
+            if state.jobs[job_id]["state"] != State.RUNNING:
+                return []  # changed by another process meanwhile
+            return build(state)
+
+        return fn
+
+    def succeed(ref: str, reason: str) -> Callable[[StoreState], list[Record]]:
+        def build(state: StoreState) -> list[Record]:
+            raw = state.jobs[job_id]
+            ev = queue._event(
+                EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason, "result_ref": ref}
+            )
+            changes: JobChanges = {
+                "state": str(State.SUCCEEDED),
+                "result_ref": ref,
+                "finished_at": now,
+                **queue._lease_changes_cleared(now),
+            }
+            decided.append((State.SUCCEEDED, reason))
+            record = queue._upd(job_id, changes, ev)
+            carried = results.get(key) or doc
+            if carried is not None:
+                record["res"] = carried  # the file may never have been synced
+            return [record]
+
+        return when_running(build)
+
+    def requeue(reason: str) -> Callable[[StoreState], list[Record]]:
+        def build(state: StoreState) -> list[Record]:
+            raw = state.jobs[job_id]
+            base: JobChanges = {**queue._lease_changes_cleared(now), "run_after": now}
+            if then is Then.RESUME:
+                # the provider is still working on this attempt: resume it, spend no new attempt
+                ev = queue._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason})
+                decided.append(("resumed", reason))
+                changes: JobChanges = {**base, "state": str(State.QUEUED), "attempts": max(0, raw["attempts"] - 1)}
+                return [queue._upd(job_id, changes, ev)]
+            if raw["attempts"] >= raw["max_attempts"]:  # (read again: another process may have changed it)
+                why = f"{reason}; attempts exhausted ({raw['attempts']}/{raw['max_attempts']})"
+                ev = queue._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": why})
+                error: ErrorDict = {"class": "retryable", "message": "interrupted on its last attempt", "status": None}
+                decided.append((State.DEAD, why))
+                dead: JobChanges = {**base, "state": str(State.DEAD), "finished_at": now, "last_error": error}
+                return [queue._upd(job_id, dead, ev)]
+            ev = queue._event(
+                EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": f"{reason}; queued again"}
+            )
+            decided.append(("requeued", f"{reason}; queued again"))
+            return [queue._upd(job_id, {**base, "state": str(State.QUEUED)}, ev)]
+
+        return when_running(build)
+
+    def fail(state: StoreState) -> list[Record]:
+        raw = state.jobs[job_id]
+        assert lookup.outcome is not None  # (decide_reconcile says FAIL only with one)
+        reason = "the provider reported a failure"
+        rec = queue._failure_record(raw, lookup.outcome, now, Actor.SYSTEM, None, event_reason=f"reconciled: {reason}")
+        decided.append(("dead" if rec["set"]["state"] == State.DEAD else "requeued", reason))
+        rec["ev"].insert(0, queue._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason}))
+        return [rec]
+
+    if then is Then.SUCCEED and doc is not None:
+        queue.store.transact(succeed(results.ref_for(key), "result found in the local result store"))
+        results.drop_pending(key, epoch)  # the journal carries it now
+    elif then is Then.SUCCEED:
+        ref, _ = results.put(key, lookup.result, job_id=job_id, epoch=epoch, produced_at=now)
+        queue.store.transact(succeed(ref, "the provider had finished it; result fetched and stored"))
+    elif then is Then.RESUME:
+        queue.store.transact(requeue("the provider is still working on it; polling resumes"))
+    elif then is Then.FAIL:
+        queue.store.transact(when_running(fail))
+    else:
+        queue.store.transact(requeue("outcome unknown (the process running it died)"))
+    if not decided:
+        return Reconciled(job_id, job.title, "unchanged", "changed by another process meanwhile")
+    return Reconciled(job_id, job.title, *decided[-1])
