@@ -47,7 +47,7 @@ def opened_queues() -> Iterator[list[Any]]:
     opened: list[Any] = []
     yield opened
     for queue in opened:
-        if not queue.store._closed:
+        if not queue.store.closed:
             queue.close()
 
 

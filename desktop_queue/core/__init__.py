@@ -4,6 +4,7 @@ Nothing in this package imports Qt (an import-linter contract enforces it);
 the runtime and the window adapt it, the command line drives it directly.
 """
 
+from desktop_queue.core.backend import Backend
 from desktop_queue.core.clock import Clock, FakeClock, SystemClock
 from desktop_queue.core.errors import (
     DuplicateKeyConflict,
@@ -19,6 +20,7 @@ from desktop_queue.core.errors import (
     StoreError,
     UnknownKind,
 )
+from desktop_queue.core.memory import MemoryBackend
 from desktop_queue.core.model import (
     Actor,
     ErrorClass,
@@ -33,6 +35,7 @@ from desktop_queue.core.retry import RetryPolicy
 
 __all__ = [
     "Actor",
+    "Backend",
     "Clock",
     "DuplicateKeyConflict",
     "ErrorClass",
@@ -44,6 +47,7 @@ __all__ = [
     "Job",
     "Lease",
     "LookupResult",
+    "MemoryBackend",
     "NoSuchJob",
     "NotAllowed",
     "Outcome",

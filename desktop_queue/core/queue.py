@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from desktop_queue.core.archive import ArchivedRow, PurgeFilter, Totals, as_hot
+from desktop_queue.core.backend import Backend, OpenReport, View
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.decisions import Then, decide_failure, decide_reap, lost_lease_reason
 from desktop_queue.core.errors import (
@@ -59,7 +60,7 @@ from desktop_queue.core.results import ResultStore
 from desktop_queue.core.retention import RetentionPolicy, load_policy, purge_quarantined
 from desktop_queue.core.retention import cutoff as retention_cutoff
 from desktop_queue.core.retry import RetryPolicy
-from desktop_queue.core.storage import KEEP_FINISHED, KEEP_FINISHED_S, OpenReport, Store, StoreState
+from desktop_queue.core.storage import KEEP_FINISHED, KEEP_FINISHED_S, Store
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class _Batch:
         self.keys: dict[str, JobDict] = {}
         self.interactive = 0
 
-    def holder(self, state: StoreState, key: str) -> JobDict | None:
+    def holder(self, state: View, key: str) -> JobDict | None:
         return self.keys.get(key) or state.holder(key)
 
     def add(self, job: JobDict) -> None:
@@ -166,7 +167,9 @@ def default_worker_id() -> str:
 class Queue:
     """The job engine over one data directory.
 
-    Every method is a single atomic commit, safe across threads and processes.
+    Every method is a single atomic commit, safe across threads and processes. The jobs
+    live in a :class:`~desktop_queue.core.backend.Backend`: by default the JSON store in
+    ``data_dir/store``; the verbs read and change them only through that seam.
 
     Args:
         data_dir: the data directory (``store/`` and ``results/`` live in it).
@@ -176,6 +179,9 @@ class Queue:
         rng: randomness for backoff jitter (tests pass a seeded one).
         rotate_bytes: journal segment size that triggers compaction.
         background_compaction: fold segments in a child process (False: inline, for tests).
+        keep_finished, keep_finished_s: the hot set's finished jobs (see ``core.archive``).
+        backend: where the jobs live instead of the JSON store (e.g. ``MemoryBackend()``);
+            the JSON store's options above then do not apply.
     """
 
     def __init__(
@@ -190,13 +196,14 @@ class Queue:
         background_compaction: bool = True,
         keep_finished: int = KEEP_FINISHED,
         keep_finished_s: float = KEEP_FINISHED_S,
+        backend: Backend | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.providers: Mapping[str, Any] = providers if providers is not None else {}
         self.clock: Clock = clock or SystemClock()
         self.policy = policy or RetryPolicy()
         self.rng = rng or random.Random()
-        self.store = Store(
+        self.store: Backend = backend or Store(
             self.data_dir / "store",
             rotate_bytes=rotate_bytes,
             background_compaction=background_compaction,
@@ -209,7 +216,7 @@ class Queue:
             carried=self.store.carried_result,
             carried_keys=self.store.carried_keys,
             archived=self.store.archived_result,
-            archived_count=lambda: self.store.archive.totals().counts.get(State.SUCCEEDED, 0),
+            archived_count=self._archived_succeeded,
         )
         self.reconciled: list[Reconciled] = []
 
@@ -247,6 +254,9 @@ class Queue:
         """What opening the store found (first opener? recoveries?)."""
         return self.store.report
 
+    def _archived_succeeded(self) -> int:
+        return self.store.peek(lambda st: st.archive.totals().counts.get(State.SUCCEEDED, 0) if st.archive else 0)
+
     # ------------------------------------------------------------------ helpers
 
     def _event(
@@ -283,13 +293,13 @@ class Queue:
         return provider
 
     @staticmethod
-    def _find(state: StoreState, job_id: str) -> JobDict:
-        """The job with this id or unique id prefix, hot or archived (see :meth:`StoreState.job`)."""
+    def _find(state: View, job_id: str) -> JobDict:
+        """The job with this id or unique id prefix, hot or archived (see :meth:`View.job`)."""
         job = state.job(job_id)
         if job is not None:
             return job
         if len(job_id) >= 4:
-            ids = {i for i in state.jobs if i.startswith(job_id)}
+            ids = {i for i in state.hot_jobs() if i.startswith(job_id)}
             if state.archive is not None and len(ids) < 2:
                 ids.update(state.archive.with_prefix(job_id))
             if len(ids) == 1:
@@ -304,7 +314,7 @@ class Queue:
         return {"lease_token": None, "lease_expires_at": None, "updated_at": now}
 
     def _view(self, job_id: str) -> Job:
-        return Job.from_dict(self._find(self.store.state, job_id))
+        return self.store.peek(lambda state: Job.from_dict(self._find(state, job_id)))
 
     # ------------------------------------------------------------------ submit
 
@@ -353,7 +363,7 @@ class Queue:
         out = _Capture()
         out.extra["bytes"] = len(body)
 
-        def fn(state: StoreState, batch: _Batch | None = None) -> list[Record]:
+        def fn(state: View, batch: _Batch | None = None) -> list[Record]:
             holder = state.holder(the_key) if batch is None else batch.holder(state, the_key)
             if holder is not None:
                 held, existing = holder["id"], holder
@@ -363,7 +373,7 @@ class Queue:
                 out.extra["duplicate"] = True
                 return []
             if lane is Priority.INTERACTIVE:
-                waiting = len(state.queued_by_lane.get(Priority.INTERACTIVE, ()))
+                waiting = state.queued_in_lane(Priority.INTERACTIVE)
                 if batch is not None:
                     waiting += batch.interactive
                 if waiting >= MAX_INTERACTIVE_WAITING:
@@ -509,7 +519,7 @@ class Queue:
                 f"the batch's inputs are {size:,} bytes; the limit is {MAX_BATCH_BYTES:,} bytes (64 MiB)"
             )
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: View) -> list[Record]:
             batch = _Batch()
             created: list[NewRecord] = []
             for make, _ in parts:
@@ -575,17 +585,17 @@ class Queue:
                 return True
             return accept is not None and not accept(job)
 
-        def fn(state: StoreState) -> list[UpdateRecord]:
+        def fn(state: View) -> list[UpdateRecord]:
             now = self.clock.now()
             # only a running job's lease can have expired: none running, nothing to reap
-            records = self._reap_records(state, now) if state.by_state.get(State.RUNNING) else []
+            records = self._reap_records(state, now) if state.ids_in(State.RUNNING) else []
             reaped.clear()
             if records:
                 reaped.update(r["id"] for r in records)
             filtered = records or kinds is not None or accept is not None
             job = None
             for lane in _LANE_ORDER:
-                job = state.peek_runnable(lane, now, skip if filtered else None)
+                job = state.runnable(lane, now, skip if filtered else None)
                 if job is not None:
                     break
             if job is None:
@@ -628,8 +638,8 @@ class Queue:
             job=self._view(job_id),
         )
 
-    def _current(self, state: StoreState, lease: Lease) -> JobDict:
-        job = state.jobs.get(lease.job_id)
+    def _current(self, state: View, lease: Lease) -> JobDict:
+        job = state.hot(lease.job_id)
         if job is None or job["state"] != State.RUNNING or job.get("lease_token") != lease.token:
             current = job["state"] if job else "missing"
             raise StaleLease(f"job {lease.job_id}: lease epoch {lease.epoch} is no longer current (job is {current})")
@@ -664,7 +674,7 @@ class Queue:
         length = self.lease_length(lease.job.kind) if lease_s is None else lease_s
         out = _Capture()
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: View) -> list[Record]:
             job = self._current(state, lease)
             now = self.clock.now()
             out.value = now + length
@@ -688,7 +698,7 @@ class Queue:
         what = "the machine was suspended" if machine else "the worker process did not run"
         reason = f"{what} for {seconds:.0f} s; the lease is renewed and the attempt goes on"
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: View) -> list[Record]:
             job = self._current(state, lease)
             now = self.clock.now()
             ev = self._event(
@@ -710,7 +720,7 @@ class Queue:
     def record_provider_job(self, lease: Lease, provider_job_id: str) -> None:
         """Commits the provider-side job id before the provider is polled (crash-safe resumption)."""
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: View) -> list[Record]:
             job = self._current(state, lease)
             now = self.clock.now()
             ev = self._event(
@@ -737,7 +747,7 @@ class Queue:
         archive is not asked; the journal's results and the result files are.
         """
         key = lease.job.idempotency_key
-        return self.results.get(key, archived=self.store.state.keys.get(key) != lease.job_id)
+        return self.results.get(key, archived=self.store.peek(lambda state: state.holder_id(key)) != lease.job_id)
 
     def complete(
         self, lease: Lease, result: Any, *, reused: bool = False, document: dict[str, Any] | None = None
@@ -778,9 +788,9 @@ class Queue:
         ref = self.results.ref_for(key)
         out = _Capture()
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: View) -> list[Record]:
             job = self._current(state, lease)
-            if state.keys.get(key) != job["id"] or self.store.carried_result(key) is not None:
+            if state.holder_id(key) != job["id"] or self.store.carried_result(key) is not None:
                 out.value = False  # not the key's holder (or a result appeared): the full look-up decides
                 return []
             out.value = True
@@ -846,7 +856,7 @@ class Queue:
             )
             created = True
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: View) -> list[Record]:
             job = self._current(state, lease)
             return [self._success_record(job, lease, ref, now, doc, reused=reused or not created)]
 
@@ -864,8 +874,8 @@ class Queue:
     def record_stale(self, lease: Lease, reason: str) -> None:
         """Records in the job's timeline that a lost lease's holder was turned away."""
 
-        def fn(state: StoreState) -> list[Record]:
-            job = state.jobs.get(lease.job_id)
+        def fn(state: View) -> list[Record]:
+            job = state.hot(lease.job_id)
             if job is None:
                 return []
             ev = self._event(
@@ -889,7 +899,7 @@ class Queue:
             StaleLease: the lease is no longer current (the state is unchanged).
         """
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: View) -> list[Record]:
             job = self._current(state, lease)
             now = self.clock.now()
             return [self._failure_record(job, outcome, now, Actor.SYSTEM, lease.worker)]
@@ -964,7 +974,7 @@ class Queue:
         its lease to expire. Raises :class:`StaleLease` if the lease was already lost.
         """
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: View) -> list[Record]:
             job = self._current(state, lease)
             now = self.clock.now()
             ev = self._event(EventType.RELEASED, job, Actor.SYSTEM, now, detail={"reason": reason}, worker=lease.worker)
@@ -998,10 +1008,10 @@ class Queue:
             overdue_s=now - expires,
         )
 
-    def _reap_records(self, state: StoreState, now: float) -> list[UpdateRecord]:
+    def _reap_records(self, state: View, now: float) -> list[UpdateRecord]:
         records: list[UpdateRecord] = []
-        for job_id in list(state.by_state.get(State.RUNNING, ())):
-            job = state.jobs[job_id]
+        for job_id in list(state.ids_in(State.RUNNING)):
+            job = state.hot_jobs()[job_id]
             expires = job.get("lease_expires_at")
             if expires is None or expires >= now:
                 continue
@@ -1056,7 +1066,7 @@ class Queue:
         """Returns expired leases to ``queued`` (or ``dead`` when the budget is spent); the ids reaped."""
         out = _Capture()
 
-        def fn(state: StoreState) -> list[UpdateRecord]:
+        def fn(state: View) -> list[UpdateRecord]:
             records = self._reap_records(state, self.clock.now())
             out.value = [r["id"] for r in records]
             return records
@@ -1070,7 +1080,7 @@ class Queue:
         """``queued`` -> ``cancelled``; ``running`` -> ``cancelled`` with the lease revoked."""
         out = _Capture()
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: View) -> list[Record]:
             job = self._find(state, job_id)
             check_transition(job["id"], job["state"], State.CANCELLED)
             now = self.clock.now()
@@ -1090,7 +1100,7 @@ class Queue:
         """``dead``/``cancelled`` -> ``queued``: the same job, a new run with a fresh attempt budget."""
         out = _Capture()
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: View) -> list[Record]:
             job = self._find(state, job_id)
             check_transition(job["id"], job["state"], State.QUEUED)
             if job["state"] not in (State.DEAD, State.CANCELLED):
@@ -1141,7 +1151,7 @@ class Queue:
         )
         edited = payload is not None and canonical_json(payload) != canonical_json(original.input)
 
-        def fn(state: StoreState) -> list[Record]:
+        def fn(state: View) -> list[Record]:
             job = self._find(state, original.id)
             if job["state"] not in TERMINAL:
                 raise NotAllowed(f"job {original.id} is {job['state']}; only finished jobs can be replayed")
@@ -1170,8 +1180,8 @@ class Queue:
     def lease_holder(self, job_id: str) -> tuple[str, str | None]:
         """``(state, lease token)`` of a job in one read (the lease driver checks its leases with it)."""
 
-        def fn(state: StoreState) -> tuple[str, str | None]:
-            job = state.jobs[job_id]
+        def fn(state: View) -> tuple[str, str | None]:
+            job = state.hot_jobs()[job_id]
             return job["state"], job.get("lease_token")
 
         return self.store.read(fn)
@@ -1181,11 +1191,11 @@ class Queue:
         if state is not None:
             State(state)
 
-        def fn(st: StoreState) -> list[Job]:
+        def fn(st: View) -> list[Job]:
             if state is None:
-                raw = list(st.jobs.values())
+                raw = list(st.hot_jobs().values())
             else:
-                raw = [st.jobs[i] for i in st.by_state.get(state, ())]
+                raw = [st.hot_jobs()[i] for i in st.ids_in(state)]
             raw.sort(key=lambda j: j["seq"], reverse=True)
             if limit is not None:
                 raw = raw[:limit]
@@ -1200,7 +1210,7 @@ class Queue:
         return self.store.read(fn)
 
     @staticmethod
-    def _archived(st: StoreState, state: str | None, limit: int | None) -> builtins.list[JobDict]:
+    def _archived(st: View, state: str | None, limit: int | None) -> builtins.list[JobDict]:
         """Archived jobs (in ``state``), newest first, without those the hot set holds a newer copy of."""
         assert st.archive is not None
         out: list[JobDict] = []
@@ -1210,8 +1220,8 @@ class Queue:
             rows = st.archive.rows(state=state, before_seq=before, limit=page)
             if not rows:
                 break
-            for job in st.archive.jobs(r for r in rows if r.id not in st.jobs):
-                if not st.purges or not any(p.matches(job) for _, p in st.purges):
+            for job in st.archive.jobs(r for r in rows if r.id not in st.hot_jobs()):
+                if not st.purged(job):
                     out.append(as_hot(job))
             before = rows[-1].seq
             if len(rows) < page:
@@ -1235,7 +1245,7 @@ class Queue:
         of the previous page. Jobs that the hot set holds (:meth:`raw_jobs`) are left out.
         """
 
-        def fn(st: StoreState) -> builtins.list[ArchivedRow]:
+        def fn(st: View) -> builtins.list[ArchivedRow]:
             if st.archive is None:
                 return []
             rows = st.archive.rows(
@@ -1247,15 +1257,15 @@ class Queue:
                 before_seq=before_seq,
                 limit=limit,
             )
-            return [r for r in rows if r.id not in st.jobs]
+            return [r for r in rows if r.id not in st.hot_jobs()]
 
         return self.store.read(fn)
 
     def counts(self) -> dict[str, int]:
         """Jobs per state, hot and archived."""
 
-        def fn(st: StoreState) -> dict[str, int]:
-            out = {str(s): len(st.by_state.get(s, ())) for s in State}
+        def fn(st: View) -> dict[str, int]:
+            out = {str(s): len(st.ids_in(s)) for s in State}
             if st.archive is None:
                 return out
             for name, n in self._archived_totals(st).counts.items():
@@ -1265,13 +1275,13 @@ class Queue:
         return self.store.read(fn)
 
     @staticmethod
-    def _archived_totals(st: StoreState) -> Totals:
+    def _archived_totals(st: View) -> Totals:
         """The archive's running totals without the jobs the hot set holds a newer copy of
         (archived once, then retried or replayed): those count as the hot job they are now."""
         assert st.archive is not None
         totals = st.archive.totals()
-        if st.jobs and any(totals.counts.values()):
-            for state, contrib in st.archive.contributions_of(st.jobs):
+        if st.hot_jobs() and any(totals.counts.values()):
+            for state, contrib in st.archive.contributions_of(st.hot_jobs()):
                 totals.add(state, contrib, -1)
         return totals
 
@@ -1291,8 +1301,9 @@ class Queue:
         archive is read a page at a time through :meth:`history`.
         """
 
-        def fn(st: StoreState) -> list[JobDict]:
-            source = st.jobs.values() if ids is None else (st.jobs[i] for i in ids if i in st.jobs)
+        def fn(st: View) -> list[JobDict]:
+            hot = st.hot_jobs()
+            source = hot.values() if ids is None else (hot[i] for i in ids if i in hot)
             return cast(
                 list[JobDict],
                 [
@@ -1313,15 +1324,15 @@ class Queue:
 
     def is_idle(self) -> bool:
         """No job queued or running."""
-        return self.store.read(lambda st: not st.by_state.get(State.QUEUED) and not st.by_state.get(State.RUNNING))
+        return self.store.read(lambda st: not st.ids_in(State.QUEUED) and not st.ids_in(State.RUNNING))
 
     def stats(self) -> Stats:
         """Counts and timings derived from every job's timeline (the archive's from its running totals)."""
 
-        def fn(st: StoreState) -> Stats:
+        def fn(st: View) -> Stats:
             if st.archive is None:
-                return compute_stats(st.jobs.values())
-            return compute_stats(st.jobs.values(), archived=self._archived_totals(st))
+                return compute_stats(st.hot_jobs().values())
+            return compute_stats(st.hot_jobs().values(), archived=self._archived_totals(st))
 
         return self.store.read(fn)
 
@@ -1341,11 +1352,11 @@ class Queue:
                 raise InvalidInput(f"only finished jobs can be purged (succeeded, dead, cancelled), not {name!r}")
         purge = PurgeFilter(before=finished_before, states=chosen)
 
-        def count(st: StoreState) -> int:
-            hot = sum(1 for j in st.jobs.values() if purge.matches(j))
+        def count(st: View) -> int:
+            hot = sum(1 for j in st.hot_jobs().values() if purge.matches(j))
             if st.archive is None:
                 return hot
-            return hot + sum(1 for i in st.archive.matching(purge) if i not in st.jobs)
+            return hot + sum(1 for i in st.archive.matching(purge) if i not in st.hot_jobs())
 
         matched = self.store.read(count)
         if dry_run or not matched:

@@ -14,13 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from desktop_queue.core.backend import View
 from desktop_queue.core.decisions import Lookup, Then, decide_reconcile
-from desktop_queue.core.fileio import FileLock
 from desktop_queue.core.liveness import holder_alive
 from desktop_queue.core.model import Actor, EventType, State
 from desktop_queue.core.outcome import LookupResult
 from desktop_queue.core.records import ErrorDict, JobChanges, Record
-from desktop_queue.core.storage import StoreState
 
 if TYPE_CHECKING:
     from desktop_queue.core.queue import Queue
@@ -45,7 +44,7 @@ def reconcile_orphans(queue: Queue) -> None:
     """
     queue.reconciled = []
     running = queue.store.read(
-        lambda st: sorted((i, st.jobs[i].get("lease_owner")) for i in st.by_state.get(State.RUNNING, ()))
+        lambda st: sorted((i, st.hot_jobs()[i].get("lease_owner")) for i in st.ids_in(State.RUNNING))
     )
     # a job whose holder still runs is no orphan, whoever believes it opened the store first
     orphans = [job_id for job_id, owner in running if holder_alive(owner) is not True]
@@ -70,21 +69,18 @@ def sweep_results(queue: Queue, alone: bool) -> None:
     """
     results = queue.results
     try:
-        lock = FileLock(queue.store.root / "compact.lock")
-        try:
-            alone = lock.acquire(blocking=False) and alone
+        with queue.store.quiet() as quiet:
+            alone = quiet and alone
             removed = results.remove_temp_files(None if alone else 3600.0)
             stale = 0
             if alone:
                 live = queue.store.read(
                     lambda st: [
-                        (st.jobs[i]["key"], st.jobs[i].get("lease_epoch") or 0)
-                        for i in st.by_state.get(State.RUNNING, ())
+                        (st.hot_jobs()[i]["key"], st.hot_jobs()[i].get("lease_epoch") or 0)
+                        for i in st.ids_in(State.RUNNING)
                     ]
                 )
                 stale = results.remove_stale_pending(live)
-        finally:
-            lock.close()
     except OSError as exc:  # leftovers cost only disk space: say so, and open anyway
         queue.report.notices.append(
             f"could not remove unfinished result writes ({exc.filename or results.root}: "
@@ -122,17 +118,17 @@ def reconcile_one(queue: Queue, job_id: str) -> Reconciled:
     )
     decided: list[tuple[str, str]] = []
 
-    def when_running(build: Callable[[StoreState], list[Record]]) -> Callable[[StoreState], list[Record]]:
-        def fn(state: StoreState) -> list[Record]:
-            if state.jobs[job_id]["state"] != State.RUNNING:
+    def when_running(build: Callable[[View], list[Record]]) -> Callable[[View], list[Record]]:
+        def fn(state: View) -> list[Record]:
+            if state.hot_jobs()[job_id]["state"] != State.RUNNING:
                 return []  # changed by another process meanwhile
             return build(state)
 
         return fn
 
-    def succeed(ref: str, reason: str) -> Callable[[StoreState], list[Record]]:
-        def build(state: StoreState) -> list[Record]:
-            raw = state.jobs[job_id]
+    def succeed(ref: str, reason: str) -> Callable[[View], list[Record]]:
+        def build(state: View) -> list[Record]:
+            raw = state.hot_jobs()[job_id]
             ev = queue._event(
                 EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason, "result_ref": ref}
             )
@@ -151,9 +147,9 @@ def reconcile_one(queue: Queue, job_id: str) -> Reconciled:
 
         return when_running(build)
 
-    def requeue(reason: str) -> Callable[[StoreState], list[Record]]:
-        def build(state: StoreState) -> list[Record]:
-            raw = state.jobs[job_id]
+    def requeue(reason: str) -> Callable[[View], list[Record]]:
+        def build(state: View) -> list[Record]:
+            raw = state.hot_jobs()[job_id]
             base: JobChanges = {**queue._lease_changes_cleared(now), "run_after": now}
             if then is Then.RESUME:
                 # the provider is still working on this attempt: resume it, spend no new attempt
@@ -176,8 +172,8 @@ def reconcile_one(queue: Queue, job_id: str) -> Reconciled:
 
         return when_running(build)
 
-    def fail(state: StoreState) -> list[Record]:
-        raw = state.jobs[job_id]
+    def fail(state: View) -> list[Record]:
+        raw = state.hot_jobs()[job_id]
         assert lookup.outcome is not None  # (decide_reconcile says FAIL only with one)
         reason = "the provider reported a failure"
         rec = queue._failure_record(raw, lookup.outcome, now, Actor.SYSTEM, None, event_reason=f"reconciled: {reason}")

@@ -71,7 +71,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -79,6 +79,7 @@ from typing import Any, TypeVar, cast
 import orjson
 
 from desktop_queue.core.archive import FINISHED_STATES, INLINE_RESULT_MAX, Archive, PurgeFilter, as_hot, choose_archived
+from desktop_queue.core.backend import OpenReport
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs
 from desktop_queue.core.groupsync import GroupSync
@@ -405,12 +406,29 @@ class StoreState:
         if job is not None or self.archive is None:
             return job
         archived = self.archive.get(job_id)
-        if archived is None or self._purged(archived):
+        if archived is None or self.purged(archived):
             return None
         return as_hot(archived)
 
-    def _purged(self, job: JobDict) -> bool:
-        return any(p.matches(job) for _, p in self.purges)
+    def purged(self, job: JobDict) -> bool:
+        return bool(self.purges) and any(p.matches(job) for _, p in self.purges)
+
+    # (the rest of backend.View)
+
+    def hot(self, job_id: str) -> JobDict | None:
+        return self.jobs.get(job_id)
+
+    def hot_jobs(self) -> dict[str, JobDict]:
+        return self.jobs
+
+    def ids_in(self, state: str) -> set[str] | tuple[()]:
+        return self.by_state.get(state, ())
+
+    def holder_id(self, key: str) -> str | None:
+        return self.keys.get(key)
+
+    def queued_in_lane(self, lane: str) -> int:
+        return len(self.queued_by_lane.get(lane, ()))
 
     def holder(self, key: str) -> JobDict | None:
         """The live or succeeded job holding idempotency key ``key``, hot or archived."""
@@ -420,7 +438,7 @@ class StoreState:
         if self.archive is None:
             return None
         archived = self.archive.by_key(key)
-        if archived is None or archived["id"] in self.jobs or self._purged(archived):
+        if archived is None or archived["id"] in self.jobs or self.purged(archived):
             return None  # (a hot copy is newer, and does not hold the key, or it would be in keys)
         return as_hot(archived)
 
@@ -505,7 +523,7 @@ class StoreState:
             current = self.jobs.get(upd.get("id", ""))
             if current is None:
                 current = fault_in(self.jobs, self.archive, record)
-                if current is None or self._purged(current):
+                if current is None or self.purged(current):
                     self.jobs.pop(upd.get("id", ""), None)
                     self.orphans.append(record)
                     return
@@ -607,7 +625,7 @@ class StoreState:
         times = [job.get("run_after") or 0.0 for job in heads if job is not None]
         return min(times) if times else None
 
-    def peek_runnable(self, lane: str, now: float, skip: Callable[[JobDict], bool] | None = None) -> JobDict | None:
+    def runnable(self, lane: str, now: float, skip: Callable[[JobDict], bool] | None = None) -> JobDict | None:
         """The next queued job of ``lane`` whose ``run_after`` has come, or None."""
         heap = self.lanes.get(lane)
         if not heap:
@@ -918,19 +936,6 @@ def _check_header(record: Record, name: str) -> None:
 
 class _NeedsExclusive(Exception):
     """Catching up needs a reload, which must run under the exclusive commit lock."""
-
-
-@dataclass
-class OpenReport:
-    """What opening the store found.
-
-    Attributes:
-        first: this process opened the store while no other had it open.
-        notices: plain-language messages for the user (recoveries, quarantines).
-    """
-
-    first: bool
-    notices: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -1631,6 +1636,23 @@ class Store:
         self.report.notices = notices
 
     # ----------------------------------------------------------------- public API
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[bool]:
+        """Holds ``compact.lock`` if no compaction holds it; yields whether it got it."""
+        lock = FileLock(self.root / "compact.lock")
+        try:
+            yield lock.acquire(blocking=False)
+        finally:
+            lock.close()
+
+    def peek(self, fn: Callable[[StoreState], T]) -> T:
+        """Runs ``fn`` on the state as this process last saw it (no lock, no catch-up)."""
+        return fn(self.state)
 
     def read(self, fn: Callable[[StoreState], T]) -> T:
         """Runs ``fn`` on an up-to-date state (others' commits applied), under a shared lock."""

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from desktop_queue.core import FakeClock, Queue, RetryPolicy
+from desktop_queue.core.memory import MemoryBackend
 
 
 @pytest.fixture(autouse=True)
@@ -62,4 +63,16 @@ def open_queue(
 
 @pytest.fixture
 def queue(open_queue: Callable[..., Queue]) -> Queue:
+    return open_queue()
+
+
+#: every backend the queue's verbs run over (see desktop_queue.core.backend)
+BACKENDS = ("json", "memory")
+
+
+@pytest.fixture(params=BACKENDS)
+def any_queue(request: pytest.FixtureRequest, open_queue: Callable[..., Queue]) -> Queue:
+    """A queue over each backend in turn: the JSON store in ``data_dir``, then memory."""
+    if request.param == "memory":
+        return open_queue(backend=MemoryBackend())
     return open_queue()

@@ -96,7 +96,7 @@ class QueueMachine(RuleBasedStateMachine):
         )
 
     def teardown(self) -> None:
-        if not self.queue.store._closed:
+        if not self.queue.store.closed:
             self.queue.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -26,6 +26,13 @@ from desktop_queue.core import (
 )
 from desktop_queue.core.model import TRANSITIONS, check_transition
 
+
+@pytest.fixture
+def queue(any_queue: Queue) -> Queue:
+    """Each backend in turn: the transitions are the queue's, whatever keeps the jobs."""
+    return any_queue
+
+
 #: The table of shared/DESIGN.md section 1, written out independently of the code.
 DESIGN_TABLE: dict[State, set[State]] = {
     State.QUEUED: {State.RUNNING, State.CANCELLED},

@@ -1,4 +1,8 @@
-"""The verbs of shared/DESIGN.md section 1 and the failure classes of section 2, one behaviour per test."""
+"""The verbs of shared/DESIGN.md section 1 and the failure classes of section 2, one behaviour per test.
+
+``queue`` here is each backend in turn (``any_queue`` in conftest.py): a test that
+reads the JSON store's files, or reopens it, asks for ``json_queue``.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +43,17 @@ from desktop_queue.core.queue import MAX_INPUT_BYTES, MAX_INTERACTIVE_WAITING
 from desktop_queue.core.redact import REDACTED, redact
 from desktop_queue.core.storage import decode_record, decode_snapshot
 
+
+@pytest.fixture
+def queue(any_queue: Queue) -> Queue:
+    return any_queue
+
+
+@pytest.fixture
+def json_queue(open_queue: Callable[..., Queue]) -> Queue:
+    return open_queue()
+
+
 OpenQueue = Callable[..., Queue]
 
 
@@ -71,7 +86,8 @@ def all_file_bytes(data_dir: Path) -> dict[Path, bytes]:
 # =========================================================================== submit
 
 
-def test_submit_creates_a_durable_queued_job(queue: Queue, open_queue: OpenQueue, clock: FakeClock) -> None:
+def test_submit_creates_a_durable_queued_job(json_queue: Queue, open_queue: OpenQueue, clock: FakeClock) -> None:
+    queue = json_queue  # (the JSON store: this reads its files or reopens it)
     res = queue.submit("demo", {"prompt": "hello world"}, title="  My   first job ")
     job = res.job
     assert res.duplicate is False
@@ -236,7 +252,8 @@ def test_an_interactive_job_goes_first_even_if_submitted_last(queue: Queue, cloc
     assert lease_of(queue, bg.id).job_id == bg.id
 
 
-def test_attempt_is_recorded_durably_at_lease_time(queue: Queue, open_queue: OpenQueue, clock: FakeClock) -> None:
+def test_attempt_is_recorded_durably_at_lease_time(json_queue: Queue, open_queue: OpenQueue, clock: FakeClock) -> None:
+    queue = json_queue  # (the JSON store: this reads its files or reopens it)
     job = queue.submit("demo", {"n": 1}).job
     lease = lease_of(queue, job.id, lease_s=45)
     assert lease.attempt == 1
@@ -292,7 +309,8 @@ def _forged(lease: Lease) -> Lease:
     return replace(lease, token=lease.token[:-4] + "AAAA")
 
 
-def test_wrong_token_changes_nothing(queue: Queue, open_queue: OpenQueue) -> None:
+def test_wrong_token_changes_nothing(json_queue: Queue, open_queue: OpenQueue) -> None:
+    queue = json_queue  # (the JSON store: this reads its files or reopens it)
     job = queue.submit("demo", {"n": 1}).job
     lease = lease_of(queue, job.id)
     before = queue.get(job.id).to_json()
@@ -602,7 +620,8 @@ def test_a_negative_retry_after_does_not_jump_the_queue(queue: Queue, clock: Fak
     assert lease_of(queue, b.id)
 
 
-def test_a_nan_retry_after_is_not_stored(queue: Queue, open_queue: OpenQueue) -> None:
+def test_a_nan_retry_after_is_not_stored(json_queue: Queue, open_queue: OpenQueue) -> None:
+    queue = json_queue  # (the JSON store: this reads its files or reopens it)
     job = queue.submit("demo", {"n": 1}).job
     after = queue.fail(lease_of(queue, job.id), Outcome.failure(ErrorClass.RETRYABLE, "x", retry_after=float("nan")))
     assert after.run_after == after.run_after  # not NaN
@@ -957,7 +976,8 @@ def test_compaction_writes_and_syncs_results_before_folding_their_records(
     assert reopened.store.carried_keys() == [] and reopened.results.count() == 3
 
 
-def test_leases_and_heartbeats_wait_for_no_fsync_until_sync(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_leases_and_heartbeats_wait_for_no_fsync_until_sync(json_queue: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    queue = json_queue  # (the JSON store: this reads its files or reopens it)
     fsyncs: list[int] = []
     real = storage_module._datasync
     monkeypatch.setattr(storage_module, "_datasync", lambda fd: (fsyncs.append(fd), real(fd))[1])
@@ -977,7 +997,8 @@ def test_leases_and_heartbeats_wait_for_no_fsync_until_sync(queue: Queue, monkey
     assert len(fsyncs) == 3
 
 
-def test_a_lease_written_without_fsync_is_seen_by_another_process(data_dir: Path, queue: Queue) -> None:
+def test_a_lease_written_without_fsync_is_seen_by_another_process(data_dir: Path, json_queue: Queue) -> None:
+    queue = json_queue  # (the JSON store: this reads its files or reopens it)
     job = queue.submit("demo", {"prompt": "p"}).job
     lease = lease_of(queue, job.id)
     code = (

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from desktop_queue.core import Queue, State
-from desktop_queue.core import queue as queue_module
+from desktop_queue.core import reconcile as reconcile_module
 from desktop_queue.core import storage as storage_module
 from desktop_queue.providers.demo import DemoProvider
 from desktop_queue.runtime.driver import DISK_FULL
@@ -178,7 +178,7 @@ def test_a_held_answer_survives_a_restart_in_its_pending_result(
     disk.free()
 
     # the next start: the process that held the lease has ended
-    monkeypatch.setattr(queue_module, "holder_alive", lambda owner: False)
+    monkeypatch.setattr(reconcile_module, "holder_alive", lambda owner: False)
     reopened = Queue.open(data_dir, {"demo": DemoProvider()})
     try:
         job = reopened.get(job_id)

@@ -1,0 +1,194 @@
+"""The seam between the queue's verbs and where jobs are kept.
+
+:class:`~desktop_queue.core.queue.Queue` runs every verb over one :class:`Backend`: it
+reads jobs through a :class:`View` and changes them only by handing the backend journal
+records (:mod:`.records`) to commit atomically. Two backends implement it today:
+
+- :class:`~desktop_queue.core.storage.Store`, the JSON journal in the data directory
+  (the default; the store of record on a desktop);
+- :class:`~desktop_queue.core.memory.MemoryBackend`, everything in memory, for scripts
+  and tests that need no durability.
+
+A database fits the same shape: ``transact`` is one database transaction; the
+:class:`View` it is given reads with row locks (``runnable`` is ``SELECT ... FOR UPDATE
+SKIP LOCKED LIMIT 1`` over the queued jobs of a lane whose ``run_after`` has come), and
+the returned records become the transaction's ``INSERT``/``UPDATE`` statements before it
+commits. ``changed_since`` is what ``LISTEN/NOTIFY`` would feed.
+
+The decisions the verbs make from what they read are pure functions
+(:mod:`.decisions`), so a backend never repeats them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from desktop_queue.core.archive import ArchivedRow, PurgeFilter, Totals
+from desktop_queue.core.records import JobDict, Record
+
+T = TypeVar("T")
+
+
+@dataclass
+class OpenReport:
+    """What opening the backend found.
+
+    Attributes:
+        first: this process opened it while no other had it open.
+        notices: plain-language messages for the user (recoveries, quarantines).
+    """
+
+    first: bool
+    notices: list[str] = field(default_factory=list)
+
+
+class History(Protocol):
+    """Finished jobs that left the hot set, and the index that finds them
+    (:class:`~desktop_queue.core.archive.Archive`)."""
+
+    def get(self, job_id: str) -> JobDict | None: ...
+    def rows(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        profile: str | None = None,
+        error_class: str | None = None,
+        text: str | None = None,
+        before_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[ArchivedRow]: ...
+    def jobs(self, rows: Iterable[ArchivedRow]) -> Iterator[JobDict]: ...
+    def totals(self) -> Totals: ...
+    def contributions_of(self, ids: Iterable[str]) -> list[tuple[str, dict[str, Any]]]: ...
+    def matching(self, purge: PurgeFilter) -> list[str]: ...
+    def with_prefix(self, prefix: str, limit: int = 3) -> list[str]: ...
+
+
+class View(Protocol):
+    """What a verb may read: inside :meth:`Backend.transact` (then it is the state the
+    commit changes) or in :meth:`Backend.read`.
+
+    Job dicts returned are the backend's own: a verb must not change them (it returns
+    records instead).
+    """
+
+    #: bumped by every change a process sees (see :meth:`changed_since`)
+    version: int
+    #: the highest submission number and lease epoch given out so far
+    seq: int
+    epoch: int
+
+    @property
+    def archive(self) -> History | None:
+        """Finished jobs outside the hot set, or None when the backend keeps every job hot."""
+        ...
+
+    def job(self, job_id: str) -> JobDict | None:
+        """The job with this id, hot or archived."""
+        ...
+
+    def holder(self, key: str) -> JobDict | None:
+        """The live or succeeded job holding idempotency key ``key``."""
+        ...
+
+    def exists(self, job_id: str) -> bool: ...
+
+    def hot(self, job_id: str) -> JobDict | None:
+        """The job if it is in the hot set (queued, running or recently finished), else None."""
+        ...
+
+    def hot_jobs(self) -> Mapping[str, JobDict]:
+        """Every job of the hot set, by id."""
+        ...
+
+    def ids_in(self, state: str) -> Collection[str]:
+        """Ids of the hot jobs in ``state`` (every queued and running job is hot)."""
+        ...
+
+    def holder_id(self, key: str) -> str | None:
+        """The id of the hot job holding idempotency key ``key`` (None: none, or an archived one)."""
+        ...
+
+    def purged(self, job: JobDict) -> bool:
+        """Whether a purge recorded but not yet carried out removes this archived job."""
+        ...
+
+    def queued_in_lane(self, lane: str) -> int:
+        """How many jobs wait in the priority lane ``lane``."""
+        ...
+
+    def runnable(self, lane: str, now: float, skip: Callable[[JobDict], bool] | None = None) -> JobDict | None:
+        """The next queued job of ``lane`` whose ``run_after`` has come and that ``skip`` keeps."""
+        ...
+
+    def next_wake(self) -> float | None:
+        """When the earliest queued job becomes runnable, or None if none is queued."""
+        ...
+
+    def changed_since(self, version: int) -> tuple[int, set[str] | None]:
+        """Ids changed after ``version``; None means "everything"."""
+        ...
+
+
+class Backend(Protocol):
+    """Where jobs are kept: atomic commits of journal records, and consistent reads."""
+
+    #: what opening it found
+    report: OpenReport
+
+    @property
+    def poisoned(self) -> str | None:
+        """Why the backend refuses every commit until it is reopened (None: it does not)."""
+        ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def open(self, on_first: Callable[[], None] | None = None) -> OpenReport:
+        """Opens it; ``on_first`` runs when no other process has it open (reconciliation)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def transact(self, fn: Callable[[View], Sequence[Record]], *, durable: bool = True) -> Sequence[Record]:
+        """Commits the records ``fn`` derives from the current :class:`View`, atomically.
+
+        ``fn`` may raise to commit nothing. Records are applied to the view only once they
+        are committed (and, if ``durable``, on disk).
+        """
+        ...
+
+    def read(self, fn: Callable[[View], T]) -> T:
+        """Runs ``fn`` on an up-to-date :class:`View` (every process's commits applied)."""
+        ...
+
+    def peek(self, fn: Callable[[View], T]) -> T:
+        """Runs ``fn`` on the view as this process last saw it: what its own last commit left."""
+        ...
+
+    def sync(self) -> None:
+        """Puts every commit this process made on disk (a no-op where every commit is)."""
+        ...
+
+    def compact_now(self) -> None:
+        """Folds what the journal holds (purges included) before returning."""
+        ...
+
+    def quiet(self) -> AbstractContextManager[bool]:
+        """While held, says whether no maintenance (a compaction) of the backend runs,
+        and keeps one from starting; for sweeping files that one might still write."""
+        ...
+
+    def carried_result(self, key: str) -> dict[str, Any] | None:
+        """A result document committed with its job's success, not yet in a result file."""
+        ...
+
+    def carried_keys(self) -> list[str]: ...
+
+    def archived_result(self, key: str) -> dict[str, Any] | None:
+        """The result document of an archived job holding ``key``."""
+        ...
