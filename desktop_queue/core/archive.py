@@ -205,19 +205,26 @@ def _compact_contribution(job: JobDict) -> dict[str, Any]:
 
 
 def encode_segment(jobs: Sequence[JobDict]) -> tuple[bytes, list[tuple[int, int, int]]]:
-    """A segment's bytes, and where each job lies in them: ``(block offset, block length, line)``."""
+    """A segment's bytes, and where each job of ``jobs`` lies in them: ``(block offset, block length, line)``.
+
+    Blocks hold jobs of one state together (in ``jobs``' order within a state): a page of
+    a rare state, such as the dead letters among a million successes, then reads one
+    block per 32 of its jobs instead of nearly one block per job.
+    """
     head = orjson.dumps(
         {"format": ARCHIVE_FORMAT, "version": ARCHIVE_VERSION, "nonce": secrets.token_hex(8), "jobs": len(jobs)}
     )
     parts = [head, b"\n"]
     offset = len(head) + 1
-    where: list[tuple[int, int, int]] = []
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i].get("state") or "")  # (stable: seq order stays)
+    where: list[tuple[int, int, int]] = [(0, 0, 0)] * len(jobs)
     compressor = zstandard.ZstdCompressor(level=3)
-    for start in range(0, len(jobs), BLOCK_JOBS):
-        block = jobs[start : start + BLOCK_JOBS]
-        packed = compressor.compress(b"\n".join(orjson.dumps(job) for job in block))
+    for start in range(0, len(order), BLOCK_JOBS):
+        block = order[start : start + BLOCK_JOBS]
+        packed = compressor.compress(b"\n".join(orjson.dumps(jobs[i]) for i in block))
         frame = _BLOCK_HEAD.pack(_BLOCK_MAGIC, len(packed), zlib.crc32(packed)) + packed
-        where.extend((offset, len(frame), line) for line in range(len(block)))
+        for line, i in enumerate(block):
+            where[i] = (offset, len(frame), line)
         parts.append(frame)
         offset += len(frame)
     return b"".join(parts), where
