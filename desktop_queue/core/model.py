@@ -72,6 +72,8 @@ class EventType(StrEnum):
     STALE_RESULT = "stale_result"
     RELEASED = "released"
     RESUMED = "resumed"
+    #: a person closed a dead letter without retrying it (the job stays dead, flagged ``resolved_at``)
+    RESOLVED = "resolved"
 
 
 TERMINAL = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})
@@ -126,6 +128,7 @@ DETAIL_KEYS = frozenset(
         "stale_epoch",
         "bytes",
         "edited",
+        "note",
     }
 )
 
@@ -244,6 +247,8 @@ class Job:
     poison_count: int
     started_at: float | None
     finished_at: float | None
+    #: when a person resolved this dead letter (closed it without retrying), or None
+    resolved_at: float | None
     #: the stored events as of the moment the view was taken (see :attr:`events`)
     raw_events: tuple[dict[str, Any], ...] = field(default=(), repr=False)
 
@@ -310,6 +315,7 @@ class Job:
             poison_count=raw.get("poison_count", 0),
             started_at=raw.get("started_at"),
             finished_at=raw.get("finished_at"),
+            resolved_at=raw.get("resolved_at"),
         )
 
     @property
@@ -342,6 +348,7 @@ class Job:
             "replayed_as": list(self.replayed_as),
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "resolved_at": self.resolved_at,
         }
         if with_input:
             out["input"] = self.input
