@@ -9,6 +9,7 @@ dialog shows it; ``desktop-queue replay ID --dry-run`` prints it.
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,7 +17,7 @@ from typing import Any
 
 from desktop_queue.core.errors import QueueError
 from desktop_queue.core.fingerprint import canonical_json
-from desktop_queue.core.model import ErrorClass, Job, State, iso
+from desktop_queue.core.model import ErrorClass, Job, State
 from desktop_queue.core.search import prompt_text
 
 #: the Replay dialog's and the CLI's title of a replay: from its prompt when that was edited
@@ -122,6 +123,13 @@ def replay_title(job: Job, new_input: Any = _SAME) -> str:
     return job.title if job.title.endswith("(replay)") else f"{job.title} (replay)"
 
 
+def _when(ts: float | None) -> str:
+    """A time people read at a glance: ``2026-11-30 14:03`` (local)."""
+    if ts is None:
+        return "an unknown time"
+    return _dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+
+
 def _profile(provider: Any) -> str | None:
     name = getattr(getattr(provider, "profile", None), "name", None)
     return name if isinstance(name, str) else None
@@ -154,7 +162,7 @@ def preview_replay(
     klass = error.get("class")
     status = error.get("status")
     message = error.get("message")
-    when = iso(job.finished_at)
+    when = _when(job.finished_at)
     if job.state == State.DEAD and klass:
         code = f" HTTP {status}" if status else ""
         ended = f"dead at {when} with a {klass}{code} error: {message or 'no message'}"
