@@ -126,6 +126,12 @@ def _num(value: float | None) -> float:
     return -1.0 if value is None else value
 
 
+def _state_text(job: Mapping[str, Any], _now: float) -> str:
+    """``dead``, or ``dead (resolved)`` for a dead letter a person closed."""
+    state = str(job.get("state", ""))
+    return f"{state} (resolved)" if state == State.DEAD and job.get("resolved_at") is not None else state
+
+
 def queue_columns(hold: HoldReason | None = None) -> tuple[Column, ...]:
     """The queue pane's columns; ``hold`` says why flow control keeps a due job waiting."""
 
@@ -133,12 +139,7 @@ def queue_columns(hold: HoldReason | None = None) -> tuple[Column, ...]:
         return describe_state(job, now, hold)
 
     return (
-        Column(
-            "state",
-            "State",
-            lambda j, _n: str(j.get("state", "")),
-            lambda j, _n: _STATE_ORDER.get(str(j.get("state")), 9),
-        ),
+        Column("state", "State", _state_text, lambda j, _n: _STATE_ORDER.get(str(j.get("state")), 9)),
         Column("title", "Title", lambda j, _n: j.get("title") or ""),
         Column("kind", "Kind", lambda j, _n: j.get("kind") or ""),
         Column("priority", "Priority", lambda j, _n: j.get("priority") or ""),

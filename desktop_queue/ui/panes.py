@@ -291,7 +291,10 @@ class QueuePane(QWidget):
         total = sum(counts.values())
         self.state_filter.setItemText(0, f"All states ({total})")
         for i, state in enumerate(STATE_ORDER, start=1):
-            self.state_filter.setItemText(i, f"{state.capitalize()} ({counts.get(state, 0)})")
+            n = counts.get(state, 0)
+            if state == State.DEAD:
+                n += counts.get("resolved", 0)  # this pane lists resolved dead letters among the dead
+            self.state_filter.setItemText(i, f"{state.capitalize()} ({n})")
 
     def selected(self) -> list[dict]:
         return selected_jobs(self.view)

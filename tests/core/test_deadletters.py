@@ -243,3 +243,19 @@ def test_search_query_parses_fields_and_dates() -> None:
     job = {"kind": "demo", "state": "dead", "created_at": q.after + 10, "input": {"prompt": "a Refund please"}}
     assert SearchQuery.parse("kind:demo refund").matches(job)
     assert not SearchQuery.parse("kind:openai.chat").matches(job)
+
+
+def test_resolved_dead_letters_are_purged_like_finished_jobs(small_hot: Callable[..., Queue], clock: FakeClock) -> None:
+    queue = small_hot()
+    ids = [kill(queue, clock, f"p{i}") for i in range(6)]
+    queue.store.compact_now()
+    queue.resolve(ids[0])  # archived, faulted in
+    queue.resolve(ids[5])  # hot
+    queue.store.compact_now()
+    assert queue.counts()["resolved"] == 2
+    clock.advance(10)
+    assert queue.purge(clock.now(), ["dead"]) == 6
+    counts = queue.counts()
+    assert counts["dead"] == 0 and "resolved" not in counts
+    assert queue.dead_letter_groups(resolved=True) == []
+    assert queue.stats().dead_letters == 0

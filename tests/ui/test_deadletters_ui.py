@@ -84,7 +84,11 @@ def wait_task(qtbot: Any, task: Any) -> Any:
 
 def test_group_model_passes_the_model_tester_and_updates_in_place(qtmodeltester: Any) -> None:
     model = DeadGroupModel()
-    a, b, c = DeadGroup("fatal 401 x", 5, "fatal", "e"), DeadGroup("fatal 429 y", 3, "fatal", "e"), DeadGroup("z", 1, None, "")
+    a, b, c = (
+        DeadGroup("fatal 401 x", 5, "fatal", "e"),
+        DeadGroup("fatal 429 y", 3, "fatal", "e"),
+        DeadGroup("z", 1, None, ""),
+    )
     model.set_groups([a, b])
     qtmodeltester.check(model)
     changed: list[int] = []
@@ -153,6 +157,11 @@ def test_resolve_the_selection_from_the_button(qtbot: Any, win: Any, store: dict
     qtbot.waitUntil(lambda: target not in pane.proxy.job_ids(), timeout=3000)
     assert win.queue.get(target).state == State.DEAD
     assert "resolved" in [e.type for e in win.queue.get(target).events]
+    model = win.controller.queue_model
+    qtbot.waitUntil(lambda: model.index(model.row_of(target), 0).data() == "dead (resolved)", timeout=3000)
+    # the queue pane lists resolved dead letters among the dead, and counts them so
+    qtbot.waitUntil(lambda: window.queue_pane.state_filter.itemText(4) == "Dead (12)", timeout=3000)
+    assert window.tabs.tabText(1) == "&Dead letters (11)"
 
 
 def test_retry_all_matching_runs_off_the_gui_thread_with_progress(
