@@ -1910,10 +1910,12 @@ class Queue:
         ).casefold()
 
     def prompt_matches(self, text: str, ids: Iterable[str] | None = None) -> set[str]:
-        """The hot jobs (of ``ids``, or all) whose prompt contains ``text``, in any case.
+        """The hot jobs (of ``ids``, or all but the queued ones) whose prompt contains ``text``, in any case.
 
-        For the window's search, whose rows do not carry finished jobs' inputs. The
-        casefolded prompt of each job is kept after the first search (by input digest).
+        For the window's search, whose rows do not carry finished jobs' inputs. As in
+        the archive's index, the first :data:`~desktop_queue.core.search.PROMPT_INDEX_CHARS`
+        characters of a prompt are searched; their casefolded text is kept after the
+        first search (by input digest).
         """
         needle = text.strip().casefold()
         if not needle:
@@ -1922,12 +1924,16 @@ class Queue:
 
         def fn(st: StoreState) -> set[str]:
             out: set[str] = set()
-            source = st.jobs.items() if ids is None else ((i, st.jobs[i]) for i in ids if i in st.jobs)
-            for job_id, job in source:
+            if ids is None:  # the queued rows carry their input: the others (bounded by the hot set's)
+                wanted = [i for s in State if s != State.QUEUED for i in st.by_state.get(s, ())]
+            else:
+                wanted = [i for i in ids if i in st.jobs]
+            for job_id in wanted:
+                job = st.jobs[job_id]
                 digest = job.get("input_digest") or ""
                 hit = cache.get(job_id)
                 if hit is None or hit[0] != digest:
-                    hit = (digest, prompt_text(job.get("input"), 1 << 20).casefold())
+                    hit = (digest, prompt_text(job.get("input")).casefold())
                     cache[job_id] = hit
                 if needle in hit[1]:
                     out.add(job_id)

@@ -167,4 +167,4 @@ class SearchQuery:
         needle = self.text.casefold()
         if searchable is None:
             searchable = " ".join(str(job.get(k) or "") for k in ("id", "title", "kind", "state")).casefold()
-        return needle in searchable or needle in prompt_text(job.get("input"), 1 << 20).casefold()
+        return needle in searchable or needle in prompt_text(job.get("input")).casefold()

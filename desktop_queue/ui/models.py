@@ -540,8 +540,13 @@ class JobTableModel(QAbstractTableModel):
     def _search(self, entry: _Row) -> str:
         if entry.search is None:
             job = entry.job
+            # a queued row carries its input: its prompt is searched here, once per row; the
+            # finished rows' prompts through Queue.prompt_matches
+            prompt = prompt_text(job["input"]) if job.get("input") is not None else ""
             entry.search = " ".join(
-                str(x) for x in (entry.id, job.get("title"), job.get("kind"), job.get("state"), error_text(job)) if x
+                str(x)
+                for x in (entry.id, job.get("title"), job.get("kind"), job.get("state"), error_text(job), prompt)
+                if x
             ).casefold()
         return entry.search
 
@@ -1104,10 +1109,11 @@ class JobFilterProxy(QSortFilterProxyModel):
                 query, self.query_error = SearchQuery.parse(text.strip()), None
             except QueueError as exc:  # a date being typed: search the words meanwhile
                 query, self.query_error = SearchQuery(text=text.strip() or None), str(exc)
-            prompts = self._jobs.prompt_matches(query.text) if self._jobs is not None and query.text else set()
 
+            # the finished jobs' prompts are searched once typing pauses (filter_archive): a
+            # keystroke filters the rows in memory only (queued rows carry their input)
             def change() -> None:
-                self._text, self._query, self._prompt_ids = folded, query, prompts
+                self._text, self._query, self._prompt_ids = folded, query, set()
 
             self._change_filter(change)
             if self.archive_timer.interval() > 0:
@@ -1150,6 +1156,10 @@ class JobFilterProxy(QSortFilterProxyModel):
         """Finds the archived rows again with this filter (at once, even if a search waits)."""
         self.archive_timer.stop()
         if self._jobs is not None:
+            text = self._query.text
+            prompts = self._jobs.prompt_matches(text) if text else set()
+            if prompts != self._prompt_ids:
+                self._change_filter(lambda: setattr(self, "_prompt_ids", prompts))
             self._jobs.set_archive_filter(
                 self._state,
                 self._query.text,
@@ -1190,11 +1200,7 @@ class JobFilterProxy(QSortFilterProxyModel):
             return True
         if job.get("archived") and model.archive_filter[1] == query.text:
             return True  # the archive's index found it by this text (in its title or prompt)
-        needle = query.text.casefold()
-        if needle in model.search_text(source_row) or job["id"] in self._prompt_ids:
-            return True
-        payload = job.get("input")  # a queued job's row has its input: new ones are found at once
-        return payload is not None and needle in prompt_text(payload, 1 << 20).casefold()
+        return query.text.casefold() in model.search_text(source_row) or job["id"] in self._prompt_ids
 
     def job_ids(self) -> list[str]:
         """The ids of every job the filter lets through, in view order."""

@@ -261,6 +261,11 @@ def test_search_finds_prompts_says_no_matches_and_esc_clears(qtbot: Any, win: An
     found = set(all_rows(pane))
     expected = {i for ids in store.values() for i in ids if "badger" in win.queue.get(i).input["prompt"]}
     assert found == expected and found
+    win.controller.set_paused(True)  # (nothing may start it meanwhile)
+    waiting = win.queue.submit("demo", {"prompt": "a zebra crossing at dusk"}, title="queued one").job.id
+    win.controller.refresher.refresh()
+    pane.search.setText("zebra cross")  # a queued row carries its input: found while typing
+    assert pane.proxy.job_ids() == [waiting]
     pane.search.setText("state:dead badger")
     pane.proxy.filter_archive()
     assert set(all_rows(pane)) == {i for i in expected if win.queue.get(i).state == State.DEAD}
