@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
 
 from desktop_queue.core import Job, NotAllowed, Queue, QueueError, StoreError, SubmitResult
 from desktop_queue.core.export import write_export
@@ -408,8 +408,16 @@ class Controller(QObject):
         task.failed.connect(self.failed)
         task.failed.connect(lambda _m: self.changed())
         self.bulk_task = task
-        self.bulk_pool.start(_BulkRunnable(task))
+        # from the event loop: whoever called this connects to the task's signals first
+        # (a quick task must not finish before its progress dialog listens)
+        QTimer.singleShot(0, self, lambda: self._run_bulk(task))
         return task
+
+    def _run_bulk(self, task: BulkTask) -> None:
+        if self._shut or task.cancelled:
+            task.failed.emit(f"{task.verb} did not start: the window is closing" if self._shut else "Stopped")
+            return
+        self.bulk_pool.start(_BulkRunnable(task))
 
     def bulk(self, verb: str, ids: list[str], note: str | None = None) -> BulkTask:
         """Retries, replays or resolves exactly ``ids`` (captured at confirmation), off the GUI
