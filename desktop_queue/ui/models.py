@@ -466,6 +466,9 @@ class JobTableModel(QAbstractTableModel):
                     self._link_icon = icon("event-link")
                 if not self._link_icon.isNull():
                     looks[self._title_col] = CellLook(looks[self._title_col].text, self._link_icon)
+            if self._title_col >= 0 and job.get("resolved_at") is not None:
+                # a resolved dead letter: a check mark, so it stands apart among the waiting ones
+                looks[self._title_col] = CellLook(looks[self._title_col].text, state_icon(State.SUCCEEDED))
         return looks
 
     def _look(self, entry: _Row, col: int) -> CellLook:
@@ -519,8 +522,16 @@ class JobTableModel(QAbstractTableModel):
             if key == "title":
                 replayed = replayed_as_text(job)
                 archived = "\narchived (shown after the jobs in memory, newest first)" if job.get("archived") else ""
+                resolved = (
+                    f"\nresolved {clock_time(job['resolved_at'], self._now)} (closed without a retry)"
+                    if job.get("resolved_at") is not None
+                    else ""
+                )
                 return (
-                    f"{job.get('title')}\njob {entry.id}" + (f"\nreplayed as {replayed}" if replayed else "") + archived
+                    f"{job.get('title')}\njob {entry.id}"
+                    + (f"\nreplayed as {replayed}" if replayed else "")
+                    + resolved
+                    + archived
                 )
             if key == "state" and job.get("last_error"):
                 return f"{job.get('state')}: {error_text(job)}"

@@ -159,6 +159,9 @@ def test_resolve_the_selection_from_the_button(qtbot: Any, win: Any, store: dict
     assert "resolved" in [e.type for e in win.queue.get(target).events]
     model = win.controller.queue_model
     qtbot.waitUntil(lambda: model.index(model.row_of(target), 0).data() == "dead (resolved)", timeout=3000)
+    title = model.index(model.row_of(target), 1)
+    assert "closed without a retry" in title.data(Qt.ItemDataRole.ToolTipRole)
+    assert title.data(Qt.ItemDataRole.DecorationRole) is not None
     # the queue pane lists resolved dead letters among the dead, and counts them so
     qtbot.waitUntil(lambda: window.queue_pane.state_filter.itemText(4) == "Dead (12)", timeout=3000)
     assert window.tabs.tabText(1) == "&Dead letters (11)"
