@@ -7,6 +7,7 @@ A thin layer over :mod:`desktop_queue.core`. Exit codes: 0 done, 1 failed,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -23,7 +24,7 @@ import orjson
 
 from desktop_queue import __version__
 from desktop_queue.core import Job, Queue, QueueError, State, present
-from desktop_queue.core.errors import InputTooLarge, InvalidInput
+from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError
 from desktop_queue.core.model import iso
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.core.queue import MAX_INPUT_BYTES
@@ -89,6 +90,39 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="a new job from a finished one, with the same or edited input")
     p.add_argument("id")
     p.add_argument("--input", dest="input_json", metavar="JSON", help="edited input (default: the original's)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what the replay would do (how the original ended, what would make it fail again "
+        "or wait); queue nothing",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser(
+        "resolve",
+        help="close a dead letter without retrying it",
+        description="Marks a dead job resolved: it stays dead, leaves the dead letters and their count, "
+        "and is purged like any finished job. A retry later opens it again.",
+    )
+    p.add_argument("id")
+    p.add_argument("--note", metavar="TEXT", help="why (kept in the job's timeline, at most 300 characters)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser(
+        "export",
+        help="write jobs with their timelines to CSV or JSON Lines",
+        description="Writes the jobs matching the filters, newest first, with their events. "
+        "Inputs (prompts) are left out unless --with-inputs.",
+    )
+    p.add_argument("--state", choices=[*(s.value for s in State), "resolved"], help="only jobs in this state")
+    p.add_argument("--kind", help="only jobs of this kind")
+    p.add_argument("--search", metavar="TEXT", help="only jobs whose title, id, error or prompt contains TEXT")
+    p.add_argument("--format", choices=["csv", "jsonl"], default="jsonl", help="file format (default: jsonl)")
+    p.add_argument("--with-inputs", action="store_true", help="include each job's input (its prompt)")
+    p.add_argument("--output", "-o", metavar="FILE", help="write here (default: standard output)")
+
+    p = sub.add_parser("import", help="add jobs from an export (CSV or JSON Lines) to this data dir")
+    p.add_argument("file", help="the export file (- for standard input)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("work", help="run a headless worker on the same lease engine")
@@ -332,6 +366,8 @@ def _print_job(
         print(f"replay of {job.replay_of}")
     if job.replayed_as:
         print(f"replayed  as {', '.join(job.replayed_as)}")
+    if job.resolved_at is not None:
+        print(f"resolved  {iso(job.resolved_at)} (closed by a person without a retry)")
     if not timeline:
         return
     print("timeline")
@@ -472,7 +508,94 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_replay_dry_run(args: argparse.Namespace) -> int:
+    """``replay ID --dry-run``: the preview of the Replay dialog; nothing is queued."""
+    from desktop_queue.core.preview import preview_replay
+    from desktop_queue.providers.setup import ProfileConfig, build
+
+    payload = _parse_json(args.input_json, "--input") if args.input_json is not None else None
+    data_dir = resolve_data_dir(args.data_dir)
+    providers, flow = build([ProfileConfig()], data_dir=data_dir)
+    try:
+        with _open(args, dict(providers)) as queue:
+            job = queue.get(args.id)
+            if not job.is_finished:
+                raise NotAllowed(f"job {job.id} is {job.state}; only finished jobs can be replayed")
+            kwargs = {} if payload is None else {"new_input": payload}
+            preview = preview_replay(job, queue.providers, flow=flow, **kwargs)
+    finally:
+        flow.close()
+    if args.json:
+        _out(preview.to_json())
+    else:
+        for line in preview.lines():
+            print(line)
+        print("nothing was queued (--dry-run)")
+    return EXIT_OK
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    with _open(args) as queue:
+        job = queue.resolve(args.id, args.note, "cli")
+    if args.json:
+        _out(_job_json(job))
+    else:
+        print(f"resolved {job.id}: it stays dead, and no longer counts among the dead letters")
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from desktop_queue.core.export import write_export
+    from desktop_queue.core.search import SearchQuery
+
+    resolved = True if args.state == "resolved" else (False if args.state == "dead" else None)
+    state = "dead" if args.state == "resolved" else args.state
+    query = SearchQuery(text=args.search or None, kind=args.kind, state=state)
+    with _open(args) as queue:
+        jobs = queue.find_jobs(query, resolved=resolved)
+        if args.output:
+            target = Path(args.output)
+            partial = target.with_name(f".{target.name}.partial")
+            try:
+                with open(partial, "wb") as out:
+                    count = write_export(jobs, out, args.format, with_input=args.with_inputs)
+                os.replace(partial, target)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    partial.unlink()
+                raise StoreError(f"cannot write {target}: {exc.strerror or exc}") from exc
+            _err(f"exported {count} jobs to {target}" + ("" if args.with_inputs else " (without their inputs)"))
+        else:
+            count = write_export(jobs, sys.stdout.buffer, args.format, with_input=args.with_inputs)
+            sys.stdout.buffer.flush()
+    return EXIT_OK
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from desktop_queue.core.export import read_export
+
+    if args.file == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        try:
+            data = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {args.file}: {exc.strerror or exc}") from None
+    docs = list(read_export(data))
+    with _open(args) as queue:
+        result = queue.import_jobs(docs, "cli")
+    if args.json:
+        _out({"added": result.added, "skipped": result.skipped})
+    else:
+        print(f"imported {len(result.added)} jobs" + (f", skipped {len(result.skipped)}" if result.skipped else ""))
+        for job_id, why in list(result.skipped.items())[:20]:
+            print(f"  skipped {job_id}: {why}")
+    return EXIT_OK
+
+
 def cmd_verb(args: argparse.Namespace) -> int:
+    if args.command == "replay" and args.dry_run:
+        return cmd_replay_dry_run(args)
     with _open(args) as queue:
         if args.command == "cancel":
             job = queue.cancel(args.id, "cli")
@@ -715,6 +838,9 @@ COMMANDS = {
     "cancel": cmd_verb,
     "retry": cmd_verb,
     "replay": cmd_verb,
+    "resolve": cmd_resolve,
+    "export": cmd_export,
+    "import": cmd_import,
     "work": cmd_work,
     "stats": cmd_stats,
     "spend": cmd_spend,

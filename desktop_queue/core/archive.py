@@ -56,13 +56,16 @@ import zstandard
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.fileio import atomic_write, fsync_dir, make_dirs
 from desktop_queue.core.model import EventType, State, events_of
+from desktop_queue.core.present import error_signature
 from desktop_queue.core.records import JobDict
+from desktop_queue.core.search import prompt_text
 
 log = logging.getLogger(__name__)
 
 ARCHIVE_FORMAT = "desktop-queue.archive"
 ARCHIVE_VERSION = 1
-INDEX_VERSION = 2
+#: 3: the prompt's text in the search index, dead letters' resolution and error signature
+INDEX_VERSION = 3
 #: jobs compressed together: larger blocks compress little better and cost more to read one job
 BLOCK_JOBS = 32
 _BLOCK_MAGIC = b"DQB1"
@@ -284,7 +287,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     seg INTEGER NOT NULL, off INTEGER NOT NULL, len INTEGER NOT NULL, line INTEGER NOT NULL,
     state TEXT NOT NULL, kind TEXT, profile TEXT, key8 INTEGER,
     created REAL, finished REAL, upd REAL, err TEXT, title TEXT,
-    contrib BLOB
+    contrib BLOB,
+    resolved REAL, sig TEXT, prompt TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, seq);
 CREATE INDEX IF NOT EXISTS jobs_key ON jobs (key8);
@@ -293,18 +297,20 @@ CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished);
 CREATE INDEX IF NOT EXISTS jobs_kind ON jobs (kind, seq);
 CREATE INDEX IF NOT EXISTS jobs_profile ON jobs (profile, seq);
 CREATE INDEX IF NOT EXISTS jobs_err ON jobs (err, seq);
+CREATE INDEX IF NOT EXISTS jobs_sig ON jobs (state, sig);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created);
 CREATE TABLE IF NOT EXISTS copies (id TEXT NOT NULL, seg INTEGER NOT NULL, PRIMARY KEY (id, seg)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS totals (k INTEGER PRIMARY KEY, blob BLOB NOT NULL);
--- title search by substring: a trigram index finds "study 42" among a million titles
--- without reading them all (a LIKE scan of the jobs table takes over 100 ms there)
+-- title and prompt search by substring: a trigram index finds "study 42" among a million
+-- jobs without reading them all (a LIKE scan of the jobs table takes over 100 ms there)
 CREATE VIRTUAL TABLE IF NOT EXISTS titles USING fts5(
-    title, content='jobs', content_rowid='seq', tokenize='trigram'
+    title, prompt, content='jobs', content_rowid='seq', tokenize='trigram'
 );
 CREATE TRIGGER IF NOT EXISTS jobs_title_in AFTER INSERT ON jobs BEGIN
-    INSERT INTO titles (rowid, title) VALUES (new.seq, new.title);
+    INSERT INTO titles (rowid, title, prompt) VALUES (new.seq, new.title, new.prompt);
 END;
 CREATE TRIGGER IF NOT EXISTS jobs_title_out AFTER DELETE ON jobs BEGIN
-    INSERT INTO titles (titles, rowid, title) VALUES ('delete', old.seq, old.title);
+    INSERT INTO titles (titles, rowid, title, prompt) VALUES ('delete', old.seq, old.title, old.prompt);
 END;
 """
 
@@ -345,32 +351,67 @@ class ArchivedRow:
     error_class: str | None
     #: where the job lies: segment number, block offset and length, line in the block
     location: tuple[int, int, int, int] = field(default=(0, 0, 0, 0), compare=False, repr=False)
+    #: when a person resolved this dead letter (None: not resolved)
+    resolved_at: float | None = None
+    #: the error with its varying parts blanked (``present.error_signature``)
+    signature: str | None = None
 
 
 def _row(r: Sequence[Any]) -> ArchivedRow:
-    return ArchivedRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], (r[10], r[11], r[12], r[13]))
+    return ArchivedRow(
+        r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], (r[10], r[11], r[12], r[13]), r[14], r[15]
+    )
 
 
-_ROW_COLUMNS = "seq, id, state, kind, profile, title, created, finished, upd, err, seg, off, len, line"
+_ROW_COLUMNS = "seq, id, state, kind, profile, title, created, finished, upd, err, seg, off, len, line, resolved, sig"
+
+#: the key a job counts under in the totals: its state, or ``resolved`` for a dead letter a
+#: person closed (it is no longer a dead letter waiting for anyone)
+RESOLVED = "resolved"
+_COUNT_KEY_SQL = f"CASE WHEN state = 'dead' AND resolved IS NOT NULL THEN '{RESOLVED}' ELSE state END"
+
+
+def count_key(job: JobDict) -> str:
+    """The totals key of a job (see :data:`RESOLVED`)."""
+    return RESOLVED if job["state"] == "dead" and job.get("resolved_at") is not None else job["state"]
+
+
+def signature_of(job: JobDict) -> str:
+    return error_signature(job)
 
 
 @dataclass(frozen=True)
 class PurgeFilter:
-    """Which finished jobs a purge removes: in ``states``, finished before ``before`` (wall time)."""
+    """Which finished jobs a purge removes: in ``states``, finished before ``before`` (wall
+    time), and, with ``ids``, only those jobs (a person's selection)."""
 
     before: float
     states: tuple[str, ...] = FINISHED_STATES
+    ids: frozenset[str] | None = None
 
     def matches(self, job: JobDict) -> bool:
         finished = job.get("finished_at")
-        return job["state"] in self.states and finished is not None and finished < self.before
+        return (
+            job["state"] in self.states
+            and finished is not None
+            and finished < self.before
+            and (self.ids is None or job["id"] in self.ids)
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"before": self.before, "states": list(self.states)}
+        doc: dict[str, Any] = {"before": self.before, "states": list(self.states)}
+        if self.ids is not None:
+            doc["ids"] = sorted(self.ids)
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> PurgeFilter:
-        return cls(float(doc["before"]), tuple(doc.get("states") or FINISHED_STATES))
+        ids = doc.get("ids")
+        return cls(
+            float(doc["before"]),
+            tuple(doc.get("states") or FINISHED_STATES),
+            frozenset(ids) if isinstance(ids, list) else None,
+        )
 
 
 class Archive:
@@ -587,7 +628,7 @@ class Archive:
 
     @staticmethod
     def _remove_rows(db: sqlite3.Connection, totals: Totals, where: str, args: tuple[Any, ...]) -> None:
-        for state, contrib in db.execute(f"SELECT state, contrib FROM jobs WHERE {where}", args).fetchall():
+        for state, contrib in db.execute(f"SELECT {_COUNT_KEY_SQL}, contrib FROM jobs WHERE {where}", args).fetchall():
             totals.add(state, orjson.loads(contrib), -1)
         db.execute(f"DELETE FROM jobs WHERE {where}", args)
 
@@ -595,7 +636,7 @@ class Archive:
         self, db: sqlite3.Connection, totals: Totals, number: int, offset: int, length: int, line: int, job: JobDict
     ) -> None:
         job_id = job["id"]
-        old = db.execute("SELECT seg, state, contrib FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        old = db.execute(f"SELECT seg, {_COUNT_KEY_SQL}, contrib FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if old is not None:
             if old[0] > number:  # a newer copy is indexed already: this one is an older copy
                 db.execute("INSERT OR IGNORE INTO copies VALUES (?, ?)", (job_id, number))
@@ -604,10 +645,10 @@ class Archive:
             totals.add(old[1], orjson.loads(old[2]), -1)
             db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
         contrib = _compact_contribution(job)
-        totals.add(job["state"], contrib, +1)
+        totals.add(count_key(job), contrib, +1)
         error = job.get("last_error")
         db.execute(
-            "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 job["seq"],
                 job_id,
@@ -625,6 +666,9 @@ class Archive:
                 error.get("class") if isinstance(error, dict) else None,
                 job.get("title"),
                 orjson.dumps(contrib),
+                job.get("resolved_at"),
+                signature_of(job) if job["state"] == "dead" else None,
+                prompt_text(job.get("input")) or None,
             ),
         )
 
@@ -738,27 +782,47 @@ class Archive:
         text: str | None = None,
         before_seq: int | None = None,
         limit: int | None = None,
+        resolved: bool | None = None,
+        signature: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
     ) -> list[ArchivedRow]:
-        """Archived jobs, newest first, by the indexed fields (``text``: in the title, any case).
+        """Archived jobs, newest first, by the indexed fields (``text``: in the title or the
+        prompt, any case; ``resolved``: only resolved dead letters, or only the others).
 
-        A title search first scans the newest :data:`SCAN_FIRST` jobs (a common word fills
+        A text search first scans the newest :data:`SCAN_FIRST` jobs (a common word fills
         a page there at once), then asks the trigram index for the older ones (a rare
-        word is found among a million titles without reading them).
+        word is found among a million jobs without reading them).
         """
         where: list[str] = []
         args: list[Any] = []
-        for column, value in (("state", state), ("kind", kind), ("profile", profile), ("err", error_class)):
+        for column, value in (
+            ("state", state),
+            ("kind", kind),
+            ("profile", profile),
+            ("err", error_class),
+            ("sig", signature),
+        ):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
+        if resolved is not None:
+            where.append("resolved IS NOT NULL" if resolved else "resolved IS NULL")
+        if created_after is not None:
+            where.append("created >= ?")
+            args.append(created_after)
+        if created_before is not None:
+            where.append("created < ?")
+            args.append(created_before)
         if before_seq is not None:
             where.append("seq < ?")
             args.append(before_seq)
         if not text:
             return self._select(where, args, limit)
+        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         scan = (
-            ["title LIKE ? ESCAPE '\\'"],
-            ["%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"],
+            ["(title LIKE ? ESCAPE '\\' OR prompt LIKE ? ESCAPE '\\')"],
+            [pattern, pattern],
         )
         if len(text) < 3 or any(c in text for c in "%_\\"):
             return self._select(where + scan[0], args + scan[1], limit)  # the trigram index cannot help
@@ -771,8 +835,12 @@ class Archive:
         if limit is not None and len(newest) >= limit:
             return newest
         older = self._select(
-            [*where, "seq IN (SELECT rowid FROM titles WHERE title LIKE ?)", "seq < ?"],
-            [*args, f"%{text}%", bound],
+            [
+                *where,
+                "seq IN (SELECT rowid FROM titles WHERE title LIKE ? UNION SELECT rowid FROM titles WHERE prompt LIKE ?)",
+                "seq < ?",
+            ],
+            [*args, f"%{text}%", f"%{text}%", bound],
             None if limit is None else limit - len(newest),
         )
         return newest + older
@@ -797,14 +865,38 @@ class Archive:
                 yield job
 
     def contributions_of(self, ids: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
-        """``(state, contribution)`` of each archived job of ``ids`` (to take them out of the totals)."""
+        """``(totals key, contribution)`` of each archived job of ``ids`` (to take them out of the
+        totals): the key is the state, or ``resolved`` for a resolved dead letter."""
         out: list[tuple[str, dict[str, Any]]] = []
         ids = list(ids)
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            for state, blob in self._query(f"SELECT state, contrib FROM jobs WHERE id IN ({marks})", chunk):
+            for state, blob in self._query(f"SELECT {_COUNT_KEY_SQL}, contrib FROM jobs WHERE id IN ({marks})", chunk):
                 out.append((state, orjson.loads(blob)))
+        return out
+
+    def dead_groups(self, *, resolved: bool = False) -> list[tuple[str, int, str | None]]:
+        """``(error signature, how many, error class)`` of the archived dead letters, largest first
+        (``resolved``: the resolved ones instead of those waiting)."""
+        rows = self._query(
+            "SELECT coalesce(sig, ''), count(*), max(err) FROM jobs WHERE state = 'dead' AND resolved IS "
+            + ("NOT NULL" if resolved else "NULL")
+            + " GROUP BY coalesce(sig, '') ORDER BY count(*) DESC"
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def facts_of(self, ids: Iterable[str]) -> dict[str, tuple[str, float | None, str | None]]:
+        """``id -> (state, resolved_at, signature)`` of the archived jobs of ``ids`` (their newest copies)."""
+        out: dict[str, tuple[str, float | None, str | None]] = {}
+        ids = list(ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for job_id, state, resolved, sig in self._query(
+                f"SELECT id, state, resolved, sig FROM jobs WHERE id IN ({marks})", chunk
+            ):
+                out[job_id] = (state, resolved, sig)
         return out
 
     def totals(self) -> Totals:
@@ -836,10 +928,16 @@ class Archive:
     def matching(self, purge: PurgeFilter) -> list[str]:
         """Ids of archived jobs a purge removes."""
         marks = ",".join("?" * len(purge.states))
-        rows = self._query(
-            f"SELECT id FROM jobs WHERE finished < ? AND state IN ({marks})", (purge.before, *purge.states)
-        )
-        return [r[0] for r in rows]
+        sql = f"SELECT id FROM jobs WHERE finished < ? AND state IN ({marks})"
+        if purge.ids is None:
+            return [r[0] for r in self._query(sql, (purge.before, *purge.states))]
+        out: list[str] = []
+        ids = sorted(purge.ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            rows = self._query(f"{sql} AND id IN ({','.join('?' * len(chunk))})", (purge.before, *purge.states, *chunk))
+            out.extend(r[0] for r in rows)
+        return out
 
     def size_bytes(self) -> int:
         total = 0

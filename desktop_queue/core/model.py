@@ -70,6 +70,8 @@ class EventType(StrEnum):
     STALE_RESULT = "stale_result"
     RELEASED = "released"
     RESUMED = "resumed"
+    #: a person closed a dead letter without retrying it (the job stays dead, flagged ``resolved_at``)
+    RESOLVED = "resolved"
 
 
 TERMINAL = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})
@@ -124,6 +126,7 @@ DETAIL_KEYS = frozenset(
         "stale_epoch",
         "bytes",
         "edited",
+        "note",
     }
 )
 
@@ -230,6 +233,8 @@ class Job:
     poison_count: int
     started_at: float | None
     finished_at: float | None
+    #: when a person resolved this dead letter (closed it without retrying), or None
+    resolved_at: float | None
     #: the stored events as of the moment the view was taken (see :attr:`events`)
     raw_events: tuple[EventDict, ...] = field(default=(), repr=False)
 
@@ -274,6 +279,7 @@ class Job:
             poison_count=raw.get("poison_count", 0),
             started_at=raw.get("started_at"),
             finished_at=raw.get("finished_at"),
+            resolved_at=raw.get("resolved_at"),
             raw_events=tuple(events_of(raw)) if with_events else (),
         )
 
@@ -307,6 +313,7 @@ class Job:
             "replayed_as": list(self.replayed_as),
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "resolved_at": self.resolved_at,
         }
         if with_input:
             out["input"] = self.input

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import logging
 import os
 import random
 import secrets
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from desktop_queue.core.archive import ArchivedRow, PurgeFilter, Totals, as_hot
+from desktop_queue.core.archive import RESOLVED, ArchivedRow, PurgeFilter, Totals, as_hot
 from desktop_queue.core.backend import Backend, OpenReport, View
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.decisions import Then, decide_failure, decide_reap, lost_lease_reason
@@ -24,6 +25,7 @@ from desktop_queue.core.errors import (
     InvalidInput,
     NoSuchJob,
     NotAllowed,
+    QueueError,
     QueueFull,
     StaleLease,
     UnknownKind,
@@ -44,6 +46,8 @@ from desktop_queue.core.model import (
     clean_detail,
 )
 from desktop_queue.core.outcome import Outcome
+from desktop_queue.core.present import error_signature, error_text
+from desktop_queue.core.preview import replay_title
 from desktop_queue.core.reconcile import Reconciled, reconcile_orphans
 from desktop_queue.core.records import (
     ErrorDict,
@@ -60,6 +64,7 @@ from desktop_queue.core.results import ResultStore
 from desktop_queue.core.retention import RetentionPolicy, load_policy, purge_quarantined
 from desktop_queue.core.retention import cutoff as retention_cutoff
 from desktop_queue.core.retry import RetryPolicy
+from desktop_queue.core.search import SearchQuery, prompt_text
 from desktop_queue.core.storage import KEEP_FINISHED, KEEP_FINISHED_S, Store
 
 log = logging.getLogger(__name__)
@@ -1124,6 +1129,8 @@ class Queue:
                 "finished_at": None,
                 "updated_at": now,
             }
+            if job.get("resolved_at") is not None:
+                changes["resolved_at"] = None  # a new run: if it dies again, it waits for a person again
             return [self._upd(job["id"], changes, ev)]
 
         self.store.transact(fn)
@@ -1143,7 +1150,8 @@ class Queue:
             original.kind,
             new_input,
             key=replay_key,
-            title=title or (original.title if original.title.endswith("(replay)") else f"{original.title} (replay)"),
+            # an edited prompt names the new job; else "<title> (replay)"
+            title=title or (replay_title(original) if payload is None else replay_title(original, payload)),
             priority=original.priority,
             max_attempts=original.max_attempts,
             actor=actor,
@@ -1238,11 +1246,18 @@ class Queue:
         text: str | None = None,
         before_seq: int | None = None,
         limit: int = 200,
+        resolved: bool | None = None,
+        signature: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
     ) -> builtins.list[ArchivedRow]:
         """A page of archived jobs, newest first, found through the archive's index (no segment read).
 
         For the window's history and filters: ``before_seq`` continues after the last row
         of the previous page. Jobs that the hot set holds (:meth:`raw_jobs`) are left out.
+        ``text`` is looked for in the title and the prompt; ``resolved`` keeps only the
+        resolved dead letters (True) or the others (False); ``signature`` one error
+        signature; ``created_after`` / ``created_before`` a date range.
         """
 
         def fn(st: View) -> builtins.list[ArchivedRow]:
@@ -1256,20 +1271,29 @@ class Queue:
                 text=text,
                 before_seq=before_seq,
                 limit=limit,
+                resolved=resolved,
+                signature=signature,
+                created_after=created_after,
+                created_before=created_before,
             )
             return [r for r in rows if r.id not in st.hot_jobs()]
 
         return self.store.read(fn)
 
     def counts(self) -> dict[str, int]:
-        """Jobs per state, hot and archived."""
+        """Jobs per state, hot and archived; resolved dead letters count as ``resolved`` (a key
+        present only when there are some), not ``dead``."""
 
         def fn(st: View) -> dict[str, int]:
             out = {str(s): len(st.ids_in(s)) for s in State}
-            if st.archive is None:
-                return out
-            for name, n in self._archived_totals(st).counts.items():
-                out[name] = out.get(name, 0) + n
+            resolved = self._hot_resolved(st)
+            out[State.DEAD] -= resolved
+            out[RESOLVED] = resolved
+            if st.archive is not None:
+                for name, n in self._archived_totals(st).counts.items():
+                    out[name] = out.get(name, 0) + n
+            if not out[RESOLVED]:
+                del out[RESOLVED]  # (present only when a person resolved some: the states stay the keys)
             return out
 
         return self.store.read(fn)
@@ -1331,10 +1355,25 @@ class Queue:
 
         def fn(st: View) -> Stats:
             if st.archive is None:
-                return compute_stats(st.hot_jobs().values())
-            return compute_stats(st.hot_jobs().values(), archived=self._archived_totals(st))
+                stats = compute_stats(st.hot_jobs().values())
+            else:
+                stats = compute_stats(st.hot_jobs().values(), archived=self._archived_totals(st))
+            # a resolved dead letter waits for nobody: counted apart, not among the dead letters
+            resolved = self._hot_resolved(st)
+            stats.counts[State.DEAD] = stats.counts.get(State.DEAD, 0) - resolved
+            stats.counts[RESOLVED] = stats.counts.get(RESOLVED, 0) + resolved
+            if not stats.counts[RESOLVED]:
+                del stats.counts[RESOLVED]
+            stats.dead_letters = stats.counts[State.DEAD]
+            return stats
 
         return self.store.read(fn)
+
+    @staticmethod
+    def _hot_resolved(st: View) -> int:
+        """How many hot dead jobs are resolved (bounded by the hot set's finished jobs)."""
+        jobs = st.hot_jobs()
+        return sum(1 for i in st.ids_in(State.DEAD) if jobs[i].get("resolved_at") is not None)
 
     def purge(self, finished_before: float, states: Sequence[str] | None = None, *, dry_run: bool = False) -> int:
         """Removes finished jobs (with their results and artifacts) finished before a wall time.
@@ -1381,3 +1420,502 @@ class Queue:
             before = retention_cutoff(policy.quarantine_days, now)
             files = len(purge_quarantined(self.data_dir, before, dry_run=dry_run))
         return jobs, files
+
+    # ------------------------------------------------------------------ dead letters and history
+
+    def _bulk(
+        self,
+        ids: Sequence[str],
+        decide: Callable[[View, str, _BulkChunk], builtins.list[Record]],
+        *,
+        chunk: int,
+        progress: Callable[[int, int], None] | None,
+        stop: Callable[[], bool] | None,
+    ) -> BulkResult:
+        """Runs ``decide`` on every id, ``chunk`` ids a durable commit (one fsync a chunk, not a job).
+
+        ``decide`` returns the records for one job, or raises a :class:`QueueError` that
+        skips it (the reason is kept). ``stop`` is asked between chunks: the chunks
+        committed stay committed.
+        """
+        wanted = list(dict.fromkeys(ids))  # once each, in the order given
+        done: list[str] = []
+        skipped: dict[str, str] = {}
+        created: dict[str, str] = {}
+        handled = 0
+        step = max(1, chunk)
+        for start in range(0, len(wanted), step):
+            if stop is not None and stop():
+                return BulkResult(done, skipped, created, cancelled=True, total=len(wanted))
+            part = wanted[start : start + step]
+            acc = _BulkChunk()
+
+            def fn(state: View, part: builtins.list[str] = part, acc: _BulkChunk = acc) -> builtins.list[Record]:
+                acc.reset()
+                records: list[Record] = []
+                for job_id in part:
+                    try:
+                        records.extend(decide(state, job_id, acc))
+                    except QueueError as exc:
+                        acc.skipped[job_id] = str(exc)
+                if acc.new:
+                    records.insert(0, {"op": "batch", "new": acc.new} if len(acc.new) > 1 else acc.new[0])
+                return records
+
+            self.store.transact(fn)
+            done.extend(acc.done)
+            skipped.update(acc.skipped)
+            created.update(acc.created)
+            handled += len(part)
+            if progress is not None:
+                progress(handled, len(wanted))
+        return BulkResult(done, skipped, created, cancelled=False, total=len(wanted))
+
+    def retry_many(
+        self,
+        ids: Sequence[str],
+        actor: str = Actor.USER,
+        *,
+        chunk: int = 500,
+        progress: Callable[[int, int], None] | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> BulkResult:
+        """:meth:`retry` for many jobs, ``chunk`` of them in one durable commit.
+
+        A job that is no longer dead or cancelled, or whose key another live job holds
+        (also one retried earlier in the same call), is skipped with the reason.
+        """
+
+        def decide(state: View, job_id: str, acc: _BulkChunk) -> builtins.list[Record]:
+            job = self._find(state, job_id)
+            if job["state"] not in (State.DEAD, State.CANCELLED):
+                raise NotAllowed(f"job {job['id']} is {job['state']}; only dead or cancelled jobs can be retried")
+            held = state.holder(job["key"])
+            if (held is not None and held["id"] != job["id"]) or job["key"] in acc.keys:
+                holder = held["id"] if held is not None else acc.keys[job["key"]]
+                raise NotAllowed(f"job {holder} already holds job {job['id']}'s idempotency key")
+            now = self.clock.now()
+            run = job.get("run", 1) + 1
+            ev = self._event(EventType.RETRIED, job, actor, now, detail={"run": run, "from_state": job["state"]})
+            changes: JobChanges = {
+                "state": str(State.QUEUED),
+                "run": run,
+                "attempts": 0,
+                "poison_count": 0,
+                "poison": False,
+                "run_after": now,
+                "deadline_at": now + self.policy.deadline_s,
+                "finished_at": None,
+                "updated_at": now,
+            }
+            if job.get("resolved_at") is not None:
+                changes["resolved_at"] = None
+            acc.keys[job["key"]] = job["id"]
+            acc.done.append(job["id"])
+            return [self._upd(job["id"], changes, ev)]
+
+        return self._bulk(ids, decide, chunk=chunk, progress=progress, stop=stop)
+
+    def replay_many(
+        self,
+        ids: Sequence[str],
+        actor: str = Actor.USER,
+        *,
+        chunk: int = 500,
+        progress: Callable[[int, int], None] | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> BulkResult:
+        """:meth:`replay` for many finished jobs with their own inputs: new linked jobs,
+        ``chunk`` originals in one durable commit (``BulkResult.created``: original -> new).
+
+        An original that is not finished, or whose input its provider now refuses, is
+        skipped with the reason.
+        """
+
+        def decide(state: View, job_id: str, acc: _BulkChunk) -> builtins.list[Record]:
+            job = self._find(state, job_id)
+            if job["state"] not in TERMINAL:
+                raise NotAllowed(f"job {job['id']} is {job['state']}; only finished jobs can be replayed")
+            title = job.get("title") or ""
+            replay_key = fingerprint("replay", job["key"], {"of": job["id"], "nonce": secrets.token_hex(8)})
+            create, out = self._submission(
+                job["kind"],
+                job.get("input"),
+                key=replay_key,
+                title=title if title.endswith("(replay)") else f"{title} (replay)",
+                # the background lane: the interactive one holds a few jobs a person waits on
+                priority=str(Priority.BACKGROUND),
+                max_attempts=job["max_attempts"],
+                actor=actor,
+                replay_of=job["id"],
+            )
+            made = cast(list[NewRecord], create(state, acc.batch))
+            acc.new.extend(made)
+            new_id = out.value
+            now = self.clock.now()
+            ev = self._event(EventType.REPLAYED_AS, job, actor, now, detail={"replayed_as": new_id, "edited": False})
+            acc.created[job["id"]] = new_id
+            acc.done.append(job["id"])
+            return [self._upd(job["id"], {"replayed_as": [*job.get("replayed_as", []), new_id], "updated_at": now}, ev)]
+
+        return self._bulk(ids, decide, chunk=chunk, progress=progress, stop=stop)
+
+    def resolve(self, job_id: str, note: str | None = None, actor: str = Actor.USER) -> Job:
+        """Closes a dead letter without retrying it: it stays ``dead``, flagged ``resolved_at``,
+        with a ``resolved`` event (and the person's ``note``, if any, cut to 300 characters).
+
+        A resolved dead letter is no longer counted among the dead letters (``counts``,
+        ``stats``), the window hides it unless asked, and it is purged like any finished
+        job. A later retry clears the flag.
+
+        Raises:
+            NotAllowed: the job is not dead, or already resolved.
+        """
+        result = self.resolve_many([job_id], note, actor, strict=True)
+        return self.get(result.done[0])
+
+    def resolve_many(
+        self,
+        ids: Sequence[str],
+        note: str | None = None,
+        actor: str = Actor.USER,
+        *,
+        chunk: int = 500,
+        progress: Callable[[int, int], None] | None = None,
+        stop: Callable[[], bool] | None = None,
+        strict: bool = False,
+    ) -> BulkResult:
+        """:meth:`resolve` for many dead letters, ``chunk`` in one durable commit.
+
+        Jobs not dead, or resolved already, are skipped with the reason (``strict``:
+        raised instead, nothing changed).
+        """
+        clean_note = " ".join((note or "").split()) or None
+
+        def decide(state: View, job_id: str, acc: _BulkChunk) -> builtins.list[Record]:
+            job = self._find(state, job_id)
+            if job["state"] != State.DEAD:
+                raise NotAllowed(f"job {job['id']} is {job['state']}; only dead letters can be resolved")
+            if job.get("resolved_at") is not None:
+                raise NotAllowed(f"job {job['id']} is resolved already")
+            now = self.clock.now()
+            ev = self._event(EventType.RESOLVED, job, actor, now, detail={"note": clean_note})
+            acc.done.append(job["id"])
+            return [self._upd(job["id"], {"resolved_at": now, "updated_at": now}, ev)]
+
+        if strict:
+            out = _Capture()
+
+            def fn(state: View) -> list[Record]:
+                acc = _BulkChunk()
+                records = [r for job_id in ids for r in decide(state, job_id, acc)]
+                out.value = acc.done
+                return records
+
+            self.store.transact(fn)
+            return BulkResult(list(out.value), {}, {}, cancelled=False, total=len(ids))
+        return self._bulk(ids, decide, chunk=chunk, progress=progress, stop=stop)
+
+    def purge_jobs(self, ids: Sequence[str], *, dry_run: bool = False) -> int:
+        """Removes these finished jobs (a person's selection) with their results and artifacts.
+
+        One journal record for all of them, as :meth:`purge`; jobs that are not finished
+        (or no longer exist) are left alone. Returns how many jobs matched.
+        """
+        wanted = frozenset(ids)
+        if not wanted:
+            return 0
+        purge = PurgeFilter(before=self.clock.now() + 1.0, states=tuple(str(s) for s in TERMINAL), ids=wanted)
+
+        def count(st: View) -> int:
+            hot = sum(1 for i in wanted if i in st.hot_jobs() and purge.matches(st.hot_jobs()[i]))
+            if st.archive is None:
+                return hot
+            return hot + sum(1 for i in st.archive.matching(purge) if i not in st.hot_jobs())
+
+        matched = self.store.read(count)
+        if dry_run or not matched:
+            return matched
+        record: PurgeRecord = {"op": "purge", "filter": purge.to_json(), "at": self.clock.now()}
+        self.store.transact(lambda st: [record])
+        self.store.compact_now()
+        return matched
+
+    def dead_letter_groups(self, *, resolved: bool = False) -> builtins.list[DeadGroup]:
+        """The dead letters grouped by error signature, largest group first, archived ones
+        included (``resolved``: the resolved ones instead of those waiting for a person)."""
+
+        def fn(st: View) -> builtins.list[DeadGroup]:
+            counts: dict[str, int] = {}
+            example: dict[str, str] = {}
+            klass: dict[str, str | None] = {}
+            for job_id in st.ids_in(State.DEAD):
+                job = st.hot_jobs()[job_id]
+                if (job.get("resolved_at") is not None) != resolved:
+                    continue
+                sig = error_signature(job)
+                counts[sig] = counts.get(sig, 0) + 1
+                example.setdefault(sig, error_text(job))
+                error = job.get("last_error")
+                klass.setdefault(sig, error.get("class") if error else None)
+            if st.archive is not None:
+                # the archive's groups, less the archived copies of jobs the hot set holds now
+                for sig, n, err in st.archive.dead_groups(resolved=resolved):
+                    counts[sig] = counts.get(sig, 0) + n
+                    klass.setdefault(sig, err)
+                # (a hot job has an archived copy only if a verb changed it after it was archived)
+                hot = [
+                    i
+                    for i, j in st.hot_jobs().items()
+                    if j.get("run", 1) > 1 or j.get("replayed_as") or j.get("resolved_at") is not None
+                ]
+                for _id, (state, resolved_at, old_sig) in st.archive.facts_of(hot).items():
+                    if state == State.DEAD and (resolved_at is not None) == resolved:
+                        key = old_sig or ""
+                        counts[key] = counts.get(key, 0) - 1
+            groups = [DeadGroup(sig, n, klass.get(sig), example.get(sig) or sig) for sig, n in counts.items() if n > 0]
+            groups.sort(key=lambda g: (-g.count, g.signature))
+            return groups
+
+        return self.store.read(fn)
+
+    def dead_letter_ids(
+        self, *, signature: str | None = None, resolved: bool = False, query: SearchQuery | None = None
+    ) -> builtins.list[str]:
+        """The ids of the dead letters with this error signature (None: any) that ``query``
+        matches, newest first, hot and archived (from the index; no segment is read)."""
+        q = (query or SearchQuery()).with_state(str(State.DEAD))
+
+        def fn(st: View) -> builtins.list[str]:
+            hot = [
+                st.hot_jobs()[i]
+                for i in st.ids_in(State.DEAD)
+                if (st.hot_jobs()[i].get("resolved_at") is not None) == resolved
+                and (signature is None or error_signature(st.hot_jobs()[i]) == signature)
+                and q.matches(st.hot_jobs()[i], self._searchable(st.hot_jobs()[i]))
+            ]
+            hot.sort(key=lambda j: j["seq"], reverse=True)
+            out = [j["id"] for j in hot]
+            if st.archive is not None:
+                rows = st.archive.rows(
+                    state=str(State.DEAD),
+                    kind=q.kind,
+                    profile=q.profile,
+                    text=q.text,
+                    resolved=resolved,
+                    signature=signature,
+                    created_after=q.after,
+                    created_before=q.before,
+                )
+                out.extend(r.id for r in rows if r.id not in st.hot_jobs())
+            return out
+
+        return self.store.read(fn)
+
+    @staticmethod
+    def _searchable(job: JobDict) -> str:
+        return " ".join(
+            str(x) for x in (job["id"], job.get("title"), job.get("kind"), job.get("state"), error_text(job)) if x
+        ).casefold()
+
+    def prompt_matches(self, text: str, ids: Iterable[str] | None = None) -> set[str]:
+        """The hot jobs (of ``ids``, or all but the queued ones) whose prompt contains ``text``, in any case.
+
+        For the window's search, whose rows do not carry finished jobs' inputs. As in
+        the archive's index, the first :data:`~desktop_queue.core.search.PROMPT_INDEX_CHARS`
+        characters of a prompt are searched; their casefolded text is kept after the
+        first search (by input digest).
+        """
+        needle = text.strip().casefold()
+        if not needle:
+            return set()
+        cache = self._prompt_cache
+
+        def fn(st: View) -> set[str]:
+            out: set[str] = set()
+            if ids is None:  # the queued rows carry their input: the others (bounded by the hot set's)
+                wanted = [i for s in State if s != State.QUEUED for i in st.ids_in(s)]
+            else:
+                wanted = [i for i in ids if i in st.hot_jobs()]
+            for job_id in wanted:
+                job = st.hot_jobs()[job_id]
+                digest = job.get("input_digest") or ""
+                hit = cache.get(job_id)
+                if hit is None or hit[0] != digest:
+                    hit = (digest, prompt_text(job.get("input")).casefold())
+                    cache[job_id] = hit
+                if needle in hit[1]:
+                    out.add(job_id)
+            if len(cache) > 2 * max(1, len(st.hot_jobs())):
+                for gone in [i for i in cache if i not in st.hot_jobs()]:
+                    del cache[gone]
+            return out
+
+        return self.store.read(fn)
+
+    @functools.cached_property
+    def _prompt_cache(self) -> dict[str, tuple[str, str]]:
+        return {}
+
+    def find_jobs(
+        self, query: SearchQuery | None = None, *, resolved: bool | None = None, page: int = 500
+    ) -> Iterator[Job]:
+        """Every job ``query`` matches, with its timeline, newest first: the hot set, then the
+        archive a page at a time (for export: the archive is never loaded whole)."""
+        q = query or SearchQuery()
+
+        def fits(job: JobDict) -> bool:
+            if resolved is not None and (job.get("resolved_at") is not None) != resolved:
+                return False
+            return q.matches(job, self._searchable(job))
+
+        hot = self.store.read(lambda st: sorted((j["seq"], j["id"]) for j in st.hot_jobs().values() if fits(j)))
+        for _seq, job_id in reversed(hot):
+            try:
+                yield self.get(job_id)
+            except NoSuchJob:
+                continue  # purged meanwhile
+        if q.state in (State.QUEUED, State.RUNNING):
+            return
+        before: int | None = None
+        while True:
+
+            def fn(st: View, before: int | None = before) -> tuple[builtins.list[Job], int | None]:
+                if st.archive is None:
+                    return [], None
+                rows = st.archive.rows(
+                    state=q.state,
+                    kind=q.kind,
+                    profile=q.profile,
+                    text=q.text,
+                    before_seq=before,
+                    limit=page,
+                    resolved=resolved,
+                    created_after=q.after,
+                    created_before=q.before,
+                )
+                if not rows:
+                    return [], None
+                found = [
+                    Job.from_dict(as_hot(j))
+                    for j in st.archive.jobs(r for r in rows if r.id not in st.hot_jobs())
+                    if not st.purged(j)
+                ]
+                return found, (rows[-1].seq if len(rows) >= page else None)
+
+            jobs, before = self.store.read(fn)
+            yield from jobs
+            if before is None:
+                return
+
+    def import_jobs(self, docs: Iterable[Mapping[str, Any]], actor: str = Actor.USER) -> ImportResult:
+        """Adds exported jobs (see :mod:`desktop_queue.core.export`) to this store, as they were.
+
+        Each job keeps its id, state, attempts, timeline and input; it gets a new place
+        in this store's submission order (in the order given). A job whose id exists
+        here already is skipped, and so is a live job whose idempotency key a job here
+        holds. A job exported ``running`` comes in ``queued`` (its lease was another
+        store's). All the jobs go in one durable commit.
+
+        Raises:
+            InvalidInput: a document that is not an exported job (nothing is imported).
+        """
+        from desktop_queue.core.export import job_from_export
+
+        parsed = [job_from_export(doc, number) for number, doc in enumerate(docs, 1)]
+        out = _Capture()
+
+        def fn(state: View) -> list[Record]:
+            seq = state.seq
+            records: list[NewRecord] = []
+            added: list[str] = []
+            skipped: dict[str, str] = {}
+            keys: set[str] = set()
+            for job, events in parsed:
+                if state.exists(job["id"]) or job["id"] in added:
+                    skipped[job["id"]] = "a job with this id exists here"
+                    continue
+                if job["state"] in (State.QUEUED, State.SUCCEEDED):
+                    held = state.holder(job["key"])
+                    if held is not None or job["key"] in keys:
+                        skipped[job["id"]] = "a job here holds its idempotency key"
+                        continue
+                    keys.add(job["key"])
+                seq += 1
+                job["seq"] = seq
+                records.append({"op": "new", "job": job, "ev": events})
+                added.append(job["id"])
+            out.value = (added, skipped)
+            if not records:
+                return []
+            return [records[0]] if len(records) == 1 else [{"op": "batch", "new": records}]
+
+        self.store.transact(fn)
+        added, skipped = out.value
+        return ImportResult(list(added), dict(skipped))
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a bulk verb did.
+
+    Attributes:
+        done: the jobs changed (retried, replayed, resolved), in the order given.
+        skipped: job -> why it was left alone (no longer dead, key held, input refused...).
+        created: original -> new job, for replays.
+        cancelled: stopped between two chunks before the end (``done`` stays done).
+        total: how many distinct jobs were asked for.
+    """
+
+    done: list[str]
+    skipped: dict[str, str]
+    created: dict[str, str]
+    cancelled: bool
+    total: int
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What :meth:`Queue.import_jobs` did: the ids added, and job -> why it was skipped."""
+
+    added: list[str]
+    skipped: dict[str, str]
+
+
+@dataclass(frozen=True)
+class DeadGroup:
+    """Dead letters that failed alike (one error signature).
+
+    Attributes:
+        signature: the error with its varying parts blanked (``present.error_signature``).
+        count: how many dead letters have it.
+        error_class: their error class.
+        example: one of their errors as people read it.
+    """
+
+    signature: str
+    count: int
+    error_class: str | None
+    example: str
+
+    @property
+    def label(self) -> str:
+        """``fatal 401 demo: unauthorized ×812``."""
+        return f"{self.signature or 'no error recorded'} ×{self.count:,}"
+
+
+class _BulkChunk:
+    """What one chunk of a bulk verb has decided so far (started again if the commit retries)."""
+
+    __slots__ = ("done", "skipped", "created", "keys", "new", "batch")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.done: list[str] = []
+        self.skipped: dict[str, str] = {}
+        self.created: dict[str, str] = {}
+        self.keys: dict[str, str] = {}
+        self.new: list[NewRecord] = []
+        self.batch = _Batch()

@@ -73,6 +73,8 @@ class JobChanges(TypedDict, total=False):
     poison: bool
     started_at: float | None
     finished_at: float | None
+    #: a person closed this dead letter without retrying it (see ``Queue.resolve``)
+    resolved_at: float | None
 
 
 class _JobFixed(TypedDict):

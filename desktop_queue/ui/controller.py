@@ -7,12 +7,16 @@ and reports back with signals. No widget calls the engine directly.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
 
-from desktop_queue.core import Job, Queue, QueueError, SubmitResult
+from desktop_queue.core import Job, NotAllowed, Queue, QueueError, StoreError, SubmitResult
+from desktop_queue.core.export import write_export
 from desktop_queue.core.flow import FlowControl
 from desktop_queue.core.ledger import Budget
 from desktop_queue.core.model import Actor
@@ -24,6 +28,9 @@ from desktop_queue.core.present import (
     provider_status,
     slot_reason,
 )
+from desktop_queue.core.preview import ReplayPreview, preview_replay
+from desktop_queue.core.queue import BulkResult, DeadGroup
+from desktop_queue.core.search import SearchQuery
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.providers.setup import apply as apply_profile
 from desktop_queue.runtime.driver import LeaseDriver
@@ -35,75 +42,84 @@ log = logging.getLogger(__name__)
 STORE_UNAVAILABLE = "waiting: the store cannot save changes"
 
 
-class BatchRetry(QObject):
-    """Retries a fixed list of job ids a few at a time, paced by a timer.
+class _Stopped(Exception):
+    """An export was cancelled between two jobs."""
 
-    The ids are captured when the user confirms; jobs that meanwhile left the dead
-    state are skipped and counted, never retried twice.
+
+class BulkTask(QObject):
+    """One bulk action (retry, replay, resolve, delete, export) run off the GUI thread.
+
+    The work runs on the controller's bulk pool, a chunk of jobs per durable commit;
+    it reports progress through this object's signals (the GUI thread owns it) and is
+    asked between two chunks whether to stop (:meth:`cancel`). Chunks committed stay
+    committed.
 
     Args:
-        controller: does each retry.
-        ids: the jobs to retry.
-        batch_size: retries per timer tick.
-        interval_ms: pause between two batches.
+        verb: what it does, for people ("Retrying", "Resolving"...).
+        total: how many jobs it acts on.
+        work: ``(progress, stop) -> result``; ``progress(done, total)`` may be called
+            from the worker thread, ``stop()`` says whether to stop.
         parent: the Qt parent.
 
     Signals:
         progress(int, int): jobs handled so far, total.
-        finished(int, int): jobs retried, jobs skipped.
+        finished(object): the work's result (a ``BulkResult``, or a count).
+        failed(str): the work raised (message for people).
     """
 
     progress = Signal(int, int)
-    finished = Signal(int, int)
+    finished = Signal(object)
+    failed = Signal(str)
 
     def __init__(
         self,
-        controller: Controller,
-        ids: list[str],
-        batch_size: int = 10,
-        interval_ms: int = 100,
+        verb: str,
+        total: int,
+        work: Callable[[Callable[[int, int], None], Callable[[], bool]], Any],
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
-        self._controller = controller
-        self.ids = list(ids)
-        self._pos = 0
-        self._retried = 0
-        self._skipped = 0
-        self._batch = max(1, batch_size)
-        self.timer = QTimer(self)
-        self.timer.setObjectName("retryBatchTimer")
-        self.timer.setInterval(interval_ms)
-        self.timer.timeout.connect(self._step)
+        self.verb = verb
+        self.total = total
+        self._work = work
+        self._stop = threading.Event()
+        self.done = False
+        self.result: Any = None
+        self.finished.connect(self._mark_done)
+        self.failed.connect(self._mark_done)
 
     @property
-    def active(self) -> bool:
-        return self.timer.isActive()
+    def cancelled(self) -> bool:
+        return self._stop.is_set()
 
-    def start(self) -> None:
-        self.timer.start()
-        QTimer.singleShot(0, self, self._step)
+    def cancel(self) -> None:
+        """Stops before the next chunk (the chunk being committed completes)."""
+        self._stop.set()
 
-    def stop(self) -> None:
-        self.timer.stop()
+    def _mark_done(self, result: Any = None) -> None:
+        self.done = True
+        self.result = result
 
-    @Slot()
-    def _step(self) -> None:
-        if not self.timer.isActive():
-            return
-        chunk = self.ids[self._pos : self._pos + self._batch]
-        self._pos += len(chunk)
-        for job_id in chunk:
-            try:
-                self._controller.queue.retry(job_id, Actor.USER)
-                self._retried += 1
-            except QueueError:
-                self._skipped += 1
-        self.progress.emit(self._pos, len(self.ids))
-        self._controller.changed()
-        if self._pos >= len(self.ids):
-            self.timer.stop()
-            self.finished.emit(self._retried, self._skipped)
+    def run(self) -> None:
+        """The worker thread's part (the pool calls it)."""
+        try:
+            result = self._work(self.progress.emit, self._stop.is_set)
+        except QueueError as exc:
+            self.failed.emit(str(exc))
+        except Exception as exc:  # a bug must reach the user, not vanish with the thread
+            log.exception("bulk %s failed", self.verb)
+            self.failed.emit(f"{self.verb} stopped: {type(exc).__name__}: {exc}")
+        else:
+            self.finished.emit(result)
+
+
+class _BulkRunnable(QRunnable):
+    def __init__(self, task: BulkTask) -> None:
+        super().__init__()
+        self.task = task
+
+    def run(self) -> None:
+        self.task.run()
 
 
 class Controller(QObject):
@@ -178,7 +194,10 @@ class Controller(QObject):
         self.refresher.refreshed.connect(self.update_lanes)
         self.driver.store_unavailable.connect(self.store_unavailable)
         self.driver.store_available.connect(self._store_back)
-        self.batch: BatchRetry | None = None
+        #: bulk actions run here, one at a time, off the GUI thread (never the driver's pool)
+        self.bulk_pool = QThreadPool(self)
+        self.bulk_pool.setMaxThreadCount(1)
+        self.bulk_task: BulkTask | None = None
         self._shut = False
 
     # ----------------------------------------------------------------- why jobs wait
@@ -266,12 +285,13 @@ class Controller(QObject):
             self.driver.start()
 
     def shutdown(self, timeout_ms: int = 5000) -> bool:
-        """Stops the batch, the refresh loop and the driver (waiting up to ``timeout_ms``)."""
+        """Stops a bulk action, the refresh loop and the driver (waiting up to ``timeout_ms``)."""
         if self._shut:
             return True
         self._shut = True
-        if self.batch is not None:
-            self.batch.stop()
+        if self.bulk_task is not None:
+            self.bulk_task.cancel()
+        self.bulk_pool.waitForDone(timeout_ms)
         self.refresher.stop()
         return self.driver.shutdown(timeout_ms)
 
@@ -342,19 +362,159 @@ class Controller(QObject):
         self.message.emit(f"Replayed {job_id} as new job {job.id}")
         return job
 
-    def retry_all(self, ids: list[str], batch_size: int = 10, interval_ms: int = 100) -> BatchRetry:
-        """Retries exactly ``ids`` (captured at confirmation) in paced batches."""
-        if self.batch is not None:
-            self.batch.stop()
-        self.batch = BatchRetry(self, ids, batch_size, interval_ms, self)
-        self.batch.finished.connect(
-            lambda retried, skipped: self.message.emit(
-                f"Retried {retried} dead jobs"
-                + (f" ({skipped} had already changed and were skipped)" if skipped else "")
+    def retry_all(self, ids: list[str]) -> BulkTask:
+        """Retries exactly ``ids`` (captured at confirmation), 500 per durable commit, off the GUI thread."""
+        return self.bulk("retry", ids)
+
+    # ----------------------------------------------------------------- dead letters and history
+
+    def preview_replay(self, job: Job, payload: Any = None) -> ReplayPreview:
+        """What replaying ``job`` (with ``payload``, None: its own input) will do; queues nothing."""
+        kwargs = {} if payload is None else {"new_input": payload}
+        return preview_replay(job, self.providers, flow=self.flow, **kwargs)
+
+    def resolve(self, ids: Iterable[str], note: str | None = None) -> BulkResult:
+        """Closes dead letters without retrying them (at once: a few jobs)."""
+        result = self.queue.resolve_many(list(ids), note, Actor.USER)
+        self.changed()
+        self._report("Resolved", result)
+        return result
+
+    def _report(self, done_text: str, result: BulkResult) -> None:
+        n = len(result.done)
+        text = f"{done_text} {n:,} dead letter{'s' if n != 1 else ''}"
+        if result.skipped:
+            text += f"; {len(result.skipped):,} skipped (they had changed meanwhile)"
+        if result.cancelled:
+            text += f"; stopped before the other {result.total - n - len(result.skipped):,}"
+        self.message.emit(text)
+
+    def start_bulk(
+        self,
+        verb: str,
+        total: int,
+        work: Callable[[Callable[[int, int], None], Callable[[], bool]], Any],
+    ) -> BulkTask:
+        """Starts a bulk action on the bulk pool; the views refresh after every chunk and at the end.
+
+        Raises:
+            NotAllowed: another bulk action is still running.
+        """
+        if self.bulk_task is not None and not self.bulk_task.done:
+            raise NotAllowed(f"{self.bulk_task.verb} is still going on; wait for it or cancel it first")
+        task = BulkTask(verb, total, work, self)
+        task.progress.connect(lambda _d, _t: self.refresher.soon())
+        task.finished.connect(lambda _r: self.changed())
+        task.failed.connect(self.failed)
+        task.failed.connect(lambda _m: self.changed())
+        self.bulk_task = task
+        # from the event loop: whoever called this connects to the task's signals first
+        # (a quick task must not finish before its progress dialog listens)
+        QTimer.singleShot(0, self, lambda: self._run_bulk(task))
+        return task
+
+    def _run_bulk(self, task: BulkTask) -> None:
+        if self._shut or task.cancelled:
+            task.failed.emit(f"{task.verb} did not start: the window is closing" if self._shut else "Stopped")
+            return
+        self.bulk_pool.start(_BulkRunnable(task))
+
+    def bulk(self, verb: str, ids: list[str], note: str | None = None) -> BulkTask:
+        """Retries, replays or resolves exactly ``ids`` (captured at confirmation), off the GUI
+        thread, 500 jobs per durable commit; ``verb``: ``retry``, ``replay`` or ``resolve``."""
+        queue = self.queue
+        texts = {
+            "retry": ("Retrying", "Retried"),
+            "replay": ("Replaying", "Replayed"),
+            "resolve": ("Resolving", "Resolved"),
+        }
+        if verb not in texts:
+            raise ValueError(f"unknown bulk verb {verb!r}")
+        doing, done = texts[verb]
+
+        def work(progress: Callable[[int, int], None], stop: Callable[[], bool]) -> BulkResult:
+            if verb == "retry":
+                return queue.retry_many(ids, Actor.USER, progress=progress, stop=stop)
+            if verb == "replay":
+                return queue.replay_many(ids, Actor.USER, progress=progress, stop=stop)
+            return queue.resolve_many(ids, note, Actor.USER, progress=progress, stop=stop)
+
+        task = self.start_bulk(doing, len(ids), work)
+        task.finished.connect(lambda result: self._report(done, result))
+        return task
+
+    def delete(self, ids: list[str]) -> BulkTask:
+        """Deletes these finished jobs with their results (one journal record), off the GUI thread."""
+        task = self.start_bulk("Deleting", len(ids), lambda _p, _s: self.queue.purge_jobs(ids))
+        task.finished.connect(lambda n: self.message.emit(f"Deleted {n:,} finished job{'s' if n != 1 else ''}"))
+        return task
+
+    def count_finished_before(self, when: float, states: list[str] | None = None) -> int:
+        """How many finished jobs (in ``states``) a delete "finished before ``when``" removes."""
+        return self.queue.purge(when, states, dry_run=True)
+
+    def delete_before(self, when: float, states: list[str] | None = None, total: int = 0) -> BulkTask:
+        """Deletes the finished jobs (in ``states``) finished before ``when``, off the GUI thread."""
+        task = self.start_bulk("Deleting", total, lambda _p, _s: self.queue.purge(when, states))
+        task.finished.connect(lambda n: self.message.emit(f"Deleted {n:,} finished job{'s' if n != 1 else ''}"))
+        return task
+
+    def export(
+        self, path: Path, query: SearchQuery, fmt: str, *, with_inputs: bool, resolved: bool | None = None
+    ) -> BulkTask:
+        """Writes the jobs ``query`` matches to ``path`` (CSV or JSON Lines), off the GUI thread.
+
+        The file is written beside ``path`` and renamed when complete: a cancelled or
+        failed export leaves no half file.
+        """
+        queue = self.queue
+
+        def work(progress: Callable[[int, int], None], stop: Callable[[], bool]) -> int:
+            partial = path.with_name(f".{path.name}.partial")
+            counted = {"n": 0}
+
+            def jobs() -> Iterator[Job]:
+                for job in queue.find_jobs(query, resolved=resolved):
+                    if stop():
+                        raise _Stopped
+                    counted["n"] += 1
+                    if counted["n"] % 200 == 0:
+                        progress(counted["n"], 0)
+                    yield job
+
+            try:
+                with open(partial, "wb") as out:
+                    count = write_export(jobs(), out, fmt, with_input=with_inputs)
+                os.replace(partial, path)
+            except _Stopped:
+                partial.unlink(missing_ok=True)
+                return -1
+            except OSError as exc:
+                partial.unlink(missing_ok=True)
+                raise StoreError(f"could not write {path}: {exc.strerror or exc}") from exc
+            return count
+
+        task = self.start_bulk("Exporting", 0, work)
+        task.finished.connect(
+            lambda n: self.message.emit(
+                "Export cancelled; no file was written" if n < 0 else f"Exported {n:,} jobs to {path}"
             )
         )
-        self.batch.start()
-        return self.batch
+        return task
+
+    def dead_groups(self, resolved: bool = False) -> list[DeadGroup]:
+        """The dead letters grouped by error signature (empty if the store cannot be read)."""
+        try:
+            return self.queue.dead_letter_groups(resolved=resolved)
+        except QueueError as exc:
+            self.failed.emit(str(exc))
+            return []
+
+    def dead_ids(
+        self, *, signature: str | None = None, resolved: bool = False, query: SearchQuery | None = None
+    ) -> list[str]:
+        """The ids of the dead letters of one group (None: all) that ``query`` matches."""
+        return self.queue.dead_letter_ids(signature=signature, resolved=resolved, query=query)
 
     def job(self, job_id: str) -> Job | None:
         """One job with its timeline, or None if it cannot be read."""

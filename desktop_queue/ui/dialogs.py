@@ -11,13 +11,14 @@ import json
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QFontDatabase
+from PySide6.QtGui import QFontDatabase, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -397,8 +398,41 @@ class SubmitDialog(QDialog):
 # --------------------------------------------------------------------------- replay
 
 
+#: finding level -> (icon, colour) of the replay preview (an icon per level: never colour alone)
+PREVIEW_LOOK = {
+    "fail": ("state-dead", "#c0392b"),
+    "wait": ("event-throttled", "#b9770e"),
+    "info": ("event-info", ""),
+    "ok": ("state-succeeded", "#1e8449"),
+}
+
+
+def preview_html(preview: Any) -> str:
+    """The replay preview as the dialog shows it: the verdict, how the original ended, the findings."""
+    from html import escape
+
+    def line(level: str, text: str, bold: bool = False) -> str:
+        icon_name, colour = PREVIEW_LOOK.get(level, ("event-info", ""))
+        style = f' style="color:{colour}"' if colour and bold else ""
+        body = f"<b>{escape(text)}</b>" if bold else escape(text)
+        mark = {"fail": "✖", "wait": "⏳", "info": "ℹ", "ok": "✔"}.get(level, "•")  # noqa: RUF001
+        mark_style = f' style="color:{colour}"' if colour else ""
+        return f'<tr><td valign="top"{mark_style}>{mark}&nbsp;</td><td{style}>{body}</td></tr>'
+
+    rows = [line(str(preview.verdict), preview.headline, bold=True)]
+    rows.append(line("info", f"The original ended {preview.ended}."))
+    rows.extend(line(str(f.level), f.text[:1].upper() + f.text[1:] + ".") for f in preview.findings)
+    rows.append(line("info", f"The new job will be called “{preview.title}”."))
+    return "<table cellspacing='2'>" + "".join(rows) + "</table>"
+
+
 class ReplayDialog(QDialog):
     """Preview of a replay: the input (editable), and what will happen.
+
+    What will happen is :func:`desktop_queue.core.preview.preview_replay`: how the
+    original ended, and what would make the new job fail again or wait (an auth error
+    with the same key, a profile that cannot run, an input still invalid), updated as
+    the input is edited. Nothing is queued until Replay is pressed.
 
     After ``accept()``, :attr:`new_job` is the job created.
     """
@@ -423,17 +457,33 @@ class ReplayDialog(QDialog):
         self.editor.setObjectName("inputEditor")
         self.editor.setPlainText(self._original)
         self.message = InlineMessage()
+        self.preview = QLabel()
+        self.preview.setObjectName("replayPreview")
+        self.preview.setTextFormat(Qt.TextFormat.RichText)
+        self.preview.setWordWrap(True)
+        self.preview.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.preview.setFrameShape(QFrame.Shape.StyledPanel)
+        self.preview.setMargin(8)
+        self.preview.setAutoFillBackground(True)
+        self.preview.setBackgroundRole(QPalette.ColorRole.AlternateBase)
+        self.current_preview: Any = None
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.replay_button = self.buttons.addButton("&Replay", QDialogButtonBox.ButtonRole.AcceptRole)
         layout = QVBoxLayout(self)
         layout.addWidget(explain)
+        heading = QLabel("What will happen")
+        font = heading.font()
+        font.setBold(True)
+        heading.setFont(font)
+        layout.addWidget(heading)
+        layout.addWidget(self.preview)
         label = QLabel("&Input:")
         label.setBuddy(self.editor)
         layout.addWidget(label)
         layout.addWidget(self.editor, 1)
         layout.addWidget(self.message)
         layout.addWidget(self.buttons)
-        self.resize(520, 420)
+        self.resize(620, 560)
         self.replay_button.setDefault(True)  # after the layout (see SubmitDialog)
         self.editor.setFocus()
         self.editor.textChanged.connect(self._validate)
@@ -447,9 +497,24 @@ class ReplayDialog(QDialog):
         except InvalidInput:
             return True
 
+    def _show_preview(self, payload: Any) -> None:
+        try:
+            preview = self.controller.preview_replay(self.job, None if payload == self.job.input else payload)
+        except QueueError as exc:
+            self.preview.setText(f"Could not tell what will happen: {exc}")
+            return
+        self.current_preview = preview
+        self.preview.setText(preview_html(preview))
+
     def _validate(self) -> bool:
         try:
             payload = parse_json(self.editor.toPlainText())
+        except QueueError as exc:
+            self.message.show_error(str(exc))
+            self.replay_button.setEnabled(False)
+            return False
+        self._show_preview(payload)
+        try:
             self.controller.validate(self.job.kind, payload)
         except QueueError as exc:
             self.message.show_error(str(exc))

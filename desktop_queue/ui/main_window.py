@@ -32,6 +32,7 @@ from desktop_queue.core.present import clock_time
 from desktop_queue.ui import dialogs
 from desktop_queue.ui.commands import Command, actions_for, applies_to
 from desktop_queue.ui.controller import Controller
+from desktop_queue.ui.history_actions import HistoryActions, HistoryCommand
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.panes import STATE_ORDER, DeadLetterPane, QueuePane, TimelinePane
 from desktop_queue.ui.settings import (
@@ -212,6 +213,7 @@ class MainWindow(QMainWindow):
 
         self.actions_: dict[Command, QAction] = {}
         self._build_actions()
+        self.history = HistoryActions(self)  # resolve, delete, export, bulk actions on dead letters
         self._build_menus()
         self._build_status_bar()
         self.tray: QSystemTrayIcon | None = None
@@ -327,6 +329,16 @@ class MainWindow(QMainWindow):
                     menu.addSeparator()
                 else:
                     menu.addAction(a[command])
+            h = self.history.actions
+            if title == "&File":  # export before Preferences
+                menu.insertAction(a[Command.PREFERENCES], h[HistoryCommand.EXPORT])
+                menu.insertSeparator(a[Command.PREFERENCES])
+            elif title == "&Job":
+                menu.insertAction(a[Command.COPY_TIMELINE], h[HistoryCommand.RESOLVE])
+                menu.insertSeparator(a[Command.COPY_TIMELINE])
+                menu.insertAction(a[Command.COPY_TIMELINE], h[HistoryCommand.DELETE])
+                menu.insertAction(a[Command.COPY_TIMELINE], h[HistoryCommand.DELETE_BEFORE])
+                menu.insertSeparator(a[Command.COPY_TIMELINE])
 
     def _build_status_bar(self) -> None:
         status = QStatusBar()
@@ -518,6 +530,8 @@ class MainWindow(QMainWindow):
             action.setEnabled(command in allowed)
         self.dead_pane.retry_button.setEnabled(Command.RETRY in allowed and self.current_pane() is self.dead_pane)
         self.dead_pane.replay_button.setEnabled(Command.REPLAY in allowed and self.current_pane() is self.dead_pane)
+        if hasattr(self, "history"):
+            self.history.update(selected)
 
     def _context_menu(self, view: Any, pos: Any) -> None:
         menu = QMenu(self)
@@ -526,6 +540,9 @@ class MainWindow(QMainWindow):
                 menu.addSeparator()
             else:
                 menu.addAction(self.actions_[command])
+        menu.insertAction(self.actions_[Command.COPY_TIMELINE], self.history.action(HistoryCommand.RESOLVE))
+        menu.insertAction(self.actions_[Command.COPY_TIMELINE], self.history.action(HistoryCommand.DELETE))
+        menu.insertSeparator(self.actions_[Command.COPY_TIMELINE])
         menu.popup(view.viewport().mapToGlobal(pos))
 
     # ----------------------------------------------------------------- status bar and notifications
@@ -552,7 +569,7 @@ class MainWindow(QMainWindow):
         if self._ran_something:
             self._announce_if_drained(counts)
         dead = counts.get(State.DEAD, 0)
-        self.dead_pane.set_total(dead)
+        self.dead_pane.set_total(dead, counts.get("resolved", 0))
         if self._dead_seen is None or self.tabs.currentWidget() is self.dead_pane:
             self._dead_seen = dead
         if dead > self._dead_count and self.tray is not None and self._dead_count_known:
@@ -727,17 +744,8 @@ class MainWindow(QMainWindow):
         return dialog
 
     def retry_all_matching(self) -> None:
-        """Confirms with the exact count, then retries exactly those jobs in paced batches."""
-        ids = self.dead_pane.matching_ids()
-        if not ids:
-            return
-        text = self.dead_pane.search.text().strip()
-        where = f" matching “{text}”" if text else ""
-        noun = "dead job" if len(ids) == 1 else "dead jobs"
-        if not dialogs.confirm(self, "Retry dead letters?", f"Retry {len(ids)} {noun}{where}?", f"Retry {len(ids)}"):
-            return
-        batch = self.controller.retry_all(ids)
-        batch.progress.connect(self.dead_pane.set_progress)
+        """Confirms with the exact count, then retries exactly those jobs, 500 per commit, off the GUI thread."""
+        self.history.bulk_matching("retry")
 
     def refresh(self) -> None:
         self.controller.refresher.refresh()

@@ -52,6 +52,7 @@ from desktop_queue.core.present import (
     seconds,
     wait_time,
 )
+from desktop_queue.core.search import SearchQuery, prompt_text
 from desktop_queue.ui.icons import icon, state_icon
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,12 @@ def _num(value: float | None) -> float:
     return -1.0 if value is None else value
 
 
+def _state_text(job: Mapping[str, Any], _now: float) -> str:
+    """``dead``, or ``dead (resolved)`` for a dead letter a person closed."""
+    state = str(job.get("state", ""))
+    return f"{state} (resolved)" if state == State.DEAD and job.get("resolved_at") is not None else state
+
+
 def queue_columns(hold: HoldReason | None = None) -> tuple[Column, ...]:
     """The queue pane's columns; ``hold`` says why flow control keeps a due job waiting."""
 
@@ -132,12 +139,7 @@ def queue_columns(hold: HoldReason | None = None) -> tuple[Column, ...]:
         return describe_state(job, now, hold)
 
     return (
-        Column(
-            "state",
-            "State",
-            lambda j, _n: str(j.get("state", "")),
-            lambda j, _n: _STATE_ORDER.get(str(j.get("state")), 9),
-        ),
+        Column("state", "State", _state_text, lambda j, _n: _STATE_ORDER.get(str(j.get("state")), 9)),
         Column("title", "Title", lambda j, _n: j.get("title") or ""),
         Column("kind", "Kind", lambda j, _n: j.get("kind") or ""),
         Column("priority", "Priority", lambda j, _n: j.get("priority") or ""),
@@ -205,6 +207,13 @@ DEAD_COLUMNS: tuple[Column, ...] = (
     ),
     # a dead job stays dead when it is replayed: say so, or it looks like nobody dealt with it
     Column("replayed", "Replayed as", lambda j, _n: ", ".join(str(i) for i in j.get("replayed_as") or ())),
+    # shown with "Show resolved": when a person closed it without a retry
+    Column(
+        "resolved",
+        "Resolved",
+        lambda j, n: clock_time(j.get("resolved_at"), n) if j.get("resolved_at") is not None else "",
+        lambda j, _n: _num(j.get("resolved_at")),
+    ),
 )
 
 
@@ -232,9 +241,30 @@ class HistorySource(Protocol):
         text: str | None = None,
         before_seq: int | None = None,
         limit: int = 200,
+        resolved: bool | None = None,
+        signature: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
     ) -> list[ArchivedRow]: ...
 
     def get(self, job_id: str) -> Job: ...
+
+
+@dataclass(frozen=True)
+class ArchiveFilter:
+    """What the archived rows of a table are found by (the archive's index does the work).
+
+    Attributes:
+        state: the state (None: any).
+        query: kind, profile, date range and free text (searched in title and prompt).
+        resolved: only resolved dead letters (True), only the others (False), any (None).
+        signature: one error signature (a dead-letter group), or None.
+    """
+
+    state: str | None = None
+    query: SearchQuery = SearchQuery()
+    resolved: bool | None = None
+    signature: str | None = None
 
 
 #: archived rows loaded per ``fetchMore`` (one index query, a few segment blocks)
@@ -273,6 +303,8 @@ def archived_job(row: ArchivedRow, history: HistorySource | None = None) -> JobD
         }
         if row.error_class:
             job["last_error"] = {"class": row.error_class}
+        if row.resolved_at is not None:
+            job["resolved_at"] = row.resolved_at
     job["seq"] = row.seq
     job["archived"] = True
     return job
@@ -381,6 +413,7 @@ class JobTableModel(QAbstractTableModel):
         self._arch_done = history is None
         self._arch_text: str | None = None
         self._arch_filter_state: str | None = None
+        self._arch_filter = ArchiveFilter()
         self._fetching = False
 
     # ----------------------------------------------------------------- what belongs here
@@ -433,6 +466,9 @@ class JobTableModel(QAbstractTableModel):
                     self._link_icon = icon("event-link")
                 if not self._link_icon.isNull():
                     looks[self._title_col] = CellLook(looks[self._title_col].text, self._link_icon)
+            if self._title_col >= 0 and job.get("resolved_at") is not None:
+                # a resolved dead letter: a check mark, so it stands apart among the waiting ones
+                looks[self._title_col] = CellLook(looks[self._title_col].text, state_icon(State.SUCCEEDED))
         return looks
 
     def _look(self, entry: _Row, col: int) -> CellLook:
@@ -486,8 +522,16 @@ class JobTableModel(QAbstractTableModel):
             if key == "title":
                 replayed = replayed_as_text(job)
                 archived = "\narchived (shown after the jobs in memory, newest first)" if job.get("archived") else ""
+                resolved = (
+                    f"\nresolved {clock_time(job['resolved_at'], self._now)} (closed without a retry)"
+                    if job.get("resolved_at") is not None
+                    else ""
+                )
                 return (
-                    f"{job.get('title')}\njob {entry.id}" + (f"\nreplayed as {replayed}" if replayed else "") + archived
+                    f"{job.get('title')}\njob {entry.id}"
+                    + (f"\nreplayed as {replayed}" if replayed else "")
+                    + resolved
+                    + archived
                 )
             if key == "state" and job.get("last_error"):
                 return f"{job.get('state')}: {error_text(job)}"
@@ -507,8 +551,13 @@ class JobTableModel(QAbstractTableModel):
     def _search(self, entry: _Row) -> str:
         if entry.search is None:
             job = entry.job
+            # a queued row carries its input: its prompt is searched here, once per row; the
+            # finished rows' prompts through Queue.prompt_matches
+            prompt = prompt_text(job["input"]) if job.get("input") is not None else ""
             entry.search = " ".join(
-                str(x) for x in (entry.id, job.get("title"), job.get("kind"), job.get("state"), error_text(job)) if x
+                str(x)
+                for x in (entry.id, job.get("title"), job.get("kind"), job.get("state"), error_text(job), prompt)
+                if x
             ).casefold()
         return entry.search
 
@@ -644,18 +693,41 @@ class JobTableModel(QAbstractTableModel):
         """``(state, text)`` the archived rows are found by."""
         return self.archive_state or self._arch_filter_state, self._arch_text
 
-    def set_archive_filter(self, state: str | None, text: str | None) -> None:
-        """Finds the archived rows again with the filter's state and title text.
+    def set_archive_filter(
+        self,
+        state: str | None,
+        text: str | None,
+        *,
+        query: SearchQuery | None = None,
+        resolved: bool | None = None,
+        signature: str | None = None,
+    ) -> None:
+        """Finds the archived rows again with the filter's state, text (title or prompt),
+        and the rest of a search query (kind, profile, dates), resolution and error signature.
 
         The archive's index does the filtering (SQL): its loaded rows are dropped and
         the first page of the new matches loaded; the view fetches more as it scrolls.
         """
         text = text or None
-        if (state, text) == (self._arch_filter_state, self._arch_text):
+        wanted = ArchiveFilter(state, query or SearchQuery(text=text), resolved, signature)
+        if (state, text) == (self._arch_filter_state, self._arch_text) and wanted == self._arch_filter:
             return
         self._arch_filter_state, self._arch_text = state, text
+        self._arch_filter = wanted
         self._drop_archived()
         self.fetch_archived()
+
+    def prompt_matches(self, text: str) -> set[str]:
+        """The hot jobs whose prompt holds ``text`` (the rows do not carry finished jobs' inputs)."""
+        ask = getattr(self._history, "prompt_matches", None)
+        if not text or not callable(ask):
+            return set()
+        try:
+            found = ask(text)
+        except QueueError as exc:
+            log.warning("could not search the prompts: %s", exc)
+            return set()
+        return set(found)
 
     def _drop_archived(self) -> None:
         if self._arch:
@@ -679,7 +751,26 @@ class JobTableModel(QAbstractTableModel):
         if state in (State.QUEUED, State.RUNNING):
             return [], True  # the archive holds finished jobs only
         extra = sum(1 for e in self._rows if _maybe_archived(e.job)) + 16
-        rows = self._history.history(state=state, text=text, before_seq=before, limit=limit + extra)
+        f = self._arch_filter
+        q = f.query
+        if q.state is not None and state is not None and q.state != state:
+            return [], True  # "state:queued" typed in the dead letters: nothing archived matches
+        if q.state in (State.QUEUED, State.RUNNING):
+            return [], True
+        narrowed: dict[str, Any] = {}
+        for name, value in (
+            ("kind", q.kind),
+            ("profile", q.profile),
+            ("resolved", f.resolved),
+            ("signature", f.signature),
+            ("created_after", q.after),
+            ("created_before", q.before),
+        ):
+            if value is not None:
+                narrowed[name] = value  # (only what is set: a plain history source takes the rest)
+        rows = self._history.history(
+            state=state or q.state, text=text, before_seq=before, limit=limit + extra, **narrowed
+        )
         return rows, len(rows) < limit
 
     def fetch_archived(self, count: int | None = None) -> int:
@@ -943,10 +1034,19 @@ class JobFilterProxy(QSortFilterProxyModel):
     order; ``dynamicSortFilter`` stays on so that a changed job is filtered again.
     """
 
+    #: the filter changed (text, state, resolved, group): "no matches" may show or go
+    filter_changed = Signal()
+
     def __init__(self, parent: QObject | None = None, *, archive_delay_ms: int = 0) -> None:
         super().__init__(parent)
         self._text = ""
         self._state: str | None = None
+        self._query = SearchQuery()
+        self._prompt_ids: set[str] = set()
+        self._hide_resolved = False
+        self._signature: str | None = None
+        #: why the typed query could not be read (a bad date), or None
+        self.query_error: str | None = None
         self._jobs: JobTableModel | None = None
         self.setDynamicSortFilter(True)  # re-filters changed rows; never sorts (sort column -1)
         self.archive_timer = QTimer(self)
@@ -974,7 +1074,7 @@ class JobFilterProxy(QSortFilterProxyModel):
         if role not in _HANDLED_ROLES:
             return None
         jobs = self._jobs
-        if jobs is not None and self._state is None and not self._text and index.isValid():
+        if jobs is not None and not self.filtering and index.isValid():
             return jobs.cell_data(index.row(), index.column(), role)
         return super().data(index, role)
 
@@ -987,7 +1087,7 @@ class JobFilterProxy(QSortFilterProxyModel):
         jobs = self._jobs
         if jobs is None or not index.isValid():
             return None
-        if self._state is None and not self._text:  # unfiltered: the proxy's rows are the source's
+        if not self.filtering:  # unfiltered: the proxy's rows are the source's
             return jobs.cell_look(index.row(), index.column())
         source = self.mapToSource(index)
         return jobs.cell_look(source.row(), source.column())
@@ -996,28 +1096,88 @@ class JobFilterProxy(QSortFilterProxyModel):
     def text(self) -> str:
         return self._text
 
+    @property
+    def query(self) -> SearchQuery:
+        """What the typed text asks for (``kind:``, ``profile:``, ``state:``, ``after:``, ``before:``, words)."""
+        return self._query
+
+    @property
+    def state(self) -> str | None:
+        """The state filter (None: every state)."""
+        return self._state
+
+    @property
+    def filtering(self) -> bool:
+        """Whether any filter is on (else every source row shows, in the source's order)."""
+        return bool(self._state is not None or self._text or self._hide_resolved or self._signature is not None)
+
     def set_text(self, text: str) -> None:
-        """Shows only jobs whose id, title, kind, state or error contains ``text``."""
+        """Shows only jobs matching the typed query: ``field:value`` terms and words found in
+        the id, title, kind, state, error or prompt (see :class:`SearchQuery`)."""
         folded = text.strip().casefold()
         if folded != self._text:
-            self._change_filter(lambda: setattr(self, "_text", folded))
+            try:
+                query, self.query_error = SearchQuery.parse(text.strip()), None
+            except QueueError as exc:  # a date being typed: search the words meanwhile
+                query, self.query_error = SearchQuery(text=text.strip() or None), str(exc)
+
+            # the finished jobs' prompts are searched once typing pauses (filter_archive): a
+            # keystroke filters the rows in memory only (queued rows carry their input)
+            def change() -> None:
+                self._text, self._query, self._prompt_ids = folded, query, set()
+
+            self._change_filter(change)
             if self.archive_timer.interval() > 0:
                 self.archive_timer.start()  # again: typing goes on
             else:
                 self.filter_archive()
+            self.filter_changed.emit()
 
     def set_state(self, state: str | None) -> None:
         """Shows only jobs in ``state`` (None: every state)."""
         if state != self._state:
             self._change_filter(lambda: setattr(self, "_state", state))
             self.filter_archive()
+            self.filter_changed.emit()
+
+    @property
+    def hide_resolved(self) -> bool:
+        return self._hide_resolved
+
+    def set_hide_resolved(self, hide: bool) -> None:
+        """Leaves out the dead letters a person resolved (the dead-letter pane's default)."""
+        if hide != self._hide_resolved:
+            self._change_filter(lambda: setattr(self, "_hide_resolved", hide))
+            self.filter_archive()
+            self.filter_changed.emit()
+
+    @property
+    def signature(self) -> str | None:
+        return self._signature
+
+    def set_signature(self, signature: str | None) -> None:
+        """Shows only the jobs whose error has this signature (a dead-letter group); None: any."""
+        if signature != self._signature:
+            self._change_filter(lambda: setattr(self, "_signature", signature))
+            self.filter_archive()
+            self.filter_changed.emit()
 
     @Slot()
     def filter_archive(self) -> None:
         """Finds the archived rows again with this filter (at once, even if a search waits)."""
         self.archive_timer.stop()
         if self._jobs is not None:
-            self._jobs.set_archive_filter(self._state, self._text or None)
+            text = self._query.text
+            prompts = self._jobs.prompt_matches(text) if text else set()
+            if prompts != self._prompt_ids:
+                self._change_filter(lambda: setattr(self, "_prompt_ids", prompts))
+            self._jobs.set_archive_filter(
+                self._state,
+                self._query.text,
+                query=self._query,
+                resolved=False if self._hide_resolved else None,
+                signature=self._signature,
+            )
 
     def _change_filter(self, change: Callable[[], None]) -> None:
         # Qt 6.10 replaced invalidateRowsFilter() by begin/endFilterChange()
@@ -1030,7 +1190,7 @@ class JobFilterProxy(QSortFilterProxyModel):
             self.invalidateRowsFilter()
 
     def filterAcceptsRow(self, source_row: int, source_parent: AnyIndex) -> bool:  # noqa: N802 - Qt API
-        if self._state is None and not self._text:
+        if not self.filtering:
             return True  # asked for every row after each re-sort: the common case is cheap
         model = self.sourceModel()
         if not isinstance(model, JobTableModel):
@@ -1038,13 +1198,103 @@ class JobFilterProxy(QSortFilterProxyModel):
         job = model.job_at(source_row)
         if self._state is not None and job.get("state") != self._state:
             return False
-        if self._text:
-            return self._text in model.search_text(source_row)
-        return True
+        if self._hide_resolved and job.get("resolved_at") is not None:
+            return False
+        if self._signature is not None and error_signature(job) != self._signature:
+            return False
+        query = self._query
+        if not self._text or query.empty:
+            return True
+        if not query.matches_fields(job):
+            return False
+        if not query.text:
+            return True
+        if job.get("archived") and model.archive_filter[1] == query.text:
+            return True  # the archive's index found it by this text (in its title or prompt)
+        return query.text.casefold() in model.search_text(source_row) or job["id"] in self._prompt_ids
 
     def job_ids(self) -> list[str]:
         """The ids of every job the filter lets through, in view order."""
         return [self.index(r, 0).data(JobRole.ID) for r in range(self.rowCount())]
+
+
+# --------------------------------------------------------------------------- dead-letter groups
+
+
+class DeadGroupModel(QAbstractListModel):
+    """The dead letters grouped by error signature ("fatal 429 rate limited ×812"), largest first.
+
+    :meth:`set_groups` updates the counts in place (``dataChanged``) while the groups
+    stay the same, and inserts or removes rows for groups that come or go; it resets
+    only when the order of the groups that stay changed.
+    """
+
+    SIGNATURE = Qt.ItemDataRole.UserRole
+    COUNT = Qt.ItemDataRole.UserRole + 1
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._groups: list[Any] = []  # DeadGroup
+
+    def rowCount(self, parent: AnyIndex = _ROOT) -> int:  # noqa: N802 - Qt API
+        return 0 if parent.isValid() else len(self._groups)
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or not 0 <= index.row() < len(self._groups):
+            return None
+        group = self._groups[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return group.label
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{group.count:,} dead letters failed like this, e.g.\n{group.example}"
+        if role == Qt.ItemDataRole.DecorationRole:
+            return state_icon("dead")
+        if role == self.SIGNATURE:
+            return group.signature
+        if role == self.COUNT:
+            return group.count
+        return None
+
+    def groups(self) -> list[Any]:
+        return list(self._groups)
+
+    def row_of(self, signature: str) -> int | None:
+        for row, group in enumerate(self._groups):
+            if group.signature == signature:
+                return row
+        return None
+
+    def set_groups(self, groups: Iterable[Any]) -> None:
+        new = list(groups)
+        old_sigs = [g.signature for g in self._groups]
+        new_sigs = [g.signature for g in new]
+        if old_sigs == new_sigs:
+            changed = [i for i, (a, b) in enumerate(zip(self._groups, new, strict=True)) if a != b]
+            self._groups = new
+            for first, last in _runs(changed):
+                self.dataChanged.emit(self.index(first, 0), self.index(last, 0))
+            return
+        kept = [s for s in old_sigs if s in set(new_sigs)]
+        if kept != [s for s in new_sigs if s in set(old_sigs)]:
+            self.beginResetModel()
+            self._groups = new
+            self.endResetModel()
+            return
+        # the groups that stay keep their order: remove the gone, then insert the new where they go
+        gone = [i for i, s in enumerate(old_sigs) if s not in set(new_sigs)]
+        for first, last in reversed(_runs(gone)):
+            self.beginRemoveRows(_ROOT, first, last)
+            del self._groups[first : last + 1]
+            self.endRemoveRows()
+        for row, group in enumerate(new):
+            if row < len(self._groups) and self._groups[row].signature == group.signature:
+                if self._groups[row] != group:
+                    self._groups[row] = group
+                    self.dataChanged.emit(self.index(row, 0), self.index(row, 0))
+                continue
+            self.beginInsertRows(_ROOT, row, row)
+            self._groups.insert(row, group)
+            self.endInsertRows()
 
 
 # --------------------------------------------------------------------------- timeline
@@ -1077,6 +1327,7 @@ EVENT_LOOK: dict[str, tuple[str, str, str]] = {
     EventType.STALE_RESULT: ("expiry", "Late result rejected (stale lease)", "event-stale"),
     EventType.RELEASED: ("normal", "Released (attempt not counted)", "event-info"),
     EventType.RESUMED: ("normal", "Lease renewed after a suspension", "event-info"),
+    EventType.RESOLVED: ("success", "Resolved by hand (closed without a retry)", "state-succeeded"),
 }
 
 #: detail keys shown in the headline rather than in the detail line

@@ -3,22 +3,49 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QPen, QTextLayout, QTextOption
+from PySide6.QtCore import (
+    QEvent,
+    QItemSelectionModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QPointF,
+    QRect,
+    QSize,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontMetrics,
+    QKeySequence,
+    QPainter,
+    QPalette,
+    QPen,
+    QShortcut,
+    QTextLayout,
+    QTextOption,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QListView,
+    QMenu,
     QPushButton,
+    QSplitter,
     QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QTableView,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -26,7 +53,7 @@ from PySide6.QtWidgets import (
 from desktop_queue.core.model import State
 from desktop_queue.ui.delegates import JobCellDelegate
 from desktop_queue.ui.icons import icon, state_icon
-from desktop_queue.ui.models import JobFilterProxy, JobTableModel, TimelineModel, TimelineRole
+from desktop_queue.ui.models import DeadGroupModel, JobFilterProxy, JobTableModel, TimelineModel, TimelineRole
 from desktop_queue.ui.timeline import LiveTimelineModel
 
 #: category -> accent colour (mid tones: readable on light and dark palettes)
@@ -47,12 +74,85 @@ ARCHIVE_SEARCH_DELAY_MS = 150
 STATE_ORDER = (State.QUEUED, State.RUNNING, State.SUCCEEDED, State.DEAD, State.CANCELLED)
 
 
+#: what the search boxes understand, for their tooltips
+SEARCH_HELP = (
+    "Words are looked for in the id, title, kind, state, error and prompt.\n"
+    "Narrow with kind:openai.chat  profile:openai  state:dead  after:2026-11-01  before:2026-11-30.\n"
+    "Esc clears the filter."
+)
+
+
 def _search_box(name: str, placeholder: str) -> QLineEdit:
     box = QLineEdit()
     box.setObjectName(name)
     box.setPlaceholderText(placeholder)
     box.setClearButtonEnabled(True)
+    box.setToolTip(SEARCH_HELP)
     return box
+
+
+class EmptyState(QLabel):
+    """ "No jobs match …" over a table's viewport, shown while a filter leaves no row.
+
+    Args:
+        view: the table it sits on.
+        proxy: the table's filter.
+        noun: what the rows are ("jobs", "dead letters").
+        search: the search box (its text is quoted).
+    """
+
+    def __init__(self, view: QTableView, proxy: JobFilterProxy, noun: str, search: QLineEdit) -> None:
+        super().__init__(view.viewport())
+        self.setObjectName("emptyState")
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setWordWrap(True)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        palette = self.palette()
+        palette.setColor(QPalette.ColorRole.WindowText, palette.color(QPalette.ColorRole.PlaceholderText))
+        self.setPalette(palette)
+        self._view, self._proxy, self._noun, self._search = view, proxy, noun, search
+        view.viewport().installEventFilter(self)
+        for signal in (proxy.rowsInserted, proxy.rowsRemoved, proxy.modelReset, proxy.layoutChanged):
+            signal.connect(self.update_state)
+        proxy.filter_changed.connect(self.update_state)
+        source = proxy.sourceModel()
+        if isinstance(source, JobTableModel):  # the archive's answer may be "nothing more"
+            source.archive_fetched.connect(self.update_state)
+        self.hide()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt API
+        if event.type() == QEvent.Type.Resize:
+            self.setGeometry(self._view.viewport().rect().adjusted(24, 24, -24, -24))
+        return False
+
+    def update_state(self, *_: object) -> None:
+        proxy = self._proxy
+        source = proxy.sourceModel()
+        empty = proxy.rowCount() == 0 and not (source is not None and source.canFetchMore(QModelIndex()))
+        if not empty:
+            self.hide()
+            return
+        typed = self._search.text().strip()
+        if proxy.query_error:
+            text = f"{proxy.query_error}\n(Esc clears the filter)"
+        elif typed or (proxy.filtering and not proxy.hide_resolved) or proxy.signature is not None:
+            what = f" match “{typed}”" if typed else " match this filter"
+            text = f"No {self._noun}{what}.\nPress Esc to clear the filter."
+        else:
+            text = f"No {self._noun}."
+        self.setText(text)
+        self.setGeometry(self._view.viewport().rect().adjusted(24, 24, -24, -24))
+        self.show()
+        self.raise_()
+
+
+def _clear_on_escape(pane: QWidget, clear: Callable[[], None]) -> QShortcut:
+    """Esc anywhere in the pane (search box or table) clears its filter."""
+    shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), pane)
+    shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+    shortcut.activated.connect(clear)
+    return shortcut
 
 
 def _job_table(model: JobFilterProxy, name: str) -> QTableView:
@@ -134,8 +234,9 @@ class QueuePane(QWidget):
         self.model = model
         self.proxy = JobFilterProxy(self, archive_delay_ms=ARCHIVE_SEARCH_DELAY_MS)
         self.proxy.setSourceModel(model)
-        self.search = _search_box("queueSearch", "Filter by title, id, kind or error  (Ctrl+F)")
-        self.search.setToolTip("Jobs in memory match on title, id, kind, state or error; archived jobs on their title")
+        self.search = _search_box(
+            "queueSearch", "Filter by title, prompt, id, kind or error; kind: state: after:  (Ctrl+F)"
+        )
         self.state_filter = QComboBox()
         self.state_filter.setObjectName("stateFilter")
         self.state_filter.setToolTip("Show only jobs in one state")
@@ -155,6 +256,8 @@ class QueuePane(QWidget):
         self.state_filter.currentIndexChanged.connect(lambda _i: self.proxy.set_state(self.state_filter.currentData()))
         self.view.selectionModel().selectionChanged.connect(lambda *_: self.selection_changed.emit())
         self.view.sortByColumn(6, Qt.SortOrder.DescendingOrder)  # newest first
+        self.empty_state = EmptyState(self.view, self.proxy, "jobs", self.search)
+        self.escape = _clear_on_escape(self, self.clear_filter)
         # Title takes what is left, so that Wait, Run time and Last error stay in sight
         # at the default window size (1200×720) instead of behind horizontal scrolling.
         # Next run is wide enough for "waiting: a free slot (4 of 4 running)": why a job
@@ -188,10 +291,19 @@ class QueuePane(QWidget):
         total = sum(counts.values())
         self.state_filter.setItemText(0, f"All states ({total})")
         for i, state in enumerate(STATE_ORDER, start=1):
-            self.state_filter.setItemText(i, f"{state.capitalize()} ({counts.get(state, 0)})")
+            n = counts.get(state, 0)
+            if state == State.DEAD:
+                n += counts.get("resolved", 0)  # this pane lists resolved dead letters among the dead
+            self.state_filter.setItemText(i, f"{state.capitalize()} ({n})")
 
     def selected(self) -> list[dict]:
         return selected_jobs(self.view)
+
+    def clear_filter(self) -> None:
+        """Shows every job again (Esc)."""
+        self.search.clear()
+        self.state_filter.setCurrentIndex(0)
+        self.proxy.filter_archive()
 
     def select(self, job_id: str) -> bool:
         """Selects a job, clearing the filters if they hide it."""
@@ -203,46 +315,150 @@ class QueuePane(QWidget):
 
 
 class DeadLetterPane(QWidget):
-    """Dead jobs: error class, last error, attempts, died at; Retry, Replay, Retry all matching.
+    """Dead jobs: error class, last error, attempts, died at; Retry, Replay, Resolve, and the
+    same for every dead letter matching the filter or of one error group.
+
+    Resolved dead letters are hidden unless "Show resolved" is on. "Group by error"
+    shows a side list of the error signatures with their counts ("fatal 429 rate
+    limited ×812"); selecting one shows only its dead letters, and its buttons act on
+    all of them.
 
     Signals:
         selection_changed(): the selected jobs changed.
         retry_requested(): the Retry button was pressed.
         replay_requested(): the Replay button was pressed.
+        resolve_requested(): the Resolve button was pressed.
         retry_all_requested(): "Retry all matching" was pressed.
+        bulk_requested(str): an action on every matching dead letter (of the selected
+            group, if any): ``retry``, ``replay`` or ``resolve``.
+        groups_wanted(): the group list is shown and wants its groups (``set_groups``).
     """
 
     selection_changed = Signal()
     retry_requested = Signal()
     replay_requested = Signal()
+    resolve_requested = Signal()
     retry_all_requested = Signal()
+    bulk_requested = Signal(str)
+    groups_wanted = Signal()
 
     def __init__(self, model: JobTableModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
         self.proxy = JobFilterProxy(self, archive_delay_ms=ARCHIVE_SEARCH_DELAY_MS)
         self.proxy.setSourceModel(model)
-        self.search = _search_box("deadSearch", "Filter dead letters by title, id or error")
-        self.search.setToolTip("Recent dead letters match on title, id or error; archived ones on their title")
+        self.proxy.set_hide_resolved(True)
+        self.search = _search_box("deadSearch", "Filter dead letters by title, prompt, id or error; kind: after:")
         self.view = _job_table(self.proxy, "deadView")
         self.retry_button = QPushButton(icon("action-retry"), "&Retry")
         self.replay_button = QPushButton(icon("action-replay"), "Re&play…")
+        self.resolve_button = QPushButton(icon("state-succeeded"), "Resol&ve…")
+        self.resolve_button.setObjectName("resolveButton")
+        self.resolve_button.setToolTip("Close the selected dead letters without retrying them")
         self.retry_all_button = QPushButton(icon("action-retry"), "Retry &all matching")
         self.retry_all_button.setObjectName("retryAllButton")
+        self.more_button = QToolButton()
+        self.more_button.setObjectName("matchingMenuButton")
+        self.more_button.setText("&Matching")
+        self.more_button.setToolTip("Replay or resolve every dead letter the filter matches")
+        self.more_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.more_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        menu = QMenu(self.more_button)
+        self.replay_all_action = menu.addAction(icon("action-replay"), "Re&play all matching…")
+        self.resolve_all_action = menu.addAction(icon("state-succeeded"), "Re&solve all matching…")
+        self.more_button.setMenu(menu)
+        self.show_resolved = QCheckBox("Show reso&lved")
+        self.show_resolved.setObjectName("showResolved")
+        self.show_resolved.setToolTip("Also list the dead letters a person closed without retrying")
+        self.group_toggle = QCheckBox("&Group by error")
+        self.group_toggle.setObjectName("groupByError")
+        self.group_toggle.setToolTip("List the dead letters' error signatures with their counts")
         self._total: int | None = None
+        self._resolved_total = 0
         self.progress = QLabel()
         self.progress.setObjectName("batchProgress")
+
+        # the groups: a side list, hidden until asked for
+        self.group_model = DeadGroupModel(self)
+        self.group_view = QListView()
+        self.group_view.setObjectName("deadGroups")
+        self.group_view.setModel(self.group_model)
+        self.group_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.group_view.setUniformItemSizes(True)
+        self.group_view.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # the count at the end stays in sight
+        self.group_view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.group_view.setWordWrap(False)
+        self.group_heading = QLabel("Errors")
+        self.group_heading.setObjectName("groupHeading")
+        font = self.group_heading.font()
+        font.setBold(True)
+        self.group_heading.setFont(font)
+        self.all_groups_button = QPushButton("Show a&ll")
+        self.all_groups_button.setToolTip("Show the dead letters of every group")
+        self.group_retry = QPushButton(icon("action-retry"), "Retry")
+        self.group_replay = QPushButton(icon("action-replay"), "Replay")
+        self.group_resolve = QPushButton(icon("state-succeeded"), "Resolve")
+        for button, verb in (
+            (self.group_retry, "retry"),
+            (self.group_replay, "replay"),
+            (self.group_resolve, "resolve"),
+        ):
+            button.setToolTip(f"{verb.capitalize()} every dead letter of the selected group")
+            button.clicked.connect(lambda _c=False, v=verb: self.bulk_requested.emit(v))
+        self.group_panel = QWidget()
+        self.group_panel.setObjectName("groupPanel")
+        # above the table, not beside it: the table keeps its width (the error column most of all)
+        top = QVBoxLayout(self.group_panel)
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.group_heading)
+        row = QHBoxLayout()
+        row.addWidget(self.group_view, 1)
+        buttons = QVBoxLayout()
+        for button in (self.group_retry, self.group_replay, self.group_resolve, self.all_groups_button):
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        row.addLayout(buttons)
+        top.addLayout(row, 1)
+        self.group_panel.hide()
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.setObjectName("deadSplitter")
+        self.split.addWidget(self.group_panel)
+        self.split.addWidget(self.view)
+        self.split.setStretchFactor(0, 1)
+        self.split.setStretchFactor(1, 4)
+        self.split.setChildrenCollapsible(False)
+
         bar = QHBoxLayout()
         bar.addWidget(self.search, 1)
         bar.addWidget(self.retry_button)
         bar.addWidget(self.replay_button)
+        bar.addWidget(self.resolve_button)
         bar.addWidget(self.retry_all_button)
+        bar.addWidget(self.more_button)
+        toggles = QHBoxLayout()
+        toggles.addWidget(self.group_toggle)
+        toggles.addWidget(self.show_resolved)
+        toggles.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(bar)
-        layout.addWidget(self.view, 1)
+        layout.addLayout(toggles)
+        layout.addWidget(self.split, 1)
         layout.addWidget(self.progress)
         self.progress.hide()
+        self.empty_state = EmptyState(self.view, self.proxy, "dead letters", self.search)
+        self.escape = _clear_on_escape(self, self.clear_filter)
+        self.replay_all_action.triggered.connect(lambda: self.bulk_requested.emit("replay"))
+        self.resolve_all_action.triggered.connect(lambda: self.bulk_requested.emit("resolve"))
+        self.resolve_button.clicked.connect(self.resolve_requested)
+        self.show_resolved.toggled.connect(self._show_resolved)
+        self.group_toggle.toggled.connect(self._toggle_groups)
+        self.group_view.selectionModel().selectionChanged.connect(lambda *_: self._group_selected())
+        self.group_model.modelReset.connect(self._reselect_group)
+        self.all_groups_button.clicked.connect(self.group_view.clearSelection)
+        self._group_signature: str | None = None
+        self._split_sized = False
+        self._update_group_buttons()
         self.search.textChanged.connect(self.proxy.set_text)
         self.search.textChanged.connect(lambda _t: self._update_retry_all())
         self.proxy.rowsInserted.connect(lambda *_: self._update_retry_all())
@@ -258,29 +474,112 @@ class DeadLetterPane(QWidget):
         # hides "Died at" at the default window size
         header = self.view.horizontalHeader()
         header.setStretchLastSection(False)
-        widths = {"title": 170, "kind": 70, "class": 80, "attempts": 90, "died": 70, "replayed": 90}
+        widths = {"title": 170, "kind": 70, "class": 80, "attempts": 90, "died": 70, "replayed": 90, "resolved": 70}
         for i, column in enumerate(model.columns):
             if column.key in widths:
                 self.view.setColumnWidth(i, widths[column.key])
             if column.key == "error":
                 header.setSectionResizeMode(i, QHeaderView.ResizeMode.Stretch)
+            if column.key == "resolved":
+                self.view.setColumnHidden(i, True)  # shown with "Show resolved"
         self._update_retry_all()
 
-    def set_total(self, dead: int) -> None:
-        """The number of dead letters, archived ones included (``Queue.counts``)."""
-        if dead != self._total:
-            self._total = dead
+    def set_total(self, dead: int, resolved: int = 0) -> None:
+        """The number of dead letters, archived ones included (``Queue.counts``), and of resolved ones."""
+        if (dead, resolved) != (self._total, self._resolved_total):
+            self._total, self._resolved_total = dead, resolved
             self._update_retry_all()
 
     def _update_retry_all(self) -> None:
         n = self.proxy.rowCount()
         more = self.model.canFetchMore(QModelIndex())  # archived dead letters not loaded yet
-        if more and not self.search.text().strip() and self._total is not None:
-            count = str(max(n, self._total))  # unfiltered: every dead letter matches
+        unfiltered = not self.search.text().strip() and self.proxy.signature is None
+        if more and unfiltered and self._total is not None:
+            total = self._total + (self._resolved_total if not self.proxy.hide_resolved else 0)
+            count = f"{max(n, total):,}"  # unfiltered: every dead letter matches
         else:
-            count = f"{n}+" if more else str(n)
+            count = f"{n:,}+" if more else f"{n:,}"
         self.retry_all_button.setEnabled(n > 0 or more)
+        self.more_button.setEnabled(n > 0 or more)
         self.retry_all_button.setText(f"Retry &all matching ({count})")
+
+    def clear_filter(self) -> None:
+        """Shows every dead letter again (Esc): no search, no group."""
+        self.search.clear()
+        self.group_view.clearSelection()
+        self.proxy.filter_archive()
+
+    def _show_resolved(self, shown: bool) -> None:
+        self.proxy.set_hide_resolved(not shown)
+        column = next((i for i, c in enumerate(self.model.columns) if c.key == "resolved"), None)
+        if column is not None:
+            self.view.setColumnHidden(column, not shown)
+        self._update_retry_all()
+        if self.group_toggle.isChecked():
+            self.groups_wanted.emit()
+
+    @property
+    def resolved_shown(self) -> bool:
+        return self.show_resolved.isChecked()
+
+    def _toggle_groups(self, on: bool) -> None:
+        self.group_panel.setVisible(on)
+        if on:
+            if not self._split_sized:
+                self._split_sized = True
+                height = self.split.height()
+                self.split.setSizes([min(180, height // 3), max(200, height - min(180, height // 3))])
+            self.groups_wanted.emit()
+        else:
+            self.group_view.clearSelection()
+
+    def set_groups(self, groups: list) -> None:
+        """Shows the error groups (``Queue.dead_letter_groups``); the selected one stays selected
+        (if it is gone, no group is: every dead letter shows again, none is picked for the user)."""
+        if self._group_signature is not None and all(g.signature != self._group_signature for g in groups):
+            self.group_view.clearSelection()
+            self.group_view.setCurrentIndex(QModelIndex())
+        self.group_model.set_groups(groups)
+        self._reselect_group()
+        total = sum(g.count for g in groups)
+        self.group_heading.setText(f"Errors ({len(groups):,} kinds, {total:,} dead letters)")
+
+    def _reselect_group(self) -> None:
+        sig = self._group_signature
+        if sig is None:
+            return
+        row = self.group_model.row_of(sig)
+        if row is None:
+            self.group_view.clearSelection()
+            return
+        index = self.group_model.index(row, 0)
+        if not self.group_view.selectionModel().isSelected(index):
+            self.group_view.selectionModel().select(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+
+    def _group_selected(self) -> None:
+        rows = self.group_view.selectionModel().selectedRows()
+        sig = rows[0].data(DeadGroupModel.SIGNATURE) if rows else None
+        self._group_signature = sig
+        self.proxy.set_signature(sig)
+        self._update_group_buttons()
+        self._update_retry_all()
+
+    def _update_group_buttons(self) -> None:
+        chosen = self._group_signature is not None
+        for button in (self.group_retry, self.group_replay, self.group_resolve, self.all_groups_button):
+            button.setEnabled(chosen)
+
+    @property
+    def group_signature(self) -> str | None:
+        """The error signature of the selected group (None: no group selected)."""
+        return self._group_signature
+
+    def select_group(self, signature: str) -> bool:
+        row = self.group_model.row_of(signature)
+        if row is None:
+            return False
+        self.group_view.setCurrentIndex(self.group_model.index(row, 0))
+        return True
 
     def selected(self) -> list[dict]:
         return selected_jobs(self.view)
@@ -296,7 +595,7 @@ class DeadLetterPane(QWidget):
 
     def set_progress(self, done: int, total: int) -> None:
         self.progress.setVisible(done < total)
-        self.progress.setText(f"Retrying dead letters: {done} of {total}…")
+        self.progress.setText(f"Retrying dead letters: {done:,} of {total:,}…")
 
 
 # --------------------------------------------------------------------------- timeline

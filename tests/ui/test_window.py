@@ -139,7 +139,7 @@ def test_a_fatal_job_is_dead_lettered_then_retried_and_replayed_with_links(qtbot
     assert timeline_types(window).count("retried") == 1
 
 
-def test_retry_all_matching_confirms_the_exact_count_and_paces_the_batches(
+def test_retry_all_matching_confirms_the_exact_count_and_retries_off_the_gui_thread(
     qtbot: Any, session: Any, prompts: Any
 ) -> None:
     window, driver = session.window, session.controller.driver
@@ -151,21 +151,14 @@ def test_retry_all_matching_confirms_the_exact_count_and_paces_the_batches(
     window.tabs.setCurrentWidget(window.dead_pane)
     window.dead_pane.search.setText("alpha")
     assert window.dead_pane.retry_all_button.text() == "Retry &all matching (2)"
-    session.controller.retry_all = _spy_batch(session.controller.retry_all, batch_size=1)  # type: ignore[method-assign]
     window.retry_all_matching()
     assert "Retry 2 dead jobs matching “alpha”" in prompts.confirms[-1]
-    batch = session.controller.batch
-    assert sorted(batch.ids) == sorted(ids[:2])
+    task = session.controller.bulk_task
+    assert task is not None and task.total == 2 and task.verb == "Retrying"
+    qtbot.waitUntil(lambda: task.done, timeout=5000)
+    assert sorted(task.result.done) == sorted(ids[:2])
     qtbot.waitUntil(lambda: all(session.queue.get(i).state == State.SUCCEEDED for i in ids[:2]), timeout=8000)
     assert session.queue.get(ids[2]).state == State.DEAD
-    assert batch.timer.objectName() == "retryBatchTimer"
-
-
-def _spy_batch(original: Any, batch_size: int) -> Any:
-    def wrapper(ids: list[str], batch_size_: int = batch_size, interval_ms: int = 50) -> Any:
-        return original(ids, batch_size, interval_ms)
-
-    return wrapper
 
 
 def test_cancel_a_running_job_rejects_its_late_result_and_leaves_the_pool_idle(
