@@ -7,7 +7,7 @@ and reports back with signals. No widget calls the engine directly.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
@@ -306,6 +306,28 @@ class Controller(QObject):
         else:
             self.message.emit(f"Submitted job {result.job.id}: {result.job.title}")
         return result
+
+    def submit_many(
+        self,
+        kind: str,
+        payloads: Sequence[Any],
+        *,
+        titles: Sequence[str | None] | None,
+        priority: str,
+        max_attempts: int | None,
+    ) -> list[SubmitResult]:
+        """Submits a batch in one durable commit (all or none). Raises :class:`QueueError` on refusal."""
+        results = self.queue.submit_many(
+            kind, payloads, titles=titles, priority=priority, max_attempts=max_attempts, actor=Actor.USER
+        )
+        self.changed()
+        created = sum(1 for r in results if not r.duplicate)
+        repeated = len(results) - created
+        text = f"Submitted {created:,} {kind} job{'s' if created != 1 else ''}"
+        if repeated:
+            text += f"; {repeated:,} already existed"
+        self.message.emit(text)
+        return results
 
     def _each(self, verb: str, ids: Iterable[str]) -> list[Job]:
         done: list[Job] = []
