@@ -123,6 +123,7 @@ def input_spec() -> InputSpec:
                 FieldType.CHOICE,
                 "Fail &with:",
                 choices=fail_with,
+                placeholder="retryable (the default)",
                 advanced=True,
                 implies=(("fail_times", 1),),
                 help="A testing tool: how those attempts fail (default: retryable). "
@@ -133,6 +134,7 @@ def input_spec() -> InputSpec:
                 FieldType.NUMBER,
                 "Retry-&After:",
                 minimum=0.0,
+                placeholder="none",
                 unit="s",
                 advanced=True,
                 help="A testing tool: the Retry-After a failure reports (empty: none).",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QFontDatabase, QKeyEvent
 from PySide6.QtWidgets import (
     QComboBox,
@@ -43,7 +43,7 @@ from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.forms import FieldProblem, InputForm
 from desktop_queue.ui.icons import icon
-from desktop_queue.ui.settings import MAX_CONCURRENCY, Preferences, load_provider_profile
+from desktop_queue.ui.settings import APPLICATION, MAX_CONCURRENCY, ORGANIZATION, Preferences, load_provider_profile
 
 # --------------------------------------------------------------------------- prompts (tests replace these)
 
@@ -298,6 +298,10 @@ class BatchPage(QWidget):
         self.summary.setStyleSheet("color: #c62828;" if read.problems else "")
 
 
+#: QSettings key of the kind last submitted (the New dialog opens on it)
+LAST_KIND_KEY = "submit/last_kind"
+
+
 class SubmitDialog(QDialog):
     """Submit jobs: a kind, its input (a form from the provider's description, JSON for any
     kind, or a batch of lines), title, priority and attempts.
@@ -338,6 +342,9 @@ class SubmitDialog(QDialog):
         self.kind.setObjectName("kindChooser")
         for kind in sorted(controller.providers, key=lambda k: (k != "demo", k)):
             self.kind.addItem(kind, kind)
+        last = QSettings(ORGANIZATION, APPLICATION).value(LAST_KIND_KEY)
+        if isinstance(last, str) and self.kind.findData(last) >= 0:
+            self.kind.setCurrentIndex(self.kind.findData(last))  # people submit the same kind again
         self.form_note = InlineMessage()
         self.form_note.setObjectName("formNote")
         self.form_note.hide()
@@ -617,7 +624,9 @@ class SubmitDialog(QDialog):
         n = len(payloads)
         self.submit_button.setText("&Submit" if n == 1 else f"&Submit {n} jobs")
         if n > 1:
-            self.message.show_info(f"Ready: {n} jobs will be created, one an image, in one commit.")
+            unit = self.spec.field(self.spec.count_field).unit if self.spec and self.spec.count_field else ""
+            each = f", one {unit} each" if unit else ""
+            self.message.show_info(f"Ready: {n} jobs will be created in one commit{each}.")
         else:
             self.message.show_info("Ready to submit. The job is saved to disk before it is listed.")
         return True
@@ -693,9 +702,13 @@ class SubmitDialog(QDialog):
             self.message.show_error(str(exc))
             return False
         self.submit_result = result
+        self._remember_kind()
         self.submitted.emit(result)
         self.accept()
         return True
+
+    def _remember_kind(self) -> None:
+        QSettings(ORGANIZATION, APPLICATION).setValue(LAST_KIND_KEY, self.current_kind())
 
     def _submit_batch(self) -> bool:
         if not self.update_batch():
@@ -722,6 +735,7 @@ class SubmitDialog(QDialog):
             return False
         self.batch_results = results
         self.submit_result = next((r for r in results if not r.duplicate), results[0])
+        self._remember_kind()
         self.batch_submitted.emit(results)
         self.submitted.emit(self.submit_result)
         self.accept()

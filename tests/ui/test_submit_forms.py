@@ -401,3 +401,16 @@ def test_ctrl_enter_submits_from_the_prompt(qtbot: Any, session: Any) -> None:
     with qtbot.waitSignal(dialog.submitted, timeout=3000) as blocker:
         qtbot.keyClick(prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     assert session.queue.get(blocker.args[0].job.id).input["prompt"] == "first line\nsecond line"
+
+
+def test_the_dialog_opens_on_the_kind_last_submitted(qtbot: Any, session: Any) -> None:
+    first = new_dialog(session)
+    assert first.form is not None
+    first.form.set_value("prompt", "x")
+    first.kind.setCurrentIndex(first.kind.findData("widgets"))
+    assert first.form is not None and first.form.values()["prompt"] == "x"  # carried over
+    with qtbot.waitSignal(first.submitted, timeout=3000):
+        first.submit_button.click()
+    again = session.window.new_job()
+    assert again.current_kind() == "widgets"
+    assert again.focusWidget() is (again.form.editor("prompt") if again.form else None)
