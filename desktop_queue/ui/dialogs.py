@@ -404,7 +404,7 @@ class SubmitDialog(QDialog):
         layout.addLayout(options)
         layout.addLayout(status)
         layout.addWidget(self.buttons)
-        self.setMinimumSize(560, 520)
+        self.setMinimumSize(520, 420)  # fits an 800x500 screen; the form scrolls
         self.resize(680, 680)
         # only once the buttons are in the dialog: set earlier, Qt made Cancel the default
         # and Enter threw the user's input away
@@ -667,15 +667,16 @@ class SubmitDialog(QDialog):
         if self.tabs.currentIndex() != self.BATCH_TAB:
             return read.ok
         n = len(read.items)
-        self.submit_button.setText(f"&Submit {n:,} job{'s' if n != 1 else ''}" if read.ok else "&Submit")
+        ok = read.ok and n <= MAX_BATCH
+        self.submit_button.setText(f"&Submit {n:,} job{'s' if n != 1 else ''}" if ok else "&Submit")
         self.size_label.show_size(max((len(canonical_json(i.payload)) for i in read.items), default=0), largest=True)
-        if read.ok:
+        if ok:
             self.message.show_info(f"Ready: {n:,} job{'s' if n != 1 else ''}, created in one commit.")
         elif not text.strip():
             self.message.show_info("To submit: paste one prompt a line, or import a file.", ok=False)
         else:
             self.message.show_error(read.summary())
-        return read.ok and n <= MAX_BATCH
+        return ok
 
     # ----------------------------------------------------------------- submit and discard
 
@@ -770,7 +771,7 @@ class SubmitDialog(QDialog):
         if self.has_typed_input() and not confirm(
             self,
             "Discard this prompt?",
-            "What you typed in this New job dialog has not been submitted and will be lost.",
+            "Discard this prompt? What you typed in this New job dialog has not been submitted and will be lost.",
             "Discard",
             "Keep editing",
         ):
@@ -840,7 +841,7 @@ class ReplayDialog(QDialog):
         if self.edited() and not confirm(
             self,
             "Discard this prompt?",
-            "Your edits to the input have not been replayed and will be lost.",
+            "Discard this prompt? Your edits to the input have not been replayed and will be lost.",
             "Discard",
             "Keep editing",
         ):

@@ -595,6 +595,8 @@ class InputForm(QWidget):
         self._loading = True
         try:
             for name, value in values.items():
+                if name == self.spec.count_field:
+                    continue  # not part of the input: the count stays as chosen
                 if not self.editors[name].set_value(value):
                     for back, old in before.items():
                         self.editors[back].set_value(old)

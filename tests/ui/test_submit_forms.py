@@ -267,6 +267,16 @@ def test_an_image_count_makes_that_many_jobs_in_one_commit(qtbot: Any, session: 
     assert sorted(j.input.get("copy") for j in jobs(session)) == [1, 2, 3]
 
 
+def test_editing_the_json_keeps_the_image_count(session: Any) -> None:
+    dialog = new_dialog(session, "openai.image")
+    assert dialog.form is not None
+    dialog.form.set_value("count", 2)
+    dialog.tabs.setCurrentIndex(dialog.JSON_TAB)
+    dialog.editor.setPlainText('{"prompt": "a fox", "size": "1024x1024"}')
+    assert dialog.form.values()["count"] == 2 and dialog.form.values()["size"] == "1024x1024"
+    assert len(dialog.payloads()) == 2
+
+
 def test_pasted_lines_become_a_batch_with_the_form_as_template(qtbot: Any, session: Any) -> None:
     dialog = new_dialog(session)
     assert dialog.form is not None
@@ -342,7 +352,7 @@ def test_escape_asks_before_discarding_typed_input(qtbot: Any, session: Any, pro
 def test_tab_reaches_submit_before_cancel_and_submit_is_the_default(session: Any) -> None:
     dialog = new_dialog(session)
     assert dialog.submit_button.isDefault() and not dialog.cancel_button.isDefault()
-    assert dialog.minimumWidth() >= 560 and dialog.minimumHeight() >= 480
+    assert 500 <= dialog.minimumWidth() <= 800 and 400 <= dialog.minimumHeight() <= 480  # fits 800x500
     assert dialog.focusWidget() is dialog.form.editor("prompt") if dialog.form else False
     seen: list[QWidget] = []
     widget: QWidget = dialog.max_attempts
