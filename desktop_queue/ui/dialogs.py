@@ -619,8 +619,12 @@ class SubmitDialog(QDialog):
                 self.message.show_info(f"To submit: {exc}.", ok=False)
             else:
                 self.message.show_error(str(exc))
+            if self.form is not None:
+                self.form.mark(None if self._pristine or not self._from_form() else str(exc))
             self.submit_button.setText("&Submit")
             return False
+        if self.form is not None:
+            self.form.mark(None)
         n = len(payloads)
         self.submit_button.setText("&Submit" if n == 1 else f"&Submit {n} jobs")
         if n > 1:

@@ -609,6 +609,32 @@ class InputForm(QWidget):
             self.show_advanced(True)
         return None
 
+    def mark(self, message: str | None) -> str | None:
+        """Marks the field a problem message names (``"duration_s" must be …``); returns its name.
+
+        None clears the mark. The label turns red and says the problem in its tooltip.
+        """
+        named = None
+        if message:
+            low = message.casefold()
+            for f in self.spec.fields:
+                if f'"{f.name}"'.casefold() in low or low.startswith(f"{f.title.casefold()}:"):
+                    named = f.name
+                    break
+        for name, label in self.labels.items():
+            f = self.spec.field(name)
+            if name == named:
+                label.setStyleSheet("color: #c62828;")
+                label.setToolTip(str(message))
+                self.editors[name].widget.setAccessibleDescription(f"Error: {message}")
+            elif label.styleSheet():
+                label.setStyleSheet("")
+                label.setToolTip(f.help)
+                self.editors[name].widget.setAccessibleDescription("")
+        if named is not None and self.spec.field(named).advanced:
+            self.show_advanced(True)
+        return named
+
     def editor(self, name: str) -> QWidget:
         """The widget of field ``name``."""
         return self.editors[name].widget

@@ -424,3 +424,19 @@ def test_the_dialog_opens_on_the_kind_last_submitted(qtbot: Any, session: Any) -
     again = session.window.new_job()
     assert again.current_kind() == "widgets"
     assert again.focusWidget() is (again.form.editor("prompt") if again.form else None)
+
+
+def test_the_field_a_validation_message_names_is_marked(session: Any) -> None:
+    dialog = new_dialog(session)
+    form = dialog.form
+    assert form is not None
+    assert form.labels["prompt"].styleSheet() == ""  # nothing typed yet: no error marks
+    form.set_value("prompt", "x")
+    form.set_value("prompt", "   ")
+    assert "prompt" in dialog.message.text.text() and not dialog.message.ok
+    assert "#c62828" in form.labels["prompt"].styleSheet()
+    assert form.editor("prompt").accessibleDescription().startswith("Error:")
+    form.set_value("prompt", "fine")
+    assert form.labels["prompt"].styleSheet() == "" and dialog.message.ok
+    assert form.mark('"retry_after_s" must be a number of seconds') == "retry_after_s"
+    assert form.advanced_box.isVisibleTo(form)  # a problem in the Advanced section opens it
