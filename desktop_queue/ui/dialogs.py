@@ -41,7 +41,7 @@ from desktop_queue.core.model import Priority
 from desktop_queue.core.queue import MAX_BATCH, MAX_BATCH_BYTES, MAX_INPUT_BYTES
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.ui.controller import Controller
-from desktop_queue.ui.forms import FieldProblem, InputForm
+from desktop_queue.ui.forms import FieldProblem, InputForm, error_colour
 from desktop_queue.ui.icons import icon
 from desktop_queue.ui.settings import APPLICATION, MAX_CONCURRENCY, ORGANIZATION, Preferences, load_provider_profile
 
@@ -180,7 +180,7 @@ class SizeLabel(QLabel):
         """Shows ``size`` (``largest``: of a batch's largest input)."""
         self.over = size > MAX_INPUT_BYTES
         self.setText(("largest input: " if largest else "") + size_text(size) + (" — too large" if self.over else ""))
-        self.setStyleSheet("color: #c62828; font-weight: bold;" if self.over else "")
+        self.setStyleSheet(f"color: {error_colour(self)}; font-weight: bold;" if self.over else "")
         self.setAccessibleDescription(self.text())
 
 
@@ -295,7 +295,7 @@ class BatchPage(QWidget):
             shown.append(f"… and {more:,} more")
         self.problems.setText("\n".join(shown))
         self.problems.setVisible(bool(shown))
-        self.summary.setStyleSheet("color: #c62828;" if read.problems else "")
+        self.summary.setStyleSheet(f"color: {error_colour(self)};" if read.problems else "")
 
 
 #: QSettings key of the kind last submitted (the New dialog opens on it)

@@ -105,6 +105,11 @@ class PromptEditor(QPlainTextEdit):
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
 
 
+def error_colour(widget: QWidget) -> str:
+    """The red of problem text: darker on a light palette, lighter on a dark one (stays readable)."""
+    return "#ff6b6b" if widget.palette().window().color().lightness() < 128 else "#c62828"
+
+
 class FieldProblem(ValueError):
     """A field's text is not a value (a JSON box with broken JSON)."""
 
@@ -624,7 +629,7 @@ class InputForm(QWidget):
         for name, label in self.labels.items():
             f = self.spec.field(name)
             if name == named:
-                label.setStyleSheet("color: #c62828;")
+                label.setStyleSheet(f"color: {error_colour(label)};")
                 label.setToolTip(str(message))
                 self.editors[name].widget.setAccessibleDescription(f"Error: {message}")
             elif label.styleSheet():
@@ -656,4 +661,13 @@ class InputForm(QWidget):
         return self.advanced_toggle if self.advanced_toggle.isVisibleTo(self) else None
 
 
-__all__ = ["LONG_LINE", "UNSET", "FieldEditor", "FieldProblem", "InputForm", "ModelLister", "PromptEditor"]
+__all__ = [
+    "LONG_LINE",
+    "UNSET",
+    "error_colour",
+    "FieldEditor",
+    "FieldProblem",
+    "InputForm",
+    "ModelLister",
+    "PromptEditor",
+]

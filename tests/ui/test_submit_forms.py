@@ -25,6 +25,7 @@ from desktop_queue.core.inputspec import FieldType, InputField, InputSpec, spec_
 from desktop_queue.providers.demo import DemoProvider
 from desktop_queue.providers.openai_compat import make_providers
 from desktop_queue.ui.dialogs import SubmitDialog
+from desktop_queue.ui.forms import error_colour
 
 WIDGETS = {
     FieldType.TEXT: QPlainTextEdit,
@@ -193,7 +194,7 @@ def test_the_size_label_is_live_and_turns_red_over_1_mib(session: Any) -> None:
     assert dialog.size_label.text() == "53 bytes of 1 MiB"
     dialog.form.set_value("prompt", "x" * (1024 * 1024 + 10))
     assert dialog.size_label.over and "too large" in dialog.size_label.text()
-    assert "#c62828" in dialog.size_label.styleSheet()
+    assert error_colour(dialog) in dialog.size_label.styleSheet()
     assert "1 MiB" in dialog.message.text.text() and not dialog.message.ok
     assert not dialog.try_submit()
     assert jobs(session) == []
@@ -434,9 +435,23 @@ def test_the_field_a_validation_message_names_is_marked(session: Any) -> None:
     form.set_value("prompt", "x")
     form.set_value("prompt", "   ")
     assert "prompt" in dialog.message.text.text() and not dialog.message.ok
-    assert "#c62828" in form.labels["prompt"].styleSheet()
+    assert error_colour(dialog) in form.labels["prompt"].styleSheet()
     assert form.editor("prompt").accessibleDescription().startswith("Error:")
     form.set_value("prompt", "fine")
     assert form.labels["prompt"].styleSheet() == "" and dialog.message.ok
     assert form.mark('"retry_after_s" must be a number of seconds') == "retry_after_s"
     assert form.advanced_box.isVisibleTo(form)  # a problem in the Advanced section opens it
+
+
+def test_problem_text_stays_readable_on_a_dark_palette(qtbot: Any) -> None:
+    from PySide6.QtGui import QColor, QPalette
+
+    light, dark = QWidget(), QWidget()
+    qtbot.addWidget(light)
+    qtbot.addWidget(dark)
+    palette = QPalette()
+    palette.setColor(QPalette.ColorRole.Window, QColor("#2b2b2e"))
+    dark.setPalette(palette)
+    palette.setColor(QPalette.ColorRole.Window, QColor("#f0f0f0"))
+    light.setPalette(palette)
+    assert error_colour(light) == "#c62828" and error_colour(dark) == "#ff6b6b"
