@@ -24,10 +24,10 @@ import orjson
 
 from desktop_queue import __version__
 from desktop_queue.core import Job, Queue, QueueError, State, present
-from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError
+from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError, UnknownKind
 from desktop_queue.core.model import iso
 from desktop_queue.core.paths import data_dir as resolve_data_dir
-from desktop_queue.core.queue import MAX_INPUT_BYTES
+from desktop_queue.core.queue import MAX_BATCH_BYTES, MAX_INPUT_BYTES
 from desktop_queue.core.retention import load_policy, save_policy
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_JOB, EXIT_NOT_ALLOWED = 0, 1, 2, 3, 4
@@ -59,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--input", dest="input_json", metavar="JSON", help="the job's input as JSON")
     src.add_argument("--input-file", metavar="PATH", help="read the input JSON from a file")
     src.add_argument("stdin", nargs="?", choices=["-"], help="read the input JSON from standard input")
+    p.add_argument(
+        "--batch",
+        metavar="FILE",
+        help="one job a line, in one commit (all or none): JSON Lines (one input object a line), "
+        "plain text (one prompt a line), or CSV (.csv: a header row of field names); - for standard input. "
+        "With --input, the template of the other fields (text and CSV)",
+    )
     p.add_argument("--key", help="idempotency key (default: a fingerprint of kind and input)")
     p.add_argument("--title", help="a title for people")
     p.add_argument("--priority", choices=["interactive", "background"], default="background")
@@ -433,7 +440,91 @@ def _open(args: argparse.Namespace, providers: dict[str, Any] | None = None) -> 
     return queue
 
 
+def _read_batch_file(name: str) -> str:
+    limit = MAX_BATCH_BYTES
+    try:
+        if name == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(name, "rb") as fh:
+                data = fh.read(limit + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {name}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise InputTooLarge(f"{'standard input' if name == '-' else name} is over the batch limit of 64 MiB")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{name} is not UTF-8 text (byte {exc.start})") from None
+
+
+def cmd_submit_batch(args: argparse.Namespace) -> int:
+    """``submit KIND --batch FILE``: every line checked first, then one commit."""
+    from desktop_queue.core.batchinput import BatchFormat, detect_format, read_batch
+    from desktop_queue.core.inputspec import spec_of
+
+    if args.input_file is not None or args.stdin == "-":
+        raise InvalidInput("--batch reads the jobs' inputs; give --input-file or - only without it")
+    if args.key is not None or args.title is not None:
+        raise InvalidInput("--key and --title name one job; a batch's jobs are keyed and titled by their input")
+    where = "standard input" if args.batch == "-" else args.batch
+    text = _read_batch_file(args.batch)
+    with _open(args) as queue:
+        provider = queue.providers.get(args.kind)
+        if provider is None:
+            raise UnknownKind(f"unknown job kind {args.kind!r}")
+        spec = spec_of(provider)
+        fmt = detect_format(None if args.batch == "-" else args.batch, text)
+        template = None
+        if args.input_json is not None:
+            if fmt is BatchFormat.JSONL:
+                raise InvalidInput("a JSON Lines batch has whole inputs: --input is not used with it")
+            base = _parse_json(args.input_json, "--input")
+            if spec is None:
+                template = base if isinstance(base, dict) else None
+            else:
+                try:
+                    template = spec.parse(base)
+                except ValueError as exc:
+                    raise InvalidInput(f"--input cannot be the batch's template: {exc}") from None
+            if template is None:
+                raise InvalidInput("--input must be a JSON object to be the batch's template")
+        read = read_batch(text, fmt, spec, template=template, validate=getattr(provider, "validate", None))
+        if read.problems:
+            for problem in read.problems[:10]:
+                _err(f"{where}: {problem}")
+            more = len(read.problems) - 10
+            tail = f" (and {more:,} more)" if more > 0 else ""
+            raise InvalidInput(f"{where}: {len(read.problems):,} bad line(s){tail}; nothing was submitted")
+        if not read.items:
+            raise InvalidInput(f"{where} has no jobs (every line is blank)")
+        results = queue.submit_many(
+            args.kind,
+            [item.payload for item in read.items],
+            titles=[item.title for item in read.items],
+            priority=args.priority,
+            max_attempts=args.max_attempts,
+            actor="cli",
+        )
+        if args.json:
+            _out([_job_json(r.job, duplicate=r.duplicate) for r in results])
+            return EXIT_OK
+        for result in results:
+            if result.duplicate:
+                print(f"duplicate {result.job.id}  {result.job.title}  ({result.job.state}; nothing new was queued)")
+            else:
+                print(f"submitted {result.job.id}  {result.job.title}  ({result.job.priority})")
+        created = sum(1 for r in results if not r.duplicate)
+        print(
+            f"{created:,} job(s) submitted"
+            + (f", {len(results) - created:,} already existed" if created < len(results) else "")
+        )
+    return EXIT_OK
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
+    if args.batch is not None:
+        return cmd_submit_batch(args)
     payload = _submit_input(args)
     with _open(args) as queue:
         result = queue.submit(

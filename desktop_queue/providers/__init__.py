@@ -5,6 +5,23 @@ A provider has a ``kind`` and a ``version`` (part of the idempotency fingerprint
 and optionally ``lookup(job) -> LookupResult`` for start-up reconciliation. Providers
 are discovered through the entry-point group ``desktop_queue.providers``, so another
 package can add kinds without touching this one.
+
+A provider may also describe its input with ``input_spec() -> InputSpec``
+(:mod:`desktop_queue.core.inputspec`): fields with a type (string, multi-line text,
+integer, number, boolean, choice, JSON), a default, the limits its ``validate``
+enforces, help text and an "advanced" flag, and which field a line of a plain-text
+batch goes into. The New dialog then generates a form for the kind, and
+``desktop-queue submit KIND --batch FILE`` reads prompts and CSV columns into it. A
+provider without one (or whose ``input_spec`` fails) gets the JSON editor only. For
+example::
+
+    from desktop_queue.core.inputspec import FieldType, InputField, InputSpec
+
+    def input_spec(self) -> InputSpec:
+        return InputSpec(kind=self.kind, fields=(
+            InputField("prompt", FieldType.TEXT, "&Prompt:", default="", required=True),
+            InputField("steps", FieldType.INTEGER, "&Steps:", default=20, minimum=1, maximum=150),
+        ))
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from desktop_queue.core.errors import InvalidInput
+from desktop_queue.core.inputspec import Choice, FieldType, InputField, InputSpec
 from desktop_queue.core.model import ErrorClass
 from desktop_queue.core.outcome import LookupResult, Outcome, RunContext
 
@@ -67,6 +68,81 @@ _WORDS = [
 ]
 
 
+#: the HTTP statuses the form offers for "fail with" (any 100-599 is accepted)
+FORM_STATUSES = (429, 500, 503, 400, 401)
+
+
+def input_spec() -> InputSpec:
+    """The demo's input as a form: a prompt and a duration; the fault knobs under Advanced."""
+    fail_with = tuple(
+        [
+            Choice("retryable", "retryable (a connection reset)"),
+            Choice("throttled", "throttled (a 429 rate limit)"),
+            Choice("fatal", "fatal (an invalid request)"),
+            Choice("poison", "poison (output that fails its schema)"),
+        ]
+        + [Choice(status, f"HTTP {status}") for status in FORM_STATUSES]
+    )
+    return InputSpec(
+        kind="demo",
+        notes="The offline demo: no account needed. It writes a made-up text from your prompt.",
+        fields=(
+            InputField(
+                "prompt",
+                FieldType.TEXT,
+                "&Prompt:",
+                default="",
+                required=True,
+                placeholder="What should the demo generate? (required)",
+                help="Any text; the same prompt always gives the same made-up answer.",
+            ),
+            InputField(
+                "duration_s",
+                FieldType.NUMBER,
+                "&Duration:",
+                default=1.0,
+                minimum=0.0,
+                maximum=MAX_DURATION_S,
+                unit="s",
+                step=0.5,
+                help="How long the demo pretends to work, heartbeating its lease.",
+            ),
+            InputField(
+                "fail_times",
+                FieldType.INTEGER,
+                "Fail the &first:",
+                default=0,
+                minimum=0,
+                unit="attempt",
+                units="attempts",
+                advanced=True,
+                help="A testing tool: the first N attempts (over every run) fail, then it succeeds.",
+            ),
+            InputField(
+                "fail_with",
+                FieldType.CHOICE,
+                "Fail &with:",
+                choices=fail_with,
+                placeholder="retryable (the default)",
+                advanced=True,
+                implies=(("fail_times", 1),),
+                help="A testing tool: how those attempts fail (default: retryable). "
+                "Any HTTP status 100-599 works from the JSON tab.",
+            ),
+            InputField(
+                "retry_after_s",
+                FieldType.NUMBER,
+                "Retry-&After:",
+                minimum=0.0,
+                placeholder="none",
+                unit="s",
+                advanced=True,
+                help="A testing tool: the Retry-After a failure reports (empty: none).",
+            ),
+        ),
+    )
+
+
 def classify_status(status: int) -> ErrorClass:
     """The failure class of an HTTP status (shared/DESIGN.md section 2)."""
     if status in _STATUS_CLASS:
@@ -92,6 +168,10 @@ class DemoProvider:
 
     def __init__(self, tick_s: float = 0.05) -> None:
         self.tick_s = tick_s
+
+    def input_spec(self) -> InputSpec:
+        """The form of the demo's input (see :func:`input_spec`)."""
+        return input_spec()
 
     def validate(self, payload: Any) -> None:
         """Checks the demo input's shape; raises :class:`InvalidInput` with the reason."""

@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # the SDK takes about a second to import: only when a job nee
 
 from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.flow import RateLimitInfo
+from desktop_queue.core.inputspec import MODELS, Choice, FieldType, InputField, InputSpec
 from desktop_queue.core.model import ErrorClass
 from desktop_queue.core.outcome import LookupResult, Outcome, RunContext
 from desktop_queue.core.redact import redact
@@ -797,6 +798,340 @@ def output_problem(text: str, response_format: Any) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------------- input descriptions (forms)
+
+#: the output formats the chat form offers, as ``response_format`` types
+_OUTPUT_FORMATS = (
+    Choice("text", "Text"),
+    Choice("json_object", "JSON object"),
+    Choice("json_schema", "JSON following a schema"),
+)
+_JSON_SCHEMA = ("json_schema",)
+_STARTER_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
+_IMAGE_SIZES = ("auto", "1024x1024", "1536x1024", "1024x1536", "512x512", "256x256", "1792x1024", "1024x1792")
+_IMAGE_QUALITIES = ("auto", "high", "medium", "low", "hd", "standard")
+_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
+#: OpenAI's documented ranges, enforced by ``validate`` (a server would refuse them as 400)
+TEMPERATURE_RANGE = (0.0, 2.0)
+TOP_P_RANGE = (0.0, 1.0)
+SPEED_RANGE = (0.25, 4.0)
+
+
+def _check_range(payload: Mapping[str, Any], name: str, low: float, high: float) -> None:
+    value = payload.get(name)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise InvalidInput(f'"{name}" must be a number from {low:g} to {high:g}')
+
+
+def _profile_field(profile: OpenAIProfile) -> InputField:
+    return InputField(
+        "profile",
+        FieldType.CHOICE,
+        "Pro&file:",
+        choices=(Choice(profile.name, profile.name),),
+        placeholder=f"{profile.name} (this kind's profile)",
+        help="The provider profile that runs the job (configured in Preferences → Providers).",
+    )
+
+
+def _model_field(default: str, what: str = "model") -> InputField:
+    return InputField(
+        "model",
+        FieldType.STRING,
+        "&Model:",
+        choices=(Choice(default, default),),
+        free_text=True,
+        choices_from=MODELS,
+        placeholder=f"{default} (the profile's default)",
+        help=f"The {what} to use; empty: the profile's default. Any name the server knows works.",
+    )
+
+
+def _prompt_field(
+    placeholder: str = "Your prompt (required)", name: str = "prompt", label: str = "&Prompt:"
+) -> InputField:
+    return InputField(
+        name,
+        FieldType.TEXT,
+        label,
+        default="",
+        required=True,
+        placeholder=placeholder,
+        help="Up to the 1 MiB input limit; paste freely, nothing is cut.",
+    )
+
+
+def _temperature_field() -> InputField:
+    return InputField(
+        "temperature",
+        FieldType.NUMBER,
+        "&Temperature:",
+        minimum=TEMPERATURE_RANGE[0],
+        maximum=TEMPERATURE_RANGE[1],
+        step=0.1,
+        placeholder="server default",
+        help="Higher is more varied, lower more focused (0 to 2); empty: the server's default.",
+    )
+
+
+def _top_p_field() -> InputField:
+    return InputField(
+        "top_p",
+        FieldType.NUMBER,
+        "Top &p:",
+        minimum=TOP_P_RANGE[0],
+        maximum=TOP_P_RANGE[1],
+        step=0.05,
+        advanced=True,
+        placeholder="server default",
+        help="Nucleus sampling (0 to 1); change this or the temperature, not both.",
+    )
+
+
+def _max_tokens_field(name: str) -> InputField:
+    return InputField(
+        name,
+        FieldType.INTEGER,
+        "Max &tokens:",
+        minimum=1,
+        unit="token",
+        units="tokens",
+        placeholder="server default",
+        help="The longest answer, in tokens; empty: the server's default.",
+    )
+
+
+def _chat_encode(written: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {k: written.pop(k) for k in ("profile", "model") if k in written}
+    system = written.pop("system", None)
+    prompt = written.pop("prompt", "")
+    if system:
+        out["messages"] = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+    else:
+        out["prompt"] = prompt
+    fmt = written.pop("output_format", "text")
+    name = written.pop("schema_name", None)
+    schema = written.pop("schema", None)
+    if fmt == "json_object":
+        out["response_format"] = {"type": "json_object"}
+    elif fmt == "json_schema":
+        out["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": name or "output", "schema": schema if schema is not None else _STARTER_SCHEMA},
+        }
+    out.update(written)
+    return out
+
+
+def _chat_decode(body: Mapping[str, Any]) -> dict[str, Any]:
+    values = dict(body)
+    messages = values.pop("messages", None)
+    if messages is not None:
+        if "prompt" in values:
+            raise ValueError('the input has both "messages" and "prompt"')
+        roles = [m.get("role") if isinstance(m, dict) else None for m in messages] if isinstance(messages, list) else []
+        shapes_ok = isinstance(messages, list) and all(
+            isinstance(m, dict) and set(m) == {"role", "content"} and isinstance(m["content"], str) for m in messages
+        )
+        if not shapes_ok or roles not in (["user"], ["system", "user"]):
+            raise ValueError("the form shows a system prompt and one user message; these messages are more")
+        if roles == ["system", "user"]:
+            values["system"] = messages[0]["content"]
+        values["prompt"] = messages[-1]["content"]
+    fmt = values.pop("response_format", None)
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind == "json_object" and set(fmt) == {"type"}:
+            values["output_format"] = "json_object"
+        elif kind == "json_schema" and set(fmt) == {"type", "json_schema"} and isinstance(fmt["json_schema"], dict):
+            spec = fmt["json_schema"]
+            if not set(spec) <= {"name", "schema"}:
+                raise ValueError("the form shows a schema's name and body only")
+            values["output_format"] = "json_schema"
+            values["schema_name"] = spec.get("name")
+            values["schema"] = spec.get("schema")
+        else:
+            raise ValueError("the form shows text, a JSON object or a JSON schema as the output format")
+    return values
+
+
+def chat_spec(profile: OpenAIProfile) -> InputSpec:
+    """The ``openai.chat`` form: profile, model, system prompt, prompt, sampling, output format."""
+    return InputSpec(
+        kind="openai.chat",
+        notes="One chat completion from an OpenAI-compatible server.",
+        fields=(
+            _profile_field(profile),
+            _model_field(profile.model),
+            InputField(
+                "system",
+                FieldType.TEXT,
+                "S&ystem prompt:",
+                placeholder="Optional: how the model should behave",
+                help="Sent first, as the system message.",
+            ),
+            _prompt_field(),
+            _temperature_field(),
+            _max_tokens_field("max_tokens"),
+            InputField(
+                "output_format",
+                FieldType.CHOICE,
+                "&Output:",
+                default="text",
+                choices=_OUTPUT_FORMATS,
+                help="JSON answers are checked: one that is not the JSON asked for is retried, "
+                "and dead-lettered after three.",
+            ),
+            InputField(
+                "schema_name",
+                FieldType.STRING,
+                "Schema &name:",
+                placeholder="output",
+                visible_when=("output_format", _JSON_SCHEMA),
+                help="A short name for the schema (letters, digits, _ and -).",
+            ),
+            InputField(
+                "schema",
+                FieldType.JSON,
+                "&Schema:",
+                placeholder=json.dumps(_STARTER_SCHEMA),
+                visible_when=("output_format", _JSON_SCHEMA),
+                help="A JSON Schema the answer must follow; its required properties are checked.",
+            ),
+            _top_p_field(),
+            InputField(
+                "seed",
+                FieldType.INTEGER,
+                "S&eed:",
+                advanced=True,
+                placeholder="none",
+                help="Servers that support it answer the same seed and input alike.",
+            ),
+        ),
+        encode=_chat_encode,
+        decode=_chat_decode,
+    )
+
+
+def responses_spec(profile: OpenAIProfile) -> InputSpec:
+    """The ``openai.responses`` form: profile, model, instructions, prompt, sampling."""
+    return InputSpec(
+        kind="openai.responses",
+        notes="The Responses API in background mode: a crash mid-answer resumes, not repeats.",
+        fields=(
+            _profile_field(profile),
+            _model_field(profile.model),
+            InputField(
+                "instructions",
+                FieldType.TEXT,
+                "&Instructions:",
+                placeholder="Optional: how the model should behave",
+                help="The system prompt of the Responses API.",
+            ),
+            _prompt_field(),
+            _temperature_field(),
+            _max_tokens_field("max_output_tokens"),
+            _top_p_field(),
+        ),
+    )
+
+
+def image_spec(profile: OpenAIProfile) -> InputSpec:
+    """The ``openai.image`` form: prompt, model, size, quality, count (one job per image)."""
+    return InputSpec(
+        kind="openai.image",
+        notes="One generated image a job; a count of 4 makes 4 jobs.",
+        count_field="count",
+        fields=(
+            _profile_field(profile),
+            _model_field(profile.image_model, "image model"),
+            _prompt_field("Describe the image (required)"),
+            InputField(
+                "size",
+                FieldType.CHOICE,
+                "Si&ze:",
+                choices=tuple(Choice(s, s) for s in _IMAGE_SIZES),
+                free_text=True,
+                placeholder="server default",
+                help="Width x height in pixels; which sizes work depends on the model.",
+            ),
+            InputField(
+                "quality",
+                FieldType.CHOICE,
+                "&Quality:",
+                choices=tuple(Choice(q, q) for q in _IMAGE_QUALITIES),
+                free_text=True,
+                placeholder="server default",
+                help="Higher quality takes longer and may cost more.",
+            ),
+            InputField(
+                "count",
+                FieldType.INTEGER,
+                "&Count:",
+                default=1,
+                minimum=1,
+                maximum=10,
+                unit="image",
+                units="images",
+                help='How many images: each is its own job (its input numbered by "copy"), '
+                "retried and paid for on its own.",
+            ),
+        ),
+    )
+
+
+def speech_spec(profile: OpenAIProfile) -> InputSpec:
+    """The ``openai.speech`` form: text, voice, format, speed."""
+    return InputSpec(
+        kind="openai.speech",
+        notes="Text to speech; the audio is saved next to the result.",
+        prompt_field="input",
+        fields=(
+            _profile_field(profile),
+            _model_field(profile.speech_model, "speech model"),
+            _prompt_field("The text to speak (required)", name="input", label="&Text:"),
+            InputField(
+                "voice",
+                FieldType.CHOICE,
+                "&Voice:",
+                choices=tuple(Choice(v, v) for v in _VOICES),
+                free_text=True,
+                placeholder=f"{profile.voice} (the profile's default)",
+                help="Which voices exist depends on the server and model.",
+            ),
+            InputField(
+                "format",
+                FieldType.CHOICE,
+                "&Format:",
+                default="mp3",
+                choices=tuple(Choice(f, f) for f in _SPEECH_FORMATS),
+                help="The audio file format.",
+            ),
+            InputField(
+                "speed",
+                FieldType.NUMBER,
+                "&Speed:",
+                minimum=SPEED_RANGE[0],
+                maximum=SPEED_RANGE[1],
+                step=0.25,
+                unit="×",
+                placeholder="normal",
+                help="0.25 (slow) to 4 (fast); empty: normal speed.",
+            ),
+            InputField(
+                "instructions",
+                FieldType.TEXT,
+                "&Instructions:",
+                advanced=True,
+                placeholder="Optional: tone, accent, pace (newer models)",
+                help="How to speak the text; older models ignore it.",
+            ),
+        ),
+    )
+
+
 class OpenAIChatProvider(_OpenAIBase):
     """``openai.chat``: one chat completion.
 
@@ -815,6 +1150,12 @@ class OpenAIChatProvider(_OpenAIBase):
         self._check_profile(data)
         _messages(data, self.kind)
         _check_max(data, "max_tokens", "max_completion_tokens")
+        _check_range(data, "temperature", *TEMPERATURE_RANGE)
+        _check_range(data, "top_p", *TOP_P_RANGE)
+
+    def input_spec(self) -> InputSpec:
+        """The form of this kind's input (see :func:`chat_spec`)."""
+        return chat_spec(self.profile)
 
     def run(self, job: Any, context: RunContext) -> Outcome:
         """Sends one chat completion; never raises for expected failures."""
@@ -885,6 +1226,12 @@ class OpenAIResponsesProvider(_OpenAIBase):
         else:
             _messages(data, self.kind)
         _check_max(data, "max_output_tokens")
+        _check_range(data, "temperature", *TEMPERATURE_RANGE)
+        _check_range(data, "top_p", *TOP_P_RANGE)
+
+    def input_spec(self) -> InputSpec:
+        """The form of this kind's input (see :func:`responses_spec`)."""
+        return responses_spec(self.profile)
 
     def _input(self, payload: Mapping[str, Any]) -> Any:
         if "input" in payload:
@@ -1099,6 +1446,10 @@ class OpenAIImageProvider(_OpenAIBase):
         for name in ("size", "quality"):
             if name in data and not isinstance(data[name], str):
                 raise InvalidInput(f'"{name}" must be a string')
+
+    def input_spec(self) -> InputSpec:
+        """The form of this kind's input (see :func:`image_spec`)."""
+        return image_spec(self.profile)
 
     def _asks_b64(self, model: str) -> bool:
         return not model.startswith("gpt-image") and model not in self._refuses_response_format
@@ -1336,6 +1687,11 @@ class OpenAISpeechProvider(_OpenAIBase):
             raise InvalidInput(f'"format" must be one of {", ".join(_SPEECH_FORMATS)}')
         if "voice" in data and not isinstance(data["voice"], str):
             raise InvalidInput('"voice" must be a string')
+        _check_range(data, "speed", *SPEED_RANGE)
+
+    def input_spec(self) -> InputSpec:
+        """The form of this kind's input (see :func:`speech_spec`)."""
+        return speech_spec(self.profile)
 
     def run(self, job: Any, context: RunContext) -> Outcome:
         """Synthesises the audio."""
@@ -1346,7 +1702,11 @@ class OpenAISpeechProvider(_OpenAIBase):
             client = self.client()
             model = self._model(payload, self.profile.speech_model)
             fmt = payload.get("format", "mp3")
-            options = {"instructions": payload["instructions"]} if isinstance(payload.get("instructions"), str) else {}
+            options: dict[str, Any] = (
+                {"instructions": payload["instructions"]} if isinstance(payload.get("instructions"), str) else {}
+            )
+            if payload.get("speed") is not None:
+                options["speed"] = payload["speed"]
             audio = client.audio.speech.create(
                 model=model,
                 voice=payload.get("voice", self.profile.voice),

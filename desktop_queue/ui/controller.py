@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +326,28 @@ class Controller(QObject):
         else:
             self.message.emit(f"Submitted job {result.job.id}: {result.job.title}")
         return result
+
+    def submit_many(
+        self,
+        kind: str,
+        payloads: Sequence[Any],
+        *,
+        titles: Sequence[str | None] | None,
+        priority: str,
+        max_attempts: int | None,
+    ) -> list[SubmitResult]:
+        """Submits a batch in one durable commit (all or none). Raises :class:`QueueError` on refusal."""
+        results = self.queue.submit_many(
+            kind, payloads, titles=titles, priority=priority, max_attempts=max_attempts, actor=Actor.USER
+        )
+        self.changed()
+        created = sum(1 for r in results if not r.duplicate)
+        repeated = len(results) - created
+        text = f"Submitted {created:,} {kind} job{'s' if created != 1 else ''}"
+        if repeated:
+            text += f"; {repeated:,} already existed"
+        self.message.emit(text)
+        return results
 
     def _each(self, verb: str, ids: Iterable[str]) -> list[Job]:
         done: list[Job] = []

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QFontDatabase, QPalette
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QFontDatabase, QKeyEvent, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QFrame,
     QHBoxLayout,
@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QTabWidget,
     QVBoxLayout,
@@ -32,15 +33,17 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_queue.core import Job, QueueError, SubmitResult
+from desktop_queue.core.batchinput import BatchFormat, BatchRead, detect_format, read_batch, title_of
 from desktop_queue.core.errors import InvalidInput
+from desktop_queue.core.fingerprint import canonical_json
+from desktop_queue.core.inputspec import InputSpec, spec_of
 from desktop_queue.core.model import Priority
+from desktop_queue.core.queue import MAX_BATCH, MAX_BATCH_BYTES, MAX_INPUT_BYTES
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.ui.controller import Controller
+from desktop_queue.ui.forms import FieldProblem, InputForm, error_colour
 from desktop_queue.ui.icons import icon
-from desktop_queue.ui.settings import MAX_CONCURRENCY, Preferences, load_provider_profile
-
-DEMO_FAIL_WITH = ("", "retryable", "throttled", "fatal", "poison")
-
+from desktop_queue.ui.settings import APPLICATION, MAX_CONCURRENCY, ORGANIZATION, Preferences, load_provider_profile
 
 # --------------------------------------------------------------------------- prompts (tests replace these)
 
@@ -146,116 +149,178 @@ def default_title(payload: Any) -> str | None:
 
     Without it every job submitted from the dialog was listed as "demo job".
     """
-    prompt = payload.get("prompt") if isinstance(payload, dict) else None
-    if not isinstance(prompt, str) or not prompt.strip():
-        return None
-    line = prompt.strip().splitlines()[0].strip()
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+    return title_of(payload.get("prompt", payload.get("input")) if isinstance(payload, dict) else None)
 
 
-class DemoForm(QWidget):
-    """A form for the ``demo`` provider's input.
+def format_size(size: int) -> str:
+    """A byte count for people: "812 bytes", "3.2 KiB", "1.0 MiB"."""
+    if size < 1024:
+        return f"{size:,} byte{'s' if size != 1 else ''}"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KiB"
+    return f"{size / (1024 * 1024):.1f} MiB"
+
+
+def size_text(size: int) -> str:
+    """The live size line of an input: "3.2 KiB of 1 MiB"."""
+    return f"{format_size(size)} of 1 MiB"
+
+
+class SizeLabel(QLabel):
+    """The input's size against the 1 MiB limit, red above it."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("sizeLabel")
+        self.setToolTip("The size of the job's input (as stored) against the 1 MiB limit")
+        self.over = False
+        self.show_size(0)
+
+    def show_size(self, size: int, largest: bool = False) -> None:
+        """Shows ``size`` (``largest``: of a batch's largest input)."""
+        self.over = size > MAX_INPUT_BYTES
+        self.setText(("largest input: " if largest else "") + size_text(size) + (" — too large" if self.over else ""))
+        self.setStyleSheet(f"color: {error_colour(self)}; font-weight: bold;" if self.over else "")
+        self.setAccessibleDescription(self.text())
+
+
+BATCH_FORMATS = (
+    ("Detect", None),
+    ("One prompt a line", BatchFormat.TEXT),
+    ("CSV (a header row of field names)", BatchFormat.CSV),
+    ("JSON Lines (one input object a line)", BatchFormat.JSONL),
+)
+#: problems listed in the batch preview (the rest are counted)
+BATCH_PROBLEMS_SHOWN = 5
+
+
+class BatchPage(QWidget):
+    """The New dialog's Batch tab: pasted lines or an imported file, and a preview.
 
     Signals:
-        changed(): any field changed.
+        changed(): the text or the format changed.
     """
 
     changed = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        form = QFormLayout(self)
-        self.prompt = QLineEdit()
-        self.prompt.setPlaceholderText("What should the demo generate? (required)")
-        self.duration = QDoubleSpinBox()
-        self.duration.setRange(0.0, 3600.0)
-        self.duration.setDecimals(2)
-        self.duration.setValue(2.0)
-        self.duration.setSuffix(" s")
-        self.fail_times = QSpinBox()
-        self.fail_times.setRange(0, 100)
-        self.fail_with = QComboBox()
-        for value in DEMO_FAIL_WITH:
-            self.fail_with.addItem(value or "(never fails)", value)
-        self.retry_after = QDoubleSpinBox()
-        self.retry_after.setRange(0.0, 3600.0)
-        self.retry_after.setSpecialValueText("(provider default)")
-        self.retry_after.setSuffix(" s")
-        form.addRow("&Prompt:", self.prompt)
-        form.addRow("&Duration:", self.duration)
-        form.addRow("Fail the first:", self.fail_times)
-        form.addRow("Fail &with:", self.fail_with)
-        form.addRow("Retry-&After:", self.retry_after)
-        self.fail_times.setSuffix(" attempts")
-        self.fail_times.valueChanged.connect(lambda n: self.fail_times.setSuffix(" attempt" if n == 1 else " attempts"))
-        # "fail with X" fails at least once: show it, so the form and the JSON agree
-        self.fail_with.currentIndexChanged.connect(self._fail_with_changed)
-        for signal in (
-            self.prompt.textChanged,
-            self.duration.valueChanged,
-            self.fail_times.valueChanged,
-            self.fail_with.currentIndexChanged,
-            self.retry_after.valueChanged,
-        ):
-            signal.connect(self.changed)
+        self.setObjectName("batchPage")
+        self.file_name: str | None = None
+        explain = QLabel(
+            "One job a line: paste prompts (each goes into the form's prompt, the form's other fields "
+            "are the template), or import a CSV file (a column per field, with a header row) or JSON Lines "
+            "(one whole input object a line). All jobs are created in one commit, or none."
+        )
+        explain.setWordWrap(True)
+        self.text = QPlainTextEdit()
+        self.text.setObjectName("batchEditor")
+        self.text.setTabChangesFocus(True)
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.text.setPlaceholderText("A haiku about queues\nA limerick about retries\nA sonnet about dead letters")
+        self.format = QComboBox()
+        self.format.setObjectName("batchFormat")
+        for label, fmt in BATCH_FORMATS:
+            self.format.addItem(label, fmt)
+        self.import_button = QPushButton("&Import file…")
+        self.import_button.setObjectName("batchImport")
+        self.summary = QLabel()
+        self.summary.setObjectName("batchSummary")
+        self.summary.setWordWrap(True)
+        self.problems = QLabel()
+        self.problems.setObjectName("batchProblems")
+        self.problems.setWordWrap(True)
+        self.problems.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        row = QHBoxLayout()
+        lines_label = QLabel("&Lines are:")
+        lines_label.setBuddy(self.format)
+        row.addWidget(lines_label)
+        row.addWidget(self.format, 1)
+        row.addWidget(self.import_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(explain)
+        layout.addLayout(row)
+        layout.addWidget(self.text, 1)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.problems)
+        self.text.textChanged.connect(self.changed)
+        self.format.currentIndexChanged.connect(self.changed)
+        self.import_button.clicked.connect(self._choose_file)
 
-    def _fail_with_changed(self, _index: int) -> None:
-        if self.fail_with.currentData() and self.fail_times.value() == 0:
-            self.fail_times.setValue(1)
+    def chosen_format(self) -> BatchFormat:
+        chosen = self.format.currentData()
+        return chosen if isinstance(chosen, BatchFormat) else detect_format(self.file_name, self.text.toPlainText())
 
-    def payload(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"prompt": self.prompt.text(), "duration_s": round(self.duration.value(), 3)}
-        fail_with = self.fail_with.currentData()
-        if fail_with:
-            data["fail_with"] = fail_with
-            data["fail_times"] = self.fail_times.value() or 1
-        elif self.fail_times.value():
-            data["fail_times"] = self.fail_times.value()
-        if self.retry_after.value() > 0:
-            data["retry_after_s"] = self.retry_after.value()
-        return data
+    def _choose_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self,
+            "Import a batch",
+            "",
+            "Batch files (*.txt *.csv *.jsonl *.ndjson);;All files (*)",
+        )
+        if path:
+            self.import_file(path)
 
-    def load(self, payload: Any) -> bool:
-        """Fills the form from ``payload``; False if the form cannot show it exactly."""
-        if not isinstance(payload, dict) or set(payload) - {
-            "prompt",
-            "duration_s",
-            "fail_times",
-            "fail_with",
-            "retry_after_s",
-        }:
-            return False
-        blockers = [
-            w.blockSignals(True)
-            for w in (self.prompt, self.duration, self.fail_times, self.fail_with, self.retry_after)
-        ]
+    def import_file(self, path: str) -> str | None:
+        """Reads a batch file into the editor; the reason if it cannot (the editor is kept)."""
         try:
-            self.prompt.setText(str(payload.get("prompt", "")))
-            self.duration.setValue(float(payload.get("duration_s", 1.0)))
-            self.fail_times.setValue(int(payload.get("fail_times", 0)))
-            index = self.fail_with.findData(payload.get("fail_with", ""))
-            self.fail_with.setCurrentIndex(max(0, index))
-            self.retry_after.setValue(float(payload.get("retry_after_s") or 0.0))
-        except (TypeError, ValueError):
-            return False
-        finally:
-            for w, was in zip(
-                (self.prompt, self.duration, self.fail_times, self.fail_with, self.retry_after), blockers, strict=True
-            ):
-                w.blockSignals(was)
-        return True
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_BATCH_BYTES + 1)
+        except OSError as exc:
+            return f"cannot read {path}: {exc.strerror or exc}"
+        if len(data) > MAX_BATCH_BYTES:
+            return f"{path} is over the batch limit of 64 MiB"
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            return f"{path} is not UTF-8 text (byte {exc.start})"
+        self.file_name = path
+        fmt = detect_format(path, text)
+        self.format.blockSignals(True)
+        self.format.setCurrentIndex(max(0, self.format.findData(fmt)))
+        self.format.blockSignals(False)
+        self.text.setPlainText(text)
+        return None
+
+    def show_read(self, read: BatchRead, fmt: BatchFormat) -> None:
+        how = {
+            BatchFormat.TEXT: "one prompt a line",
+            BatchFormat.CSV: "CSV",
+            BatchFormat.JSONL: "JSON Lines",
+        }[fmt]
+        self.summary.setText(f"Read as {how}: {read.summary()}.")
+        shown = [str(p) for p in read.problems[:BATCH_PROBLEMS_SHOWN]]
+        more = len(read.problems) - len(shown)
+        if more > 0:
+            shown.append(f"… and {more:,} more")
+        self.problems.setText("\n".join(shown))
+        self.problems.setVisible(bool(shown))
+        self.summary.setStyleSheet(f"color: {error_colour(self)};" if read.problems else "")
+
+
+#: QSettings key of the kind last submitted (the New dialog opens on it)
+LAST_KIND_KEY = "submit/last_kind"
 
 
 class SubmitDialog(QDialog):
-    """Submit a job: kind, input (a form for ``demo``, JSON for any kind), title, priority, attempts.
+    """Submit jobs: a kind, its input (a form from the provider's description, JSON for any
+    kind, or a batch of lines), title, priority and attempts.
 
-    After ``accept()``, :attr:`submit_result` holds what the submission did (``duplicate`` included).
+    The JSON tab is the input as it will be stored; the form writes it, and editing the
+    JSON updates the form when the form can show it. After ``accept()``,
+    :attr:`submit_result` holds what the submission did (``duplicate`` included) and,
+    for several jobs, :attr:`batch_results` every result.
 
     Signals:
-        submitted(object): the :class:`SubmitResult` of a submission.
+        submitted(object): the :class:`SubmitResult` of a submission (of a batch: its
+            first new job).
+        batch_submitted(list): every :class:`SubmitResult` of a batch (or of a count).
     """
 
     submitted = Signal(object)
+    batch_submitted = Signal(list)
+
+    FORM_TAB, JSON_TAB, BATCH_TAB = 0, 1, 2
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -263,18 +328,46 @@ class SubmitDialog(QDialog):
         self.setObjectName("submitDialog")
         self.controller = controller
         self.submit_result: SubmitResult | None = None
+        self.batch_results: list[SubmitResult] = []
+        self.batch_read: BatchRead | None = None
         self._syncing = False
+        self._pristine = True  # nothing typed yet: say what is missing without an error mark
+        self._fits = True  # the JSON tab's input is what the form shows
+        self._clean_json = ""  # the JSON of an untouched form (nothing typed)
+        self._json_dirty = False  # the JSON tab lags the form (written when shown)
+        self.spec: InputSpec | None = None
+        self.form: InputForm | None = None
 
         self.kind = QComboBox()
-        for kind in sorted(controller.providers):
+        self.kind.setObjectName("kindChooser")
+        for kind in sorted(controller.providers, key=lambda k: (k != "demo", k)):
             self.kind.addItem(kind, kind)
-        self.form = DemoForm()
+        last = QSettings(ORGANIZATION, APPLICATION).value(LAST_KIND_KEY)
+        if isinstance(last, str) and self.kind.findData(last) >= 0:
+            self.kind.setCurrentIndex(self.kind.findData(last))  # people submit the same kind again
+        self.form_note = InlineMessage()
+        self.form_note.setObjectName("formNote")
+        self.form_note.hide()
+        self.form_scroll = QScrollArea()
+        self.form_scroll.setWidgetResizable(True)
+        self.form_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.form_scroll.setObjectName("formScroll")
+        # the form sits on the tab page's own background, not the scroll area's darker one
+        self.form_scroll.setStyleSheet(
+            "QScrollArea#formScroll, QScrollArea#formScroll > QWidget > QWidget { background: transparent; }"
+        )
+        form_page = QWidget()
+        form_layout = QVBoxLayout(form_page)
+        form_layout.addWidget(self.form_note)
+        form_layout.addWidget(self.form_scroll, 1)
         self.editor = _mono_editor()
         self.editor.setObjectName("inputEditor")
         self.editor.setPlaceholderText('{"prompt": "…"}')
+        self.batch = BatchPage()
         self.tabs = QTabWidget()
-        self.tabs.addTab(self.form, "&Form")
+        self.tabs.addTab(form_page, "&Form")
         self.tabs.addTab(self.editor, "&JSON")
+        self.tabs.addTab(self.batch, "&Batch")
         self.title = QLineEdit()
         self.title.setPlaceholderText("Optional: how this job is listed (default: the start of the prompt)")
         self.priority = QComboBox()
@@ -283,103 +376,327 @@ class SubmitDialog(QDialog):
         self.max_attempts = QSpinBox()
         self.max_attempts.setRange(1, 100)
         self.max_attempts.setValue(controller.queue.policy.max_attempts)
+        self.size_label = SizeLabel()
         self.message = InlineMessage()
         self.message.setObjectName("submitMessage")
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.cancel_button = self.buttons.button(QDialogButtonBox.StandardButton.Cancel)
         self.submit_button = self.buttons.addButton("&Submit", QDialogButtonBox.ButtonRole.AcceptRole)
-        self._pristine = True  # nothing typed yet: say what is missing without an error mark
+        self.submit_button.setToolTip("Submit (Ctrl+Enter from anywhere in the dialog)")
 
         top = QFormLayout()
         top.addRow("&Kind:", self.kind)
-        top.addRow("&Title:", self.title)
-        top.addRow("P&riority:", self.priority)
-        top.addRow("&Max attempts:", self.max_attempts)
+        options = QFormLayout()
+        options.addRow("&Title:", self.title)
+        lane = QHBoxLayout()
+        lane.addWidget(self.priority, 1)
+        attempts_label = QLabel("&Max attempts:")
+        attempts_label.setBuddy(self.max_attempts)
+        lane.addWidget(attempts_label)
+        lane.addWidget(self.max_attempts)
+        options.addRow("P&riority:", lane)
+        status = QHBoxLayout()
+        status.addWidget(self.message, 1)
+        status.addWidget(self.size_label, 0, Qt.AlignmentFlag.AlignTop)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
-        layout.addWidget(QLabel("Input:"))
         layout.addWidget(self.tabs, 1)
-        layout.addWidget(self.message)
+        layout.addLayout(options)
+        layout.addLayout(status)
         layout.addWidget(self.buttons)
-        self.resize(520, 460)
+        self.setMinimumSize(520, 420)  # fits an 800x500 screen; the form scrolls
+        self.resize(680, 680)
         # only once the buttons are in the dialog: set earlier, Qt made Cancel the default
         # and Enter threw the user's input away
         self.submit_button.setDefault(True)
+        QWidget.setTabOrder(self.max_attempts, self.submit_button)
+        QWidget.setTabOrder(self.submit_button, self.cancel_button)
 
+        self._batch_timer = QTimer(self)
+        self._batch_timer.setObjectName("batchPreviewTimer")
+        self._batch_timer.setSingleShot(True)
+        self._batch_timer.setInterval(150)
+        self._batch_timer.timeout.connect(self.update_batch)
         self.kind.currentIndexChanged.connect(self._kind_changed)
-        self.form.changed.connect(self._touch)
-        self.form.changed.connect(self._form_changed)
         self.editor.textChanged.connect(self._editor_changed)
         self.tabs.currentChanged.connect(self._tab_changed)
+        self.batch.changed.connect(self._batch_changed)
+        self.title.textEdited.connect(self._touch)
         self.buttons.accepted.connect(self.try_submit)
         self.buttons.rejected.connect(self.reject)
         self._kind_changed()
-        (self.form.prompt if self._is_demo() else self.editor).setFocus()
+        self._focus_first()
+
+    # ----------------------------------------------------------------- kinds and forms
+
+    def current_kind(self) -> str:
+        return str(self.kind.currentData())
+
+    def _focus_first(self) -> None:
+        target = self.form.first_editor() if self.form is not None else None
+        (target or self.editor).setFocus()
+
+    def _kind_changed(self) -> None:
+        kind = self.current_kind()
+        provider = self.controller.providers.get(kind)
+        carried = self._prompt_text()
+        old = self.form_scroll.takeWidget()
+        if old is not None:
+            old.deleteLater()
+        self.spec = spec_of(provider)
+        self.form = None
+        self._fits = True
+        self.form_note.hide()
+        if self.spec is not None:
+            self.form = InputForm(self.spec, provider)
+            self.form.changed.connect(self._touch)
+            self.form.changed.connect(self._form_changed)
+            self.form.submit_requested.connect(self.try_submit)
+            self.form_scroll.setWidget(self.form)
+            self._clean_json = self._dump(self.spec.build(self.spec.defaults()))
+            if carried and self.spec.prompt_field:
+                self.form.set_value(self.spec.prompt_field, carried)
+            self.tabs.setTabEnabled(self.FORM_TAB, True)
+            if self.tabs.currentIndex() != self.BATCH_TAB:
+                self.tabs.setCurrentIndex(self.FORM_TAB)
+            self._json_dirty = True
+            self.flush_json()  # a new kind: its JSON at once (small), so the tab never shows another kind's
+            self._validate()
+            QWidget.setTabOrder(self.kind, self.tabs)
+        else:
+            self._clean_json = ""
+            empty = QLabel(f"{kind} gives no description of its input: write it on the JSON tab.")
+            empty.setWordWrap(True)
+            empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            self.form_scroll.setWidget(empty)
+            self.tabs.setTabEnabled(self.FORM_TAB, False)
+            if self.tabs.currentIndex() == self.FORM_TAB:
+                self.tabs.setCurrentIndex(self.JSON_TAB)
+            self._validate()
+        self._batch_changed()
+
+    def _prompt_text(self) -> str | None:
+        if self.form is None or self.spec is None or not self.spec.prompt_field:
+            return None
+        try:
+            text = self.form.values().get(self.spec.prompt_field)
+        except FieldProblem:
+            return None
+        return text if isinstance(text, str) and text else None
+
+    @staticmethod
+    def _dump(payload: Any) -> str:
+        return json.dumps(payload, indent=2, ensure_ascii=False)
+
+    def _write_json(self) -> None:
+        """Marks the JSON tab out of date; writes it now if it is showing.
+
+        Writing a large input into the JSON tab on every keystroke made typing in a
+        long prompt lag: it is written when the tab is shown (or :meth:`flush_json`).
+        """
+        self._json_dirty = self.form is not None
+        if self.tabs.currentIndex() == self.JSON_TAB:
+            self.flush_json()
+        self._validate()
+
+    def flush_json(self) -> None:
+        """Writes the form's input into the JSON tab (unless a field's own text is broken)."""
+        if self.form is None or not self._json_dirty or not self._fits:
+            return
+        try:
+            text = self._dump(self.form.payload())
+        except FieldProblem:
+            return
+        self._json_dirty = False
+        self._syncing = True
+        try:
+            if self.editor.toPlainText() != text:
+                self.editor.setPlainText(text)
+        finally:
+            self._syncing = False
+
+    def json_text(self) -> str:
+        """The JSON tab's text, brought up to date with the form first."""
+        self.flush_json()
+        return self.editor.toPlainText()
 
     def _touch(self) -> None:
         self._pristine = False
 
-    def _editor_changed(self) -> None:
-        if not self._syncing:
-            self._pristine = False
-        self._validate()
-
-    def _is_demo(self) -> bool:
-        return self.kind.currentData() == "demo"
-
-    def _kind_changed(self) -> None:
-        demo = self._is_demo()
-        self.tabs.setTabEnabled(0, demo)
-        if demo:
-            self.tabs.setCurrentIndex(0)
-            self._form_changed()
-        else:
-            self.tabs.setCurrentIndex(1)
-            self._validate()
-
     def _form_changed(self) -> None:
         if self._syncing:
             return
-        self._syncing = True
-        self.editor.setPlainText(json.dumps(self.form.payload(), indent=2, ensure_ascii=False))
-        self._syncing = False
+        self._write_json()
+        if self.batch.text.toPlainText().strip():
+            self._batch_changed()
+
+    def _editor_changed(self) -> None:
+        if self._syncing:
+            return
+        self._pristine = False
+        if self.form is not None:
+            try:
+                reason = self.form.load(parse_json(self.editor.toPlainText()))
+            except InvalidInput as exc:
+                reason = str(exc)
+            self._fits = reason is None
+            self.form.setEnabled(self._fits)
+            if reason is None:
+                self.form_note.hide()
+            else:
+                self.form_note.show_info(
+                    f"The JSON tab's input does not fit this form ({reason}); edit it on the JSON tab.", ok=False
+                )
+                self.form_note.show()
         self._validate()
 
     def _tab_changed(self, index: int) -> None:
-        if index == 0 and self._is_demo():
-            try:
-                loaded = self.form.load(parse_json(self.editor.toPlainText()))
-            except InvalidInput:
-                loaded = False
-            if not loaded:
-                self.message.show_error("This JSON does not fit the form; edit it on the JSON tab.")
-                self.tabs.setCurrentIndex(1)
+        batch = index == self.BATCH_TAB
+        self.title.setEnabled(not batch)
+        self.title.setPlaceholderText(
+            "Each job of a batch is listed by the start of its prompt"
+            if batch
+            else "Optional: how this job is listed (default: the start of the prompt)"
+        )
+        if index == self.JSON_TAB:
+            self.flush_json()
+        if batch:
+            self.update_batch()
+        else:
+            self._validate()
+
+    # ----------------------------------------------------------------- the input
+
+    def _from_form(self) -> bool:
+        """True while the form is the input (the JSON tab then only mirrors it)."""
+        return self.form is not None and self._fits
 
     def payload(self) -> Any:
         """The input as it stands; raises :class:`InvalidInput` if it is not acceptable."""
-        payload = parse_json(self.editor.toPlainText())
-        self.controller.validate(str(self.kind.currentData()), payload)
+        if self.form is not None and self._fits:
+            problems = self.form.problems()
+            if problems:
+                raise InvalidInput(problems[0])
+            payload: Any = self.form.payload()
+        else:
+            payload = parse_json(self.editor.toPlainText())
+        size = len(canonical_json(payload))
+        self.size_label.show_size(size)
+        if size > MAX_INPUT_BYTES:
+            raise InvalidInput(f"the input is {size:,} bytes; the limit is {MAX_INPUT_BYTES:,} bytes (1 MiB)")
+        self.controller.validate(self.current_kind(), payload)
+        if self.spec is not None and self._fits and self.form is not None:
+            for f in self.spec.fields:
+                value = self.form.values().get(f.name)
+                if f.required and isinstance(value, str) and not value.strip():
+                    raise InvalidInput(f"{f.title} is empty")
         return payload
+
+    def payloads(self) -> list[Any]:
+        """Every input the Form or JSON tab makes (several when the form has a count)."""
+        payload = self.payload()
+        if self.form is not None and self._fits and self.spec is not None and self.spec.count_field:
+            return self.form.payloads()
+        return [payload]
+
+    def _show_size_of_text(self) -> None:
+        self.size_label.show_size(len(self.editor.toPlainText().encode("utf-8")))
 
     def _validate(self) -> bool:
         if self._syncing:
             return True
+        if self.tabs.currentIndex() == self.BATCH_TAB:
+            return self.update_batch()
         try:
-            self.payload()
+            payloads = self.payloads()
         except QueueError as exc:
+            if not self.size_label.over and not self._from_form():
+                try:
+                    self.size_label.show_size(len(canonical_json(parse_json(self.editor.toPlainText()))))
+                except InvalidInput:
+                    self._show_size_of_text()
             if self._pristine:
                 self.message.show_info(f"To submit: {exc}.", ok=False)
             else:
                 self.message.show_error(str(exc))
+            if self.form is not None:
+                self.form.mark(None if self._pristine or not self._from_form() else str(exc))
+            self.submit_button.setText("&Submit")
             return False
-        self.message.show_info("Ready to submit. The job is saved to disk before it is listed.")
+        if self.form is not None:
+            self.form.mark(None)
+        n = len(payloads)
+        self.submit_button.setText("&Submit" if n == 1 else f"&Submit {n} jobs")
+        if n > 1:
+            unit = self.spec.field(self.spec.count_field).unit if self.spec and self.spec.count_field else ""
+            each = f", one {unit} each" if unit else ""
+            self.message.show_info(f"Ready: {n} jobs will be created in one commit{each}.")
+        else:
+            self.message.show_info("Ready to submit. The job is saved to disk before it is listed.")
         return True
+
+    # ----------------------------------------------------------------- batch
+
+    def _batch_changed(self) -> None:
+        self._batch_timer.start()
+        if self.batch.text.toPlainText().strip():
+            self._pristine = False
+
+    def batch_template(self) -> dict[str, Any] | None:
+        """The values a batch line fills in (the form's, else the spec's defaults)."""
+        if self.spec is None:
+            return None
+        if self.form is not None:
+            try:
+                return self.form.values()
+            except FieldProblem:
+                pass
+        return self.spec.defaults()
+
+    def update_batch(self) -> bool:
+        """Reads the Batch tab's lines now and shows the preview; True if they can be submitted."""
+        self._batch_timer.stop()
+        text = self.batch.text.toPlainText()
+        provider = self.controller.providers.get(self.current_kind())
+        fmt = self.batch.chosen_format()
+        read = read_batch(
+            text,
+            fmt,
+            self.spec,
+            template=self.batch_template(),
+            validate=getattr(provider, "validate", None),
+        )
+        self.batch_read = read
+        self.batch.show_read(read, fmt)
+        if self.tabs.currentIndex() != self.BATCH_TAB:
+            return read.ok
+        n = len(read.items)
+        ok = read.ok and n <= MAX_BATCH
+        self.submit_button.setText(f"&Submit {n:,} job{'s' if n != 1 else ''}" if ok else "&Submit")
+        self.size_label.show_size(max((len(canonical_json(i.payload)) for i in read.items), default=0), largest=True)
+        if ok:
+            self.message.show_info(f"Ready: {n:,} job{'s' if n != 1 else ''}, created in one commit.")
+        elif not text.strip():
+            self.message.show_info("To submit: paste one prompt a line, or import a file.", ok=False)
+        else:
+            self.message.show_error(read.summary())
+        return ok
+
+    # ----------------------------------------------------------------- submit and discard
 
     def try_submit(self) -> bool:
         """Submits if the input is valid; otherwise explains why inline and creates nothing."""
+        if self.tabs.currentIndex() == self.BATCH_TAB:
+            return self._submit_batch()
         try:
-            payload = self.payload()
+            payloads = self.payloads()
+            if len(payloads) > 1:
+                title = self.title.text().strip() or default_title(payloads[0])
+                titles = [f"{title} ({i} of {len(payloads)})" if title else None for i in range(1, len(payloads) + 1)]
+                return self._submit_many(payloads, titles)
+            payload = payloads[0]
             result = self.controller.submit(
-                str(self.kind.currentData()),
+                self.current_kind(),
                 payload,
                 title=self.title.text().strip() or default_title(payload),
                 priority=str(self.priority.currentData()),
@@ -390,9 +707,80 @@ class SubmitDialog(QDialog):
             self.message.show_error(str(exc))
             return False
         self.submit_result = result
+        self._remember_kind()
         self.submitted.emit(result)
         self.accept()
         return True
+
+    def _remember_kind(self) -> None:
+        QSettings(ORGANIZATION, APPLICATION).setValue(LAST_KIND_KEY, self.current_kind())
+
+    def _submit_batch(self) -> bool:
+        if not self.update_batch():
+            self._pristine = False
+            read = self.batch_read
+            if read is not None and not read.items and not read.problems:
+                self.message.show_error("Nothing to submit: paste one prompt a line, or import a file.")
+            return False
+        assert self.batch_read is not None
+        items = self.batch_read.items
+        return self._submit_many([i.payload for i in items], [i.title for i in items])
+
+    def _submit_many(self, payloads: list[Any], titles: list[str | None]) -> bool:
+        try:
+            results = self.controller.submit_many(
+                self.current_kind(),
+                payloads,
+                titles=titles,
+                priority=str(self.priority.currentData()),
+                max_attempts=self.max_attempts.value(),
+            )
+        except QueueError as exc:
+            self.message.show_error(str(exc))
+            return False
+        self.batch_results = results
+        self.submit_result = next((r for r in results if not r.duplicate), results[0])
+        self._remember_kind()
+        self.batch_submitted.emit(results)
+        self.submitted.emit(self.submit_result)
+        self.accept()
+        return True
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt's name)
+        """Ctrl+Enter submits from anywhere (Enter alone is a new line in a prompt)."""
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and (
+            event.modifiers() & Qt.KeyboardModifier.ControlModifier
+        ):
+            event.accept()
+            self.try_submit()
+            return
+        super().keyPressEvent(event)
+
+    def has_typed_input(self) -> bool:
+        """True if closing would throw away something the user typed."""
+        if self._pristine:
+            return False
+        if self.title.text().strip() or self.batch.text.toPlainText().strip():
+            return True
+        if self._from_form() and self.form is not None:
+            try:
+                return self._dump(self.form.payload()) != self._clean_json
+            except FieldProblem:
+                return True
+        text = self.editor.toPlainText()
+        return bool(text.strip()) and text != self._clean_json
+
+    def reject(self) -> None:
+        """Escape, Cancel or the close button: asks first when typed input would be lost."""
+        if self.has_typed_input() and not confirm(
+            self,
+            "Discard this prompt?",
+            "Discard this prompt? What you typed in this New job dialog has not been submitted and will be lost.",
+            "Discard",
+            "Keep editing",
+        ):
+            return
+        super().reject()
 
 
 # --------------------------------------------------------------------------- replay
@@ -485,6 +873,10 @@ class ReplayDialog(QDialog):
         layout.addWidget(self.buttons)
         self.resize(620, 560)
         self.replay_button.setDefault(True)  # after the layout (see SubmitDialog)
+        self.cancel_button = self.buttons.button(QDialogButtonBox.StandardButton.Cancel)
+        QWidget.setTabOrder(self.editor, self.replay_button)
+        QWidget.setTabOrder(self.replay_button, self.cancel_button)
+        self.setMinimumSize(440, 320)
         self.editor.setFocus()
         self.editor.textChanged.connect(self._validate)
         self.buttons.accepted.connect(self.try_replay)
@@ -505,6 +897,18 @@ class ReplayDialog(QDialog):
             return
         self.current_preview = preview
         self.preview.setText(preview_html(preview))
+
+    def reject(self) -> None:
+        """Escape, Cancel or the close button: asks first when the edited input would be lost."""
+        if self.edited() and not confirm(
+            self,
+            "Discard this prompt?",
+            "Discard this prompt? Your edits to the input have not been replayed and will be lost.",
+            "Discard",
+            "Keep editing",
+        ):
+            return
+        super().reject()
 
     def _validate(self) -> bool:
         try:

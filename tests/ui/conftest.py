@@ -31,7 +31,7 @@ class Prompts:
         self.confirms: list[str] = []
         self.errors: list[tuple[str, str]] = []
 
-    def confirm(self, _parent: Any, title: str, text: str, ok_text: str = "OK") -> bool:
+    def confirm(self, _parent: Any, title: str, text: str, ok_text: str = "OK", cancel_text: str | None = None) -> bool:
         self.confirms.append(f"{title}\n{text}")
         return self.answer
 

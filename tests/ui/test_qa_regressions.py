@@ -56,7 +56,7 @@ def test_enter_submits_the_new_job_dialog_instead_of_cancelling_it(qtbot: Any, s
     dialog = session.window.new_job()
     assert dialog.submit_button.isDefault()
     assert not dialog.buttons.button(dialog.buttons.StandardButton.Cancel).isDefault()
-    dialog.form.prompt.setText("typed, then Enter")
+    dialog.form.editor("prompt").setPlainText("typed, then Enter")
     dialog.title.setText("Enter submits")
     with qtbot.waitSignal(dialog.submitted, timeout=3000) as blocker:
         qtbot.keyClick(dialog.title, Qt.Key.Key_Return)
@@ -77,12 +77,12 @@ def test_replay_dialog_defaults_to_replay_and_starts_in_the_editor(qtbot: Any, s
 
 def test_a_fresh_submit_dialog_focuses_the_prompt_and_shows_no_error_yet(session: Any) -> None:
     dialog = session.window.new_job()
-    assert dialog.focusWidget() is dialog.form.prompt
+    assert dialog.focusWidget() is dialog.form.editor("prompt")
     assert not dialog.message.ok
     assert dialog.message.text.text().startswith("To submit:")
     assert "Error" not in dialog.message.accessibleDescription()
-    dialog.form.prompt.setText("x")
-    dialog.form.prompt.clear()  # now the user emptied it: that is an error
+    dialog.form.editor("prompt").setPlainText("x")
+    dialog.form.editor("prompt").clear()  # now the user emptied it: that is an error
     assert dialog.message.accessibleDescription().startswith("Error:")
     assert not dialog.try_submit()
     assert sum(session.queue.counts().values()) == 0
@@ -92,20 +92,20 @@ def test_a_fresh_submit_dialog_focuses_the_prompt_and_shows_no_error_yet(session
 def test_choosing_fail_with_shows_the_one_failing_attempt_it_implies(session: Any) -> None:
     """The form said "Fail the first: 0 attempts" while the JSON said fail_times 1."""
     dialog = session.window.new_job()
-    dialog.form.prompt.setText("x")
-    dialog.form.fail_with.setCurrentIndex(dialog.form.fail_with.findData("fatal"))
-    assert dialog.form.fail_times.value() == 1
+    dialog.form.editor("prompt").setPlainText("x")
+    dialog.form.editor("fail_with").setCurrentIndex(dialog.form.editor("fail_with").findData("fatal"))
+    assert dialog.form.editor("fail_times").value() == 1
     assert dialog.form.payload()["fail_times"] == 1
-    dialog.form.fail_times.setValue(3)
-    dialog.form.fail_with.setCurrentIndex(dialog.form.fail_with.findData("retryable"))
-    assert dialog.form.fail_times.value() == 3  # a number the user chose is kept
+    dialog.form.editor("fail_times").setValue(3)
+    dialog.form.editor("fail_with").setCurrentIndex(dialog.form.editor("fail_with").findData("retryable"))
+    assert dialog.form.editor("fail_times").value() == 3  # a number the user chose is kept
     dialog.reject()
 
 
 def test_a_job_without_a_title_is_listed_by_its_prompt(qtbot: Any, session: Any) -> None:
     """Every job submitted from the dialog without a title was listed as "demo job"."""
     dialog = session.window.new_job()
-    dialog.form.prompt.setText("  A haiku about queues\nsecond line")
+    dialog.form.editor("prompt").setPlainText("  A haiku about queues\nsecond line")
     with qtbot.waitSignal(dialog.submitted, timeout=3000) as blocker:
         dialog.submit_button.click()
     assert session.queue.get(blocker.args[0].job.id).title == "A haiku about queues"
@@ -116,10 +116,10 @@ def test_a_job_without_a_title_is_listed_by_its_prompt(qtbot: Any, session: Any)
 
 def test_fail_the_first_one_attempt_is_singular(session: Any) -> None:
     dialog = session.window.new_job()
-    dialog.form.fail_times.setValue(1)
-    assert dialog.form.fail_times.text() == "1 attempt"
-    dialog.form.fail_times.setValue(2)
-    assert dialog.form.fail_times.text() == "2 attempts"
+    dialog.form.editor("fail_times").setValue(1)
+    assert dialog.form.editor("fail_times").text() == "1 attempt"
+    dialog.form.editor("fail_times").setValue(2)
+    assert dialog.form.editor("fail_times").text() == "2 attempts"
     dialog.reject()
 
 

@@ -46,8 +46,8 @@ def test_submit_through_the_dialog_runs_on_the_pool_and_the_timeline_explains_it
     window.action(Command.NEW).trigger()
     dialog = window.findChild(SubmitDialog)
     assert dialog is not None and dialog.isVisible()
-    dialog.form.prompt.setText("a haiku about queues")
-    dialog.form.duration.setValue(FAST)
+    dialog.form.editor("prompt").setPlainText("a haiku about queues")
+    dialog.form.editor("duration_s").setValue(FAST)
     dialog.title.setText("Haiku")
     seen: list[tuple[str, ...]] = []
     driver.job_started.connect(lambda jid: seen.append(("started", jid)))
@@ -81,16 +81,16 @@ def test_invalid_input_is_explained_inline_and_nothing_is_created(qtbot: Any, se
 def test_a_duplicate_submission_says_so_and_selects_the_existing_job(qtbot: Any, session: Any) -> None:
     driver = session.controller.driver
     first = session.window.new_job()
-    first.form.prompt.setText("same")
-    first.form.duration.setValue(FAST)
+    first.form.editor("prompt").setPlainText("same")
+    first.form.editor("duration_s").setValue(FAST)
     with qtbot.waitSignal(driver.job_finished, timeout=5000):
         first.submit_button.click()
     job_id = first.submit_result.job.id
     select_job(session.window.queue_pane.view, job_id)
     session.window.queue_pane.view.clearSelection()
     again = session.window.new_job()
-    again.form.prompt.setText("same")
-    again.form.duration.setValue(FAST)
+    again.form.editor("prompt").setPlainText("same")
+    again.form.editor("duration_s").setValue(FAST)
     again.submit_button.click()
     assert again.submit_result.duplicate
     assert "Already submitted" in session.window.banner.text.text()

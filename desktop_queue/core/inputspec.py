@@ -1,0 +1,363 @@
+"""What a provider's input looks like: fields, types, defaults, limits and help.
+
+A provider describes its input with :meth:`input_spec` returning an :class:`InputSpec`;
+the window generates a form from it (``desktop_queue.ui.forms``) and the batch readers
+(:mod:`desktop_queue.core.batchinput`) put a line of text or a CSV cell into the right
+field. The provider's own ``validate`` stays the authority on what is acceptable: a
+spec only says how to ask for it, and its limits are the ones ``validate`` enforces.
+
+A spec works on *values* (one per field, by field name); :meth:`InputSpec.build` turns
+values into the job input (the JSON ``validate`` reads), :meth:`InputSpec.parse` turns
+an input back into values when a form can show it exactly. Most inputs are flat (one
+key per field); a spec whose input nests (``openai.chat`` writes a system prompt as
+``messages``) gives its own ``encode`` / ``decode``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class FieldType(StrEnum):
+    """How a field is asked for (and the JSON type of its value)."""
+
+    STRING = "string"  # one line of text
+    TEXT = "text"  # multi-line text (prompts): no length cap below the input limit
+    INTEGER = "integer"
+    NUMBER = "number"
+    BOOLEAN = "boolean"
+    CHOICE = "choice"  # one of ``choices`` (or free text when ``free_text``)
+    JSON = "json"  # any JSON value, edited as JSON (a schema)
+
+
+#: ``choices_from`` value: the choices are the models the profile lists (when known)
+MODELS = "models"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One option of a choice field.
+
+    Attributes:
+        value: what goes into the input (a string, or a number such as an HTTP status).
+        label: what people read.
+    """
+
+    value: Any
+    label: str
+
+
+@dataclass(frozen=True)
+class InputField:
+    """One field of a provider's input.
+
+    Attributes:
+        name: the key in the input (and the CSV column of a batch).
+        type: how it is asked for.
+        label: the form's label, with an ``&`` mnemonic if wanted.
+        default: the value of a fresh form; ``None``: unset (left out of the input).
+        required: the input always carries it (even empty, so ``validate`` says what is missing).
+        minimum: the smallest number ``validate`` accepts (numbers).
+        maximum: the largest number ``validate`` accepts (numbers).
+        max_length: the most characters ``validate`` accepts (text).
+        choices: the options of a choice field, or suggestions of a free-text one.
+        free_text: a choice field that accepts any string besides its choices.
+        choices_from: where more choices come from at run time (:data:`MODELS`).
+        help: one or two sentences for people (tooltip).
+        placeholder: shown in an empty text field.
+        advanced: shown under "Advanced" (testing knobs, rarely changed options).
+        unit: a unit shown after numbers (``s``), or a noun (``attempt``) made plural
+            by ``units``.
+        units: the plural of ``unit`` (default: the same as ``unit``).
+        decimals: digits after the point of a number field.
+        step: the step of a number field's arrows.
+        implies: (field, value) pairs set when this field gets a value while those
+            fields are still at their default ("fail with: fatal" implies failing once).
+        visible_when: (field, values): shown (and written) only while that field has
+            one of these values.
+    """
+
+    name: str
+    type: FieldType
+    label: str = ""
+    default: Any = None
+    required: bool = False
+    minimum: float | None = None
+    maximum: float | None = None
+    max_length: int | None = None
+    choices: tuple[Choice, ...] = ()
+    free_text: bool = False
+    choices_from: str | None = None
+    help: str = ""
+    placeholder: str = ""
+    advanced: bool = False
+    unit: str = ""
+    units: str = ""
+    decimals: int = 2
+    step: float = 1.0
+    implies: tuple[tuple[str, Any], ...] = ()
+    visible_when: tuple[str, tuple[Any, ...]] | None = None
+
+    @property
+    def title(self) -> str:
+        """The label without its mnemonic and colon."""
+        return (self.label or self.name).replace("&", "").rstrip(":")
+
+    def unit_for(self, value: float) -> str:
+        """The unit after ``value`` ("1 attempt", "2 attempts", "2.5 s")."""
+        if not self.unit:
+            return ""
+        plural = self.units or self.unit
+        return " " + (self.unit if value == 1 else plural)
+
+    def accepts(self, value: Any) -> str | None:
+        """Why ``value`` does not fit this field's type and limits, or None if it does."""
+        if value is None:
+            return None
+        kind = self.type
+        if kind in (FieldType.STRING, FieldType.TEXT):
+            if not isinstance(value, str):
+                return "must be text"
+            if self.max_length is not None and len(value) > self.max_length:
+                return f"is longer than {self.max_length:,} characters"
+            return None
+        if kind is FieldType.BOOLEAN:
+            return None if isinstance(value, bool) else "must be true or false"
+        if kind in (FieldType.INTEGER, FieldType.NUMBER):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return "must be a number"
+            if kind is FieldType.INTEGER and not isinstance(value, int):
+                return "must be a whole number"
+            if isinstance(value, float) and not math.isfinite(value):
+                return "must be a finite number"
+            if self.minimum is not None and value < self.minimum:
+                return f"must be at least {self.minimum:g}"
+            if self.maximum is not None and value > self.maximum:
+                return f"must be at most {self.maximum:g}"
+            return None
+        if kind is FieldType.CHOICE:
+            if any(c.value == value and type(c.value) is type(value) for c in self.choices):
+                return None
+            if self.free_text and isinstance(value, str):
+                return None
+            return "must be one of " + ", ".join(str(c.value) for c in self.choices)
+        return None  # JSON: anything JSON
+
+    def convert(self, text: str) -> Any:
+        """The value of a CSV cell for this field (an empty cell: the default).
+
+        Raises:
+            ValueError: the text is not a value of this field (the reason for people).
+        """
+        text = text.strip() if self.type not in (FieldType.TEXT, FieldType.STRING) else text
+        if text == "":
+            return self.default
+        kind = self.type
+        if kind in (FieldType.STRING, FieldType.TEXT):
+            return text
+        if kind is FieldType.INTEGER:
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"{self.name}: {text!r} is not a whole number") from None
+        if kind is FieldType.NUMBER:
+            try:
+                number = float(text)
+            except ValueError:
+                raise ValueError(f"{self.name}: {text!r} is not a number") from None
+            return number
+        if kind is FieldType.BOOLEAN:
+            low = text.lower()
+            if low in ("true", "yes", "1", "on"):
+                return True
+            if low in ("false", "no", "0", "off"):
+                return False
+            raise ValueError(f"{self.name}: {text!r} is not true or false")
+        if kind is FieldType.CHOICE:
+            for choice in self.choices:
+                if text in (str(choice.value), choice.label):
+                    return choice.value
+            if self.free_text:
+                return text
+            raise ValueError(f"{self.name}: {text!r} is not one of " + ", ".join(str(c.value) for c in self.choices))
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{self.name}: not valid JSON ({exc.msg})") from None
+
+
+Values = dict[str, Any]
+Encoder = Callable[[Values], dict[str, Any]]
+Decoder = Callable[[Mapping[str, Any]], Values]
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """The description of one kind's input.
+
+    Attributes:
+        kind: the job kind.
+        fields: the fields, in form order.
+        prompt_field: the field a line of a plain-text batch goes into (None: none).
+        count_field: a field that is not part of the input but makes that many jobs,
+            each input numbered by ``copy`` (``openai.image``'s "count": one image a job).
+        encode: values (only the fields to write) -> input, for inputs that nest;
+            default: one key per field.
+        decode: input -> values, the inverse of ``encode``; raises ``ValueError`` when
+            the input has a shape the form cannot show.
+        notes: a sentence shown above the form (what the kind does), or "".
+    """
+
+    kind: str
+    fields: tuple[InputField, ...]
+    prompt_field: str | None = "prompt"
+    count_field: str | None = None
+    encode: Encoder | None = None
+    decode: Decoder | None = None
+    notes: str = ""
+    _by_name: dict[str, InputField] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._by_name.update({f.name: f for f in self.fields})
+
+    def field(self, name: str) -> InputField:
+        """The field called ``name`` (KeyError if there is none)."""
+        return self._by_name[name]
+
+    def has(self, name: str) -> bool:
+        return name in self._by_name
+
+    def defaults(self) -> Values:
+        """The values of a fresh form."""
+        return {f.name: f.default for f in self.fields}
+
+    def visible(self, f: InputField, values: Mapping[str, Any]) -> bool:
+        """True if ``f`` is shown (and written) with these values."""
+        if f.visible_when is None:
+            return True
+        other, allowed = f.visible_when
+        return values.get(other, self._by_name[other].default if other in self._by_name else None) in allowed
+
+    def _written(self, values: Mapping[str, Any]) -> Values:
+        out: Values = {}
+        for f in self.fields:
+            if f.name == self.count_field or not self.visible(f, values):
+                continue
+            value = values.get(f.name, f.default)
+            if f.required:
+                out[f.name] = "" if value is None and f.type in (FieldType.STRING, FieldType.TEXT) else value
+            elif value is not None and not same_value(value, f.default):
+                out[f.name] = value
+        return out
+
+    def build(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The job input for these values (defaults and unset fields left out)."""
+        written = self._written(values)
+        return self.encode(written) if self.encode is not None else written
+
+    def count(self, values: Mapping[str, Any]) -> int:
+        """How many jobs these values make (1 unless the spec has a count field)."""
+        if self.count_field is None:
+            return 1
+        value = values.get(self.count_field, self.field(self.count_field).default)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
+
+    def build_all(self, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every input these values make: one, or ``count`` numbered copies."""
+        payload = self.build(values)
+        n = self.count(values)
+        if n == 1:
+            return [payload]
+        return [{**payload, "copy": i} for i in range(1, n + 1)]
+
+    def parse(self, payload: Any) -> Values:
+        """The values that build ``payload`` exactly (defaults for what it leaves out).
+
+        Raises:
+            ValueError: the form cannot show this input exactly (the reason for people).
+        """
+        if not isinstance(payload, Mapping):
+            raise ValueError("the input is not a JSON object")
+        body = {k: v for k, v in payload.items() if not (k == "copy" and self.count_field)}
+        if self.decode is not None:
+            found = self.decode(body)
+        else:
+            unknown = sorted(set(body) - set(self._by_name))
+            if unknown:
+                raise ValueError("the form has no field for " + ", ".join(f'"{k}"' for k in unknown))
+            found = dict(body)
+        values = self.defaults()
+        for name, value in found.items():
+            f = self._by_name.get(name)
+            if f is None:
+                raise ValueError(f'the form has no field for "{name}"')
+            problem = f.accepts(value)
+            if problem:
+                raise ValueError(f'"{name}" {problem}')
+            values[name] = value
+        if _normal(self.build(values)) != _normal(self._strip_defaults(body)):
+            raise ValueError("the form cannot show this input exactly")
+        return values
+
+    def _strip_defaults(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(body)
+        for name, value in body.items():
+            f = self._by_name.get(name)
+            if f is not None and not f.required and same_value(value, f.default):
+                del out[name]
+        return out
+
+    def with_prompt(self, values: Mapping[str, Any], text: str) -> Values:
+        """``values`` with ``text`` in the prompt field.
+
+        Raises:
+            ValueError: this kind has no prompt field.
+        """
+        if self.prompt_field is None:
+            raise ValueError(f"{self.kind} has no prompt field: give a JSON Lines or CSV file")
+        return {**values, self.prompt_field: text}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal as JSON values: 1 and 1.0 are the same number, True is not 1."""
+    if _is_number(a) and _is_number(b):
+        return bool(a == b)
+    return bool(a == b) and type(a) is type(b)
+
+
+def _normal(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def spec_of(provider: Any) -> InputSpec | None:
+    """The input description of ``provider``, or None if it gives none (the JSON editor only).
+
+    A provider added through the entry-point group gets a form by defining
+    ``input_spec() -> InputSpec``; one that fails to give it is treated as giving none.
+    """
+    method = getattr(provider, "input_spec", None)
+    if not callable(method):
+        return None
+    try:
+        spec = method()
+    except Exception:  # a plug-in's broken description must not break the New dialog
+        return None
+    return spec if isinstance(spec, InputSpec) else None
+
+
+def choices(*values: Any, labels: Sequence[str] | None = None) -> tuple[Choice, ...]:
+    """Choices whose labels are their values (or ``labels``)."""
+    names = list(labels) if labels is not None else [str(v) for v in values]
+    return tuple(Choice(v, n) for v, n in zip(values, names, strict=True))
+
+
+__all__ = ["MODELS", "Choice", "FieldType", "InputField", "InputSpec", "choices", "spec_of"]

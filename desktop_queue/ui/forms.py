@@ -1,0 +1,673 @@
+"""Forms generated from a provider's input description (:mod:`desktop_queue.core.inputspec`).
+
+One editor per field type: a line for strings, a growing text box for prompts (no
+length cap: the 1 MiB input limit is the only one), spin boxes for numbers (with a
+"server default" state for optional ones), a check box, a drop-down (editable when any
+text goes), a JSON box. Fields marked ``advanced`` sit in a collapsed "Advanced"
+section. The form holds no rules of its own: what is acceptable is the provider's
+``validate``; the form only turns widgets into values and back.
+
+A model field can ask the profile's server for its model list (:class:`ModelLister`,
+on a pool thread; the list is remembered for the session).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+from PySide6.QtGui import QFontDatabase, QKeyEvent
+from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QSizePolicy,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_queue.core.inputspec import MODELS, FieldType, InputField, InputSpec
+
+#: the largest value a Qt spin box holds
+_INT_MAX = 2**31 - 1
+_NUMBER_MAX = 1e12
+#: the default label of an unset optional field
+UNSET = "(default)"
+
+
+#: a line longer than this is shown unwrapped: Qt takes tens of seconds to wrap a
+#: megabyte without spaces (a pasted base64 blob or minified JSON)
+LONG_LINE = 10_000
+
+
+def _longest_line(text: str) -> int:
+    return max((len(line) for line in text.split("\n")), default=0)
+
+
+class PromptEditor(QPlainTextEdit):
+    """A multi-line text box with no length cap that stays quick on huge pastes.
+
+    Text wraps at the widget's width, except while some line is longer than
+    :data:`LONG_LINE`: then it scrolls sideways (Qt cannot lay such a line out quickly).
+    Enter is a new line; Ctrl+Enter asks to submit.
+
+    Signals:
+        submit_requested(): Ctrl+Enter was pressed.
+    """
+
+    submit_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.textChanged.connect(self._rewrap)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt's name)
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and (
+            event.modifiers() & Qt.KeyboardModifier.ControlModifier
+        ):
+            event.accept()
+            self.submit_requested.emit()
+            return
+        super().keyPressEvent(event)
+
+    def _unwrap_for(self, text: str) -> None:
+        if _longest_line(text) > LONG_LINE:
+            self.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+
+    def insertFromMimeData(self, source: Any) -> None:  # noqa: N802 (Qt's name)
+        """A paste: unwrapped first if it brings a very long line."""
+        if source is not None and source.hasText():
+            self._unwrap_for(source.text())
+        super().insertFromMimeData(source)
+
+    def setPlainText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        self._unwrap_for(text)
+        super().setPlainText(text)
+
+    def _rewrap(self) -> None:
+        if self.lineWrapMode() is not QPlainTextEdit.LineWrapMode.NoWrap:
+            return
+        block = self.document().begin()
+        while block.isValid():
+            if block.length() > LONG_LINE:
+                return
+            block = block.next()
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+
+
+def error_colour(widget: QWidget) -> str:
+    """The red of problem text: darker on a light palette, lighter on a dark one (stays readable)."""
+    return "#ff6b6b" if widget.palette().window().color().lightness() < 128 else "#c62828"
+
+
+class FieldProblem(ValueError):
+    """A field's text is not a value (a JSON box with broken JSON)."""
+
+
+# --------------------------------------------------------------------------- one editor per field
+
+
+class FieldEditor:
+    """The widget of one field, and how to read and set its value.
+
+    Attributes:
+        field: the field.
+        widget: the editing widget (what gets focus and the tooltip).
+        row: the widget placed in the form (the editor, or it with a button beside it).
+    """
+
+    def __init__(self, field: InputField, on_change: Callable[[], None]) -> None:
+        self.field = field
+        self.widget: QWidget = self._make(field, on_change)
+        self.row: QWidget = self.widget
+        self.widget.setObjectName(f"field_{field.name}")
+        self.widget.setAccessibleName(field.title)
+        if field.help:
+            self.widget.setToolTip(field.help)
+            self.widget.setWhatsThis(field.help)
+
+    # -- construction
+
+    def _make(self, f: InputField, on_change: Callable[[], None]) -> QWidget:
+        kind = f.type
+        if kind is FieldType.TEXT or kind is FieldType.JSON:
+            editor = PromptEditor() if kind is FieldType.TEXT else QPlainTextEdit()
+            editor.setTabChangesFocus(True)
+            editor.setPlaceholderText(f.placeholder)
+            if kind is FieldType.JSON:
+                editor.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+                editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+            spacing = editor.fontMetrics().lineSpacing()
+            if f.required:  # the prompt: takes the room there is
+                editor.setMinimumHeight(spacing * 6 + 12)
+                editor.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+            else:  # a system prompt, a schema: a few lines, scrolling beyond
+                editor.setMinimumHeight(spacing * 3 + 12)
+                editor.setMaximumHeight(spacing * (8 if f.type is FieldType.JSON else 5) + 12)
+                editor.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+            editor.textChanged.connect(on_change)
+            return editor
+        if kind is FieldType.BOOLEAN:
+            box = QCheckBox()
+            box.toggled.connect(on_change)
+            return box
+        if kind is FieldType.INTEGER:
+            spin = QSpinBox()
+            low = int(f.minimum) if f.minimum is not None else -_INT_MAX
+            high = int(f.maximum) if f.maximum is not None else _INT_MAX
+            if f.default is None:
+                low -= 1  # the "server default" state sits below the smallest value
+                spin.setSpecialValueText(f.placeholder or UNSET)
+            spin.setRange(low, high)
+            self._unit(spin, f)
+            spin.valueChanged.connect(on_change)
+            spin.valueChanged.connect(lambda v, s=spin: self._unit(s, f))
+            return spin
+        if kind is FieldType.NUMBER:
+            dspin = QDoubleSpinBox()
+            dspin.setDecimals(f.decimals)
+            dspin.setSingleStep(f.step)
+            dlow = float(f.minimum) if f.minimum is not None else -_NUMBER_MAX
+            dhigh = float(f.maximum) if f.maximum is not None else _NUMBER_MAX
+            if f.default is None:
+                dlow -= f.step
+                dspin.setSpecialValueText(f.placeholder or UNSET)
+            dspin.setRange(dlow, dhigh)
+            dspin.setStepType(QAbstractSpinBox.StepType.DefaultStepType)
+            self._unit(dspin, f)
+            dspin.valueChanged.connect(on_change)
+            dspin.valueChanged.connect(lambda v, s=dspin: self._unit(s, f))
+            return dspin
+        if kind is FieldType.CHOICE or (kind is FieldType.STRING and (f.choices or f.choices_from)):
+            combo = QComboBox()
+            free = f.free_text or kind is FieldType.STRING
+            combo.setEditable(free)
+            if free:
+                combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+                line = combo.lineEdit()
+                assert line is not None
+                line.setPlaceholderText(f.placeholder or UNSET)
+                line.setMaxLength(_INT_MAX)
+                combo.setCompleter(None)  # type: ignore[arg-type]  # no inline completion: "gpt-4o" stays "gpt-4o"
+                for choice in f.choices:
+                    combo.addItem(choice.label, choice.value)
+                combo.setCurrentIndex(-1)
+                combo.editTextChanged.connect(on_change)
+            else:
+                if f.default is None:
+                    combo.addItem(f.placeholder or UNSET, None)
+                for choice in f.choices:
+                    combo.addItem(choice.label, choice.value)
+                combo.currentIndexChanged.connect(on_change)
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(18)
+            return combo
+        edit = QLineEdit()
+        edit.setMaxLength(f.max_length or _INT_MAX)  # Qt's default cuts a paste at 32,767
+        edit.setPlaceholderText(f.placeholder)
+        edit.textChanged.connect(on_change)
+        return edit
+
+    @staticmethod
+    def _unit(spin: QSpinBox | QDoubleSpinBox, f: InputField) -> None:
+        spin.setSuffix(f.unit_for(spin.value()))
+
+    # -- values
+
+    def value(self) -> Any:
+        """The field's value (None: unset).
+
+        Raises:
+            FieldProblem: the text is not a value (broken JSON).
+        """
+        f, w = self.field, self.widget
+        if isinstance(w, QPlainTextEdit):
+            text = w.toPlainText()
+            if f.type is FieldType.JSON:
+                if not text.strip():
+                    return None
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise FieldProblem(
+                        f"{f.title}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+                    ) from None
+            return text if text or f.required else None
+        if isinstance(w, QCheckBox):
+            return w.isChecked() if (w.isChecked() or f.default is not None) else None
+        if isinstance(w, QSpinBox):
+            if f.default is None and w.value() == w.minimum():
+                return None
+            return w.value()
+        if isinstance(w, QDoubleSpinBox):
+            if f.default is None and w.value() == w.minimum():
+                return None
+            number = round(w.value(), f.decimals)
+            return int(number) if number.is_integer() and isinstance(f.default, int) else number
+        if isinstance(w, QComboBox):
+            if w.isEditable():
+                text = w.currentText().strip()
+                if not text:
+                    return None
+                for choice in f.choices:
+                    if text == choice.label:
+                        return choice.value
+                return text
+            return w.currentData()
+        assert isinstance(w, QLineEdit)
+        text = w.text()
+        return text if text or f.required else None
+
+    def set_value(self, value: Any) -> bool:
+        """Shows ``value``; False if this editor cannot show it exactly."""
+        f, w = self.field, self.widget
+        if isinstance(w, QPlainTextEdit):
+            if f.type is FieldType.JSON:
+                text = "" if value is None else json.dumps(value, indent=2, ensure_ascii=False)
+            else:
+                text = "" if value is None else str(value)
+            if w.toPlainText() != text:
+                w.setPlainText(text)
+            return True
+        if isinstance(w, QCheckBox):
+            w.setChecked(bool(value))
+            return value is None or isinstance(value, bool)
+        if isinstance(w, (QSpinBox, QDoubleSpinBox)):
+            if value is None:
+                if f.default is not None:
+                    return False
+                if isinstance(w, QSpinBox):
+                    w.setValue(w.minimum())
+                else:
+                    w.setValue(w.minimum())
+                return True
+            if isinstance(w, QSpinBox):
+                if not (w.minimum() + (1 if f.default is None else 0) <= int(value) <= w.maximum()):
+                    return False
+                w.setValue(int(value))
+                return w.value() == value
+            w.setValue(float(value))
+            return round(w.value(), f.decimals) == round(float(value), f.decimals) and abs(w.value() - value) < 1e-9
+        if isinstance(w, QComboBox):
+            if w.isEditable():
+                label = next((c.label for c in f.choices if c.value == value), None)
+                w.setEditText("" if value is None else (label or str(value)))
+                return True
+            for i in range(w.count()):
+                data = w.itemData(i)
+                if data == value and type(data) is type(value):
+                    w.setCurrentIndex(i)
+                    return True
+            return False
+        assert isinstance(w, QLineEdit)
+        w.setText("" if value is None else str(value))
+        return True
+
+    def set_choices(self, names: list[str]) -> None:
+        """Offers ``names`` in a free-text drop-down (a model list), keeping what is typed."""
+        w = self.widget
+        if not isinstance(w, QComboBox) or not w.isEditable():
+            return
+        text = w.currentText()
+        known = {w.itemText(i) for i in range(w.count())}
+        w.blockSignals(True)
+        for name in names:
+            if name not in known:
+                w.addItem(name, name)
+        w.setEditText(text)
+        w.blockSignals(False)
+
+
+# --------------------------------------------------------------------------- model lists
+
+
+class ModelLister(QObject):
+    """Asks a provider for its server's models on a pool thread; remembers the answer.
+
+    The provider's ``test_connection()`` lists the models (Preferences uses it too).
+    The answer is kept per (kind, profile, base URL) for this session, so the next
+    New dialog offers it at once.
+
+    Signals:
+        listed(list): the model names.
+        failed(str): why they could not be listed (a redacted message).
+    """
+
+    listed = Signal(list)
+    failed = Signal(str)
+
+    _known: ClassVar[dict[tuple[str, str, str], list[str]]] = {}
+
+    def __init__(self, provider: Any, parent: QObject | None = None, pool: QThreadPool | None = None) -> None:
+        super().__init__(parent)
+        self.provider = provider
+        self._pool = pool or QThreadPool.globalInstance()
+        self.busy = False
+        self.listed.connect(self._remember)
+        self.failed.connect(self._not_busy)
+
+    @staticmethod
+    def can_list(provider: Any) -> bool:
+        return callable(getattr(provider, "test_connection", None))
+
+    def _key(self) -> tuple[str, str, str]:
+        profile = getattr(self.provider, "profile", None)
+        name = str(getattr(profile, "name", ""))
+        resolve = getattr(profile, "resolved_base_url", None)
+        url = str(resolve() if callable(resolve) else "")
+        return (str(getattr(self.provider, "kind", "")), name, url)
+
+    def known(self) -> list[str]:
+        """The names listed earlier in this session (empty: not asked yet)."""
+        return list(self._known.get(self._key(), []))
+
+    @Slot(list)
+    def _remember(self, names: list[str]) -> None:
+        self._known[self._key()] = list(names)
+        self.busy = False
+
+    def start(self) -> None:
+        if self.busy:
+            return
+        self.busy = True
+        self._pool.start(_ListModels(self.provider, self))
+
+    @Slot(str)
+    def _not_busy(self, _text: str) -> None:
+        self.busy = False
+
+
+class _ListModels(QRunnable):
+    """Lists a provider's models; reports through the GUI-owned :class:`ModelLister`."""
+
+    def __init__(self, provider: Any, lister: ModelLister) -> None:
+        super().__init__()
+        self.provider = provider
+        self.lister = lister
+
+    def run(self) -> None:
+        try:
+            names = [str(n) for n in self.provider.test_connection()]
+        except Exception as exc:  # the provider's message is already redacted
+            self.lister.failed.emit(str(exc) or type(exc).__name__)
+            return
+        self.lister.listed.emit(names)
+
+
+# --------------------------------------------------------------------------- the form
+
+
+class InputForm(QWidget):
+    """A form for one kind's input, generated from its :class:`InputSpec`.
+
+    Args:
+        spec: the description.
+        provider: the provider (for a model field's "list models" button), or None.
+        parent: the Qt parent.
+
+    Signals:
+        changed(): a value changed (by the user).
+        submit_requested(): Ctrl+Enter in a text box.
+    """
+
+    changed = Signal()
+    submit_requested = Signal()
+
+    def __init__(self, spec: InputSpec, provider: Any = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.spec = spec
+        self.setObjectName("inputForm")
+        self.editors: dict[str, FieldEditor] = {}
+        self._loading = False
+        self._last: dict[str, Any] = {}
+        self.lister: ModelLister | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        if spec.notes:
+            notes = QLabel(spec.notes)
+            notes.setWordWrap(True)
+            notes.setObjectName("formNotes")
+            notes.setEnabled(False)  # the palette's muted text
+            layout.addWidget(notes)
+        self.main = QFormLayout()
+        self.main.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
+        layout.addLayout(self.main, 1)
+        self.advanced_toggle = QToolButton()
+        self.advanced_toggle.setObjectName("advancedToggle")
+        self.advanced_toggle.setText("&Advanced")
+        self.advanced_toggle.setCheckable(True)
+        self.advanced_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.advanced_toggle.setAutoRaise(True)
+        self.advanced_box = QWidget()
+        self.advanced_box.setObjectName("advancedSection")
+        self.advanced = QFormLayout(self.advanced_box)
+        self.advanced.setContentsMargins(12, 0, 0, 0)
+        self.advanced.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
+        self.labels: dict[str, QLabel] = {}
+        for f in spec.fields:
+            editor = FieldEditor(f, self._edited)
+            self.editors[f.name] = editor
+            if isinstance(editor.widget, PromptEditor):
+                editor.widget.submit_requested.connect(self.submit_requested)
+            if f.choices_from == MODELS and provider is not None and ModelLister.can_list(provider):
+                self._add_model_button(editor, provider)
+            label = QLabel(f.label or f"{f.title}:")
+            label.setBuddy(editor.widget)
+            if f.help:
+                label.setToolTip(f.help)
+            self.labels[f.name] = label
+            (self.advanced if f.advanced else self.main).addRow(label, editor.row)
+        has_advanced = any(f.advanced for f in spec.fields)
+        self.advanced_toggle.setVisible(has_advanced)
+        self.advanced_toggle.toggled.connect(self.show_advanced)
+        layout.addWidget(self.advanced_toggle)
+        layout.addWidget(self.advanced_box)
+        self.show_advanced(False)
+        for name, value in spec.defaults().items():
+            self.editors[name].set_value(value)
+        self._last = self._safe_values()
+        self._update_visibility()
+
+    def _add_model_button(self, editor: FieldEditor, provider: Any) -> None:
+        self.lister = ModelLister(provider, self)
+        editor.set_choices(self.lister.known())
+        button = QToolButton()
+        button.setObjectName("listModels")
+        button.setText("↻")
+        button.setToolTip("Ask the profile's server for its models")
+        button.setAccessibleName("List the server's models")
+        row = QWidget()
+        box = QHBoxLayout(row)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(editor.widget, 1)
+        box.addWidget(button)
+        editor.row = row
+        self.model_button = button
+        self.model_status = editor.widget
+
+        def listed(names: list[str]) -> None:
+            editor.set_choices(names)
+            button.setEnabled(True)
+            button.setToolTip(f"{len(names)} models listed by the server; click to ask again")
+
+        def failed(text: str) -> None:
+            button.setEnabled(True)
+            button.setToolTip(f"Could not list the models: {text}")
+
+        def ask() -> None:
+            button.setEnabled(False)
+            assert self.lister is not None
+            self.lister.start()
+
+        self.lister.listed.connect(listed)
+        self.lister.failed.connect(failed)
+        button.clicked.connect(ask)
+
+    # -- sections and visibility
+
+    def show_advanced(self, shown: bool) -> None:
+        """Opens or closes the Advanced section."""
+        self.advanced_toggle.blockSignals(True)
+        self.advanced_toggle.setChecked(shown)
+        self.advanced_toggle.blockSignals(False)
+        self.advanced_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self.advanced_box.setVisible(shown)
+
+    def _update_visibility(self) -> None:
+        values = self._safe_values()
+        for f in self.spec.fields:
+            if f.visible_when is None:
+                continue
+            layout = self.advanced if f.advanced else self.main
+            layout.setRowVisible(self.editors[f.name].row, self.spec.visible(f, values))
+
+    # -- values
+
+    def _safe_values(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, editor in self.editors.items():
+            try:
+                out[name] = editor.value()
+            except FieldProblem:
+                out[name] = self._last.get(name)
+        return out
+
+    def _edited(self) -> None:
+        if self._loading:
+            return
+        now = self._safe_values()
+        self._apply_implies(now)
+        self._last = self._safe_values()
+        self._update_visibility()
+        self.changed.emit()
+
+    def _apply_implies(self, now: Mapping[str, Any]) -> None:
+        for f in self.spec.fields:
+            if not f.implies or now.get(f.name) == self._last.get(f.name) or now.get(f.name) in (None, f.default):
+                continue
+            for other, value in f.implies:
+                target = self.spec.field(other)
+                if now.get(other) == target.default:
+                    self._loading = True
+                    try:
+                        self.editors[other].set_value(value)
+                    finally:
+                        self._loading = False
+
+    def values(self) -> dict[str, Any]:
+        """Every field's value.
+
+        Raises:
+            FieldProblem: a field's text is not a value.
+        """
+        return {name: editor.value() for name, editor in self.editors.items()}
+
+    def problems(self) -> list[str]:
+        """What the form itself can tell is wrong (broken JSON in a field), for people."""
+        out = []
+        for editor in self.editors.values():
+            try:
+                editor.value()
+            except FieldProblem as exc:
+                out.append(str(exc))
+        return out
+
+    def payload(self) -> dict[str, Any]:
+        """The job input (of the first job, when a count makes several)."""
+        return self.spec.build(self.values())
+
+    def payloads(self) -> list[dict[str, Any]]:
+        """Every job input the form makes (several with a count field)."""
+        return self.spec.build_all(self.values())
+
+    def load(self, payload: Any) -> str | None:
+        """Shows ``payload`` in the form; the reason if it cannot be shown exactly (nothing changes)."""
+        try:
+            values = self.spec.parse(payload)
+        except ValueError as exc:
+            return str(exc)
+        before = self._safe_values()
+        self._loading = True
+        try:
+            for name, value in values.items():
+                if name == self.spec.count_field:
+                    continue  # not part of the input: the count stays as chosen
+                if not self.editors[name].set_value(value):
+                    for back, old in before.items():
+                        self.editors[back].set_value(old)
+                    return f'"{name}" is outside what the form can show'
+        finally:
+            self._loading = False
+        self._last = self._safe_values()
+        self._update_visibility()
+        if any(self.spec.field(n).advanced and v != self.spec.field(n).default for n, v in values.items()):
+            self.show_advanced(True)
+        return None
+
+    def mark(self, message: str | None) -> str | None:
+        """Marks the field a problem message names (``"duration_s" must be …``); returns its name.
+
+        None clears the mark. The label turns red and says the problem in its tooltip.
+        """
+        named = None
+        if message:
+            low = message.casefold()
+            for f in self.spec.fields:
+                if f'"{f.name}"'.casefold() in low or low.startswith(f"{f.title.casefold()}:"):
+                    named = f.name
+                    break
+        for name, label in self.labels.items():
+            f = self.spec.field(name)
+            if name == named:
+                label.setStyleSheet(f"color: {error_colour(label)};")
+                label.setToolTip(str(message))
+                self.editors[name].widget.setAccessibleDescription(f"Error: {message}")
+            elif label.styleSheet():
+                label.setStyleSheet("")
+                label.setToolTip(f.help)
+                self.editors[name].widget.setAccessibleDescription("")
+        if named is not None and self.spec.field(named).advanced:
+            self.show_advanced(True)
+        return named
+
+    def editor(self, name: str) -> QWidget:
+        """The widget of field ``name``."""
+        return self.editors[name].widget
+
+    def set_value(self, name: str, value: Any) -> None:
+        """Sets field ``name`` as if the user had (tests, and carrying a prompt across kinds)."""
+        self.editors[name].set_value(value)
+
+    def first_editor(self) -> QWidget | None:
+        """Where typing starts: the prompt field, else the first field."""
+        name = self.spec.prompt_field
+        if name and name in self.editors:
+            return self.editors[name].widget
+        first = next(iter(self.editors.values()), None)
+        return first.widget if first is not None else None
+
+    def last_editor(self) -> QWidget | None:
+        """The last widget in tab order (before the dialog's own fields)."""
+        return self.advanced_toggle if self.advanced_toggle.isVisibleTo(self) else None
+
+
+__all__ = [
+    "LONG_LINE",
+    "UNSET",
+    "error_colour",
+    "FieldEditor",
+    "FieldProblem",
+    "InputForm",
+    "ModelLister",
+    "PromptEditor",
+]
