@@ -873,6 +873,7 @@ class FlowControl:
         self.ledger = ledger
         self.rng = rng or random.Random()
         self._kind_holds: dict[str, str] = {}
+        self._profile_holds: dict[str, str] = {}
         self._others: dict[str, Any] = {}  # shared state of profiles this process does not run
         self._throttled: set[str] = set()  # jobs whose throttle pause is already counted
 
@@ -966,6 +967,28 @@ class FlowControl:
             else:
                 self._kind_holds[kind] = reason
 
+    def set_profile_of(self, profile_of: Callable[[str, Any], str | None]) -> None:
+        """Changes how a job's profile is found (the default profile changed in Preferences)."""
+        with self._lock:
+            self._profile_of = profile_of
+
+    def hold_profile(self, profile: str, reason: str | None) -> None:
+        """Holds every job of ``profile`` with ``reason`` (None: lets them go again).
+
+        :meth:`hold_kind` for one profile of a kind that runs on several (no API key
+        for the ``openai`` profile holds its jobs, not those of a local ``ollama``).
+        """
+        with self._lock:
+            if reason is None:
+                self._profile_holds.pop(profile, None)
+            else:
+                self._profile_holds[profile] = reason
+
+    def profile_hold(self, profile: str) -> str | None:
+        """The reason ``profile`` is held (:meth:`hold_profile`), or None."""
+        with self._lock:
+            return self._profile_holds.get(profile)
+
     # ------------------------------------------------------------------ internals
 
     def _flow_of(self, job: Any) -> tuple[str, _ProfileFlow | None, Any]:
@@ -1051,7 +1074,7 @@ class FlowControl:
         self, flow: _ProfileFlow, job_id: str, kind: str, payload: Any, cost: Cost, now: float
     ) -> tuple[str, float] | None:
         """Why ``job_id`` may not start now: (reason, expected wait in s), or None."""
-        held = self._kind_holds.get(kind)
+        held = self._kind_holds.get(kind) or self._profile_holds.get(flow.name)
         if held is not None:
             return (held if held.startswith("waiting") else f"waiting: {held}"), 0.0
         offline = flow.offline
