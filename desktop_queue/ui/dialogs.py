@@ -541,13 +541,18 @@ class PreferencesDialog(QDialog):
             self.profiles_page.add_profile(new_profile if isinstance(new_profile, Preset) else PRESETS[0])
             self.tabs.setCurrentWidget(self.profiles_page)
         # every hint readable in full, not cut off at "https://api.openai…" / "leave empty to k…"
+        metrics = self.fontMetrics()
         widest = max(
             (e.fontMetrics().horizontalAdvance(e.placeholderText()) for e in self.findChildren(QLineEdit)),
             default=0,
         )
-        self.profiles_page.stack.setMinimumWidth(widest + 200)
+        labels = max(metrics.horizontalAdvance(t) for t in ("Requests per minute:", "Tokens per month:", "Start from:"))
+        # label column, field (its hint in full), the form's and the scroll bar's margins
+        self.profiles_page.stack.setMinimumWidth(labels + widest + 24 + 40)
+        scroll_bar = self.style().pixelMetric(self.style().PixelMetric.PM_ScrollBarExtent)
+        self.profiles_page.editor_scroll.setMinimumWidth(self.profiles_page.stack.minimumWidth() + scroll_bar + 4)
         self.setMinimumWidth(max(760, self.sizeHint().width()))
-        self.resize(self.minimumWidth(), 640)
+        self.resize(self.minimumWidth(), min(700, max(560, self.sizeHint().height())))
 
     @property
     def providers_page(self) -> Any:

@@ -51,7 +51,7 @@ class FirstRunPanel(QWidget):
         text.setWordWrap(True)
         text.setAlignment(Qt.AlignmentFlag.AlignCenter)
         text.setMaximumWidth(520)
-        self.demo_button = QPushButton(icon("action-new"), "Try a &demo job")
+        self.demo_button = QPushButton(icon("action-new"), "&Try a demo job")
         self.demo_button.setObjectName("tryDemo")
         self.demo_button.setToolTip("Submits a short demo job and selects it, so you can follow its timeline")
         self.demo_button.setDefault(True)

@@ -6,8 +6,8 @@ import time
 from collections import deque
 from typing import Any
 
-from PySide6.QtCore import QByteArray, Qt, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence, QPalette
+from PySide6.QtCore import QByteArray, QSize, Qt, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence, QPainter, QPalette
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -113,6 +113,25 @@ def shortcuts_for(
     if not bindings and fallback is not None:
         return [fallback]
     return bindings
+
+
+class ElidedLabel(QLabel):
+    """A status-bar label that gives up width before the window does: its text elides ("openai: ok, $0.5…").
+
+    The full text stays in :meth:`text` (and the item's tooltip); a narrow window never
+    grows wider than the screen because of a long provider state.
+    """
+
+    MIN_WIDTH = 72
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt API
+        hint = super().minimumSizeHint()
+        return QSize(min(hint.width(), self.MIN_WIDTH), hint.height())
+
+    def paintEvent(self, _event: Any) -> None:  # noqa: N802 - Qt API
+        painter = QPainter(self)
+        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.width())
+        painter.drawText(self.rect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), shown)
 
 
 class Banner(QFrame):
@@ -399,7 +418,7 @@ class MainWindow(QMainWindow):
         row.setSpacing(4)
         picture = QLabel()
         picture.setObjectName(f"providerIcon_{profile}")
-        label = QLabel()
+        label = ElidedLabel()
         label.setObjectName(f"providerLabel_{profile}")
         row.addWidget(picture)
         row.addWidget(label)

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QStackedWidget,
     QToolButton,
@@ -217,7 +218,7 @@ class ProvidersPage(QWidget):
         self.model.setToolTip("The model used when a job's input names none")
         self.models = QLineEdit(_models_text(config.models))
         self.models.setObjectName("modelList")
-        self.models.setPlaceholderText("optional: model names, comma-separated (Test connection fills it)")
+        self.models.setPlaceholderText("optional, comma-separated: Test connection fills it")
         self.models.setToolTip("The models offered when you write a job for this profile")
         self.require_key = QCheckBox("This server needs an API &key")
         self.require_key.setObjectName("requireKey")
@@ -256,7 +257,11 @@ class ProvidersPage(QWidget):
         self.api_key = QLineEdit()
         self.api_key.setObjectName("apiKey")
         self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
-        self.api_key.setPlaceholderText("leave empty to keep the saved key (OS keyring or $OPENAI_API_KEY)")
+        self.api_key.setPlaceholderText(
+            "paste the key: it goes to the OS keyring"
+            if self.saved_name is None
+            else "empty: keep the saved key (keyring or $OPENAI_API_KEY)"
+        )
         self.api_key.setToolTip("Saved to the OS keyring, never to the settings file")
         self.key_state = QLabel()
         self.key_state.setObjectName("keyState")
@@ -269,6 +274,7 @@ class ProvidersPage(QWidget):
         self.message = InlineMessage()
         self.message.setObjectName("providerMessage")
 
+        self._focus_before_test: QWidget | None = None
         self.tester = ConnectionTester(self)
         self.tester.succeeded.connect(self._tested_ok)
         self.tester.failed.connect(self._tested_failed)
@@ -365,6 +371,7 @@ class ProvidersPage(QWidget):
     @Slot()
     def _show_key_state(self) -> None:
         """Says where this profile's key comes from (never the key itself)."""
+        self.api_key.setEnabled(self.require_key.isChecked())
         if not self.require_key.isChecked():
             self.key_state.setText("No key is sent to this server.")
             return
@@ -439,13 +446,14 @@ class ProvidersPage(QWidget):
 
             lookup = replace(lookup, name=self.saved_name)
         provider = make_providers(lookup, api_key=self.api_key.text() or None)["openai.chat"]
+        self._focus_before_test = self.window().focusWidget()
         self.test_button.setEnabled(False)
         self.message.show_info("Testing the connection…")
         self._pool.start(_TestConnection(provider, self.tester))
 
     @Slot(list)
     def _tested_ok(self, models: list[str]) -> None:
-        self.test_button.setEnabled(True)
+        self._test_done()
         shown = ", ".join(models[:20]) + (f" … ({len(models)} in all)" if len(models) > 20 else "")
         self.message.show_info(f"Connected. Models: {shown}" if models else "Connected. The endpoint lists no models.")
         if models and not self.models.text().strip():
@@ -453,9 +461,15 @@ class ProvidersPage(QWidget):
         if models and self.model.text().strip() not in models and self.saved_name is None:
             self.model.setText(models[0])  # a preset's guess the server does not have
 
+    def _test_done(self) -> None:
+        # disabling the button moved the focus on (into the limits): bring it back
+        self.test_button.setEnabled(True)
+        if self._focus_before_test is self.test_button:
+            self.test_button.setFocus()
+
     @Slot(str)
     def _tested_failed(self, error: str) -> None:
-        self.test_button.setEnabled(True)
+        self._test_done()
         self.message.show_error(f"Connection failed: {error}")
 
     def save_key(self) -> bool:
@@ -534,7 +548,7 @@ class ProfilesPage(QWidget):
         self.list = QListWidget()
         self.list.setObjectName("profileList")
         self.list.setMinimumWidth(150)
-        self.list.setMaximumWidth(220)
+        self.list.setMaximumWidth(190)
         self.list.currentRowChanged.connect(self._row_changed)
         self.stack = QStackedWidget()
         self.empty = QLabel(
@@ -552,6 +566,8 @@ class ProfilesPage(QWidget):
         self.add_button.setText("&Add")
         self.add_button.setToolTip("Add a profile, from a preset or empty")
         self.add_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.add_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self.add_button.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         menu = QMenu(self.add_button)
         for preset in PRESETS:
             action = menu.addAction(preset.label)
@@ -591,9 +607,12 @@ class ProfilesPage(QWidget):
         side.addWidget(self.list, 1)
         side.addLayout(buttons)
         scroll = QScrollArea()
+        scroll.setObjectName("profileScroll")
         scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         scroll.setWidget(self.stack)
+        self.editor_scroll = scroll
         right = QVBoxLayout()
         right.addWidget(scroll, 1)
         right.addWidget(self.message)

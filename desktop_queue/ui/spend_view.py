@@ -75,13 +75,23 @@ class SpendModel(QAbstractTableModel):
         self.by = "day"
         self.rows: list[dict[str, Any]] = []
         self.total: dict[str, Any] = report_total([])
+        #: the models of the period whose cost comes from built-in prices
+        self.estimated: set[str] = set()
 
-    def set_rows(self, by: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Shows a new report (a reset: a new grouping changes every row)."""
+    def set_rows(self, by: str, rows: Sequence[Mapping[str, Any]], models: Sequence[str] = ()) -> None:
+        """Shows a new report (a reset: a new grouping changes every row).
+
+        Args:
+            by: the grouping (``day``, ``profile`` or ``model``).
+            rows: ``SpendLedger.report(by)`` rows.
+            models: the models used in the period (to mark estimated costs when not grouped by model).
+        """
         self.beginResetModel()
         self.by = by
         self.rows = [dict(r) for r in rows]
         self.total = report_total(rows)
+        listed = [str(r.get("model", "")) for r in rows] if by == "model" else list(models)
+        self.estimated = {m for m in listed if is_estimate(self.prices, m)}
         self.endResetModel()
         self.headerDataChanged.emit(Qt.Orientation.Horizontal, 0, 0)
 
@@ -99,11 +109,13 @@ class SpendModel(QAbstractTableModel):
             return self.rows[index]
         return {self.by: "Total", **self.total}
 
-    def _estimate(self, row: Mapping[str, Any]) -> bool:
-        if self.by == "model":
-            return is_estimate(self.prices, str(row.get("model", "")))
-        models = {str(r.get("model")) for r in self.rows if "model" in r}
-        return bool(models) and any(is_estimate(self.prices, m) for m in models)
+    def _estimate(self, row: Mapping[str, Any], total: bool = False) -> bool:
+        """Whether the row's cost is (partly) an estimate: by model exactly, else if the period used an estimated model."""
+        if float(row.get("usd", 0.0)) <= 0:
+            return False
+        if self.by == "model" and not total:
+            return str(row.get("model", "")) in self.estimated
+        return bool(self.estimated)
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < self.rowCount():
@@ -112,10 +124,12 @@ class SpendModel(QAbstractTableModel):
         key, _heading, right = COLUMNS[index.column()]
         total = index.row() == len(self.rows)
         if role == Qt.ItemDataRole.DisplayRole:
+            if key == "group" and total:
+                return "Total"
             if key == "group":
                 return str(row.get(self.by, ""))
             if key == "usd":
-                estimate = self.by == "model" and not total and self._estimate(row)
+                estimate = self._estimate(row, total)
                 return cost_text(float(row.get("usd", 0.0)), unknown=bool(row.get("unknown_cost")), estimate=estimate)
             return f"{int(row.get(key, 0)):,}"
         if role == Qt.ItemDataRole.TextAlignmentRole:
@@ -125,7 +139,7 @@ class SpendModel(QAbstractTableModel):
             notes = []
             if row.get("unknown_cost"):
                 notes.append("Some calls used a model with no known price: their cost is not included.")
-            if self.by == "model" and not total and self._estimate(row):
+            if self._estimate(row, total):
                 notes.append("An estimate from built-in prices; set your own in Preferences → Providers.")
             return " ".join(notes) or None
         if role == Qt.ItemDataRole.FontRole and total:
@@ -240,15 +254,16 @@ class SpendDialog(QDialog):
         since = since_day(self.period.currentData())
         try:
             rows = self.ledger.report(by, since=since)  # type: ignore[arg-type]
+            models = [str(r["model"]) for r in self.ledger.report("model", since=since)] if by != "model" else []
             problem = None
         except (StoreError, OSError) as exc:
-            rows, problem = [], f"The ledger cannot be read: {exc}"
+            rows, models, problem = [], [], f"The ledger cannot be read: {exc}"
         damaged = self.ledger.damaged_lines()
         if damaged and problem is None:
             problem = f"{damaged} damaged ledger line(s) were skipped."
         self.problem.setText(problem or "")
         self.problem.setVisible(problem is not None)
-        self.model.set_rows(by, rows)
+        self.model.set_rows(by, rows, models)
         self.empty.setVisible(not rows)
         self.view.setVisible(bool(rows))
         self._show_budgets()
@@ -265,7 +280,7 @@ class SpendDialog(QDialog):
                 month = self.ledger.spent(profile, "month")
             except (StoreError, OSError):
                 continue
-            for bar in budget_bars(profile, budget, today, month):
+            for n, bar in enumerate(budget_bars(profile, budget, today, month)):
                 widget = QProgressBar()
                 widget.setObjectName(f"budget_{profile}_{bar.period}_{bar.unit}")
                 widget.setRange(0, 1000)
@@ -275,7 +290,7 @@ class SpendDialog(QDialog):
                 widget.setToolTip(
                     f"Profile {profile}: " + bar.text + (" (budget reached: its jobs wait)" if bar.reached else "")
                 )
-                self.budget_form.addRow(f"{profile}:", widget)
+                self.budget_form.addRow(f"{profile}:" if n == 0 else "", widget)
                 self.bars.append((bar, widget))
         if not self.bars:
             self.budget_form.addRow(QLabel("No budget set. Set one per profile in Preferences → Providers."))

@@ -83,6 +83,7 @@ def test_two_profiles_added_duplicated_renamed_removed_and_saved_to_the_file(
     cloud.api_key.setText(CANARY_KEY)
     ollama = page.add_profile(PRESETS[1])
     assert ollama.base_url.text() == "http://localhost:11434/v1" and not ollama.require_key.isChecked()
+    assert not ollama.api_key.isEnabled() and "No key is sent" in ollama.key_state.text()
     assert items(dialog) == ["cloud  (default)", "ollama"]
     copy = page.duplicate()
     assert copy is not None and copy.name.text() == "ollama-2" and copy.base_url.text() == ollama.base_url.text()
@@ -146,9 +147,12 @@ def test_test_connection_names_the_exact_failure(qtbot: Any, drained: None) -> N
     qtbot.addWidget(dialog)
     editor = dialog.providers_page
     editor.base_url.setText(f"http://127.0.0.1:{port}/v1")
+    dialog.show()
+    editor.test_button.setFocus()
     with qtbot.waitSignal(editor.tester.failed, timeout=WAIT_MS) as blocker:
         editor.test_button.click()
     assert blocker.args[0].startswith(f"connection refused at 127.0.0.1:{port}")
+    assert editor.test_button.isEnabled() and editor.test_button.hasFocus()  # not moved on into the limits
     assert "connection refused" in editor.message.text.text()
 
 
@@ -282,7 +286,8 @@ def test_the_spend_view_totals_by_day_profile_and_model_against_budgets(
     model = dialog.model
     qtmodeltester.check(model)
     assert model.rowCount() == 2  # today, and the total
-    assert model.index(1, 0).data() == "Total" and model.index(1, 5).data() == "$0.42"
+    assert model.index(1, 0).data() == "Total" and model.index(1, 5).data() == "~$0.42"  # built-in prices
+    assert model.index(0, 5).data() == "~$0.42" and "estimate" in model.index(0, 5).data(Qt.ItemDataRole.ToolTipRole)
     ((bar, widget),) = dialog.bars
     assert bar.text == "$0.42 of $5.00 today" and widget.text() == "$0.42 of $5.00 today"
     assert widget.value() == round(0.42 / 5.0 * 1000)
@@ -290,7 +295,7 @@ def test_the_spend_view_totals_by_day_profile_and_model_against_budgets(
     dialog.by.setCurrentIndex(dialog.by.findData("model"))
     qtmodeltester.check(model)
     rows = {model.index(r, 0).data(): model.index(r, 5).data() for r in range(model.rowCount())}
-    assert rows == {"gpt-4o": "~$0.12", "gpt-4o-mini": "~$0.30", "llama3.2": "$0.00", "Total": "$0.42"}
+    assert rows == {"gpt-4o": "~$0.12", "gpt-4o-mini": "~$0.30", "llama3.2": "$0.00", "Total": "~$0.42"}
     assert "estimate" in model.index(0, 5).data(Qt.ItemDataRole.ToolTipRole)
     assert model.headerData(0, Qt.Orientation.Horizontal) == "Model"
     dialog.by.setCurrentIndex(dialog.by.findData("profile"))
