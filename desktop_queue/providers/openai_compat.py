@@ -782,8 +782,8 @@ class _OpenAIBase:
         named = payload.get("profile")
         if named is not None and named != self.profile.name:
             raise InvalidInput(
-                f"unknown profile {named!r}: jobs of {self.kind} run on profile {self.profile.name!r}; "
-                "profiles are configured in Preferences or with work flags, not in job input"
+                f"unknown profile {named!r}: jobs of {self.kind} run on profile {self.profile.name!r} "
+                "(add one in Preferences → Providers or with desktop-queue profile add)"
             )
 
     def _model(self, payload: Mapping[str, Any], default: str) -> str:

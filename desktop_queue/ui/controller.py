@@ -21,7 +21,6 @@ from desktop_queue.core.present import (
     interactive_ahead,
     now_line,
     priority_reason,
-    provider_status,
     slot_reason,
 )
 from desktop_queue.core.profile_state import ProfileState, profile_state, shown_profiles
@@ -255,15 +254,8 @@ class Controller(QObject):
         return None
 
     def provider_states(self) -> list[tuple[str, str, str]]:
-        """(profile, level, text) of every provider profile under flow control, for the status bar."""
-        if self.flow is None:
-            return []
-        out = []
-        for profile in self.flow.profiles():
-            snapshot = self.flow.snapshot(profile)
-            level, text = provider_status(snapshot, self.budgets.get(profile), self._unavailable(profile))
-            out.append((profile, level, text))
-        return out
+        """(profile, level, text) of every profile worth showing (see :meth:`profile_states`)."""
+        return [(state.profile, state.level, state.text) for state in self.profile_states()]
 
     #: how often the status bar looks again which profiles queued jobs use (a walk over the jobs)
     IN_USE_RECHECK_S = 5.0

@@ -365,3 +365,25 @@ def test_saving_profiles_in_preferences_reaches_the_running_window(
     qtbot.waitUntil(lambda: set(indicators(window)) == {"ollama", "lmstudio"}, timeout=WAIT_MS)
     assert window.controller.profiles is not None and window.controller.profiles.names() == ["ollama", "lmstudio"]
     assert "lmstudio" in window.controller.flow.profiles()  # type: ignore[union-attr]
+
+
+def test_a_damaged_profiles_file_is_set_aside_and_the_window_still_opens(
+    qtbot: Any, data_dir: Path, isolated_profile: Path, prompts: Any
+) -> None:
+    from desktop_queue.app import start
+
+    config = isolated_profile / "config" / "desktop-queue"
+    config.mkdir(parents=True)
+    (config / "profiles.json").write_text('{"format": "desktop-queue.profiles", "schema_version": 1, "prof')
+    session = start(data_dir, lease=False, refresh_ms=100)
+    assert not isinstance(session, int), prompts.errors
+    qtbot.addWidget(session.window)
+    try:
+        (line,) = [line for line in session.banner if "profiles.json" in line]
+        assert "not valid JSON" in line and "corrupt-" in line and "fall back to the environment" in line
+        assert session.window.banner.isVisibleTo(session.window)
+        assert len(list(config.glob("profiles.json.corrupt-*"))) == 1
+        assert session.controller.profiles is not None and session.controller.profiles.names() == ["openai"]
+    finally:
+        session.close()
+    assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
