@@ -196,6 +196,8 @@ def start(
         attempt_timeout_s=prefs.attempt_timeout_s,
         profiles=profiles,
     )
+    if profiles is not None and profiles.path is not None:
+        controller.watch_profiles(profiles.path)  # `desktop-queue profile add` reaches this window too
     lines = banner_lines(queue) + profile_notices
     window = MainWindow(controller, lines)
     controller.setParent(window)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Signal, Slot
+from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal, Slot
 
 from desktop_queue.core import Job, Queue, QueueError, SubmitResult
 from desktop_queue.core.flow import FlowControl
@@ -24,7 +25,7 @@ from desktop_queue.core.present import (
     slot_reason,
 )
 from desktop_queue.core.profile_state import ProfileState, profile_state, shown_profiles
-from desktop_queue.providers.profiles import ProfileSet
+from desktop_queue.providers.profiles import ProfileFileError, ProfileSet, load_profiles
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.providers.setup import apply as apply_profile
 from desktop_queue.providers.setup import reconfigure as reconfigure_profiles
@@ -446,6 +447,8 @@ class Controller(QObject):
         providers of its own (tests, the screenshot script) keeps them.
         """
         before = self.profiles
+        if before is not None and profiles == before:
+            return  # saved unchanged: the running providers keep their clients
         self.profiles = profiles
         self.budgets = {p.name: p.budget() for p in profiles.profiles}
         if before is not None and any(k.startswith("openai.") for k in self.providers):
@@ -458,3 +461,41 @@ class Controller(QObject):
                 apply_profile(self.providers, self.flow, config)
         self._in_use = (-1e18, [])
         self.changed()
+
+    def watch_profiles(self, path: Path) -> None:
+        """Applies ``profiles.json`` again whenever another process (``desktop-queue profile …``) changes it.
+
+        The directory is watched, not the file: an atomic save replaces the file, and a
+        watch on the old one would end there.
+        """
+        self._profiles_path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            log.warning("cannot watch %s: %s", path, exc)
+            return
+        # a save is a temp file and a rename: look once it has settled
+        timer = QTimer(self)
+        timer.setObjectName("profilesReloadTimer")
+        timer.setSingleShot(True)
+        timer.setInterval(150)
+        timer.timeout.connect(self.reload_profiles)
+        self._watcher = QFileSystemWatcher([str(path.parent)], self)
+        self._watcher.directoryChanged.connect(lambda _d: timer.start())
+
+    @Slot()
+    def reload_profiles(self) -> None:
+        """Reads the watched profiles file and runs what it says (if it changed)."""
+        path = getattr(self, "_profiles_path", None)
+        if path is None:
+            return
+        try:
+            found = load_profiles(path.parent)
+        except ProfileFileError as exc:
+            self.failed.emit(str(exc))
+            return
+        for notice in found.notices:
+            self.failed.emit(notice)
+        if found != self.profiles:
+            self.apply_profiles(found)
+            self.message.emit("The provider profiles were changed elsewhere; they apply from the next job on.")

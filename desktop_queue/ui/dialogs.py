@@ -554,6 +554,11 @@ class PreferencesDialog(QDialog):
         self.setMinimumWidth(max(760, self.sizeHint().width()))
         self.resize(self.minimumWidth(), min(700, max(560, self.sizeHint().height())))
 
+    def select_profile(self, name: str) -> bool:
+        """Shows the Providers tab with the profile ``name`` selected; False if there is none."""
+        self.tabs.setCurrentWidget(self.profiles_page)
+        return self.profiles_page.select(name)
+
     @property
     def providers_page(self) -> Any:
         """The editor of the selected profile (a :class:`ProvidersPage`), or None when there is none."""

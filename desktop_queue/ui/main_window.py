@@ -134,6 +134,21 @@ class ElidedLabel(QLabel):
         painter.drawText(self.rect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), shown)
 
 
+class ClickableItem(QWidget):
+    """A status-bar item that opens something when clicked (a provider's indicator: its Preferences).
+
+    Signals:
+        clicked(): the left button was released over it.
+    """
+
+    clicked = Signal()
+
+    def mouseReleaseEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        if event.button() == Qt.MouseButton.LeftButton and self.rect().contains(event.position().toPoint()):
+            self.clicked.emit()
+        super().mouseReleaseEvent(event)
+
+
 class Banner(QFrame):
     """A dismissable, non-blocking message strip at the top of the window."""
 
@@ -388,7 +403,7 @@ class MainWindow(QMainWindow):
         self.dead_button.clicked.connect(lambda: self.tabs.setCurrentWidget(self.dead_pane))
         status.addPermanentWidget(self.dead_button)
         #: profile -> (item, icon label, text label): one indicator per provider under flow control
-        self.provider_items: dict[str, tuple[QWidget, QLabel, QLabel]] = {}
+        self.provider_items: dict[str, tuple[ClickableItem, QLabel, QLabel]] = {}
         self._provider_levels: dict[str, str] = {}
 
     @staticmethod
@@ -406,13 +421,15 @@ class MainWindow(QMainWindow):
         row.addWidget(label)
         return item, label
 
-    def _provider_item(self, profile: str) -> tuple[QWidget, QLabel, QLabel]:
+    def _provider_item(self, profile: str) -> tuple[ClickableItem, QLabel, QLabel]:
         """The status-bar indicator of ``profile`` (created on first use, left of the counts)."""
         found = self.provider_items.get(profile)
         if found is not None:
             return found
-        item = QWidget()
+        item = ClickableItem()
         item.setObjectName(f"provider_{profile}")
+        item.setCursor(Qt.CursorShape.PointingHandCursor)
+        item.clicked.connect(lambda p=profile: self.edit_preferences(profile=p))
         row = QHBoxLayout(item)
         row.setContentsMargins(6, 0, 6, 0)
         row.setSpacing(4)
@@ -626,7 +643,7 @@ class MainWindow(QMainWindow):
                 picture.setPixmap(icon(PROVIDER_ICONS.get(state.level, "provider-ok")).pixmap(14, 14))
                 self._provider_levels[profile] = state.level
             label.setText(state.text)
-            item.setToolTip(self.provider_tooltip(profile, state.detail))
+            item.setToolTip(self.provider_tooltip(profile, state.detail) + "\n\nClick to open its settings.")
             item.setAccessibleName(state.text)
         for profile in [p for p in self.provider_items if p not in shown]:  # a profile removed in Preferences
             item, _picture, _label = self.provider_items.pop(profile)
@@ -794,9 +811,17 @@ class MainWindow(QMainWindow):
             QGuiApplication.clipboard().setText(text)
             self.statusBar().showMessage("Timeline copied to the clipboard", 4000)
 
-    def edit_preferences(self, new_profile: bool = False) -> dialogs.PreferencesDialog:
-        """Opens Preferences (window-modal, non-blocking); ``new_profile``: on a new provider profile."""
-        dialog = dialogs.PreferencesDialog(self.prefs, self.controller.profiles, self, new_profile=new_profile)
+    def edit_preferences(self, new_profile: bool = False, profile: str | None = None) -> dialogs.PreferencesDialog:
+        """Opens Preferences (window-modal, non-blocking); returns it.
+
+        Args:
+            new_profile: open on a new provider profile (from a preset).
+            profile: open on the Providers tab with this profile selected.
+        """
+        # the profiles as saved (another process may have changed them), not as this window runs them
+        dialog = dialogs.PreferencesDialog(self.prefs, None, self, new_profile=new_profile)
+        if profile is not None:
+            dialog.select_profile(profile)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self._preferences_accepted(dialog))
         dialog.open()

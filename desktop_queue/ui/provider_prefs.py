@@ -661,6 +661,14 @@ class ProfilesPage(QWidget):
         for button in (self.duplicate_button, self.rename_button, self.remove_button, self.default_button):
             button.setEnabled(has)
 
+    def select(self, name: str) -> bool:
+        """Selects the profile ``name`` (as saved, or as typed); False if there is none."""
+        for row, editor in enumerate(self.editors):
+            if name in (editor.saved_name, editor.name.text().strip()):
+                self.list.setCurrentRow(row)
+                return True
+        return False
+
     def current_editor(self) -> ProvidersPage | None:
         row = self.list.currentRow()
         return self.editors[row] if 0 <= row < len(self.editors) else None

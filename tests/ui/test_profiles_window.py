@@ -387,3 +387,38 @@ def test_a_damaged_profiles_file_is_set_aside_and_the_window_still_opens(
     finally:
         session.close()
     assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
+
+
+def test_a_profile_added_by_the_cli_reaches_a_running_window(
+    qtbot: Any, open_window: Any, local: FakeOpenAI, isolated_profile: Path, dq_env: dict[str, str]
+) -> None:
+    import subprocess
+
+    path = save_profiles(ProfileSet((ProfileConfig(name="ollama", base_url=local.url, require_key=False),), "ollama"))
+    window = open_window(load_profiles())
+    window.controller.watch_profiles(path)
+    qtbot.waitUntil(lambda: set(indicators(window)) == {"ollama"}, timeout=WAIT_MS)
+    run = subprocess.run(
+        [sys.executable, "-m", "desktop_queue", "profile", "add", "lab", "--base-url", local.url],
+        env=dq_env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    qtbot.waitUntil(lambda: set(indicators(window)) == {"ollama", "lab"}, timeout=WAIT_MS)
+    assert window.controller.profiles is not None and window.controller.profiles.names() == ["ollama", "lab"]
+    # its indicator opens Preferences on it
+    item = window.provider_items["lab"][0]
+    assert "Click to open its settings" in item.toolTip()
+    item.clicked.emit()
+    dialog = window.findChild(PreferencesDialog)
+    assert dialog is not None and dialog.providers_page.name.text() == "lab"
+    dialog.reject()
+
+
+@pytest.fixture
+def dq_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring", "QT_QPA_PLATFORM": "offscreen"}
