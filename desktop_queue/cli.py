@@ -597,7 +597,6 @@ def cmd_work(args: argparse.Namespace) -> int:
     from desktop_queue.providers.setup import ProfileConfig, build
     from desktop_queue.runtime import LeaseDriver
 
-    profiles = _load_profiles()
     # the flags override the default profile's own settings (the file is not changed)
     overrides: dict[str, Any] = {
         "rpm": args.rpm,
@@ -607,12 +606,18 @@ def cmd_work(args: argparse.Namespace) -> int:
         **budgets,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    default = profiles.default_profile() or ProfileConfig()
-    if overrides:
-        profiles = profiles.with_profile(dataclasses.replace(default, **overrides))
-        profiles = dataclasses.replace(profiles, default=default.name)
-    for notice in profiles.notices:
+
+    def with_flags(found: Any) -> Any:
+        default = found.default_profile() or ProfileConfig()
+        if not overrides:
+            return found
+        changed = found.with_profile(dataclasses.replace(default, **overrides))
+        return dataclasses.replace(changed, default=default.name)
+
+    loaded = _load_profiles()
+    for notice in loaded.notices:
         _err(f"note: {notice}")
+    profiles = with_flags(loaded)
     providers, flow = build(profiles, data_dir=resolve_data_dir(args.data_dir))
     # after everything that can refuse the arguments: a process has one application object
     app = QCoreApplication.instance() or QCoreApplication([PROG])
@@ -665,6 +670,39 @@ def cmd_work(args: argparse.Namespace) -> int:
             request_stop("idle")
 
     driver.error.connect(on_error)
+    # `desktop-queue profile add` or the window's Preferences change the profiles while this
+    # worker runs: it follows them (the flags still override the default profile)
+    running = {"profiles": profiles}
+
+    def reload_profiles() -> None:
+        from desktop_queue.providers.profiles import ProfileFileError, load_profiles
+        from desktop_queue.providers.setup import reconfigure
+
+        try:
+            found = load_profiles(loaded.path.parent) if loaded.path is not None else None
+        except ProfileFileError as exc:
+            _err(f"note: {exc}")
+            return
+        if found is None:
+            return
+        for notice in found.notices:
+            _err(f"note: {notice}")
+        found = with_flags(found)
+        if found != running["profiles"]:
+            running["profiles"] = found
+            reconfigure([queue.providers, driver.providers], flow, found)  # type: ignore[list-item]
+            _err("note: the provider profiles changed; they apply from the next attempt on")
+
+    settle = QTimer()
+    settle.setSingleShot(True)
+    settle.setInterval(150)
+    settle.timeout.connect(reload_profiles)
+    watcher = None
+    if loaded.path is not None and loaded.path.parent.is_dir():
+        from PySide6.QtCore import QFileSystemWatcher
+
+        watcher = QFileSystemWatcher([str(loaded.path.parent)])
+        watcher.directoryChanged.connect(lambda _d: settle.start())
     # --until-idle stops the moment the driver says it is idle, not at the next look
     driver.idle.connect(check)
     for sig in (signal.SIGINT, signal.SIGTERM):

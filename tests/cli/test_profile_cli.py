@@ -190,3 +190,30 @@ def test_a_profile_added_with_the_cli_is_used_by_work_and_seen_by_preferences(
     page.list.setCurrentRow(1)
     assert dialog.providers_page.base_url.text() == local.url
     assert not dialog.providers_page.require_key.isChecked()
+
+
+def test_a_running_worker_follows_a_profile_added_meanwhile(
+    dq: Cli, env: dict[str, str], local: FakeOpenAI, cloud: FakeOpenAI, qtbot: Any
+) -> None:
+    import subprocess
+
+    assert dq.sub("profile", "add", "one", "--base-url", cloud.url, "--key-stdin", stdin=CANARY_KEY, env=env).code == 0
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "desktop_queue", *dq.argv("work", "--max-seconds", "40")],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert dq.sub("submit", "openai.chat", "--input", '{"prompt": "first"}', env=env).code == 0
+        qtbot.waitUntil(lambda: cloud.count("chat") == 1, timeout=30_000)
+        # a new default profile while the worker runs: the next unnamed job goes there
+        assert dq.sub("profile", "add", "two", "--base-url", local.url, "--default", env=env).code == 0
+        assert dq.sub("submit", "openai.chat", "--input", '{"prompt": "second"}', env=env).code == 0
+        qtbot.waitUntil(lambda: local.count("chat") == 1, timeout=30_000)
+        assert cloud.count("chat") == 1
+    finally:
+        worker.terminate()
+        _out, err = worker.communicate(timeout=30)
+    assert "the provider profiles changed" in err.decode()
+    assert CANARY_KEY not in err.decode()
