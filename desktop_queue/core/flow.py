@@ -874,6 +874,7 @@ class FlowControl:
         self.rng = rng or random.Random()
         self._kind_holds: dict[str, str] = {}
         self._profile_holds: dict[str, str] = {}
+        self._known_profiles_only: str | None = None  # kind prefix whose jobs need a configured profile
         self._others: dict[str, Any] = {}  # shared state of profiles this process does not run
         self._throttled: set[str] = set()  # jobs whose throttle pause is already counted
 
@@ -983,6 +984,29 @@ class FlowControl:
                 self._profile_holds.pop(profile, None)
             else:
                 self._profile_holds[profile] = reason
+
+    def hold_unknown_profiles(self, kind_prefix: str | None) -> None:
+        """Holds jobs of kinds starting with ``kind_prefix`` whose profile is not configured here.
+
+        A job naming a profile that was removed, or added by another process a moment
+        ago and not yet read here, waits (``waiting: profile lab is not configured``)
+        instead of failing; it runs as soon as this process knows the profile.
+        """
+        with self._lock:
+            self._known_profiles_only = kind_prefix
+
+    def _ungoverned_hold(self, job: Any) -> str | None:
+        """Why a job without a profile here waits: its kind's hold, or a profile that is not configured."""
+        _job_id, kind, payload = _job_fields(job)
+        held = self._kind_holds.get(kind)
+        if held is not None:
+            return held if held.startswith("waiting") else f"waiting: {held}"
+        prefix = self._known_profiles_only
+        if prefix is not None and kind.startswith(prefix):
+            name = self._profile_of(kind, payload)
+            if name is not None and name not in self._profiles:
+                return f"waiting: profile {name} is not configured (add it in Preferences → Providers)"
+        return None
 
     def profile_hold(self, profile: str) -> str | None:
         """The reason ``profile`` is held (:meth:`hold_profile`), or None."""
@@ -1132,7 +1156,7 @@ class FlowControl:
             job_id, flow, _payload = self._flow_of(job)
             if flow is not None:
                 raise NeedsSession(job_id)
-            return _job_fields(job)[1] not in self._kind_holds
+            return self._ungoverned_hold(job) is None
 
     def accept(self, job: Any) -> bool:
         """May this queued job start now? If so, its estimated cost is spent (for ``Queue.lease``).
@@ -1142,13 +1166,12 @@ class FlowControl:
         """
         if not self.governs(job):
             with self._lock:
-                return _job_fields(job)[1] not in self._kind_holds
+                return self._ungoverned_hold(job) is None
         with self.session():
             job_id, flow, payload = self._flow_of(job)
             kind = _job_fields(job)[1]
             if flow is None:
-                held = self._kind_holds.get(kind)
-                return held is None
+                return self._ungoverned_hold(job) is None
             now = self.clock.now()
             self._update(flow, now)
             if job_id in flow.admitted:
@@ -1422,8 +1445,7 @@ class FlowControl:
             if isinstance(job, Mapping) and job.get("state") not in (None, "queued"):
                 return None
             if flow is None:
-                held = self._kind_holds.get(kind)
-                return None if held is None else (held if held.startswith("waiting") else f"waiting: {held}")
+                return self._ungoverned_hold(job)
             now = self.clock.now()
             self._update(flow, now)
             if job_id in flow.admitted:

@@ -262,6 +262,7 @@ def build(
         shared_dir=shared / "flow" if shared is not None else None,
         ledger=SpendLedger(shared, clock) if shared is not None else None,
     )
+    flow.hold_unknown_profiles("openai.")  # a job naming a profile not (yet) known here waits
     if plugins:
         found: dict[str, Provider] = dict(discover())
     else:

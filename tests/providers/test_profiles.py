@@ -287,3 +287,15 @@ def test_401_and_404_are_named(server: FakeOpenAI) -> None:
     root = server.url.removesuffix("/v1")
     text = failure(root + "/v1/api")
     assert text.startswith("HTTP 404 at GET ") and "/v1/api/models" in text and "ends in /v1" in text, text
+
+
+def test_a_job_naming_a_profile_not_known_here_waits_instead_of_failing(server: FakeOpenAI, second: FakeOpenAI) -> None:
+    providers, flow = build([ProfileConfig(name="cloud", base_url=server.url)], FakeClock(), plugins=False)
+    job = {"id": "u", "kind": "openai.chat", "state": "queued", "input": {"prompt": "x", "profile": "lab"}}
+    assert not flow.accept(job)
+    assert flow.waiting_reason(job) == "waiting: profile lab is not configured (add it in Preferences → Providers)"
+    assert flow.accept({"id": "d", "kind": "demo", "input": {}})  # other kinds are not concerned
+    # another process added "lab": once this one reads it, the job runs
+    lab = ProfileConfig(name="lab", base_url=second.url, require_key=False)
+    reconfigure([providers], flow, ProfileSet((ProfileConfig(name="cloud", base_url=server.url), lab), "cloud"))
+    assert flow.waiting_reason(job) is None and flow.accept(job)
