@@ -168,9 +168,11 @@ def profile_state(
     cap = snap.get("concurrency_cap")
     if busy:
         parts.append(f"{busy}{'/' + str(cap) if cap else ''} in flight")
-    if use is not None:
-        parts.append(use[1])
-    return state(ProfileStateKind.OK, ", ".join(parts))
+    ok = state(ProfileStateKind.OK, ", ".join(parts))
+    if use is None:
+        return ok
+    # the spend so far goes to the tooltip: a status bar with several profiles has no room for it
+    return ProfileState(profile, ok.kind, ok.text, f"{ok.detail}, {use[1]}", None)
 
 
 def shown_profiles(

@@ -431,7 +431,7 @@ class MainWindow(QMainWindow):
         item.setCursor(Qt.CursorShape.PointingHandCursor)
         item.clicked.connect(lambda p=profile: self.edit_preferences(profile=p))
         row = QHBoxLayout(item)
-        row.setContentsMargins(6, 0, 6, 0)
+        row.setContentsMargins(4, 0, 4, 0)
         row.setSpacing(4)
         picture = QLabel()
         picture.setObjectName(f"providerIcon_{profile}")

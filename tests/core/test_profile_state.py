@@ -60,7 +60,7 @@ def run(flow: FlowControl, n: int, outcome: Outcome) -> None:
             {"budget": Budget(usd_per_day=5.0)},
             {"in_flight": 1, "concurrency_cap": 4, "spent_today_usd": 1.2},
             ProfileStateKind.OK,
-            "openai: ok, 1/4 in flight, $1.20 of $5.00 today",
+            "openai: ok, 1/4 in flight",
             "ok",
         ),
     ],
@@ -71,6 +71,8 @@ def test_each_state_from_a_snapshot(
     state = profile_state("openai", snapshot, NOW, **kwargs)
     assert (state.kind, state.text, state.level) == (kind, text, level)
     assert state.detail.startswith(f"Provider “openai”: {text.split(': ', 1)[1]}")
+    if kind is ProfileStateKind.OK:
+        assert state.detail.endswith(", $1.20 of $5.00 today")  # the spend: in the tooltip
 
 
 def test_unconfigured_and_no_key_win_over_everything_else() -> None:
