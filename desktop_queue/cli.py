@@ -780,7 +780,10 @@ def _read_key(args: argparse.Namespace, name: str) -> str | None:
         return None
     import getpass
 
-    return getpass.getpass(f"API key for {name} (empty: none): ").strip() or None
+    try:
+        return getpass.getpass(f"API key for {name} (empty: none): ").strip() or None
+    except EOFError:  # the terminal closed its input: no key, as if left empty
+        return None
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

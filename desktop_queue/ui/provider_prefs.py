@@ -376,7 +376,7 @@ class ProvidersPage(QWidget):
             self.key_state.setText("No key is sent to this server.")
             return
         if self.saved_name is None:
-            self.key_state.setText("Enter the key: it goes to the OS keyring.")
+            self.key_state.setText("")  # the field's hint says where it goes
             return
         profile = self.profile()
         found = resolve_api_key(self.saved_name, env=profile.openai_profile().env_key)
