@@ -795,7 +795,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     profiles = _load_profiles()
     for notice in profiles.notices:
         _err(f"note: {notice}")
-    file_profiles = profiles if profiles.source == "file" else dataclasses.replace(profiles, profiles=(), default=None)
+    # the environment's profile is kept when another is added (it would silently vanish otherwise)
+    keep = profiles.source in ("file", "environment")
+    file_profiles = profiles if keep else dataclasses.replace(profiles, profiles=(), default=None)
     action = args.profile_command
     if action == "list":
         default = profiles.default_name() if profiles.configured else None
@@ -854,6 +856,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
             except KeyringUnavailable as exc:
                 _err(f"{exc} The profile was not added.")
                 return EXIT_FAILED
+        if profiles.source == "environment" and file_profiles.get(name) is None:
+            _err("note: the openai profile from OPENAI_BASE_URL / OPENAI_API_KEY is kept in the profiles file")
         updated = file_profiles.with_profile(config)
         if args.default:
             updated = updated.with_default(name)

@@ -217,3 +217,14 @@ def test_a_running_worker_follows_a_profile_added_meanwhile(
         _out, err = worker.communicate(timeout=30)
     assert "the provider profiles changed" in err.decode()
     assert CANARY_KEY not in err.decode()
+
+
+def test_adding_a_profile_keeps_the_one_from_the_environment(dq: Cli, env: dict[str, str], local: FakeOpenAI) -> None:
+    with_env = {**env, "OPENAI_BASE_URL": local.url}
+    listed = dq.sub("profile", "list", "--json", env=with_env).json()
+    assert listed["source"] == "environment" and [p["name"] for p in listed["profiles"]] == ["openai"]
+    run = dq.sub("profile", "add", "lab", "--base-url", local.url, env=with_env)
+    assert run.code == 0 and "is kept in the profiles file" in run.err
+    listed = dq.sub("profile", "list", "--json", env=with_env).json()
+    assert listed["source"] == "file"
+    assert [(p["name"], p["default"]) for p in listed["profiles"]] == [("openai", True), ("lab", False)]
