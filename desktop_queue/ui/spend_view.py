@@ -11,7 +11,7 @@ import datetime as _dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, Slot
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer, Slot
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -245,7 +245,23 @@ class SpendDialog(QDialog):
         layout.addWidget(self.note)
         layout.addWidget(buttons)
         self.resize(720, 520)
+        # attempts finish while it is open: look again now and then (a read of what was appended)
+        self.timer = QTimer(self)
+        self.timer.setObjectName("spendRefreshTimer")
+        self.timer.setInterval(self.REFRESH_MS)
+        self.timer.timeout.connect(self.reload)
         self.reload()
+
+    #: how often an open Spend view reads the ledger again
+    REFRESH_MS = 5000
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        self.timer.start()
+        super().showEvent(event)
+
+    def hideEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        self.timer.stop()  # nothing to do while nobody looks
+        super().hideEvent(event)
 
     @Slot()
     def reload(self) -> None:

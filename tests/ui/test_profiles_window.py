@@ -301,7 +301,15 @@ def test_the_spend_view_totals_by_day_profile_and_model_against_budgets(
     assert model.headerData(0, Qt.Orientation.Horizontal) == "Model"
     dialog.by.setCurrentIndex(dialog.by.findData("profile"))
     assert [model.index(r, 0).data() for r in range(model.rowCount())] == ["cloud", "ollama", "Total"]
+    # an attempt that finishes while the view is open shows up without a click
+    assert dialog.timer.isActive()
+    ledger.record(
+        profile="lab", model="m", kind="openai.chat", usage=Usage(tokens_in=1), job_id="late", attempt=1, usd=0.0
+    )
+    dialog.timer.setInterval(50)
+    qtbot.waitUntil(lambda: model.rowCount() == 4, timeout=WAIT_MS)
     dialog.close()
+    assert not dialog.timer.isActive()
 
 
 def test_the_spend_view_says_when_nothing_was_spent(qtbot: Any, open_window: Any) -> None:
