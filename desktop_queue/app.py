@@ -25,7 +25,7 @@ from desktop_queue.runtime import qtcompat
 from desktop_queue.ui import dialogs
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.main_window import MainWindow
-from desktop_queue.ui.settings import APPLICATION, ORGANIZATION, load_preferences, load_provider_profile
+from desktop_queue.ui.settings import APPLICATION, ORGANIZATION, load_preferences, load_profiles_migrating
 
 log = logging.getLogger(__name__)
 
@@ -148,12 +148,22 @@ def start(
         return 1
     flow = None
     budgets: dict[str, Budget] = {}
+    profiles = None
+    profile_notices: list[str] = []
     if providers is None:
+        from desktop_queue.providers.profiles import ProfileFileError
         from desktop_queue.providers.setup import build
 
-        profile = load_provider_profile()
-        providers, flow = build([profile], data_dir=path)
-        budgets[profile.name] = profile.budget()
+        try:
+            profiles = load_profiles_migrating()
+        except ProfileFileError as exc:  # a newer version's file: left alone, the environment is used
+            from desktop_queue.providers.profiles import environment_profile
+
+            profiles = environment_profile()
+            profile_notices.append(f"{exc}. Provider profiles come from the environment for now.")
+        profile_notices.extend(profiles.notices)
+        providers, flow = build(profiles, data_dir=path)
+        budgets = {p.name: p.budget() for p in profiles.profiles}
     try:
         queue = Queue.open(path, providers)  # the first opener reconciles orphans here, before any lease
     except StoreError as exc:
@@ -184,8 +194,11 @@ def start(
         flow=flow,
         budgets=budgets,
         attempt_timeout_s=prefs.attempt_timeout_s,
+        profiles=profiles,
     )
-    lines = banner_lines(queue)
+    if profiles is not None and profiles.path is not None:
+        controller.watch_profiles(profiles.path)  # `desktop-queue profile add` reaches this window too
+    lines = banner_lines(queue) + profile_notices
     window = MainWindow(controller, lines)
     controller.setParent(window)
     controller.start(lease=lease)

@@ -230,6 +230,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    p = sub.add_parser(
+        "profile",
+        help="provider profiles (endpoint, model, limits, budgets; keys in the OS keyring)",
+        description="The provider profiles the window's Preferences edit, in profiles.json in the user "
+        "config dir ($DESKTOP_QUEUE_CONFIG_DIR overrides it). Keys go to the OS keyring only.",
+    )
+    psub = p.add_subparsers(dest="profile_command", metavar="ACTION", parser_class=_Parser, required=True)
+    q = psub.add_parser("add", help="add a profile (the key is read from a hidden prompt or --key-stdin)")
+    q.add_argument("name", help="profile name: letters, digits, - and _ (jobs name it in their input)")
+    q.add_argument("--base-url", required=True, metavar="URL", help="e.g. http://localhost:11434/v1")
+    q.add_argument("--model", default=None, help="the default model of its jobs")
+    q.add_argument("--models", default=None, metavar="A,B,…", help="the models offered in forms")
+    q.add_argument("--rpm", type=_positive, default=None, metavar="N", help="requests per minute")
+    q.add_argument("--tpm", type=_positive, default=None, metavar="N", help="tokens per minute")
+    q.add_argument("--concurrency", type=_at_least_one, default=None, metavar="N", help="attempts at once")
+    for unit, kind, text in (("usd", _positive, "dollars"), ("tokens", _at_least_one, "tokens")):
+        for period in ("day", "month"):
+            q.add_argument(
+                f"--budget-{unit}-per-{period}", type=kind, default=None, metavar="N", help=f"{text} a {period}"
+            )
+    keyed = q.add_mutually_exclusive_group()
+    keyed.add_argument("--key-stdin", action="store_true", help="read the API key from standard input")
+    keyed.add_argument("--no-key", action="store_true", help="the server needs no key (default for local servers)")
+    q.add_argument("--default", action="store_true", help="make it the default profile")
+    q.add_argument("--replace", action="store_true", help="replace a profile of that name")
+    q.add_argument("--json", action="store_true", help="print JSON")
+    q = psub.add_parser("list", help="the profiles (never a key: only whether one is set)")
+    q.add_argument("--json", action="store_true", help="print JSON")
+    q = psub.add_parser("test", help="list the server's models; names the exact failure")
+    q.add_argument("name")
+    q.add_argument("--json", action="store_true", help="print JSON")
+    q = psub.add_parser("remove", help="remove a profile and its keyring entry")
+    q.add_argument("name")
+    q.add_argument("--json", action="store_true", help="print JSON")
+
     p = sub.add_parser("spend", help="what the providers' calls used and cost, from the spend ledger")
     p.add_argument("--by", choices=["day", "model", "profile"], default="day", help="group by (default: day)")
     p.add_argument("--since", type=_day_arg, default=None, metavar="YYYY-MM-DD", help="from this local day on")
@@ -430,8 +465,11 @@ def _submit_input(args: argparse.Namespace) -> Any:
 def _open(args: argparse.Namespace, providers: dict[str, Any] | None = None) -> Queue:
     if providers is None:
         from desktop_queue.providers import discover
+        from desktop_queue.providers.setup import profile_providers
 
         providers = dict(discover())
+        # the openai.* kinds of the configured profiles, so that a job naming one is accepted
+        providers.update(profile_providers(_load_profiles(), None))
     queue = Queue.open(resolve_data_dir(args.data_dir), providers)
     for notice in queue.report.notices:
         _err(f"note: {notice}")
@@ -727,14 +765,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_spend(args: argparse.Namespace) -> int:
     from desktop_queue.core.ledger import PriceTable, SpendLedger, format_usd
+    from desktop_queue.core.spend import report_total
 
     # only reads: stored entries carry their cost, so prices.json is not even opened
     ledger = SpendLedger(resolve_data_dir(args.data_dir), prices=PriceTable())
     rows = ledger.report(args.by, since=args.since)
-    numbers = ("entries", "tokens_in", "tokens_out", "tokens", "images", "speech_chars", "speech_seconds", "usd")
-    total: dict[str, Any] = {k: sum(r[k] for r in rows) for k in numbers}
-    total["usd"] = round(total["usd"], 6)
-    total["unknown_cost"] = any(r["unknown_cost"] for r in rows)
+    total = report_total(rows)
     damaged = ledger.damaged_lines()
     if damaged:
         _err(f"note: {damaged} damaged or torn ledger line(s) were skipped")
@@ -775,15 +811,28 @@ def cmd_work(args: argparse.Namespace) -> int:
     from desktop_queue.providers.setup import ProfileConfig, build
     from desktop_queue.runtime import LeaseDriver
 
-    # the endpoint comes from OPENAI_BASE_URL, the key from the keyring or OPENAI_API_KEY
-    config = ProfileConfig(
-        rpm=args.rpm,
-        tpm=args.tpm,
-        concurrency=args.provider_concurrency,
-        **({"model": args.model} if args.model else {}),
+    # the flags override the default profile's own settings (the file is not changed)
+    overrides: dict[str, Any] = {
+        "rpm": args.rpm,
+        "tpm": args.tpm,
+        "concurrency": args.provider_concurrency,
+        "model": args.model,
         **budgets,
-    )
-    providers, flow = build([config], data_dir=resolve_data_dir(args.data_dir))
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+
+    def with_flags(found: Any) -> Any:
+        default = found.default_profile() or ProfileConfig()
+        if not overrides:
+            return found
+        changed = found.with_profile(dataclasses.replace(default, **overrides))
+        return dataclasses.replace(changed, default=default.name)
+
+    loaded = _load_profiles()
+    for notice in loaded.notices:
+        _err(f"note: {notice}")
+    profiles = with_flags(loaded)
+    providers, flow = build(profiles, data_dir=resolve_data_dir(args.data_dir))
     # after everything that can refuse the arguments: a process has one application object
     app = QCoreApplication.instance() or QCoreApplication([PROG])
     queue = _open(args, dict(providers))
@@ -835,6 +884,39 @@ def cmd_work(args: argparse.Namespace) -> int:
             request_stop("idle")
 
     driver.error.connect(on_error)
+    # `desktop-queue profile add` or the window's Preferences change the profiles while this
+    # worker runs: it follows them (the flags still override the default profile)
+    running = {"profiles": profiles}
+
+    def reload_profiles() -> None:
+        from desktop_queue.providers.profiles import ProfileFileError, load_profiles
+        from desktop_queue.providers.setup import reconfigure
+
+        try:
+            found = load_profiles(loaded.path.parent) if loaded.path is not None else None
+        except ProfileFileError as exc:
+            _err(f"note: {exc}")
+            return
+        if found is None:
+            return
+        for notice in found.notices:
+            _err(f"note: {notice}")
+        found = with_flags(found)
+        if found != running["profiles"]:
+            running["profiles"] = found
+            reconfigure([queue.providers, driver.providers], flow, found)  # type: ignore[list-item]
+            _err("note: the provider profiles changed; they apply from the next attempt on")
+
+    settle = QTimer()
+    settle.setSingleShot(True)
+    settle.setInterval(150)
+    settle.timeout.connect(reload_profiles)
+    watcher = None
+    if loaded.path is not None and loaded.path.parent.is_dir():
+        from PySide6.QtCore import QFileSystemWatcher
+
+        watcher = QFileSystemWatcher([str(loaded.path.parent)])
+        watcher.directoryChanged.connect(lambda _d: settle.start())
     # --until-idle stops the moment the driver says it is idle, not at the next look
     driver.idle.connect(check)
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -874,6 +956,168 @@ def cmd_work(args: argparse.Namespace) -> int:
     if stop["why"] == "the store hit a disk error":
         return EXIT_FAILED
     return EXIT_OK if stop["why"] != "interrupted" else 130
+
+
+def _load_profiles() -> Any:
+    """The profiles file (or the environment fallback); a newer file's error exits 1."""
+    from desktop_queue.providers.profiles import load_profiles
+
+    return load_profiles()
+
+
+def _key_source(config: Any) -> str:
+    from desktop_queue.providers.openai_compat import resolve_api_key
+
+    if not config.require_key:
+        return "not needed"
+    return resolve_api_key(config.name, env=config.openai_profile().env_key).source
+
+
+def _profile_json(config: Any, default: str | None) -> dict[str, Any]:
+    from desktop_queue.providers.profiles import profile_to_json
+
+    return {
+        "name": config.name,
+        "default": config.name == default,
+        **profile_to_json(config),
+        "require_key": config.require_key,
+        "key": _key_source(config),
+    }
+
+
+def _read_key(args: argparse.Namespace, name: str) -> str | None:
+    """The API key from standard input (--key-stdin) or a hidden prompt on a terminal; never an argument."""
+    if args.key_stdin:
+        line = sys.stdin.readline()
+        return line.strip() or None
+    if args.no_key or not sys.stdin.isatty():
+        return None
+    import getpass
+
+    try:
+        return getpass.getpass(f"API key for {name} (empty: none): ").strip() or None
+    except EOFError:  # the terminal closed its input: no key, as if left empty
+        return None
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from desktop_queue.core.ledger import is_local_url
+    from desktop_queue.providers.openai_compat import KeyringUnavailable, delete_api_key, store_api_key
+    from desktop_queue.providers.profiles import check_base_url, check_name, save_profiles
+    from desktop_queue.providers.setup import ProfileConfig
+
+    profiles = _load_profiles()
+    for notice in profiles.notices:
+        _err(f"note: {notice}")
+    # the environment's profile is kept when another is added (it would silently vanish otherwise)
+    keep = profiles.source in ("file", "environment")
+    file_profiles = profiles if keep else dataclasses.replace(profiles, profiles=(), default=None)
+    action = args.profile_command
+    if action == "list":
+        default = profiles.default_name() if profiles.configured else None
+        shown = [] if not profiles.configured else list(profiles.profiles)
+        if args.json:
+            _out(
+                {
+                    "path": str(profiles.path),
+                    "source": profiles.source,
+                    "profiles": [_profile_json(c, default) for c in shown],
+                }
+            )
+            return EXIT_OK
+        if not shown:
+            print("no profiles: add one with `desktop-queue profile add NAME --base-url URL`")
+            return EXIT_OK
+        where = " (from OPENAI_BASE_URL / OPENAI_API_KEY)" if profiles.source == "environment" else ""
+        for config in shown:
+            mark = "*" if config.name == default else " "
+            print(
+                f"{mark} {config.name:<16} {config.base_url or 'https://api.openai.com/v1 ($OPENAI_BASE_URL)'}  "
+                f"model {config.model}  key: {_key_source(config)}{where}"
+            )
+        return EXIT_OK
+    if action == "add":
+        try:
+            name = check_name(args.name)
+            base_url = check_base_url(args.base_url)
+        except InvalidInput as exc:
+            _err(str(exc))
+            return EXIT_USAGE
+        if file_profiles.get(name) is not None and not args.replace:
+            _err(f"a profile named {name!r} already exists (--replace to replace it)")
+            return EXIT_FAILED
+        local = is_local_url(base_url)
+        require_key = not (args.no_key or (local and not args.key_stdin))
+        models = tuple(m.strip() for m in (args.models or "").split(",") if m.strip())
+        config = ProfileConfig(
+            name=name,
+            base_url=base_url,
+            model=args.model or (models[0] if models else ProfileConfig.model),
+            models=models,
+            rpm=args.rpm,
+            tpm=args.tpm,
+            concurrency=args.concurrency,
+            require_key=require_key,
+            budget_usd_per_day=args.budget_usd_per_day,
+            budget_usd_per_month=args.budget_usd_per_month,
+            budget_tokens_per_day=args.budget_tokens_per_day,
+            budget_tokens_per_month=args.budget_tokens_per_month,
+        )
+        key = _read_key(args, name) if require_key or args.key_stdin else None
+        if key:
+            try:
+                store_api_key(name, key)
+            except KeyringUnavailable as exc:
+                _err(f"{exc} The profile was not added.")
+                return EXIT_FAILED
+        if profiles.source == "environment" and file_profiles.get(name) is None:
+            _err("note: the openai profile from OPENAI_BASE_URL / OPENAI_API_KEY is kept in the profiles file")
+        updated = file_profiles.with_profile(config)
+        if args.default:
+            updated = updated.with_default(name)
+        save_profiles(updated)
+        if args.json:
+            _out(_profile_json(config, updated.default_name()))
+        else:
+            note = "" if key or not require_key else " (no key yet: its jobs wait for one; --key-stdin to set it)"
+            print(f"added profile {name} at {base_url}{note}")
+        return EXIT_OK
+    target = file_profiles.get(args.name) or (profiles.get(args.name) if action == "test" else None)
+    if target is None:
+        known = ", ".join(file_profiles.names()) or "none"
+        _err(f"no profile named {args.name!r} (profiles: {known})")
+        return EXIT_USAGE
+    if action == "remove":
+        try:
+            had_key = delete_api_key(target.name)
+        except KeyringUnavailable as exc:
+            _err(f"note: {exc}")
+            had_key = False
+        save_profiles(file_profiles.without(target.name))
+        if args.json:
+            _out({"removed": target.name, "key_removed": had_key})
+        else:
+            print(f"removed profile {target.name}" + (" and its key" if had_key else ""))
+        return EXIT_OK
+    # test
+    from desktop_queue.providers.openai_compat import make_providers
+
+    provider = make_providers(target.openai_profile())["openai.chat"]
+    try:
+        listed: list[str] = provider.test_connection()
+    except InvalidInput as exc:
+        if args.json:
+            _out({"profile": target.name, "ok": False, "error": str(exc)})
+        _err(f"{target.name}: connection failed: {exc}")
+        return EXIT_FAILED
+    finally:
+        provider.close()
+    if args.json:
+        _out({"profile": target.name, "ok": True, "models": listed})
+    else:
+        text = ", ".join(listed[:20]) + (f" … ({len(listed)} in all)" if len(listed) > 20 else "")
+        print(f"{target.name}: connected; models: {text or 'none listed'}")
+    return EXIT_OK
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
@@ -935,6 +1179,7 @@ COMMANDS = {
     "work": cmd_work,
     "stats": cmd_stats,
     "spend": cmd_spend,
+    "profile": cmd_profile,
     "purge": cmd_purge,
     "retention": cmd_retention,
 }

@@ -873,6 +873,8 @@ class FlowControl:
         self.ledger = ledger
         self.rng = rng or random.Random()
         self._kind_holds: dict[str, str] = {}
+        self._profile_holds: dict[str, str] = {}
+        self._known_profiles_only: str | None = None  # kind prefix whose jobs need a configured profile
         self._others: dict[str, Any] = {}  # shared state of profiles this process does not run
         self._throttled: set[str] = set()  # jobs whose throttle pause is already counted
 
@@ -966,6 +968,51 @@ class FlowControl:
             else:
                 self._kind_holds[kind] = reason
 
+    def set_profile_of(self, profile_of: Callable[[str, Any], str | None]) -> None:
+        """Changes how a job's profile is found (the default profile changed in Preferences)."""
+        with self._lock:
+            self._profile_of = profile_of
+
+    def hold_profile(self, profile: str, reason: str | None) -> None:
+        """Holds every job of ``profile`` with ``reason`` (None: lets them go again).
+
+        :meth:`hold_kind` for one profile of a kind that runs on several (no API key
+        for the ``openai`` profile holds its jobs, not those of a local ``ollama``).
+        """
+        with self._lock:
+            if reason is None:
+                self._profile_holds.pop(profile, None)
+            else:
+                self._profile_holds[profile] = reason
+
+    def hold_unknown_profiles(self, kind_prefix: str | None) -> None:
+        """Holds jobs of kinds starting with ``kind_prefix`` whose profile is not configured here.
+
+        A job naming a profile that was removed, or added by another process a moment
+        ago and not yet read here, waits (``waiting: profile lab is not configured``)
+        instead of failing; it runs as soon as this process knows the profile.
+        """
+        with self._lock:
+            self._known_profiles_only = kind_prefix
+
+    def _ungoverned_hold(self, job: Any) -> str | None:
+        """Why a job without a profile here waits: its kind's hold, or a profile that is not configured."""
+        _job_id, kind, payload = _job_fields(job)
+        held = self._kind_holds.get(kind)
+        if held is not None:
+            return held if held.startswith("waiting") else f"waiting: {held}"
+        prefix = self._known_profiles_only
+        if prefix is not None and kind.startswith(prefix):
+            name = self._profile_of(kind, payload)
+            if name is not None and name not in self._profiles:
+                return f"waiting: profile {name} is not configured (add it in Preferences → Providers)"
+        return None
+
+    def profile_hold(self, profile: str) -> str | None:
+        """The reason ``profile`` is held (:meth:`hold_profile`), or None."""
+        with self._lock:
+            return self._profile_holds.get(profile)
+
     # ------------------------------------------------------------------ internals
 
     def _flow_of(self, job: Any) -> tuple[str, _ProfileFlow | None, Any]:
@@ -1051,7 +1098,7 @@ class FlowControl:
         self, flow: _ProfileFlow, job_id: str, kind: str, payload: Any, cost: Cost, now: float
     ) -> tuple[str, float] | None:
         """Why ``job_id`` may not start now: (reason, expected wait in s), or None."""
-        held = self._kind_holds.get(kind)
+        held = self._kind_holds.get(kind) or self._profile_holds.get(flow.name)
         if held is not None:
             return (held if held.startswith("waiting") else f"waiting: {held}"), 0.0
         offline = flow.offline
@@ -1109,7 +1156,7 @@ class FlowControl:
             job_id, flow, _payload = self._flow_of(job)
             if flow is not None:
                 raise NeedsSession(job_id)
-            return _job_fields(job)[1] not in self._kind_holds
+            return self._ungoverned_hold(job) is None
 
     def accept(self, job: Any) -> bool:
         """May this queued job start now? If so, its estimated cost is spent (for ``Queue.lease``).
@@ -1119,13 +1166,12 @@ class FlowControl:
         """
         if not self.governs(job):
             with self._lock:
-                return _job_fields(job)[1] not in self._kind_holds
+                return self._ungoverned_hold(job) is None
         with self.session():
             job_id, flow, payload = self._flow_of(job)
             kind = _job_fields(job)[1]
             if flow is None:
-                held = self._kind_holds.get(kind)
-                return held is None
+                return self._ungoverned_hold(job) is None
             now = self.clock.now()
             self._update(flow, now)
             if job_id in flow.admitted:
@@ -1399,8 +1445,7 @@ class FlowControl:
             if isinstance(job, Mapping) and job.get("state") not in (None, State.QUEUED):
                 return None
             if flow is None:
-                held = self._kind_holds.get(kind)
-                return None if held is None else (held if held.startswith("waiting") else f"waiting: {held}")
+                return self._ungoverned_hold(job)
             now = self.clock.now()
             self._update(flow, now)
             if job_id in flow.admitted:

@@ -1,7 +1,8 @@
 """Where Desktop Queue keeps its data: resolved in exactly one place.
 
-Order: ``--data-dir``, then ``DESKTOP_QUEUE_DATA_DIR``, then platformdirs'
-``user_data_dir("desktop-queue")``.
+Data: ``--data-dir``, then ``DESKTOP_QUEUE_DATA_DIR``, then platformdirs'
+``user_data_dir("desktop-queue")``. Configuration (provider profiles): ``DESKTOP_QUEUE_CONFIG_DIR``,
+then platformdirs' ``user_config_dir("desktop-queue")``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import platformdirs
 
 APP_NAME = "desktop-queue"
 ENV_DATA_DIR = "DESKTOP_QUEUE_DATA_DIR"
+ENV_CONFIG_DIR = "DESKTOP_QUEUE_CONFIG_DIR"
 
 
 def data_dir(override: str | os.PathLike[str] | None = None) -> Path:
@@ -23,3 +25,13 @@ def data_dir(override: str | os.PathLike[str] | None = None) -> Path:
     if env:
         return Path(env).expanduser()
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def config_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """The configuration directory (provider profiles), shared by the window and every command."""
+    if override:
+        return Path(override).expanduser()
+    env = os.environ.get(ENV_CONFIG_DIR)
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))

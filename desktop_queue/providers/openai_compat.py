@@ -118,6 +118,8 @@ class OpenAIProfile:
         timeout_s: read timeout of one request.
         connect_timeout_s: connect timeout of one request.
         require_key: False for local servers that need no key (a placeholder is sent).
+        env_key: ``OPENAI_API_KEY`` may stand in for a key missing from the keyring
+            (False for a profile of another server: OpenAI's key is never sent there).
         poll_initial_s: first wait between two polls of a background response.
         poll_max_s: the longest wait between two polls.
         poll_growth: each wait is the previous one times this.
@@ -135,6 +137,7 @@ class OpenAIProfile:
     timeout_s: float = 120.0
     connect_timeout_s: float = 10.0
     require_key: bool = True
+    env_key: bool = True
     poll_initial_s: float = 0.5
     poll_max_s: float = 10.0
     poll_growth: float = 1.6
@@ -165,8 +168,8 @@ class KeyringUnavailable(RuntimeError):
     """No OS keyring can store the key (there is no plaintext fallback, on purpose)."""
 
 
-def resolve_api_key(profile: str = DEFAULT_PROFILE) -> KeyLookup:
-    """Finds the API key of ``profile``: the OS keyring first, then ``OPENAI_API_KEY``.
+def resolve_api_key(profile: str = DEFAULT_PROFILE, *, env: bool = True) -> KeyLookup:
+    """Finds the API key of ``profile``: the OS keyring first, then ``OPENAI_API_KEY`` (if ``env``).
 
     Never reads a key from the task store, settings or a file of ours.
     """
@@ -180,9 +183,9 @@ def resolve_api_key(profile: str = DEFAULT_PROFILE) -> KeyLookup:
             return KeyLookup(key, "keyring")
     except Exception as exc:  # NoKeyringError, a locked or broken backend: say so, never crash
         notice = f"no usable OS keyring ({type(exc).__name__}); using the OPENAI_API_KEY environment variable"
-    env = os.environ.get("OPENAI_API_KEY")
-    if env:
-        return KeyLookup(env, "environment", notice)
+    value = os.environ.get("OPENAI_API_KEY") if env else None
+    if value:
+        return KeyLookup(value, "environment", notice)
     return KeyLookup(None, "none", notice)
 
 
@@ -200,6 +203,26 @@ def store_api_key(profile: str, key: str) -> None:
         raise KeyringUnavailable(
             f"the API key could not be saved: no usable OS keyring ({type(exc).__name__}). "
             "Set OPENAI_API_KEY in the environment instead."
+        ) from None
+
+
+def delete_api_key(profile: str) -> bool:
+    """Removes the keyring entry of ``profile``; True if there was one.
+
+    Raises:
+        KeyringUnavailable: the keyring cannot be reached (the entry may still be there).
+    """
+    try:
+        import keyring
+        import keyring.errors
+
+        if keyring.get_password(KEYRING_SERVICE, profile) is None:
+            return False
+        keyring.delete_password(KEYRING_SERVICE, profile)
+        return True
+    except Exception as exc:
+        raise KeyringUnavailable(
+            f"the API key of {profile} could not be removed: no usable OS keyring ({type(exc).__name__})"
         ) from None
 
 
@@ -532,6 +555,62 @@ def classify_error(
     return Outcome.failure(ErrorClass.RETRYABLE, clean(f"unexpected {type(error).__name__}"))
 
 
+def _causes(error: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(chain) < 10:
+        seen.add(id(current))
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def diagnose_connection(error: BaseException, base_url: str | None) -> str | None:
+    """The exact reason a connection test failed, for people; None if nothing more precise is known.
+
+    Tells apart a host name that does not resolve (DNS), a refused connection (nothing
+    listens), a TLS failure (certificate, or https:// to a plain-http server), a timeout,
+    a refused key (401/403) and a wrong path (404: the base URL probably lacks ``/v1``).
+    """
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url or "https://api.openai.com/v1")
+    host = parts.hostname or "?"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    where = f"{host}:{port}"
+    if isinstance(error, _sdk().APIStatusError):
+        status = int(error.status_code)
+        if status == 401:
+            return f"HTTP 401 from {host}: the API key was refused (wrong, revoked, or missing)"
+        if status == 403:
+            return f"HTTP 403 from {host}: the key may not list models (permissions, or the wrong organisation)"
+        if status == 404:
+            line = _request_line(error)
+            return (
+                f"HTTP 404 at {line or base_url}: no model list there. The base URL usually ends in /v1 "
+                f"(e.g. {parts.scheme}://{where}/v1)"
+            )
+        return None
+    text = " ".join(f"{type(e).__name__}: {e}" for e in _causes(error)).lower()
+    if isinstance(error, _sdk().APITimeoutError) or "timed out" in text or "timeout" in text:
+        return f"no answer from {where} in time: the server is slow, or a firewall drops the connection"
+    dns_words = ("name or service not known", "nodename nor servname", "getaddrinfo", "name resolution", "gaierror")
+    if any(word in text for word in dns_words):
+        return f"DNS: the host name {host!r} does not resolve (a typo, or no network)"
+    if "connection refused" in text or "errno 111" in text or "connectionrefused" in text:
+        return f"connection refused at {where}: nothing listens there (is the server running, on that port?)"
+    if "wrong version number" in text or "record layer failure" in text or "http request to an https" in text:
+        return f"TLS handshake with {where} failed: the server speaks plain http; try http:// instead of https://"
+    if "certificate" in text:
+        return f"TLS: the certificate of {host} is not trusted (self-signed, expired, or for another name)"
+    if "ssl" in text or "tls" in text:
+        return f"TLS handshake with {where} failed"
+    if "network is unreachable" in text or "no route to host" in text:
+        return f"no route to {where}: the network is down or the address is not reachable"
+    return None
+
+
 def _usage(usage: Any) -> dict[str, Any] | None:
     if usage is None:
         return None
@@ -618,7 +697,7 @@ class _OpenAIBase:
             if self._explicit_key:
                 key: str | None = self._explicit_key
             else:
-                found = resolve_api_key(self.profile.name)
+                found = resolve_api_key(self.profile.name, env=self.profile.env_key)
                 key, self.key_notice = found.key, found.notice
                 if self.key_notice:
                     log.warning("profile %s: %s", self.profile.name, self.key_notice)
@@ -636,7 +715,8 @@ class _OpenAIBase:
             return self._client_obj
 
     def _missing_key_text(self) -> str:
-        return f"no API key for profile {self.profile.name}: enter it in Preferences → Providers or set OPENAI_API_KEY"
+        where = " or set OPENAI_API_KEY" if self.profile.env_key else ""
+        return f"no API key for profile {self.profile.name}: enter it in Preferences → Providers{where}"
 
     def unavailable_reason(self) -> str | None:
         """Why this profile's jobs cannot run now (no API key yet), or None when they can.
@@ -654,7 +734,7 @@ class _OpenAIBase:
             checked = self._key_checked
             if checked is not None and now - checked[0] < self.KEY_RECHECK_S:
                 return checked[1]
-        found = resolve_api_key(self.profile.name)  # outside the lock: a keyring may be slow
+        found = resolve_api_key(self.profile.name, env=self.profile.env_key)  # outside the lock: a keyring may be slow
         reason = None if found.key else self._missing_key_text()
         with self._lock:
             self._key_checked = (now, reason)
@@ -703,8 +783,8 @@ class _OpenAIBase:
         named = payload.get("profile")
         if named is not None and named != self.profile.name:
             raise InvalidInput(
-                f"unknown profile {named!r}: jobs of {self.kind} run on profile {self.profile.name!r}; "
-                "profiles are configured in Preferences or with work flags, not in job input"
+                f"unknown profile {named!r}: jobs of {self.kind} run on profile {self.profile.name!r} "
+                "(add one in Preferences → Providers or with desktop-queue profile add)"
             )
 
     def _model(self, payload: Mapping[str, Any], default: str) -> str:
@@ -732,7 +812,9 @@ class _OpenAIBase:
         except InvalidInput:
             raise
         except Exception as exc:
-            raise InvalidInput(self._fail(exc, None).message) from None
+            exact = diagnose_connection(exc, self.profile.resolved_base_url())
+            message = self._fail(exc, None).message
+            raise InvalidInput(redact(exact, None, secrets=self._secrets()) if exact else message) from None
 
 
 def _require_dict(payload: Any, kind: str) -> Mapping[str, Any]:
@@ -1763,6 +1845,8 @@ __all__ = [
     "OpenAIResponsesProvider",
     "OpenAISpeechProvider",
     "classify_error",
+    "delete_api_key",
+    "diagnose_connection",
     "make_providers",
     "parse_duration",
     "rate_limit_info",

@@ -1,25 +1,34 @@
 """One place that builds the runtime's providers and flow control from profile settings.
 
-The window (profile from QSettings ``providers/<name>/…``) and ``desktop-queue work``
-(profile from ``OPENAI_BASE_URL`` and command-line flags) both call :func:`build`, so
-the two run the same kinds under the same limits. A :class:`ProfileConfig` holds no
-secret: the API key is looked up by the provider when it first needs it (OS keyring,
-then ``OPENAI_API_KEY``).
+The window and ``desktop-queue work`` both read the profiles file
+(:mod:`desktop_queue.providers.profiles`) and call :func:`build`, so the two run the
+same kinds under the same limits. A :class:`ProfileConfig` holds no secret: the API key
+is looked up by the provider when it first needs it (OS keyring, then
+``OPENAI_API_KEY`` for OpenAI's own endpoint).
+
+With several profiles, each ``openai.*`` kind is a :class:`ProfileRouter`: a job runs on
+the profile its input names (``"profile": "ollama"``), else on the default profile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from desktop_queue.core.clock import Clock
+from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.flow import FlowControl, ProfileLimits
 from desktop_queue.core.ledger import Budget, SpendLedger, is_local_url
-from desktop_queue.core.outcome import Provider
+from desktop_queue.core.model import ErrorClass
+from desktop_queue.core.outcome import LookupResult, Outcome, Provider
 from desktop_queue.providers import discover
 from desktop_queue.providers.openai_compat import DEFAULT_PROFILE, OpenAIProfile, make_providers
+
+if TYPE_CHECKING:
+    from desktop_queue.providers.profiles import ProfileSet
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,7 @@ class ProfileConfig:
             names another).
         base_url: API base URL (None: ``OPENAI_BASE_URL``, else the SDK's default).
         model: default model of chat and responses jobs.
+        models: the models people pick from (forms, Preferences); empty: any.
         rpm: requests per minute (None: unlimited).
         tpm: tokens per minute (None: unlimited).
         concurrency: attempts at once against this endpoint (None: only the global limit).
@@ -45,6 +55,7 @@ class ProfileConfig:
     name: str = DEFAULT_PROFILE
     base_url: str | None = None
     model: str = OpenAIProfile.model
+    models: tuple[str, ...] = ()
     rpm: float | None = None
     tpm: float | None = None
     concurrency: int | None = None
@@ -86,11 +97,138 @@ class ProfileConfig:
             base_url=self.base_url or None,
             model=self.model or OpenAIProfile.model,
             require_key=self.require_key,
+            env_key=_is_openai(self.base_url),
         )
 
 
+def _is_openai(url: str | None) -> bool:
+    """OPENAI_API_KEY may stand in only for OpenAI's own endpoint (or none given)."""
+    if not url:
+        return True
+    host = (urlsplit(url).hostname or "").lower()
+    return host == "api.openai.com" or host.endswith(".openai.com")
+
+
+class ProfileRouter:
+    """One ``openai.*`` kind over several profiles: each job runs on the profile its input names.
+
+    A job whose input names no profile runs on the default one; a job naming a profile
+    that is not configured is refused at submit (``validate``) and dead-lettered with a
+    clear message if its profile was removed while it waited. A profile with no key
+    holds only its own jobs (:meth:`FlowControl.hold_profile`), not the others'.
+
+    Args:
+        kind: the job kind.
+        by_profile: profile name -> that profile's provider of ``kind``.
+        default: the profile of jobs that name none.
+        flow: where per-profile holds go (None: none).
+    """
+
+    def __init__(self, kind: str, by_profile: dict[str, Any], default: str, flow: FlowControl | None = None) -> None:
+        self.kind = kind
+        self.by_profile = dict(by_profile)
+        self.default = default
+        self._flow = flow
+
+    @property
+    def version(self) -> str:
+        return str(getattr(self.by_profile[self.default], "version", "1"))
+
+    @property
+    def profile(self) -> OpenAIProfile:
+        """The default profile (what code that knows one profile reads)."""
+        profile: OpenAIProfile = self.by_profile[self.default].profile
+        return profile
+
+    def __getattr__(self, name: str) -> Any:
+        # lease_s, default_timeout_s, a form description …: the default profile's provider
+        if name in ("by_profile", "default", "_flow"):
+            raise AttributeError(name)
+        return getattr(self.by_profile[self.default], name)
+
+    def pick(self, payload: Any) -> Any | None:
+        """The provider a job with ``payload`` runs on (None: it names an unknown profile)."""
+        named = payload.get("profile") if isinstance(payload, dict) else None
+        if named is None or named == "":
+            return self.by_profile[self.default]
+        return self.by_profile.get(named) if isinstance(named, str) else None
+
+    def _unknown(self, payload: Any) -> str:
+        named = payload.get("profile") if isinstance(payload, dict) else None
+        return (
+            f"unknown profile {named!r}: jobs of {self.kind} run on the profiles "
+            f"{', '.join(sorted(self.by_profile))} (add one in Preferences → Providers or with "
+            "desktop-queue profile add)"
+        )
+
+    def validate(self, payload: Any) -> None:
+        provider = self.pick(payload)
+        if provider is None:
+            named = payload.get("profile") if isinstance(payload, dict) else None
+            if named is not None and not isinstance(named, str):
+                raise InvalidInput('"profile" must be a string')
+            raise InvalidInput(self._unknown(payload))
+        provider.validate(payload)
+
+    def run(self, job: Any, context: Any) -> Outcome:
+        provider = self.pick(getattr(job, "input", None))
+        if provider is None:
+            return Outcome.failure(ErrorClass.FATAL, f"{self.kind}: {self._unknown(job.input)}")
+        outcome: Outcome = provider.run(job, context)
+        return outcome
+
+    def classify(self, error: BaseException) -> Outcome:
+        outcome: Outcome = self.by_profile[self.default].classify(error)
+        return outcome
+
+    def lookup(self, job: Any) -> LookupResult:
+        provider = self.pick(getattr(job, "input", None))
+        if provider is None:
+            return LookupResult(LookupResult.UNKNOWN)
+        result: LookupResult = provider.lookup(job)
+        return result
+
+    def unavailable_reason(self) -> str | None:
+        """None while any profile can run; each profile without a key holds its own jobs.
+
+        Without flow control (no per-profile holds), the default profile's reason.
+        """
+        reasons: dict[str, str | None] = {}
+        for name, provider in self.by_profile.items():
+            ask = getattr(provider, "unavailable_reason", None)
+            reasons[name] = ask() if callable(ask) else None
+        if self._flow is None:
+            return reasons.get(self.default)
+        for name, reason in reasons.items():
+            self._flow.hold_profile(name, reason)
+        return None
+
+    def unavailable_reasons(self) -> dict[str, str | None]:
+        """Profile -> why it cannot run (no key), or None."""
+        out: dict[str, str | None] = {}
+        for name, provider in self.by_profile.items():
+            ask = getattr(provider, "unavailable_reason", None)
+            out[name] = ask() if callable(ask) else None
+        return out
+
+    def reconfigure(self, profile: OpenAIProfile) -> None:
+        provider = self.by_profile.get(profile.name)
+        if provider is not None:
+            provider.reconfigure(profile)
+
+    def add(self, provider: Any) -> None:
+        """Runs ``provider``'s profile too (a profile added in Preferences)."""
+        self.by_profile[provider.profile.name] = provider
+
+    def close(self) -> None:
+        for provider in self.by_profile.values():
+            close = getattr(provider, "close", None)
+            if callable(close):
+                close()
+
+
 def build(
-    profiles: Sequence[ProfileConfig] | None = None,
+    profiles: Sequence[ProfileConfig] | ProfileSet | None = None,
     clock: Clock | None = None,
     *,
     plugins: bool = True,
@@ -99,11 +237,13 @@ def build(
     """The runtime's providers (kind -> provider) and the flow control guarding them.
 
     The demo provider is always present. The ``openai.*`` kinds talk to the first
-    profile (default: the ``openai`` profile from the environment) and report rate-limit
-    headers to the flow control; every profile gets its own limits and breaker.
+    profile (default: the ``openai`` profile from the environment), or, with several,
+    to the profile each job's input names (:class:`ProfileRouter`); all report
+    rate-limit headers to the flow control; every profile gets its own limits and breaker.
 
     Args:
-        profiles: the configured endpoints (None or empty: one default profile).
+        profiles: the configured endpoints, the default first (None or empty: one
+            default profile); or a :class:`~desktop_queue.providers.profiles.ProfileSet`.
         clock: the flow control's time source (default: the system clock).
         data_dir: the data dir whose processes share one set of limits, budgets and
             spend ledger (``<data dir>/flow``, ``<data dir>/ledger``); None: limits of
@@ -113,23 +253,82 @@ def build(
     Returns:
         (providers, flow): pass both to the lease driver (``LeaseDriver(..., flow=flow)``).
     """
-    configs = list(profiles) if profiles else [ProfileConfig()]
+    configs = _configs(profiles)
     shared = Path(data_dir) if data_dir is not None else None
     flow = FlowControl(
         {c.name: c.limits() for c in configs},
         clock=clock,
+        profile_of=profile_of_for(configs[0].name),
         shared_dir=shared / "flow" if shared is not None else None,
         ledger=SpendLedger(shared, clock) if shared is not None else None,
     )
+    flow.hold_unknown_profiles("openai.")  # a job naming a profile not (yet) known here waits
     if plugins:
         found: dict[str, Provider] = dict(discover())
     else:
         from desktop_queue.providers import builtin_providers
 
         found = builtin_providers()
-    openai_kinds = make_providers(configs[0].openai_profile(), rate_limit_listener=flow.observe_rate_limit)
-    found.update(openai_kinds)  # type: ignore[arg-type]
+    found.update(profile_providers(configs, flow))
     return found, flow
+
+
+def _configs(profiles: Sequence[ProfileConfig] | ProfileSet | None) -> list[ProfileConfig]:
+    ordered = getattr(profiles, "ordered", None)
+    listed: list[ProfileConfig] = list(ordered()) if callable(ordered) else list(profiles or [])
+    return listed or [ProfileConfig()]
+
+
+def profile_of_for(default: str) -> Callable[[str, Any], str | None]:
+    """Flow control's (kind, input) -> profile: the input's ``profile``, else ``default`` (openai.* kinds)."""
+
+    def profile_of(kind: str, payload: Any) -> str | None:
+        if not kind.startswith("openai."):
+            return kind.split(".", 1)[0]
+        named = payload.get("profile") if isinstance(payload, dict) else None
+        return named if isinstance(named, str) and named else default
+
+    return profile_of
+
+
+def profile_providers(
+    profiles: Sequence[ProfileConfig] | ProfileSet | None, flow: FlowControl | None
+) -> dict[str, Provider]:
+    """The ``openai.*`` kinds for ``profiles`` (the default first): plain providers for one, routers for several."""
+    configs = _configs(profiles)
+    listener = flow.observe_rate_limit if flow is not None else None
+    if len(configs) == 1:
+        return dict(make_providers(configs[0].openai_profile(), rate_limit_listener=listener))  # type: ignore[arg-type]
+    per_profile = {c.name: make_providers(c.openai_profile(), rate_limit_listener=listener) for c in configs}
+    default = configs[0].name
+    return {
+        kind: ProfileRouter(kind, {n: kinds[kind] for n, kinds in per_profile.items()}, default, flow)  # type: ignore[misc]
+        for kind in per_profile[default]
+    }
+
+
+def reconfigure(
+    targets: Sequence[dict[str, Any]], flow: FlowControl | None, profiles: Sequence[ProfileConfig] | ProfileSet
+) -> dict[str, Provider]:
+    """Runs ``profiles`` from now on (Preferences added, removed or renamed one, or changed the default).
+
+    The ``openai.*`` entries of every dict in ``targets`` (the queue's, the driver's …)
+    are replaced by new providers; flow control learns the new limits and default
+    (what every process shares about a kept profile is kept). Attempts already running
+    finish on the providers they started with.
+    """
+    configs = _configs(profiles)
+    if flow is not None:
+        for config in configs:
+            flow.configure(config.name, config.limits())
+        flow.set_profile_of(profile_of_for(configs[0].name))
+    new = profile_providers(configs, flow)
+    for target in targets:
+        for kind in [k for k in target if k.startswith("openai.")]:
+            if kind not in new:
+                del target[kind]
+        target.update(new)
+    return new
 
 
 def apply(providers: Mapping[str, Any], flow: FlowControl | None, config: ProfileConfig) -> None:
@@ -141,6 +340,9 @@ def apply(providers: Mapping[str, Any], flow: FlowControl | None, config: Profil
     """
     new = config.openai_profile()
     for provider in providers.values():
+        if isinstance(provider, ProfileRouter):
+            provider.reconfigure(new)
+            continue
         profile = getattr(provider, "profile", None)
         if isinstance(profile, OpenAIProfile) and profile.name == config.name and hasattr(provider, "reconfigure"):
             provider.reconfigure(new)
@@ -148,4 +350,4 @@ def apply(providers: Mapping[str, Any], flow: FlowControl | None, config: Profil
         flow.configure(config.name, config.limits())
 
 
-__all__ = ["ProfileConfig", "apply", "build"]
+__all__ = ["ProfileConfig", "ProfileRouter", "apply", "build", "profile_of_for", "profile_providers", "reconfigure"]

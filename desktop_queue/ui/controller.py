@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
+from PySide6.QtCore import QFileSystemWatcher, QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
 
 from desktop_queue.core import Job, NotAllowed, Queue, QueueError, StoreError, SubmitResult
 from desktop_queue.core.export import write_export
@@ -25,14 +25,16 @@ from desktop_queue.core.present import (
     interactive_ahead,
     now_line,
     priority_reason,
-    provider_status,
     slot_reason,
 )
 from desktop_queue.core.preview import ReplayPreview, preview_replay
+from desktop_queue.core.profile_state import ProfileState, profile_state, shown_profiles
 from desktop_queue.core.queue import BulkResult, DeadGroup
 from desktop_queue.core.search import SearchQuery
+from desktop_queue.providers.profiles import ProfileFileError, ProfileSet, load_profiles
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.providers.setup import apply as apply_profile
+from desktop_queue.providers.setup import reconfigure as reconfigure_profiles
 from desktop_queue.runtime.driver import LeaseDriver
 from desktop_queue.ui.models import DeadLetterModel, QueueModel, RefreshCoordinator
 
@@ -137,6 +139,8 @@ class Controller(QObject):
             control's snapshot has the spend, not the limits).
         attempt_timeout_s: the attempt timeout of jobs whose input names none
             (Preferences; None: each kind's own).
+        profiles: the provider profiles as configured (None: every profile flow
+            control knows counts as configured).
         parent: the Qt parent.
 
     Why a queued job waits (the queue pane's "next run" and the timeline's now line)
@@ -168,12 +172,15 @@ class Controller(QObject):
         flow: FlowControl | None = None,
         budgets: Mapping[str, Budget] | None = None,
         attempt_timeout_s: float | None = None,
+        profiles: ProfileSet | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
         self.queue = queue
         self.providers = dict(providers)
         self.flow = flow
+        self.profiles = profiles
+        self._in_use: tuple[float, list[str]] = (-1e18, [])
         self.budgets: dict[str, Budget] = dict(budgets or {})
         self._interactive_ahead = 0
         # the queue's clock, so that the panes and the timeline's now line read one time
@@ -241,6 +248,17 @@ class Controller(QObject):
     def _unavailable(self, profile: str) -> str | None:
         """The first reason a provider of ``profile`` gives for not running (no API key), or None."""
         for provider in self.providers.values():
+            routes = getattr(provider, "by_profile", None)
+            if isinstance(routes, dict):
+                inner = routes.get(profile)
+                ask_inner = getattr(inner, "unavailable_reason", None)
+                try:
+                    reason = ask_inner() if callable(ask_inner) else None
+                except Exception:  # a status display must never break on a provider's check
+                    reason = None
+                if isinstance(reason, str) and reason:
+                    return reason
+                continue
             if getattr(getattr(provider, "profile", None), "name", None) != profile:
                 continue
             ask = getattr(provider, "unavailable_reason", None)
@@ -255,14 +273,52 @@ class Controller(QObject):
         return None
 
     def provider_states(self) -> list[tuple[str, str, str]]:
-        """(profile, level, text) of every provider profile under flow control, for the status bar."""
+        """(profile, level, text) of every profile worth showing (see :meth:`profile_states`)."""
+        return [(state.profile, state.level, state.text) for state in self.profile_states()]
+
+    #: how often the status bar looks again which profiles queued jobs use (a walk over the jobs)
+    IN_USE_RECHECK_S = 5.0
+
+    def _profiles_in_use(self) -> list[str]:
+        """The profiles that queued or running jobs use (kind only: the pane holds no inputs)."""
+        now = self.queue.clock.now()
+        at, found = self._in_use
+        if now - at < self.IN_USE_RECHECK_S:
+            return found
+        default = self.profiles.default_name() if self.profiles is not None else None
+        used: list[str] = []
+        for job in self.queue_model.jobs():
+            kind = str(job.get("kind", ""))
+            if job.get("state") in ("queued", "running") and kind.startswith("openai."):
+                used.append(default or kind.split(".", 1)[0])
+                break
+        self._in_use = (now, used)
+        return used
+
+    def profile_states(self) -> list[ProfileState]:
+        """The real state of every profile worth showing (configured ones, or used by queued jobs)."""
         if self.flow is None:
             return []
+        known = self.flow.profiles()
+        if self.profiles is not None:
+            names, anything = self.profiles.names(), self.profiles.configured
+        else:
+            names, anything = known, True
+        used = [] if anything else self._profiles_in_use()
+        now = self.queue.clock.now()
         out = []
-        for profile in self.flow.profiles():
-            snapshot = self.flow.snapshot(profile)
-            level, text = provider_status(snapshot, self.budgets.get(profile), self._unavailable(profile))
-            out.append((profile, level, text))
+        for name in shown_profiles(names, used, anything_configured=anything):
+            snapshot = self.flow.snapshot(name) if name in known else None
+            out.append(
+                profile_state(
+                    name,
+                    snapshot,
+                    now,
+                    configured=anything and name in known,
+                    budget=self.budgets.get(name),
+                    no_key=self._unavailable(name),
+                )
+            )
         return out
 
     @property
@@ -564,3 +620,63 @@ class Controller(QObject):
         apply_profile(self.providers, self.flow, config)
         self.budgets[config.name] = config.budget()
         self.changed()
+
+    def apply_profiles(self, profiles: ProfileSet) -> None:
+        """Runs ``profiles`` from the next attempt on (Preferences added, removed or renamed some).
+
+        Only the ``openai.*`` kinds the window runs are replaced; a window started with
+        providers of its own (tests, the screenshot script) keeps them.
+        """
+        before = self.profiles
+        if before is not None and profiles == before:
+            return  # saved unchanged: the running providers keep their clients
+        self.profiles = profiles
+        self.budgets = {p.name: p.budget() for p in profiles.profiles}
+        if before is not None and any(k.startswith("openai.") for k in self.providers):
+            targets = [self.providers, self.driver.providers]
+            if isinstance(self.queue.providers, dict):
+                targets.append(self.queue.providers)
+            reconfigure_profiles(targets, self.flow, profiles)
+        else:
+            for config in profiles.profiles:
+                apply_profile(self.providers, self.flow, config)
+        self._in_use = (-1e18, [])
+        self.changed()
+
+    def watch_profiles(self, path: Path) -> None:
+        """Applies ``profiles.json`` again whenever another process (``desktop-queue profile …``) changes it.
+
+        The directory is watched, not the file: an atomic save replaces the file, and a
+        watch on the old one would end there.
+        """
+        self._profiles_path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            log.warning("cannot watch %s: %s", path, exc)
+            return
+        # a save is a temp file and a rename: look once it has settled
+        timer = QTimer(self)
+        timer.setObjectName("profilesReloadTimer")
+        timer.setSingleShot(True)
+        timer.setInterval(150)
+        timer.timeout.connect(self.reload_profiles)
+        self._watcher = QFileSystemWatcher([str(path.parent)], self)
+        self._watcher.directoryChanged.connect(lambda _d: timer.start())
+
+    @Slot()
+    def reload_profiles(self) -> None:
+        """Reads the watched profiles file and runs what it says (if it changed)."""
+        path = getattr(self, "_profiles_path", None)
+        if path is None:
+            return
+        try:
+            found = load_profiles(path.parent)
+        except ProfileFileError as exc:
+            self.failed.emit(str(exc))
+            return
+        for notice in found.notices:
+            self.failed.emit(notice)
+        if found != self.profiles:
+            self.apply_profiles(found)
+            self.message.emit("The provider profiles were changed elsewhere; they apply from the next job on.")

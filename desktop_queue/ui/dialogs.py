@@ -39,11 +39,12 @@ from desktop_queue.core.fingerprint import canonical_json
 from desktop_queue.core.inputspec import InputSpec, spec_of
 from desktop_queue.core.model import Priority
 from desktop_queue.core.queue import MAX_BATCH, MAX_BATCH_BYTES, MAX_INPUT_BYTES
+from desktop_queue.providers.profiles import Preset, ProfileSet
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.forms import FieldProblem, InputForm, error_colour
 from desktop_queue.ui.icons import icon
-from desktop_queue.ui.settings import APPLICATION, MAX_CONCURRENCY, ORGANIZATION, Preferences, load_provider_profile
+from desktop_queue.ui.settings import APPLICATION, MAX_CONCURRENCY, ORGANIZATION, Preferences
 
 # --------------------------------------------------------------------------- prompts (tests replace these)
 
@@ -949,18 +950,27 @@ class ReplayDialog(QDialog):
 
 
 class PreferencesDialog(QDialog):
-    """User preferences: General (``preferences/…``) and Providers (``providers/<name>/…``).
+    """User preferences: General (``preferences/…``) and Providers (the profiles file).
 
     Args:
         prefs: the general preferences.
-        provider: the provider profile (default: as saved).
+        provider: the provider profiles (default: as saved); one :class:`ProfileConfig`
+            stands for a file holding just that profile.
         parent: the Qt parent.
+        new_profile: open on the Providers tab with a new profile from this preset
+            (True: the first preset; "Connect a provider").
     """
 
     def __init__(
-        self, prefs: Preferences, provider: ProfileConfig | None = None, parent: QWidget | None = None
+        self,
+        prefs: Preferences,
+        provider: ProfileConfig | ProfileSet | None = None,
+        parent: QWidget | None = None,
+        *,
+        new_profile: Preset | bool | None = None,
     ) -> None:
-        from desktop_queue.ui.provider_prefs import ProvidersPage
+        from desktop_queue.ui.provider_prefs import ProfilesPage
+        from desktop_queue.ui.settings import load_profiles_migrating
 
         super().__init__(parent)
         self.setWindowTitle("Preferences")
@@ -982,27 +992,51 @@ class PreferencesDialog(QDialog):
         form = QFormLayout(general)
         form.addRow("Jobs running at &once:", self.concurrency)
         form.addRow("Give up on an &attempt after:", self.attempt_timeout)
-        self.providers_page = ProvidersPage(provider or load_provider_profile())
+        if isinstance(provider, ProfileConfig):
+            provider = ProfileSet((provider,), provider.name)
+        self.profiles_page = ProfilesPage(provider if provider is not None else load_profiles_migrating())
         self.tabs = QTabWidget()
         self.tabs.addTab(general, "&General")
-        self.tabs.addTab(self.providers_page, "&Providers")
+        self.tabs.addTab(self.profiles_page, "&Providers")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs)
         layout.addWidget(buttons)
+        if new_profile:
+            from desktop_queue.providers.profiles import PRESETS
+
+            self.profiles_page.add_profile(new_profile if isinstance(new_profile, Preset) else PRESETS[0])
+            self.tabs.setCurrentWidget(self.profiles_page)
         # every hint readable in full, not cut off at "https://api.openai…" / "leave empty to k…"
-        for edit in self.findChildren(QLineEdit):
-            hint = edit.placeholderText()
-            if hint:
-                edit.setMinimumWidth(edit.fontMetrics().horizontalAdvance(hint) + 24)
-        self.setMinimumWidth(max(560, self.sizeHint().width()))
+        metrics = self.fontMetrics()
+        widest = max(
+            (e.fontMetrics().horizontalAdvance(e.placeholderText()) for e in self.findChildren(QLineEdit)),
+            default=0,
+        )
+        labels = max(metrics.horizontalAdvance(t) for t in ("Requests per minute:", "Tokens per month:", "Start from:"))
+        # label column, field (its hint in full), the form's and the scroll bar's margins
+        self.profiles_page.stack.setMinimumWidth(labels + widest + 24 + 40)
+        scroll_bar = self.style().pixelMetric(self.style().PixelMetric.PM_ScrollBarExtent)
+        self.profiles_page.editor_scroll.setMinimumWidth(self.profiles_page.stack.minimumWidth() + scroll_bar + 4)
+        self.setMinimumWidth(max(760, self.sizeHint().width()))
+        self.resize(self.minimumWidth(), min(700, max(560, self.sizeHint().height())))
+
+    def select_profile(self, name: str) -> bool:
+        """Shows the Providers tab with the profile ``name`` selected; False if there is none."""
+        self.tabs.setCurrentWidget(self.profiles_page)
+        return self.profiles_page.select(name)
+
+    @property
+    def providers_page(self) -> Any:
+        """The editor of the selected profile (a :class:`ProvidersPage`), or None when there is none."""
+        return self.profiles_page.current_editor()
 
     def accept(self) -> None:
-        """Saves the provider profile (and key) first; stays open if the key cannot be saved."""
-        if not self.providers_page.save():
-            self.tabs.setCurrentWidget(self.providers_page)
+        """Saves the provider profiles (and keys) first; stays open if they cannot be saved."""
+        if not self.profiles_page.save():
+            self.tabs.setCurrentWidget(self.profiles_page)
             return
         super().accept()
 
@@ -1012,4 +1046,10 @@ class PreferencesDialog(QDialog):
         )
 
     def provider_profile(self) -> ProfileConfig:
-        return self.providers_page.profile()
+        """The selected profile as edited."""
+        editor = self.profiles_page.current_editor()
+        return editor.profile() if editor is not None else ProfileConfig()
+
+    def profile_set(self) -> ProfileSet:
+        """Every profile as saved by OK."""
+        return self.profiles_page.loaded

@@ -6,8 +6,8 @@ import time
 from collections import deque
 from typing import Any
 
-from PySide6.QtCore import QByteArray, Qt, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence, QPalette
+from PySide6.QtCore import QByteArray, QSize, Qt, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence, QPainter, QPalette
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -43,6 +43,7 @@ from desktop_queue.ui.settings import (
     save_preferences,
     save_window_state,
 )
+from desktop_queue.ui.spend_view import SpendDialog
 from desktop_queue.ui.timeline import LiveTimelineModel
 
 #: provider status level -> status-bar icon (shapes differ, so colour is never the only cue)
@@ -115,6 +116,40 @@ def shortcuts_for(
     return bindings
 
 
+class ElidedLabel(QLabel):
+    """A status-bar label that gives up width before the window does: its text elides ("openai: ok, $0.5…").
+
+    The full text stays in :meth:`text` (and the item's tooltip); a narrow window never
+    grows wider than the screen because of a long provider state.
+    """
+
+    MIN_WIDTH = 72
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt API
+        hint = super().minimumSizeHint()
+        return QSize(min(hint.width(), self.MIN_WIDTH), hint.height())
+
+    def paintEvent(self, _event: Any) -> None:  # noqa: N802 - Qt API
+        painter = QPainter(self)
+        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.width())
+        painter.drawText(self.rect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), shown)
+
+
+class ClickableItem(QWidget):
+    """A status-bar item that opens something when clicked (a provider's indicator: its Preferences).
+
+    Signals:
+        clicked(): the left button was released over it.
+    """
+
+    clicked = Signal()
+
+    def mouseReleaseEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        if event.button() == Qt.MouseButton.LeftButton and self.rect().contains(event.position().toPoint()):
+            self.clicked.emit()
+        super().mouseReleaseEvent(event)
+
+
 class Banner(QFrame):
     """A dismissable, non-blocking message strip at the top of the window."""
 
@@ -185,6 +220,7 @@ class MainWindow(QMainWindow):
         #: (wall time, profile, kind, text) of recent provider state changes, newest last
         self.flow_log: deque[tuple[float, str, str, str]] = deque(maxlen=200)
         self._breaker_announced: set[str] = set()
+        self._spend_dialog: SpendDialog | None = None
 
         # panes
         self.queue_pane = QueuePane(controller.queue_model)
@@ -226,6 +262,8 @@ class MainWindow(QMainWindow):
         self.dead_pane.retry_requested.connect(self.retry_selected)
         self.dead_pane.replay_requested.connect(self.replay_selected)
         self.dead_pane.retry_all_requested.connect(self.retry_all_matching)
+        self.queue_pane.first_run.demo_requested.connect(self.try_demo_job)
+        self.queue_pane.first_run.connect_requested.connect(self.connect_provider)
         self.timeline_pane.link_activated.connect(self.show_job)
         self.timeline_pane.copy_requested.connect(self.copy_timeline)
         copy = self.actions_[Command.COPY_TIMELINE]
@@ -315,6 +353,11 @@ class MainWindow(QMainWindow):
         return self.actions_[command]
 
     def _build_menus(self) -> None:
+        self.spend_action = QAction(icon("state-succeeded"), "&Spend…", self)
+        self.spend_action.setObjectName("action_spend")
+        self.spend_action.setShortcut(QKeySequence("Ctrl+Shift+S"))
+        self.spend_action.setStatusTip("What the providers cost, by day, profile and model, against each budget")
+        self.spend_action.triggered.connect(lambda _checked=False: self.show_spend())
         bar = self.menuBar()
         a = self.actions_
         for title, commands in (
@@ -339,6 +382,9 @@ class MainWindow(QMainWindow):
                 menu.insertAction(a[Command.COPY_TIMELINE], h[HistoryCommand.DELETE])
                 menu.insertAction(a[Command.COPY_TIMELINE], h[HistoryCommand.DELETE_BEFORE])
                 menu.insertSeparator(a[Command.COPY_TIMELINE])
+            elif title == "&View":
+                menu.addSeparator()
+                menu.addAction(self.spend_action)
 
     def _build_status_bar(self) -> None:
         status = QStatusBar()
@@ -369,7 +415,7 @@ class MainWindow(QMainWindow):
         self.dead_button.clicked.connect(lambda: self.tabs.setCurrentWidget(self.dead_pane))
         status.addPermanentWidget(self.dead_button)
         #: profile -> (item, icon label, text label): one indicator per provider under flow control
-        self.provider_items: dict[str, tuple[QWidget, QLabel, QLabel]] = {}
+        self.provider_items: dict[str, tuple[ClickableItem, QLabel, QLabel]] = {}
         self._provider_levels: dict[str, str] = {}
 
     @staticmethod
@@ -387,19 +433,21 @@ class MainWindow(QMainWindow):
         row.addWidget(label)
         return item, label
 
-    def _provider_item(self, profile: str) -> tuple[QWidget, QLabel, QLabel]:
+    def _provider_item(self, profile: str) -> tuple[ClickableItem, QLabel, QLabel]:
         """The status-bar indicator of ``profile`` (created on first use, left of the counts)."""
         found = self.provider_items.get(profile)
         if found is not None:
             return found
-        item = QWidget()
+        item = ClickableItem()
         item.setObjectName(f"provider_{profile}")
+        item.setCursor(Qt.CursorShape.PointingHandCursor)
+        item.clicked.connect(lambda p=profile: self.edit_preferences(profile=p))
         row = QHBoxLayout(item)
-        row.setContentsMargins(6, 0, 6, 0)
+        row.setContentsMargins(4, 0, 4, 0)
         row.setSpacing(4)
         picture = QLabel()
         picture.setObjectName(f"providerIcon_{profile}")
-        label = QLabel()
+        label = ElidedLabel()
         label.setObjectName(f"providerLabel_{profile}")
         row.addWidget(picture)
         row.addWidget(label)
@@ -598,23 +646,32 @@ class MainWindow(QMainWindow):
     _dead_count_known = False
 
     def _update_providers(self) -> None:
-        """Refreshes every provider indicator from its flow control's snapshot."""
+        """Refreshes every provider indicator from its profile's real state (computed in core)."""
         try:
-            states = self.controller.provider_states()
+            states = self.controller.profile_states()
         except Exception:  # a status display must never break the refresh
             return
-        for profile, level, text in states:
+        shown = set()
+        for state in states:
+            profile = state.profile
+            shown.add(profile)
             item, picture, label = self._provider_item(profile)
-            if self._provider_levels.get(profile) != level:
-                picture.setPixmap(icon(PROVIDER_ICONS.get(level, "provider-ok")).pixmap(14, 14))
-                self._provider_levels[profile] = level
-            label.setText(text)
-            item.setToolTip(self.provider_tooltip(profile, text))
+            if self._provider_levels.get(profile) != state.level:
+                picture.setPixmap(icon(PROVIDER_ICONS.get(state.level, "provider-ok")).pixmap(14, 14))
+                self._provider_levels[profile] = state.level
+            label.setText(state.text)
+            item.setToolTip(self.provider_tooltip(profile, state.detail) + "\n\nClick to open its settings.")
+            item.setAccessibleName(state.text)
+        for profile in [p for p in self.provider_items if p not in shown]:  # a profile removed in Preferences
+            item, _picture, _label = self.provider_items.pop(profile)
+            self._provider_levels.pop(profile, None)
+            self.statusBar().removeWidget(item)
+            item.deleteLater()
 
     def provider_tooltip(self, profile: str, status: str) -> str:
         """The indicator's tooltip: the status, then the profile's recent flow events."""
         recent = [entry for entry in self.flow_log if entry[1] == profile][-FLOW_TOOLTIP_EVENTS:]
-        lines = [f"Provider “{profile}”: {status.split(': ', 1)[-1]}"]
+        lines = [status]
         if recent:
             lines.append("Recent changes:")
             now = time.time()
@@ -762,11 +819,64 @@ class MainWindow(QMainWindow):
             QGuiApplication.clipboard().setText(text)
             self.statusBar().showMessage("Timeline copied to the clipboard", 4000)
 
-    def edit_preferences(self) -> None:
-        dialog = dialogs.PreferencesDialog(self.prefs, parent=self)
-        if dialog.exec():
-            self.apply_preferences(dialog.preferences())
-            self.controller.apply_provider_profile(dialog.provider_profile())
+    def edit_preferences(self, new_profile: bool = False, profile: str | None = None) -> dialogs.PreferencesDialog:
+        """Opens Preferences (window-modal, non-blocking); returns it.
+
+        Args:
+            new_profile: open on a new provider profile (from a preset).
+            profile: open on the Providers tab with this profile selected.
+        """
+        # the profiles as saved (another process may have changed them), not as this window runs them
+        dialog = dialogs.PreferencesDialog(self.prefs, None, self, new_profile=new_profile)
+        if profile is not None:
+            dialog.select_profile(profile)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self._preferences_accepted(dialog))
+        dialog.open()
+        return dialog
+
+    def show_spend(self) -> SpendDialog:
+        """Opens the Spend view (non-modal; one at a time, raised if already open)."""
+        from desktop_queue.core.ledger import PriceTable, SpendLedger
+
+        if self._spend_dialog is not None:
+            self._spend_dialog.reload()
+            self._spend_dialog.raise_()
+            self._spend_dialog.activateWindow()
+            return self._spend_dialog
+        data_dir = self.controller.queue.data_dir
+        flow = self.controller.flow
+        ledger = flow.ledger if flow is not None and flow.ledger is not None else SpendLedger(data_dir)
+        dialog = SpendDialog(ledger, self.controller.budgets, PriceTable.load(data_dir), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.destroyed.connect(lambda: setattr(self, "_spend_dialog", None))
+        self._spend_dialog = dialog
+        dialog.show()
+        return dialog
+
+    def try_demo_job(self) -> None:
+        """Submits the first-run demo job and selects it (its timeline shows it run)."""
+        from desktop_queue.core import QueueError
+        from desktop_queue.ui.first_run import DEMO_INPUT, DEMO_TITLE
+
+        try:
+            result = self.controller.submit(
+                "demo", dict(DEMO_INPUT), title=DEMO_TITLE, priority="interactive", max_attempts=None
+            )
+        except QueueError as exc:
+            self.banner.show_message(f"The demo job could not be submitted: {exc}", "state-dead")
+            return
+        self.queue_pane.set_first_run(False)
+        self._submitted(result)
+
+    def connect_provider(self) -> dialogs.PreferencesDialog:
+        """Preferences on a new provider profile, from a preset (the first-run "Connect a provider")."""
+        return self.edit_preferences(new_profile=True)
+
+    def _preferences_accepted(self, dialog: dialogs.PreferencesDialog) -> None:
+        self.apply_preferences(dialog.preferences())
+        self.controller.apply_profiles(dialog.profile_set())
+        self._update_status()
 
     def apply_preferences(self, prefs: Preferences) -> None:
         """Stores ``prefs`` under ``preferences/`` and applies them now."""

@@ -52,6 +52,7 @@ from PySide6.QtWidgets import (
 
 from desktop_queue.core.model import State
 from desktop_queue.ui.delegates import JobCellDelegate
+from desktop_queue.ui.first_run import FirstRunPanel
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.models import DeadGroupModel, JobFilterProxy, JobTableModel, TimelineModel, TimelineRole
 from desktop_queue.ui.timeline import LiveTimelineModel
@@ -245,13 +246,18 @@ class QueuePane(QWidget):
             self.state_filter.addItem(state_icon(state), state.capitalize(), str(state))
         self.state_filter.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.view = _job_table(self.proxy, "queueView")
-        bar = QHBoxLayout()
+        self.first_run = FirstRunPanel()  # shown instead of the table while the store holds no job
+        self.first_run.hide()
+        self.bar = QWidget()
+        bar = QHBoxLayout(self.bar)
+        bar.setContentsMargins(0, 0, 0, 0)
         bar.addWidget(self.search, 1)
         bar.addWidget(self.state_filter)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(bar)
+        layout.addWidget(self.bar)
         layout.addWidget(self.view, 1)
+        layout.addWidget(self.first_run, 1)
         self.search.textChanged.connect(self.proxy.set_text)
         self.state_filter.currentIndexChanged.connect(lambda _i: self.proxy.set_state(self.state_filter.currentData()))
         self.view.selectionModel().selectionChanged.connect(lambda *_: self.selection_changed.emit())
@@ -286,9 +292,18 @@ class QueuePane(QWidget):
         """Repaints the visible rows after a clock tick (time-dependent cells)."""
         self.view.viewport().update()
 
+    def set_first_run(self, first: bool) -> None:
+        """Shows the first-run state (what to do) instead of an empty table, or the table again."""
+        if self.first_run.isHidden() != first:
+            return  # already so
+        self.first_run.setVisible(first)
+        self.view.setVisible(not first)
+        self.bar.setVisible(not first)
+
     def set_counts(self, counts: dict[str, int]) -> None:
-        """Shows the live count of every state in the state filter."""
+        """Shows the live count of every state in the state filter (and the first-run state when empty)."""
         total = sum(counts.values())
+        self.set_first_run(total == 0)
         self.state_filter.setItemText(0, f"All states ({total})")
         for i, state in enumerate(STATE_ORDER, start=1):
             n = counts.get(state, 0)

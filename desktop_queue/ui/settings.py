@@ -2,15 +2,30 @@
 
 Preferences are what a person chose (concurrency); window state is what the window
 remembers about itself (geometry, splitters, headers). Resetting one never touches the other.
+Provider profiles are not here: they live in ``profiles.json`` in the config dir
+(:mod:`desktop_queue.providers.profiles`), shared with ``desktop-queue work``.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from desktop_queue.providers.profiles import (
+    ProfileFileError,
+    ProfileSet,
+    load_profiles,
+    migrate_legacy,
+    profiles_path,
+    save_profiles,
+)
 from desktop_queue.providers.setup import ProfileConfig
+
+log = logging.getLogger(__name__)
 
 ORGANIZATION = "desktop-queue"
 APPLICATION = "Desktop Queue"
@@ -62,49 +77,34 @@ def _number(value: object, kind: type[int] | type[float]) -> int | float | None:
     return number if number > 0 else None
 
 
-#: ProfileConfig field -> number type of the budgets kept under ``providers/<name>/…``
-BUDGET_KEYS: dict[str, type[int] | type[float]] = {
-    "budget_usd_per_day": float,
-    "budget_usd_per_month": float,
-    "budget_tokens_per_day": int,
-    "budget_tokens_per_month": int,
-}
-
-
-def load_provider_profile(name: str = ProfileConfig.name) -> ProfileConfig:
-    """Reads ``providers/<name>/…`` (base URL, model, rpm, tpm, concurrency, budgets; never a key).
-
-    Missing or unreadable values fall back to the defaults (rates and budgets: unlimited).
-    Prices are not here: they live in the data dir (``prices.json``), shared with ``work``.
-    """
+def legacy_provider_values(name: str = ProfileConfig.name) -> dict[str, Any]:
+    """What an older version kept under QSettings ``providers/<name>/…`` (base URL, model, limits)."""
     settings = _settings()
     prefix = f"providers/{name}/"
-    base_url = str(settings.value(prefix + "base_url", "") or "").strip() or None
-    model = str(settings.value(prefix + "model", "") or "").strip() or ProfileConfig.model
-    concurrency = _number(settings.value(prefix + "concurrency"), int)
-    return ProfileConfig(
-        name=name,
-        base_url=base_url,
-        model=model,
-        rpm=_number(settings.value(prefix + "rpm"), float),
-        tpm=_number(settings.value(prefix + "tpm"), float),
-        concurrency=int(concurrency) if concurrency else None,
-        **{key: _number(settings.value(prefix + key), kind) for key, kind in BUDGET_KEYS.items()},  # type: ignore[arg-type]
-    )
+    return {key[len(prefix) :]: settings.value(key) for key in settings.allKeys() if key.startswith(prefix)}
 
 
-def save_provider_profile(config: ProfileConfig) -> None:
-    """Writes ``providers/<name>/…`` (0 stands for "no limit"). The key goes to the keyring, never here."""
-    settings = _settings()
-    prefix = f"providers/{config.name}/"
-    settings.setValue(prefix + "base_url", config.base_url or "")
-    settings.setValue(prefix + "model", config.model)
-    settings.setValue(prefix + "rpm", config.rpm or 0)
-    settings.setValue(prefix + "tpm", config.tpm or 0)
-    settings.setValue(prefix + "concurrency", config.concurrency or 0)
-    for key in BUDGET_KEYS:
-        settings.setValue(prefix + key, getattr(config, key) or 0)
-    settings.sync()
+def load_profiles_migrating(directory: Path | str | None = None) -> ProfileSet:
+    """The provider profiles (``profiles.json``), after moving an older QSettings profile into it.
+
+    On the first run of this version, a profile set up in an older one's Preferences
+    (QSettings ``providers/openai/…``) is written to the profiles file, so nobody loses
+    their setup; the old keys are then removed, so it happens once. A profiles file that
+    already exists always wins.
+    """
+    path = profiles_path(directory)
+    if not path.exists():
+        legacy = migrate_legacy(legacy_provider_values())
+        if legacy is not None:
+            try:
+                save_profiles(ProfileSet((legacy,), legacy.name), directory)
+            except ProfileFileError:
+                log.warning("the older provider settings could not be moved to %s", path, exc_info=True)
+            else:
+                settings = _settings()
+                settings.remove(f"providers/{legacy.name}")
+                settings.sync()
+    return load_profiles(directory)
 
 
 def load_window_state(key: str) -> QByteArray | None:

@@ -295,8 +295,8 @@ def test_validate_refuses_another_profile_in_the_input(kind: str) -> None:
     with pytest.raises(InvalidInput) as info:
         provider.validate({**payload, "profile": "anything"})
     assert str(info.value) == (
-        f"unknown profile 'anything': jobs of {kind} run on profile 'openai'; "
-        "profiles are configured in Preferences or with work flags, not in job input"
+        f"unknown profile 'anything': jobs of {kind} run on profile 'openai' "
+        "(add one in Preferences → Providers or with desktop-queue profile add)"
     )
     provider.validate({**payload, "profile": "openai"})  # its own profile is fine
     provider.validate(payload)

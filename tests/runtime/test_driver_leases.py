@@ -140,7 +140,9 @@ def test_a_profile_without_a_key_holds_its_jobs_until_one_is_set(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     server = FakeOpenAI()
     server.start()
-    providers, flow = build([ProfileConfig(base_url=server.url, model="m")], plugins=False, data_dir=data_dir)
+    # the environment's endpoint: OPENAI_API_KEY is its key source (never for another profile's server)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    providers, flow = build([ProfileConfig(model="m")], plugins=False, data_dir=data_dir)
     for provider in providers.values():
         if hasattr(provider, "KEY_RECHECK_S"):
             provider.KEY_RECHECK_S = 0.2  # type: ignore[attr-defined]

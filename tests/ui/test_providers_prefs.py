@@ -23,12 +23,20 @@ from desktop_queue.core.flow import WAITING_UNAVAILABLE, FlowControl, ProfileLim
 from desktop_queue.core.ledger import Budget, Price, PriceTable  # noqa: E402
 from desktop_queue.core.present import describe_state  # noqa: E402
 from desktop_queue.providers.openai_compat import KEYRING_SERVICE  # noqa: E402
+from desktop_queue.providers.profiles import load_profiles  # noqa: E402
 from desktop_queue.providers.setup import ProfileConfig  # noqa: E402
 from desktop_queue.ui.dialogs import PreferencesDialog  # noqa: E402
 from desktop_queue.ui.models import QueueModel  # noqa: E402
-from desktop_queue.ui.settings import Preferences, load_provider_profile  # noqa: E402
+from desktop_queue.ui.settings import Preferences  # noqa: E402
 
 WAIT_MS = 5000
+
+
+def load_provider_profile(name: str = "openai") -> ProfileConfig:
+    """The profile as saved in the profiles file (the defaults when none was saved)."""
+    return load_profiles().get(name) or ProfileConfig()
+
+
 WRONG_KEY = "sk-wrong-0d9e8f7a6b5c4d3e2f1a"
 
 
@@ -118,7 +126,7 @@ def test_ok_puts_the_key_in_the_keyring_and_never_in_settings_or_logs(
     saved = load_provider_profile()
     assert saved == ProfileConfig(base_url=server.url, model="model-b", rpm=60.0, tpm=40_000.0, concurrency=3)
     assert dialog.provider_profile() == saved
-    assert list((isolated_profile / "qsettings").rglob("*")), "QSettings wrote nowhere we can check"
+    assert (isolated_profile / "config" / "desktop-queue" / "profiles.json").exists(), "the profiles file is elsewhere"
     assert files_containing(isolated_profile, CANARY_KEY) == []
     assert CANARY_KEY not in caplog.text
 
@@ -129,7 +137,7 @@ def test_no_keyring_is_said_inline_and_nothing_is_written(dialog: PreferencesDia
     page.api_key.setText(CANARY_KEY)
     dialog.accept()
     assert dialog.result() != QDialog.DialogCode.Accepted
-    assert dialog.tabs.currentWidget() is page
+    assert dialog.tabs.currentWidget() is dialog.profiles_page
     assert not page.message.ok
     assert "no usable OS keyring" in page.message.text.text()
     assert "OPENAI_API_KEY" in page.message.text.text()

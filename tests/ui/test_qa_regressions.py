@@ -161,10 +161,10 @@ def test_confirm_returns_true_only_for_the_agreeing_button(qtbot: Any, monkeypat
 
 
 def test_preferences_are_wide_enough_for_their_hints(qtbot: Any) -> None:
-    dialog = dialogs.PreferencesDialog(Preferences())
+    dialog = dialogs.PreferencesDialog(Preferences(), new_profile=True)
     qtbot.addWidget(dialog)
     dialog.show()
-    dialog.tabs.setCurrentWidget(dialog.providers_page)
+    dialog.tabs.setCurrentWidget(dialog.profiles_page)
     qtbot.waitUntil(dialog.providers_page.isVisible, timeout=2000)
     assert dialog.width() >= 560
     page = dialog.providers_page
@@ -390,6 +390,9 @@ def test_every_queue_column_is_in_sight_at_the_default_size(qtbot: Any, session:
     assert window.size().toTuple() == (1200, 720)
     view = window.queue_pane.view
     header = view.horizontalHeader()
+    session.queue.submit("demo", {"prompt": "one job, so the table shows (not the first-run state)"})
+    window.refresh()
+    qtbot.waitUntil(view.isVisible, timeout=2000)
     qtbot.waitUntil(lambda: view.viewport().width() > 0, timeout=2000)
     for i, column in enumerate(window.controller.queue_model.columns):
         right = header.sectionViewportPosition(i) + header.sectionSize(i)
