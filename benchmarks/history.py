@@ -22,7 +22,7 @@ created_at)``). Measured, each in a fresh process (the OS page cache is warm):
   peers (a minimal script: the interpreter's start-up is printed as a note);
 * **compaction**: on a copy of our store, real lifecycles (per-op fsync suspended)
   until the journal segment rotates, which starts the compaction child
-  (``python -m desktop_queue.core.compactor``); its peak RSS is its own ``VmHWM``,
+  (``python -m desktop_queue.core.store.compaction``); its peak RSS is its own ``VmHWM``,
   sampled while it runs (see :class:`ChildPeaks`). Then 1,000 more lifecycles and
   an inline ``queue.store.compact_now()`` (``background_compaction=False``): its wall
   time and its peak RSS above the process's RSS before it (Linux: ``VmHWM`` after a

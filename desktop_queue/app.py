@@ -17,10 +17,10 @@ from typing import Any
 from PySide6.QtWidgets import QApplication
 
 from desktop_queue.core import Queue, QueueError, StoreError
-from desktop_queue.core.fileio import FileLock
 from desktop_queue.core.ledger import Budget
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.core.present import reconciliation_summary
+from desktop_queue.core.store.fileio import FileLock
 from desktop_queue.runtime import qtcompat
 from desktop_queue.ui import dialogs
 from desktop_queue.ui.controller import Controller

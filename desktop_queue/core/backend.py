@@ -4,7 +4,7 @@
 reads jobs through a :class:`View` and changes them only by handing the backend journal
 records (:mod:`.records`) to commit atomically. Two backends implement it today:
 
-- :class:`~desktop_queue.core.storage.Store`, the JSON journal in the data directory
+- :class:`~desktop_queue.core.store.journal.Store`, the JSON journal in the data directory
   (the default; the store of record on a desktop);
 - :class:`~desktop_queue.core.memory.MemoryBackend`, everything in memory, for scripts
   and tests that need no durability.
@@ -26,8 +26,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from desktop_queue.core.archive import ArchivedRow, PurgeFilter, Totals
 from desktop_queue.core.records import JobDict, Record
+from desktop_queue.core.store.archive import ArchivedRow, PurgeFilter, Totals
 
 T = TypeVar("T")
 
@@ -47,7 +47,7 @@ class OpenReport:
 
 class History(Protocol):
     """Finished jobs that left the hot set, and the index that finds them
-    (:class:`~desktop_queue.core.archive.Archive`)."""
+    (:class:`~desktop_queue.core.store.archive.Archive`)."""
 
     def get(self, job_id: str) -> JobDict | None: ...
     def rows(

@@ -51,12 +51,12 @@ import orjson
 
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import QueueError
-from desktop_queue.core.fileio import FileLock, atomic_write, make_dirs
 from desktop_queue.core.ledger import Budget, SpendLedger, Spent, budget_reason, estimate_usage, usage_of
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.model import ErrorClass, State
 from desktop_queue.core.outcome import Outcome
 from desktop_queue.core.redact import strings_in
+from desktop_queue.core.store.fileio import FileLock, atomic_write, make_dirs
 
 log = logging.getLogger(__name__)
 

@@ -33,11 +33,11 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from desktop_queue.core import fileio
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import StoreError
-from desktop_queue.core.fileio import atomic_write, fsync_dir, make_dirs
 from desktop_queue.core.redact import strings_in
+from desktop_queue.core.store import fileio
+from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs
 
 Period = Literal["day", "month"]
 ReportBy = Literal["day", "model", "profile"]

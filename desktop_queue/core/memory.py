@@ -1,7 +1,7 @@
 """A backend that keeps every job in memory, for scripts and tests that need no durability.
 
 It implements :class:`~desktop_queue.core.backend.Backend` with the same state and
-indexes as the JSON store (:class:`~desktop_queue.core.storage.StoreState`) and none of
+indexes as the JSON store (:class:`~desktop_queue.core.store.state.StoreState`) and none of
 its files: a commit applies its records under a lock, nothing survives the process, and
 only this process sees the jobs. It shows what the seam asks of a backend; the verb
 tests run over it and over the JSON store through one fixture.
@@ -17,11 +17,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from desktop_queue.core.archive import PurgeFilter
 from desktop_queue.core.backend import OpenReport
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.records import PurgeRecord, Record
-from desktop_queue.core.storage import StoreState
+from desktop_queue.core.store.archive import PurgeFilter
+from desktop_queue.core.store.state import StoreState
 
 T = TypeVar("T")
 

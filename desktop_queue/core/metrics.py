@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from desktop_queue.core.archive import Totals, bucket_value, contribution
 from desktop_queue.core.model import State
 from desktop_queue.core.records import JobDict
+from desktop_queue.core.store.archive import Totals, bucket_value, contribution
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from desktop_queue.core.archive import RESOLVED, ArchivedRow, PurgeFilter, Totals, as_hot
 from desktop_queue.core.backend import Backend, OpenReport, View
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.decisions import Then, decide_failure, decide_reap, lost_lease_reason
@@ -65,7 +64,9 @@ from desktop_queue.core.retention import RetentionPolicy, load_policy, purge_qua
 from desktop_queue.core.retention import cutoff as retention_cutoff
 from desktop_queue.core.retry import RetryPolicy
 from desktop_queue.core.search import SearchQuery, prompt_text
-from desktop_queue.core.storage import KEEP_FINISHED, KEEP_FINISHED_S, Store
+from desktop_queue.core.store.archive import RESOLVED, ArchivedRow, PurgeFilter, Totals, as_hot
+from desktop_queue.core.store.compaction import KEEP_FINISHED, KEEP_FINISHED_S
+from desktop_queue.core.store.journal import Store
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +185,7 @@ class Queue:
         rng: randomness for backoff jitter (tests pass a seeded one).
         rotate_bytes: journal segment size that triggers compaction.
         background_compaction: fold segments in a child process (False: inline, for tests).
-        keep_finished, keep_finished_s: the hot set's finished jobs (see ``core.archive``).
+        keep_finished, keep_finished_s: the hot set's finished jobs (see ``core.store.archive``).
         backend: where the jobs live instead of the JSON store (e.g. ``MemoryBackend()``);
             the JSON store's options above then do not apply.
     """

@@ -5,7 +5,7 @@ plain dicts that orjson reads and writes (nothing is converted or checked on the
 path), while mypy checks every field name the store, the queue and the views use.
 
 A field is ``NotRequired`` when a stored job may lack it: snapshots leave out fields
-whose value is None (see :func:`~desktop_queue.core.storage.encode_snapshot`), stores
+whose value is None (see :func:`~desktop_queue.core.store.snapshot.encode_snapshot`), stores
 written before a field existed do not have it, and :meth:`Queue.raw_jobs` copies leave
 out ``events`` and ``lease_token``. Readers use ``.get`` for those.
 """
@@ -152,7 +152,7 @@ class SealRecord(TypedDict):
 
 @final
 class PurgeRecord(TypedDict):
-    """Removes every finished job ``filter`` matches (see :class:`~desktop_queue.core.archive.PurgeFilter`).
+    """Removes every finished job ``filter`` matches (see :class:`~desktop_queue.core.store.archive.PurgeFilter`).
 
     One record for any number of jobs: hot ones go when it is applied, archived ones
     when the next compaction writes their segments again without them.

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from desktop_queue.core.errors import StoreCorrupt
-from desktop_queue.core.fileio import TEMP_MARK, atomic_write, fsync_dir, make_dirs
+from desktop_queue.core.store.fileio import TEMP_MARK, atomic_write, fsync_dir, make_dirs
 
 RESULT_FORMAT = "desktop-queue.result"
 
@@ -116,10 +116,10 @@ class ResultStore:
     Args:
         root: the ``results`` directory.
         carried: looks up a result document held by the journal and not yet written as
-            a file (the store's :meth:`~desktop_queue.core.storage.Store.carried_result`).
+            a file (the store's :meth:`~desktop_queue.core.store.journal.Store.carried_result`).
         carried_keys: the keys of those documents (the store's ``carried_keys``).
         archived: looks up the result document of an archived job, which the archive
-            holds instead of a file (the store's :meth:`~desktop_queue.core.storage.Store.archived_result`).
+            holds instead of a file (the store's :meth:`~desktop_queue.core.store.journal.Store.archived_result`).
     """
 
     def __init__(

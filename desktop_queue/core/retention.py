@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 
 from desktop_queue.core.errors import InvalidInput, StoreError
-from desktop_queue.core.fileio import atomic_write, fsync_dir
 from desktop_queue.core.model import State
+from desktop_queue.core.store.fileio import atomic_write, fsync_dir
 
 POLICY_FILE = "retention.json"
 POLICY_FORMAT = "desktop-queue.retention"

@@ -3,7 +3,7 @@
 A query is what a person types in a pane's search box: free words plus optional
 ``field:value`` terms, e.g. ``kind:openai.chat state:dead after:2026-11-01 refund``.
 The same :class:`SearchQuery` filters the hot jobs in memory (:meth:`SearchQuery.matches`)
-and the archive through its index (:meth:`desktop_queue.core.archive.Archive.rows`).
+and the archive through its index (:meth:`desktop_queue.core.store.archive.Archive.rows`).
 The prompt is searched too: the user's own data, on their own machine, in the window's
 own views; it never reaches an event or a log.
 """

@@ -39,8 +39,8 @@ from urllib.parse import urlsplit
 import orjson
 
 from desktop_queue.core.errors import InvalidInput, StoreError
-from desktop_queue.core.fileio import atomic_write
 from desktop_queue.core.paths import config_dir
+from desktop_queue.core.store.fileio import atomic_write
 from desktop_queue.providers.openai_compat import DEFAULT_PROFILE
 from desktop_queue.providers.setup import ProfileConfig
 

@@ -39,7 +39,6 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QFont, QIcon
 
 from desktop_queue.core import Job, Queue, QueueError, State
-from desktop_queue.core.archive import ArchivedRow
 from desktop_queue.core.model import Event, EventType
 from desktop_queue.core.present import (
     HoldReason,
@@ -53,6 +52,7 @@ from desktop_queue.core.present import (
     wait_time,
 )
 from desktop_queue.core.search import SearchQuery, prompt_text
+from desktop_queue.core.store.archive import ArchivedRow
 from desktop_queue.ui.icons import icon, state_icon
 
 log = logging.getLogger(__name__)

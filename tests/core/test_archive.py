@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from desktop_queue.core import FakeClock, Queue
-from desktop_queue.core.archive import Archive, encode_segment, read_segment
 from desktop_queue.core.errors import NoSuchJob, StoreCorrupt
 from desktop_queue.core.model import State
 from desktop_queue.core.outcome import Outcome
+from desktop_queue.core.store.archive import Archive, encode_segment, read_segment
 
 
 def run_jobs(queue: Queue, clock: FakeClock, n: int, *, tag: str = "j", fail_every: int = 0) -> list[str]:
@@ -264,7 +264,7 @@ def test_jobs_of_one_state_share_blocks() -> None:
 
 
 def test_a_store_from_schema_3_is_migrated_and_archived(tmp_path: Path, clock: FakeClock) -> None:
-    from desktop_queue.core import storage
+    from desktop_queue.core.store import journal as storage
 
     data_dir = tmp_path / "old"
     queue = Queue.open(data_dir, clock=clock, background_compaction=False, keep_finished=10_000_000)
@@ -290,7 +290,7 @@ _CRASH_CHILD = textwrap.dedent(
     import os, signal, sys
     from pathlib import Path
     from desktop_queue.core import FakeClock, Queue
-    from desktop_queue.core import fileio, archive, storage
+    from desktop_queue.core.store import fileio, archive, compaction, journal
 
     step = int(sys.argv[2])
     seen = [0]
@@ -307,7 +307,8 @@ _CRASH_CHILD = textwrap.dedent(
     clock = FakeClock(start=float(sys.argv[3]))
     q = Queue.open(sys.argv[1], clock=clock, background_compaction=False, keep_finished=3)
     archive.atomic_write = counting(real_write)
-    storage.atomic_write = counting(real_write)
+    compaction.atomic_write = counting(real_write)
+    journal.atomic_write = counting(real_write)
     os.unlink = counting(real_unlink)
     os.replace = counting(real_replace)
     if sys.argv[4] == "purge":
@@ -449,7 +450,7 @@ def test_title_search_finds_what_a_scan_finds(
     small_hot: Callable[..., Queue], clock: FakeClock, monkeypatch: pytest.MonkeyPatch, text: str, scan_first: int
 ) -> None:
     """The trigram index (older jobs) and the scan (newest ones) together answer as a full scan does."""
-    from desktop_queue.core import archive
+    from desktop_queue.core.store import archive
 
     monkeypatch.setattr(archive, "SCAN_FIRST", scan_first)
     queue = small_hot()

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from desktop_queue.core import FakeClock, Queue, StoreError
-from desktop_queue.core.fileio import FileLock
-from desktop_queue.core.storage import segment_name, snapshot_name
+from desktop_queue.core.store.codec import segment_name, snapshot_name
+from desktop_queue.core.store.fileio import FileLock
 from desktop_queue.providers import discover
 
 EIO_TEXT = os.strerror(errno.EIO)
@@ -171,7 +171,7 @@ def test_eio_taking_the_compaction_lock_in_process_is_a_warning_not_a_failed_com
     queue = Queue.open(data_dir, discover(), rotate_bytes=4096, background_compaction=False)
     _fail_compact_lock(monkeypatch)
     try:
-        with caplog.at_level(logging.WARNING, logger="desktop_queue.core.storage"):
+        with caplog.at_level(logging.WARNING, logger="desktop_queue.core.store"):
             _fill_until_rotated(data_dir / "store", queue)  # the rotating commit compacts inline
     finally:
         monkeypatch.undo()
@@ -199,7 +199,7 @@ def test_eio_taking_the_compaction_lock_in_the_child_is_one_line(
         encoding="utf-8",
     )
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    with caplog.at_level(logging.WARNING, logger="desktop_queue.core.storage"):
+    with caplog.at_level(logging.WARNING, logger="desktop_queue.core.store"):
         queue = Queue.open(data_dir, discover(), rotate_bytes=4096)
         try:
             _fill_until_rotated(data_dir / "store", queue)

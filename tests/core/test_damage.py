@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from desktop_queue.core import FakeClock, Queue, State
-from desktop_queue.core.storage import decode_record, encode_record, read_segment, segment_name
+from desktop_queue.core.store.codec import decode_record, encode_record, read_segment, segment_name
 
 OpenQueue = Callable[..., Queue]
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +137,7 @@ def test_the_compaction_child_sets_aside_and_reports_an_orphan_update(open_queue
     insert_line(segments(data_dir)[-1], 1, encode_record(ORPHAN))
 
     child = subprocess.run(
-        [sys.executable, "-m", "desktop_queue.core.compactor", str(store_dir(data_dir)), str(gen)],
+        [sys.executable, "-m", "desktop_queue.core.store.compaction", str(store_dir(data_dir)), str(gen)],
         capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60,
     )  # fmt: skip
     assert child.returncode == 0, child.stderr

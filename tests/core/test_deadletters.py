@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from desktop_queue.core import FakeClock, InvalidInput, NotAllowed, Outcome, Queue, State
-from desktop_queue.core import archive as archive_module
-from desktop_queue.core.archive import INDEX_VERSION
 from desktop_queue.core.model import EventType
 from desktop_queue.core.search import SearchQuery, prompt_text
+from desktop_queue.core.store import archive as archive_module
+from desktop_queue.core.store.archive import INDEX_VERSION
 from desktop_queue.providers.demo import DemoProvider
 
 PROVIDERS = {"demo": DemoProvider()}

@@ -26,9 +26,10 @@ import pytest
 from test_multiprocess import _line, _spawn, children
 
 from desktop_queue.core import Queue, State, StoreError, SystemClock
-from desktop_queue.core import storage as storage_module
-from desktop_queue.core.fileio import TEMP_MARK
-from desktop_queue.core.storage import PREFILL_SLACK, Store, prepare_spare, segment_name
+from desktop_queue.core.store import journal as storage_module
+from desktop_queue.core.store.codec import segment_name
+from desktop_queue.core.store.fileio import TEMP_MARK
+from desktop_queue.core.store.journal import PREFILL_SLACK, Store, prepare_spare
 
 OpenQueue = Callable[..., Queue]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from desktop_queue.core import Queue, State, StoreError
-from desktop_queue.core import storage as storage_module
+from desktop_queue.core.store import journal as storage_module
 
 OpenQueue = Callable[..., Queue]
 

@@ -1,4 +1,4 @@
-"""Group commit (core/groupsync.py): committers share syncs, and no mark claims more than was synced.
+"""Group commit (core/store/groupsync.py): committers share syncs, and no mark claims more than was synced.
 
 The syncs are real ``fdatasync`` calls on real files, wrapped (``os.fdatasync`` is
 patched in this process) to count them and to note, as each one starts, how far the
@@ -20,8 +20,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from desktop_queue.core import groupsync as groupsync_module
-from desktop_queue.core.groupsync import STATE_NAME, STATE_SIZE, GroupSync, initial_state
+from desktop_queue.core.store import groupsync as groupsync_module
+from desktop_queue.core.store.groupsync import STATE_NAME, STATE_SIZE, GroupSync, initial_state
 
 PACKAGE_ROOT = Path(groupsync_module.__file__).resolve().parents[2]
 WAIT_S = 30.0
@@ -169,8 +169,8 @@ def test_a_record_written_while_a_sync_runs_is_not_covered_by_it(
 _CHILD = r"""
 import os, sys, orjson
 from pathlib import Path
-from desktop_queue.core.fileio import FileLock
-from desktop_queue.core.groupsync import GroupSync
+from desktop_queue.core.store.fileio import FileLock
+from desktop_queue.core.store.groupsync import GroupSync
 store, tag = Path(sys.argv[1]), int(sys.argv[2])
 group = GroupSync(store)
 fd = os.open(store / "journal-000000000001.jsonl", os.O_RDWR)

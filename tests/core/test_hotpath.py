@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from desktop_queue.core import FakeClock, Queue, StaleLease, State
-from desktop_queue.core.archive import Archive
 from desktop_queue.core.results import ResultStore
+from desktop_queue.core.store.archive import Archive
 
 PAYLOAD = {"prompt": "x", "duration_s": 0}
 

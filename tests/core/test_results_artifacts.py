@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from desktop_queue.core import fileio
 from desktop_queue.core.results import InvalidArtifact, ResultStore, artifact_extension
+from desktop_queue.core.store import fileio
 
 BYTES = b"\x89PNG\r\n\x1a\nsome pixels"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from desktop_queue.core import Queue, State
-from desktop_queue.core.storage import decode_record
+from desktop_queue.core.store.codec import decode_record
 
 OpenQueue = Callable[..., Queue]
 

@@ -23,23 +23,22 @@ import orjson
 import pytest
 
 from desktop_queue.core import ErrorClass, FakeClock, Outcome, Queue, State, StoreCorrupt, StoreError
-from desktop_queue.core import storage as storage_module
-from desktop_queue.core.fileio import TEMP_MARK, write_all
 from desktop_queue.core.results import ResultStore
-from desktop_queue.core.storage import (
-    PREFILL_SLACK,
+from desktop_queue.core.store import compaction as compaction_module
+from desktop_queue.core.store import journal as storage_module
+from desktop_queue.core.store.codec import (
     SCHEMA_VERSION,
-    Store,
-    decode_snapshot,
     encode_record,
     journal_header,
     new_segment_bytes,
-    prepare_spare,
     read_segment,
     segment_name,
     snapshot_name,
     spare_name,
 )
+from desktop_queue.core.store.fileio import TEMP_MARK, write_all
+from desktop_queue.core.store.journal import PREFILL_SLACK, Store, prepare_spare
+from desktop_queue.core.store.snapshot import decode_snapshot
 
 OpenQueue = Callable[..., Queue]
 REPO = Path(__file__).resolve().parents[2]
@@ -800,20 +799,20 @@ def test_compaction_writes_the_snapshot_in_synced_pieces(
     open_queue: OpenQueue, clock: FakeClock, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     writes: list[tuple[str, int]] = []
-    real_atomic_write = storage_module.atomic_write
+    real_atomic_write = compaction_module.atomic_write
 
     def atomic_write(path: Path, data: bytes, **kwargs: Any) -> bool:
         writes.append((path.name, kwargs.get("sync_every", 0)))
         return real_atomic_write(path, data, **kwargs)
 
-    monkeypatch.setattr(storage_module, "atomic_write", atomic_write)
+    monkeypatch.setattr(compaction_module, "atomic_write", atomic_write)
     queue = open_queue(background_compaction=False)
     workload(queue, clock, 30)
     before = all_jobs(queue)
     queue.store.compact_now()
     queue.close()
     snapshot = snapshots(data_dir)[-1].name
-    assert (snapshot, storage_module.SNAPSHOT_SYNC_EVERY) in writes
+    assert (snapshot, compaction_module.SNAPSHOT_SYNC_EVERY) in writes
     assert all_jobs(open_queue()) == before
 
 

@@ -37,11 +37,12 @@ from desktop_queue.core import (
     StaleLease,
     State,
 )
-from desktop_queue.core import storage as storage_module
 from desktop_queue.core.fingerprint import fingerprint
 from desktop_queue.core.queue import MAX_INPUT_BYTES, MAX_INTERACTIVE_WAITING
 from desktop_queue.core.redact import REDACTED, redact
-from desktop_queue.core.storage import decode_record, decode_snapshot
+from desktop_queue.core.store import journal as storage_module
+from desktop_queue.core.store.codec import decode_record
+from desktop_queue.core.store.snapshot import decode_snapshot
 
 
 @pytest.fixture

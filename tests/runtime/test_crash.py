@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from desktop_queue.core import Job, Queue, State
-from desktop_queue.core.fileio import TEMP_MARK
+from desktop_queue.core.store.fileio import TEMP_MARK
 from desktop_queue.providers import discover
 
 pytestmark = [

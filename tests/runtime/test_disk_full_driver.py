@@ -12,7 +12,7 @@ import pytest
 
 from desktop_queue.core import Queue, State
 from desktop_queue.core import reconcile as reconcile_module
-from desktop_queue.core import storage as storage_module
+from desktop_queue.core.store import journal as storage_module
 from desktop_queue.providers.demo import DemoProvider
 from desktop_queue.runtime.driver import DISK_FULL
 

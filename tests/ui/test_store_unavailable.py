@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from desktop_queue.core import storage as storage_module
+from desktop_queue.core.store import journal as storage_module
 from desktop_queue.runtime.driver import DISK_FULL
 from desktop_queue.ui.controller import STORE_UNAVAILABLE
 

@@ -54,11 +54,11 @@ import orjson
 import zstandard
 
 from desktop_queue.core.errors import StoreCorrupt, StoreError
-from desktop_queue.core.fileio import atomic_write, fsync_dir, make_dirs
 from desktop_queue.core.model import EventType, State, events_of
 from desktop_queue.core.present import error_signature
 from desktop_queue.core.records import JobDict
 from desktop_queue.core.search import prompt_text
+from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs
 
 log = logging.getLogger(__name__)
 

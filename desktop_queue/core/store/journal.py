@@ -10,7 +10,7 @@ Layout of ``<data dir>/store/``::
     commit.lock, presence.lock   Windows only: the two locks below are taken on these there
 
 The locks are taken on directories, which cannot be deleted from under their holders as
-a lock file can (:meth:`~desktop_queue.core.fileio.FileLock.on_directory`): the *commit
+a lock file can (:meth:`~desktop_queue.core.store.fileio.FileLock.on_directory`): the *commit
 lock* is the data directory, held exclusively around each commit and shared by a read,
 in every process; *presence* is ``store/``, held shared by every process that has the
 store open, so the one that gets it exclusively is alone and reconciles what the dead
@@ -21,7 +21,7 @@ since its last look (catch-up), asks the caller for the records of its change,
 writes them with one ``pwrite`` where the written part ends, applies them in memory,
 and releases the lock; a durable one then waits for one ``fdatasync``, which it shares
 with every committer of any process that wrote before it started (group commit: see
-:mod:`~desktop_queue.core.groupsync`). The cost of a commit therefore does not grow with
+:mod:`~desktop_queue.core.store.groupsync`). The cost of a commit therefore does not grow with
 the number of stored jobs, and as the segment's size never changes while it fills, the
 sync flushes data only. Readers find the end of the written part at the first zero byte.
 
@@ -62,90 +62,70 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import heapq
 import logging
 import os
-import re
 import subprocess
 import sys
 import threading
 import time
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import orjson
 
-from desktop_queue.core.archive import FINISHED_STATES, INLINE_RESULT_MAX, Archive, PurgeFilter, as_hot, choose_archived
 from desktop_queue.core.backend import OpenReport
 from desktop_queue.core.errors import StoreCorrupt, StoreError
-from desktop_queue.core.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs
-from desktop_queue.core.groupsync import GroupSync
-from desktop_queue.core.model import State, events_of
 from desktop_queue.core.records import (
-    BatchRecord,
-    EventDict,
-    HeaderRecord,
     JobDict,
-    NewRecord,
-    PurgeRecord,
     Record,
     SealRecord,
-    UpdateRecord,
 )
-from desktop_queue.core.results import ResultStore
+from desktop_queue.core.store.archive import (
+    FINISHED_STATES,
+    Archive,
+)
+from desktop_queue.core.store.codec import (
+    _SEGMENT_RE,
+    _SNAPSHOT_RE,
+    _SPARE_RE,
+    SCHEMA_VERSION,
+    SegmentRead,
+    _check_header,
+    _written_end,
+    encode_record,
+    journal_header,
+    new_segment_bytes,
+    read_segment,
+    segment_name,
+    snapshot_name,
+    spare_name,
+)
+from desktop_queue.core.store.compaction import (
+    KEEP_FINISHED,
+    KEEP_FINISHED_S,
+    compact,
+)
+from desktop_queue.core.store.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs
+from desktop_queue.core.store.groupsync import GroupSync
+from desktop_queue.core.store.snapshot import (
+    decode_snapshot,
+    encode_snapshot,
+)
+from desktop_queue.core.store.state import (
+    StoreState,
+    _stamp,
+    set_aside_orphans,
+)
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_FORMAT = "desktop-queue.snapshot"
-JOURNAL_FORMAT = "desktop-queue.journal"
-SCHEMA_VERSION = 4
-
-_SEGMENT_RE = re.compile(r"^journal-(\d{12})\.jsonl$")
-_SNAPSHOT_RE = re.compile(r"^snapshot-(\d{12})\.json$")
-_SPARE_RE = re.compile(r"^spare-(\d{12})\.jsonl$")
-_CRC_MARK = b',"crc":"'
-
 T = TypeVar("T")
 
-__all__ = ["JobDict", "Record"]  # the shapes live in records.py; re-exported for old imports
 
-LIVE_OR_DONE = (State.QUEUED, State.RUNNING, State.SUCCEEDED)
-#: the finished jobs a compaction keeps in the snapshot (see archive.choose_archived)
-KEEP_FINISHED = 200
-KEEP_FINISHED_S = 15 * 60.0
-#: the most journal segments one compaction step folds (see compact)
-FOLD_SEGMENTS = 2
 #: how often a process looks whether a compaction archived jobs it still holds
 FOLLOW_ARCHIVE_S = 2.0
-#: the job fields StoreState indexes (an update touching none of them moves no index)
-_INDEXED = frozenset({"state", "run_after", "priority", "key", "seq", "lease_epoch"})
-
-
-# --------------------------------------------------------------------------- records
-
-
-def encode_record(record: Record) -> bytes:
-    """One journal line: the record's JSON with a CRC-32 of that JSON appended as a field."""
-    body = orjson.dumps(record)
-    return body[:-1] + _CRC_MARK + b"%08x" % zlib.crc32(body) + b'"}\n'
-
-
-def decode_record(line: bytes) -> Record | None:
-    """Parses one journal line (without its newline); None if torn or checksum-failing."""
-    cut = line.rfind(_CRC_MARK)
-    if cut < 0 or not line.endswith(b'"}') or len(line) - cut != len(_CRC_MARK) + 10:
-        return None
-    body = line[:cut] + b"}"
-    try:
-        if zlib.crc32(body) != int(line[cut + len(_CRC_MARK) : -2], 16):
-            return None
-        record: Record = orjson.loads(body)  # (told apart by "op" alone when applied)
-    except (ValueError, orjson.JSONDecodeError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def _datasync(fd: int) -> None:
@@ -161,14 +141,17 @@ def _datasync(fd: int) -> None:
 
 
 _HAS_FDATASYNC = hasattr(os, "fdatasync")
+
+
 _HAS_PREAD = hasattr(os, "pread") and hasattr(os, "pwrite")
+
+
 _NO_NEWS = frozenset((b"", b"\0"))
+
 
 #: how often commits look whether a running compaction has ended (seconds)
 POLL_COMPACTOR_S = 0.05
 
-#: a snapshot is written in pieces of this size, each synced before the next (see fileio.write_all)
-SNAPSHOT_SYNC_EVERY = 4 << 20
 
 #: space written past the rotation threshold when a segment is created (the commit that
 #: crosses the threshold, and a little more, still lands in filled space)
@@ -214,36 +197,13 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
     return os.read(fd, size)
 
 
-def segment_name(gen: int) -> str:
-    return f"journal-{gen:012d}.jsonl"
-
-
-def snapshot_name(gen: int) -> str:
-    return f"snapshot-{gen:012d}.json"
-
-
-def spare_name(gen: int) -> str:
-    return f"spare-{gen:012d}.jsonl"
-
-
-def journal_header(gen: int) -> HeaderRecord:
-    """The first record of journal segment ``gen``."""
-    return {"op": "header", "format": JOURNAL_FORMAT, "schema_version": SCHEMA_VERSION, "gen": gen}
-
-
-def new_segment_bytes(gen: int, size: int) -> bytes:
-    """What segment ``gen`` is created with: its header, then zeros to ``size`` bytes."""
-    header = encode_record(journal_header(gen))
-    return header + bytes(max(0, size - len(header)))
-
-
 def prepare_spare(root: Path, gen: int, size: int) -> bool:
     """Creates segment ``gen`` ahead of the rotation that will need it, as ``spare-<gen>``.
 
     A new segment is ``size`` bytes of zeros after its header, several MiB written and
     synced: done in the commit that rotates, the whole write holds up that commit and
     every other process's. Each rotation instead starts a thread that makes the next
-    segment in advance (in synced pieces, see :func:`~desktop_queue.core.fileio.write_all`;
+    segment in advance (in synced pieces, see :func:`~desktop_queue.core.store.fileio.write_all`;
     the writes leave the GIL free), and the next rotation, in whichever process, only
     links it into place (:meth:`Store._start_segment`). Spares of earlier segments, left
     behind when a rotation came before its spare was ready, are removed.
@@ -262,676 +222,6 @@ def prepare_spare(root: Path, gen: int, size: int) -> bool:
     if (root / segment_name(gen)).exists() or (root / spare_name(gen)).exists():
         return False
     return atomic_write(root / spare_name(gen), new_segment_bytes(gen, size), overwrite=False, sync_every=1 << 20)
-
-
-def _stamp() -> str:
-    return time.strftime("%Y%m%dT%H%M%S", time.localtime()) + f"-{os.getpid()}"
-
-
-def is_orphan(jobs: dict[str, JobDict], record: Record) -> bool:
-    """True for an update of a job that ``jobs`` does not hold (its creation record is missing)."""
-    return record.get("op") == "upd" and record.get("id") not in jobs
-
-
-def set_aside_orphans(root: Path, segment: str, records: list[Record]) -> tuple[str, bool]:
-    """Keeps updates of jobs whose creation record is missing, and says so.
-
-    They cannot be applied, and dropping them would lose whatever they say without a
-    trace: they are copied, as checksummed journal lines, to
-    ``<segment>.orphans-<crc>.corrupt-<time>`` in ``root``. The segment itself is left
-    as it is (other processes may be reading it), so every open finds them again until
-    compaction folds the segment away; the name carries the CRC of the copy so that
-    finding the same records again keeps one copy, not one per open.
-
-    Returns:
-        The message for the user, and whether the copy is on disk (False: the disk
-        refused, and the segment is the only place that still holds them).
-    """
-    payload = b"".join(encode_record(r) for r in records)
-    tag = f"{segment}.orphans-{zlib.crc32(payload):08x}.corrupt-"
-    ids = sorted({str(r.get("id")) for r in records})
-    what = (
-        f"{segment} holds {len(records)} update(s) of job(s) {', '.join(ids)} whose creation record is missing; "
-        "they were not applied (every other job loaded)"
-    )
-    try:
-        kept = next((name for name in os.listdir(root) if name.startswith(tag)), None)
-        if kept is None:
-            kept = tag + _stamp()
-            atomic_write(root / kept, payload, overwrite=False)
-    except (OSError, StoreError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        return f"{what}; they could not be copied aside ({reason}) and stay in {segment}", False
-    return f"{what} and were set aside in {kept}", True
-
-
-# --------------------------------------------------------------------------- state
-
-
-def apply_plain(jobs: dict[str, JobDict], record: Record) -> JobDict | None:
-    """Applies one record to a plain ``id -> job`` map (no indexes); returns the job touched."""
-    op = record.get("op")
-    if op == "new":
-        new = cast(NewRecord, record)  # records read from disk are checked by op only
-        job = new["job"].copy()
-        job["events"] = list(new.get("ev") or ())
-        jobs[job["id"]] = job
-        return job
-    if op == "batch":
-        last = None
-        for sub in cast(BatchRecord, record)["new"]:
-            last = apply_plain(jobs, cast(Record, sub))
-        return last  # (the batch's highest seq: compaction takes the store's from it)
-    if op == "upd":
-        upd = cast(UpdateRecord, record)
-        found = jobs.get(upd["id"])
-        if found is None:
-            raise StoreCorrupt(f"journal updates job {upd['id']} that does not exist")
-        job = found
-        job.update(upd.get("set") or {})
-        events = upd.get("ev")
-        if events:
-            events_of(job).extend(events)
-        return job
-    if op == "purge":
-        purge = PurgeFilter.from_json(cast(PurgeRecord, record)["filter"])
-        for job_id in [i for i, j in jobs.items() if purge.matches(j)]:
-            del jobs[job_id]
-    return None  # headers and unknown-but-checksummed records change no job
-
-
-def fault_in(jobs: dict[str, JobDict], archive: Archive | None, record: Record) -> JobDict | None:
-    """Brings an archived job back into ``jobs`` when ``record`` updates it; returns it, or None.
-
-    A finished job changes after it was archived when it is retried or replayed: it is
-    hot again from then on, and archived again (a newer copy) once it is finished long
-    enough. Its result document stays in the archive's older copy meanwhile.
-    """
-    if archive is None or record.get("op") != "upd":
-        return None
-    job_id = cast(UpdateRecord, record).get("id", "")
-    if job_id in jobs:
-        return None
-    archived = archive.get(job_id)
-    if archived is None:
-        return None
-    jobs[job_id] = as_hot(archived)
-    return archived
-
-
-@dataclass
-class StoreState:
-    """Every job in memory, with the indexes that keep each verb's cost flat.
-
-    Attributes:
-        jobs: id -> job dict (with its ``events`` list).
-        by_state: state -> ids in that state.
-        keys: idempotency key -> the live or succeeded job holding it.
-        lanes: priority -> heap of ``(run_after, seq, id)`` for queued jobs (lazy deletion).
-        queued_by_lane: priority -> ids of the queued jobs waiting in that lane.
-        seq: the highest submission number given out.
-        epoch: the highest lease epoch given out.
-        version: bumped by every applied record; ``changes`` logs ``(version, id)``.
-        orphans: updates not applied because their job does not exist (see
-            :func:`set_aside_orphans`), until the reader of the records takes them.
-        archive: where finished jobs that left the hot set are (see :mod:`.archive`);
-            ``jobs`` and the indexes hold the hot set only.
-        purges: purges recorded but not yet folded into the archive by a compaction,
-            with the journal segment that recorded them: archived jobs they match are
-            hidden until then.
-    """
-
-    jobs: dict[str, JobDict] = field(default_factory=dict)
-    by_state: dict[str, set[str]] = field(default_factory=dict)
-    keys: dict[str, str] = field(default_factory=dict)
-    lanes: dict[str, list[tuple[float, int, str]]] = field(default_factory=dict)
-    seq: int = 0
-    epoch: int = 0
-    version: int = 0
-    changes: list[tuple[int, str]] = field(default_factory=list)
-    queued_by_lane: dict[str, set[str]] = field(default_factory=dict)
-    orphans: list[Record] = field(default_factory=list)
-    archive: Archive | None = None
-    purges: list[tuple[int, PurgeFilter]] = field(default_factory=list)
-    #: the journal segment whose records are being applied (for ``purges``)
-    gen: int = 0
-    #: the number of the last record applied (records are numbered 1, 2, ... store-wide)
-    n: int = 0
-
-    # ------------------------------------------------------------- hot set and archive
-
-    def job(self, job_id: str) -> JobDict | None:
-        """The job with this id, hot or archived (an archived one is a copy: reading it changes nothing)."""
-        job = self.jobs.get(job_id)
-        if job is not None or self.archive is None:
-            return job
-        archived = self.archive.get(job_id)
-        if archived is None or self.purged(archived):
-            return None
-        return as_hot(archived)
-
-    def purged(self, job: JobDict) -> bool:
-        return bool(self.purges) and any(p.matches(job) for _, p in self.purges)
-
-    # (the rest of backend.View)
-
-    def hot(self, job_id: str) -> JobDict | None:
-        return self.jobs.get(job_id)
-
-    def hot_jobs(self) -> dict[str, JobDict]:
-        return self.jobs
-
-    def ids_in(self, state: str) -> set[str] | tuple[()]:
-        return self.by_state.get(state, ())
-
-    def holder_id(self, key: str) -> str | None:
-        return self.keys.get(key)
-
-    def queued_in_lane(self, lane: str) -> int:
-        return len(self.queued_by_lane.get(lane, ()))
-
-    def holder(self, key: str) -> JobDict | None:
-        """The live or succeeded job holding idempotency key ``key``, hot or archived."""
-        held = self.keys.get(key)
-        if held is not None:
-            return self.jobs[held]
-        if self.archive is None:
-            return None
-        archived = self.archive.by_key(key)
-        if archived is None or archived["id"] in self.jobs or self.purged(archived):
-            return None  # (a hot copy is newer, and does not hold the key, or it would be in keys)
-        return as_hot(archived)
-
-    def exists(self, job_id: str) -> bool:
-        """Whether any job, hot or archived, has this id."""
-        return job_id in self.jobs or (self.archive is not None and self.archive.has_id(job_id))
-
-    def evict(self, archived: Iterable[tuple[str, float | None, str]]) -> int:
-        """Drops from memory the finished jobs an archive segment holds as they are here.
-
-        Args:
-            archived: ``(id, updated_at, state)`` of the jobs the segment holds.
-        Returns:
-            how many were dropped.
-        """
-        dropped = 0
-        for job_id, updated_at, state in archived:
-            job = self.jobs.get(job_id)
-            if job is None or job["state"] != state or job.get("updated_at") != updated_at:
-                continue  # changed since it was archived (retried, replayed): it stays hot
-            del self.jobs[job_id]
-            bucket = self.by_state.get(state)
-            if bucket is not None:
-                bucket.discard(job_id)
-            if self.keys.get(job["key"]) == job_id:
-                del self.keys[job["key"]]
-            dropped += 1
-        if dropped:
-            self.version += 1
-        return dropped
-
-    def take_orphans(self) -> list[Record]:
-        """The updates of missing jobs met since the last call (see ``orphans``)."""
-        taken, self.orphans = self.orphans, []
-        return taken
-
-    def _index(self, job: JobDict) -> None:
-        """Adds ``job`` to the index entries of its values (adding what is there already changes nothing)."""
-        job_id = job["id"]
-        state = job["state"]
-        bucket = self.by_state.get(state)
-        if bucket is None:
-            bucket = self.by_state[state] = set()
-        bucket.add(job_id)
-        if state in LIVE_OR_DONE:
-            self.keys[job["key"]] = job_id
-        if state == State.QUEUED:
-            self.queued_by_lane.setdefault(job["priority"], set()).add(job_id)
-            heapq.heappush(
-                self.lanes.setdefault(job["priority"], []),
-                (job.get("run_after") or 0.0, job["seq"], job_id),
-            )
-        if job["seq"] > self.seq:
-            self.seq = job["seq"]
-        epoch = job.get("lease_epoch") or 0
-        if epoch > self.epoch:
-            self.epoch = epoch
-
-    def apply(self, record: Record) -> None:
-        """Applies one journal record (:func:`apply_plain`) and moves the job in the indexes.
-
-        An update moves the job only out of the index entries its change touches: a
-        lease moves it from one state to another; a heartbeat moves it nowhere. An
-        update of a job that does not exist changes nothing and is kept in ``orphans``
-        (a damaged journal must not stop every other job from loading).
-        """
-        old: tuple[str, str, str] | None = None
-        number = record.get("n")
-        if isinstance(number, int) and number > self.n:
-            self.n = number
-        op = record.get("op")
-        if op == "purge":
-            self._apply_purge(record)
-            return
-        if op == "batch":
-            for sub in cast(BatchRecord, record)["new"]:
-                self.apply(cast(Record, sub))
-            return
-        is_update = op == "upd"
-        if is_update:
-            upd = cast(UpdateRecord, record)
-            current = self.jobs.get(upd.get("id", ""))
-            if current is None:
-                current = fault_in(self.jobs, self.archive, record)
-                if current is None or self.purged(current):
-                    self.jobs.pop(upd.get("id", ""), None)
-                    self.orphans.append(record)
-                    return
-                self._index(current)
-            if not _INDEXED.isdisjoint(upd.get("set") or ()):
-                old = (current["state"], current["key"], current["priority"])
-        job = apply_plain(self.jobs, record)
-        if job is None:
-            return
-        if not is_update:
-            self._index(job)
-        elif old is not None:
-            self._reindex(job, *old)
-        self.version += 1
-        self.changes.append((self.version, job["id"]))
-        if len(self.changes) > 200_000:
-            del self.changes[:100_000]
-
-    def _apply_purge(self, record: Record) -> None:
-        purge = PurgeFilter.from_json(cast(PurgeRecord, record)["filter"])
-        gone = [i for i, j in self.jobs.items() if purge.matches(j)]
-        for job_id in gone:
-            job = self.jobs.pop(job_id)
-            bucket = self.by_state.get(job["state"])
-            if bucket is not None:
-                bucket.discard(job_id)
-            if self.keys.get(job["key"]) == job_id:
-                del self.keys[job["key"]]
-            self.version += 1
-            self.changes.append((self.version, job_id))
-        self.purges.append((self.gen, purge))
-        self.version += 1
-        self.changes.append((self.version, "*"))
-
-    def _reindex(self, job: JobDict, old_state: str, old_key: str, old_lane: str) -> None:
-        """Moves ``job`` (just updated) out of the index entries of its old values, then indexes it."""
-        job_id = job["id"]
-        if job["state"] != old_state:
-            bucket = self.by_state.get(old_state)
-            if bucket is not None:
-                bucket.discard(job_id)
-        if old_state == State.QUEUED:
-            bucket = self.queued_by_lane.get(old_lane)
-            if bucket is not None:
-                bucket.discard(job_id)
-        if self.keys.get(old_key) == job_id and (job["key"] != old_key or job["state"] not in LIVE_OR_DONE):
-            del self.keys[old_key]
-        self._index(job)
-
-    def rebuild(self, jobs: dict[str, JobDict], seq: int, epoch: int) -> None:
-        """Replaces everything with ``jobs`` and rebuilds the indexes."""
-        self.jobs = jobs
-        self.by_state = {}
-        self.keys = {}
-        self.lanes = {}
-        self.queued_by_lane = {}
-        self.seq = seq
-        self.epoch = epoch
-        # finished jobs (nearly all of a large store) only need their state and key indexed:
-        # do that inline, and leave the general _index to the queued and running ones
-        by_state = self.by_state
-        keys = self.keys
-        top_seq = top_epoch = 0
-        for job_id, job in jobs.items():
-            state = job["state"]
-            if state == State.SUCCEEDED or state == State.DEAD or state == State.CANCELLED:
-                bucket = by_state.get(state)
-                if bucket is None:
-                    bucket = by_state[state] = set()
-                bucket.add(job_id)
-                if state == State.SUCCEEDED:
-                    keys[job["key"]] = job_id
-                if job["seq"] > top_seq:
-                    top_seq = job["seq"]
-                epoch = job.get("lease_epoch") or 0
-                if epoch > top_epoch:
-                    top_epoch = epoch
-            else:
-                self._index(job)  # keeps self.seq and self.epoch up to date itself
-        self.seq = max(self.seq, top_seq)
-        self.epoch = max(self.epoch, top_epoch)
-        self.version += 1
-        self.changes.clear()
-        self.changes.append((self.version, "*"))
-
-    def _head(self, heap: list[tuple[float, int, str]]) -> JobDict | None:
-        """The job at the top of a lane heap, after dropping stale entries (lazy deletion)."""
-        while heap:
-            run_after, _seq, job_id = heap[0]
-            job = self.jobs.get(job_id)
-            if job is not None and job["state"] == State.QUEUED and (job.get("run_after") or 0.0) == run_after:
-                return job
-            heapq.heappop(heap)
-        return None
-
-    def next_wake(self) -> float | None:
-        """When the earliest queued job becomes runnable, or None if none is queued."""
-        heads = [self._head(heap) for heap in self.lanes.values()]
-        times = [job.get("run_after") or 0.0 for job in heads if job is not None]
-        return min(times) if times else None
-
-    def runnable(self, lane: str, now: float, skip: Callable[[JobDict], bool] | None = None) -> JobDict | None:
-        """The next queued job of ``lane`` whose ``run_after`` has come, or None."""
-        heap = self.lanes.get(lane)
-        if not heap:
-            return None
-        skipped: list[tuple[float, int, str]] = []
-        found: JobDict | None = None
-        while True:
-            job = self._head(heap)
-            if job is None or heap[0][0] > now:
-                break
-            if skip is not None and skip(job):
-                skipped.append(heapq.heappop(heap))
-                continue
-            found = job
-            break
-        for entry in skipped:
-            heapq.heappush(heap, entry)
-        return found
-
-    def changed_since(self, version: int) -> tuple[int, set[str] | None]:
-        """Ids changed after ``version``; None means "everything" (a reload happened)."""
-        if not self.changes or version >= self.version:
-            return self.version, set()
-        first = self.changes[0][0]
-        if version < first - 1:
-            return self.version, None
-        out: set[str] = set()
-        for v, job_id in reversed(self.changes):
-            if v <= version:
-                break
-            if job_id == "*":
-                return self.version, None
-            out.add(job_id)
-        return self.version, out
-
-
-# --------------------------------------------------------------------------- snapshots
-
-
-def _slim_event(event: EventDict) -> dict[str, Any]:
-    return {k: v for k, v in event.items() if v is not None and v != {}}
-
-
-def _events_bytes(job: JobDict) -> bytes:
-    """A job's events as the JSON array the snapshot keeps (already encoded if never parsed)."""
-    events = job.get("events")
-    if isinstance(events, bytes):
-        return events
-    if isinstance(events, str):
-        return events.encode()
-    return orjson.dumps([_slim_event(e) for e in events or ()])
-
-
-def encode_snapshot(gen: int, jobs: Iterable[JobDict], seq: int, epoch: int, n: int = 0) -> bytes:
-    """A snapshot file: one JSON line (the jobs), then every job's events, with one CRC-32 over both.
-
-    Layout (schema 3)::
-
-        {"format":...,"schema_version":3,"gen":7,"checksum":"crc32:…","events_bytes":N,"data":{"seq":…,"epoch":…,"jobs":[…]}}
-        <N bytes: each job's events as a JSON array, one after the other, in the order of "jobs">
-
-    Each job records the length of its events as ``ev_bytes``. The events are not
-    parsed when the store opens: each job keeps its slice as bytes until a timeline,
-    a change or the metrics need them (see :func:`~desktop_queue.core.model.events_of`).
-    Empty fields are left out (a third of a finished job). Both keep cold opens fast.
-    """
-    slim: list[dict[str, Any]] = []
-    chunks: list[bytes] = []
-    for job in jobs:
-        out: dict[str, Any] = {k: v for k, v in job.items() if v is not None and k != "events"}
-        events = _events_bytes(job)
-        out["ev_bytes"] = len(events)
-        chunks.append(events)
-        slim.append(out)
-    data = orjson.dumps({"seq": seq, "epoch": epoch, "n": n, "jobs": slim})
-    blob = b"".join(chunks)
-    head = orjson.dumps(
-        {
-            "format": SNAPSHOT_FORMAT,
-            "schema_version": SCHEMA_VERSION,
-            "gen": gen,
-            "checksum": f"crc32:{zlib.crc32(blob, zlib.crc32(data)):08x}",
-            "events_bytes": len(blob),
-        }
-    )
-    return head[:-1] + b',"data":' + data + b"}\n" + blob + b"\n"
-
-
-def migrate_snapshot(doc: dict[str, Any]) -> dict[str, Any]:
-    """Brings an older snapshot document forward to :data:`SCHEMA_VERSION`."""
-    version = doc.get("schema_version", 0)
-    while version < SCHEMA_VERSION:
-        step = MIGRATIONS.get(version)
-        if step is None:
-            raise StoreError(f"no migration from schema_version {version}")
-        doc = step(doc)
-        version = doc["schema_version"]
-    return doc
-
-
-def _migrate_v0(doc: dict[str, Any]) -> dict[str, Any]:
-    """Schema 0 (pre-release) kept jobs as an ``id -> job`` object without ``run``/``key_source``."""
-    data = doc["data"]
-    jobs = list(data["jobs"].values()) if isinstance(data.get("jobs"), dict) else list(data.get("jobs", []))
-    for job in jobs:
-        job.setdefault("run", 1)
-        job.setdefault("key_source", "fingerprint")
-        job.setdefault("total_attempts", job.get("attempts", 0))
-    data["jobs"] = jobs
-    doc["schema_version"] = 1
-    return doc
-
-
-def _migrate_v1(doc: dict[str, Any]) -> dict[str, Any]:
-    """Schema 1 kept events as JSON arrays; schema 2 writes them as strings but reads both."""
-    doc["schema_version"] = 2
-    return doc
-
-
-def _migrate_v2(doc: dict[str, Any]) -> dict[str, Any]:
-    """Schema 2 kept each job's events as a JSON string inside the document; schema 3 keeps
-    them after it (the jobs read them all the same: a string, bytes or a list)."""
-    doc["schema_version"] = 3
-    return doc
-
-
-def _migrate_v3(doc: dict[str, Any]) -> dict[str, Any]:
-    """Schema 4 keeps only the hot set in the snapshot; the other finished jobs are in the
-    archive (``store/archive/``), which an older version would not read: it must refuse
-    the store rather than show a history with most of its jobs missing. The jobs of a
-    schema 3 snapshot are all still in it; the first compaction archives them."""
-    doc["schema_version"] = 4
-    return doc
-
-
-#: schema_version -> function that lifts a document one version up.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    0: _migrate_v0,
-    1: _migrate_v1,
-    2: _migrate_v2,
-    3: _migrate_v3,
-}
-
-
-def decode_snapshot(raw: bytes, name: str) -> tuple[dict[str, Any], bool]:
-    """Parses and verifies a snapshot; returns ``(document, migrated)``.
-
-    Raises:
-        StoreCorrupt: it is not a valid snapshot.
-        StoreError: it was written by a newer Desktop Queue (it is left untouched).
-    """
-    # the document is one line (schema 3 puts the events after it); older ones are the whole file
-    line_end = raw.find(b"\n")
-    head = memoryview(raw)[:line_end] if line_end >= 0 else raw
-    try:
-        doc = orjson.loads(head)
-    except orjson.JSONDecodeError as exc:
-        raise StoreCorrupt(f"{name} is not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != SNAPSHOT_FORMAT or "data" not in doc:
-        raise StoreCorrupt(f"{name} is not a Desktop Queue snapshot")
-    version = doc.get("schema_version")
-    if not isinstance(version, int):
-        raise StoreCorrupt(f"{name} has no schema_version")
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"{name} was written by a newer Desktop Queue (schema {version}, this one reads {SCHEMA_VERSION}); "
-            "it has not been touched: please upgrade"
-        )
-    checksum = doc.get("checksum")
-    start = raw.find(b',"data":')
-    blob: bytes | memoryview = b""
-    if version >= 3:
-        size = doc.get("events_bytes")
-        if not isinstance(size, int) or size < 0 or line_end < 0:
-            raise StoreCorrupt(f"{name} has no events section")
-        blob = memoryview(raw)[line_end + 1 : line_end + 1 + size]
-        if len(blob) != size or raw[line_end + 1 + size :] not in (b"", b"\n"):
-            raise StoreCorrupt(f"{name} is cut short or has bytes after its end")
-    if checksum is not None:
-        end = line_end if line_end >= 0 else len(raw)
-        while end and raw[end - 1] in b" \t\r\n":
-            end -= 1
-        end = raw.rfind(b"}", 0, end)
-        body = memoryview(raw)[start + len(b',"data":') : end] if start >= 0 and end > start else b""
-        if f"crc32:{zlib.crc32(blob, zlib.crc32(body)):08x}" != checksum:
-            raise StoreCorrupt(f"{name} failed its checksum")
-    elif version >= 1:
-        raise StoreCorrupt(f"{name} has no checksum")
-    if version >= 3:
-        _attach_events(doc, blob, name)
-    migrated = version < SCHEMA_VERSION
-    if migrated:
-        doc = migrate_snapshot(doc)
-    return doc, migrated
-
-
-def _attach_events(doc: dict[str, Any], blob: bytes | memoryview, name: str) -> None:
-    """Gives each job of a schema-3 document its slice of the events (bytes, parsed later)."""
-    offset = 0
-    for job in doc["data"]["jobs"]:
-        size = job.pop("ev_bytes", 0)
-        job["events"] = bytes(blob[offset : offset + size])
-        offset += size
-    if offset != len(blob):
-        raise StoreCorrupt(f"{name}: its events do not match its jobs")
-
-
-# --------------------------------------------------------------------------- segment reading
-
-
-@dataclass
-class SegmentRead:
-    """What reading a journal segment from some offset found."""
-
-    records: list[Record]
-    end: int  # offset just after the last good, complete line
-    torn_tail: bool = False  # an incomplete or checksum-failing *last* line
-    bad_line: int | None = None  # offset of a bad line followed by good ones
-    lost_after: list[Record] = field(default_factory=list)  # readable records after the bad line
-    out_of_order: str | None = None  # why a checksummed record at bad_line was refused (its number)
-
-
-def _written_end(data: bytes, start: int = 0) -> int:
-    """Where the written part of segment bytes ends: at the first zero byte, or the end."""
-    end = data.find(b"\0", start)
-    return len(data) if end < 0 else end
-
-
-def read_segment(data: bytes, start: int, after_n: int | None = None) -> SegmentRead:
-    """Splits ``data[start:]`` into verified records.
-
-    With ``after_n`` (the number of the last record applied before these), every
-    numbered record must carry the next number: a record that repeats one (a duplicated
-    line), skips one (a deleted line) or goes back (swapped lines) is reported as a bad
-    record at its offset, like one that fails its checksum, and nothing from it on is
-    applied. A record without a number (written before numbering) is not checked.
-
-    A segment is created filled with zero bytes (see :meth:`Store._start_segment`) and
-    records overwrite them in order, so the first zero byte ends the written part (a
-    record never contains one: JSON escapes it). Anything but zeros after that point
-    can only be writes a power cut left behind a hole: it is reported as a bad record.
-    """
-    size = _written_end(data, start)
-    if size < len(data) and data.count(b"\0", size) != len(data) - size:
-        out = _read_lines(data, start, size, after_n)
-        if out.bad_line is None:
-            out.bad_line = out.end
-            out.torn_tail = False
-            out.lost_after = [r for line in data[size:].split(b"\n") if (r := decode_record(line.strip(b"\0")))]
-        return out
-    return _read_lines(data, start, size, after_n)
-
-
-def _read_lines(data: bytes, start: int, size: int, after_n: int | None = None) -> SegmentRead:
-    out = SegmentRead(records=[], end=start)
-    pos = start
-    while pos < size:
-        nl = data.find(b"\n", pos, size)
-        if nl < 0:
-            out.torn_tail = True  # no newline: a write that never finished
-            break
-        record = decode_record(data[pos:nl])
-        if record is not None and after_n is not None:
-            number = record.get("n")
-            if isinstance(number, int):
-                if after_n > 0 and number != after_n + 1:
-                    out.bad_line = pos
-                    out.out_of_order = f"record {number} where {after_n + 1} was due"
-                    out.lost_after = [r for line in data[pos:size].split(b"\n") if (r := decode_record(line))]
-                    break
-                after_n = number
-        if record is None:
-            if data.find(b"\n", nl + 1, size) < 0 and not data[nl + 1 : size].strip():
-                out.torn_tail = True  # the last complete-looking line is torn
-                break
-            out.bad_line = pos
-            rest = SegmentRead(records=[], end=nl + 1)
-            p = nl + 1
-            while p < size:
-                n = data.find(b"\n", p, size)
-                if n < 0:
-                    break
-                r = decode_record(data[p:n])
-                if r is not None:
-                    rest.records.append(r)
-                p = n + 1
-            out.lost_after = rest.records
-            break
-        out.records.append(record)
-        pos = nl + 1
-        out.end = pos
-    return out
-
-
-def _check_header(record: Record, name: str) -> None:
-    if record.get("op") != "header" or record.get("format") != JOURNAL_FORMAT:
-        raise StoreCorrupt(f"{name} does not start with a journal header")
-    version = cast(HeaderRecord, record).get("schema_version", 0)
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"{name} was written by a newer Desktop Queue (schema {version}, this one reads {SCHEMA_VERSION}); "
-            "it has not been touched: please upgrade"
-        )
-
-
-# --------------------------------------------------------------------------- the store
 
 
 class _NeedsExclusive(Exception):
@@ -2026,7 +1316,7 @@ class Store:
                 [
                     sys.executable,
                     "-m",
-                    "desktop_queue.core.compactor",
+                    "desktop_queue.core.store.compaction",
                     str(self.root),
                     str(upto),
                     str(self.keep_finished),
@@ -2161,225 +1451,3 @@ class Store:
     def write_offset(self) -> int:
         """Where the next record goes in that segment (the end of what is written)."""
         return self._offset
-
-
-def compact(
-    root: Path,
-    upto: int,
-    notices: list[str] | None = None,
-    *,
-    keep_finished: int = KEEP_FINISHED,
-    keep_finished_s: float = KEEP_FINISHED_S,
-    now: float | None = None,
-) -> int:
-    """Writes ``snapshot-<upto>`` from the newest snapshot and the closed segments after it.
-
-    On the way, the finished jobs that leave the hot set (:func:`choose_archived`) are
-    written to a new archive segment with their result documents, which is indexed,
-    before the snapshot that leaves them out replaces the previous one; their result
-    files are removed only after that. Purges recorded in the folded segments remove
-    the hot jobs they match and write the archive segments holding matches again
-    without them. A crash at any step leaves every job in the snapshot, the archive,
-    or both (where the snapshot's copy wins until the next compaction).
-
-    Keeps the newest two snapshots and the segments the older of them still needs.
-    Callers hold ``compact.lock``. Returns the new snapshot's size (0 if nothing to do).
-    Updates of jobs that do not exist are set aside (:func:`set_aside_orphans`) before
-    the snapshot folds their segment away; what was said about them goes to ``notices``.
-
-    ``upto`` may be the newest snapshot's own generation: the snapshot is then written
-    again if it holds jobs to archive (a store written before the archive existed).
-
-    Raises:
-        StoreError: a segment is damaged, or they could not be set aside (nothing folded).
-    """
-    now = time.time() if now is None else now
-    archive = Archive(root)
-    written = 0
-    try:
-        archive.catch_up()
-        if notices is not None:
-            notices.extend(archive.notices)
-        # a few segments at a time: memory is then bounded by what those hold, however
-        # large a burst's backlog (each step leaves a complete snapshot behind it)
-        while True:
-            names = os.listdir(root)
-            snaps = sorted(int(m.group(1)) for n in names if (m := _SNAPSHOT_RE.match(n)))
-            base = max((g for g in snaps if g <= upto), default=0)
-            step = min(upto, base + FOLD_SEGMENTS) if base < upto else upto
-            size = _compact(root, step, snaps, archive, notices, keep_finished, keep_finished_s, now)
-            written = size or written
-            if step >= upto or not size:
-                return written
-    finally:
-        archive.close()
-
-
-def _compact(
-    root: Path,
-    upto: int,
-    snaps: list[int],
-    archive: Archive,
-    notices: list[str] | None,
-    keep_finished: int,
-    keep_finished_s: float,
-    now: float,
-) -> int:
-    base_gen = 0
-    jobs: dict[str, JobDict] = {}
-    seq = epoch = last_n = 0
-    for gen in reversed(snaps):
-        if gen > upto:
-            continue
-        try:
-            doc, _ = decode_snapshot((root / snapshot_name(gen)).read_bytes(), snapshot_name(gen))
-        except StoreCorrupt:
-            continue  # the next open quarantines it
-        data = doc["data"]
-        jobs = {job["id"]: job for job in data["jobs"]}
-        if gen == upto and not choose_archived(
-            jobs.values(), now=now, keep_finished=keep_finished, keep_for_s=keep_finished_s
-        ):
-            return 0
-        seq, epoch, base_gen = data.get("seq", 0), data.get("epoch", 0), gen
-        last_n = data.get("n", 0)
-        break
-    results = ResultStore(root.parent / "results")
-    carried: dict[str, dict[str, Any]] = {}
-    purges: list[PurgeFilter] = []
-    purged_keys: set[str] = set()
-    for gen in range(base_gen + 1, upto + 1):
-        data = (root / segment_name(gen)).read_bytes()
-        read = read_segment(data, 0, last_n)
-        if read.bad_line is not None or read.torn_tail:
-            raise StoreCorrupt(f"{segment_name(gen)} is damaged; left for the next open to recover")
-        orphans: list[Record] = []
-        for record in read.records[1:]:
-            number = record.get("n")
-            if isinstance(number, int):
-                last_n = number
-            fault_in(jobs, archive, record)
-            if is_orphan(jobs, record):
-                orphans.append(record)
-                continue
-            res = record.get("res")
-            if isinstance(res, dict) and isinstance(res.get("key"), str):
-                carried[res["key"]] = res
-            if record.get("op") == "purge":
-                purge = PurgeFilter.from_json(cast(PurgeRecord, record)["filter"])
-                purges.append(purge)
-                for hot in jobs.values():
-                    if purge.matches(hot) and hot["state"] == State.SUCCEEDED:
-                        purged_keys.add(hot["key"])
-                        _remove_artifact(results.get(hot["key"]), results)
-            job = apply_plain(jobs, record)
-            if job is not None:
-                seq = max(seq, job.get("seq", 0))
-                epoch = max(epoch, job.get("lease_epoch") or 0)
-        if orphans:
-            notice, kept = set_aside_orphans(root, segment_name(gen), orphans)
-            if not kept:  # folding would remove the only copy of what they say
-                raise StoreError(f"{notice}; nothing was folded")
-            if notices is not None:
-                notices.append(notice)
-    gone_results = _purge_archive(archive, purges, jobs, results, notices) | purged_keys
-    leaving = choose_archived(jobs.values(), now=now, keep_finished=keep_finished, keep_for_s=keep_finished_s)
-    if leaving:
-        packed: list[JobDict] = []
-        for job in leaving:
-            out: dict[str, Any] = dict(job)
-            out["events"] = events_of(job)
-            out.pop("lease_token", None)
-            if job["state"] == State.SUCCEEDED:
-                found = _result_doc(job, carried, results, archive)
-                if found is not None:
-                    out["_res"] = found
-            packed.append(cast(JobDict, out))
-        archive.write(packed)  # durable and indexed before the snapshot leaves them out
-        for job in leaving:
-            del jobs[job["id"]]
-    leaving_keys = {j["key"] for j in leaving if j["state"] == State.SUCCEEDED}
-    # the journal records being folded away were what made the hot jobs' results durable
-    hot_keys = [k for k in carried if k not in leaving_keys]
-    for key in hot_keys:
-        results.restore(carried[key], durable=False)  # all synced at once below
-    results.make_durable(hot_keys)
-    results.remove_temp_files(older_than_s=3600)  # writes a crash left behind, long abandoned
-    raw = encode_snapshot(upto, jobs.values(), seq, epoch, last_n)
-    # paced: written all at once, 100 MiB would hold up every commit's sync for as long
-    atomic_write(root / snapshot_name(upto), raw, sync_every=SNAPSHOT_SYNC_EVERY)
-    # the archive holds these documents now, and no snapshot or kept segment needs the files
-    for key in leaving_keys | gone_results:
-        with contextlib.suppress(OSError):
-            results.path_for(key).unlink()
-    # keep this snapshot and the previous one, with the segments the previous one needs
-    keep_from = base_gen if base_gen < upto else upto
-    for gen in snaps:
-        if gen < keep_from:
-            with contextlib.suppress(OSError):
-                (root / snapshot_name(gen)).unlink()
-    for name in os.listdir(root):
-        m = _SEGMENT_RE.match(name)
-        if m and int(m.group(1)) <= keep_from:
-            with contextlib.suppress(OSError):
-                (root / name).unlink()
-    fsync_dir(root)
-    return len(raw)
-
-
-def _result_doc(
-    job: JobDict, carried: dict[str, dict[str, Any]], results: ResultStore, archive: Archive
-) -> dict[str, Any] | None:
-    """The result document of a succeeded job leaving the hot set, to be archived with it."""
-    key = job["key"]
-    doc: dict[str, Any] | None = carried.get(key) or results.get(key)
-    if doc is None:
-        older = archive.get(job["id"])  # retried or replayed after an earlier archiving
-        found = cast(dict[str, Any], older).get("_res") if older is not None else None
-        doc = found if isinstance(found, dict) else None
-    if doc is not None and len(orjson.dumps(doc)) > INLINE_RESULT_MAX:
-        return None  # stays a file
-    return doc
-
-
-def _purge_archive(
-    archive: Archive,
-    purges: list[PurgeFilter],
-    hot: dict[str, JobDict],
-    results: ResultStore,
-    notices: list[str] | None,
-) -> set[str]:
-    """Writes the archive segments holding jobs ``purges`` match again without them.
-
-    Returns the keys of purged succeeded jobs, whose result files go once the snapshot
-    is written; their artifacts (images, audio) go now, as nothing refers to them.
-    """
-    keys: set[str] = set()
-    for purge in purges:
-        ids = archive.matching(purge)
-        if not ids:
-            continue
-        removed = 0
-        for number in sorted(archive.segments_of(ids)):
-
-            def keep(job: JobDict, purge: PurgeFilter = purge) -> bool:
-                if purge.matches(job) and job["id"] not in hot:
-                    if job["state"] == State.SUCCEEDED:
-                        keys.add(job["key"])
-                        _remove_artifact(cast(dict[str, Any], job).get("_res"), results)
-                    return False
-                return True
-
-            removed += archive.rewrite(number, keep)
-        if notices is not None and removed:
-            notices.append(f"purged {removed} archived jobs finished before {time.ctime(purge.before)}")
-    return keys
-
-
-def _remove_artifact(doc: Any, results: ResultStore) -> None:
-    """Removes the image or audio file a result document refers to."""
-    result = doc.get("result") if isinstance(doc, dict) else None
-    ref = result.get("artifact_ref") if isinstance(result, dict) else None
-    if isinstance(ref, str):
-        with contextlib.suppress(OSError, ValueError):
-            results.resolve(ref).unlink()

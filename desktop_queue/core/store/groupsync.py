@@ -58,7 +58,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from desktop_queue.core.fileio import FileLock, atomic_write, write_all
+from desktop_queue.core.store.fileio import FileLock, atomic_write, write_all
 
 STATE_NAME = "sync.state"
 LOCK_NAME = "sync.lock"  # Windows only (see the module docstring)
