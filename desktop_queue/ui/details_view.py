@@ -12,14 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QFontDatabase, QGuiApplication, QShowEvent
+from PySide6.QtGui import QFontDatabase, QGuiApplication, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -27,12 +29,27 @@ from PySide6.QtWidgets import (
 from desktop_queue.core.ledger import SpendLedger
 from desktop_queue.core.model import Job
 from desktop_queue.core.result_view import JobDetails, job_details, spend_of
+from desktop_queue.ui.flow_layout import FlowLayout
 from desktop_queue.ui.icons import icon
 from desktop_queue.ui.loader import Loader
 
 #: rows with a Copy button beside their value
 COPYABLE = frozenset({"Job id", "Provider request id", "Provider job id", "Idempotency key"})
 LOADING_DELAY_MS = 150
+
+
+class WrapLabel(QLabel):
+    """A word-wrapped label that asks for the height its wrapped text needs at its width.
+
+    In a form inside a scroll area Qt gives a wrapped label the height of one line;
+    this one sets its minimum height from ``heightForWidth`` whenever its width changes.
+    """
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        height = self.heightForWidth(self.width())
+        if height > 0 and height != self.minimumHeight():
+            self.setMinimumHeight(height)
 
 
 def read_details(queue: Any, job: Job) -> JobDetails:
@@ -76,7 +93,7 @@ class DetailsView(QWidget):
         self.form = QFormLayout(self.form_host)
         self.form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
         self.form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
-        self.values: dict[str, QLabel] = {}
+        self.values: dict[str, QLabel | QLineEdit] = {}
         self.input_label = QLabel("&Input (shown only here: never in events or logs)")
         self.input_view = QPlainTextEdit()
         self.input_view.setObjectName("detailsInput")
@@ -92,8 +109,9 @@ class DetailsView(QWidget):
         self.copy_prompt.setToolTip("Copy the prompt text to the clipboard")
         self.copy_input.clicked.connect(lambda: self._copy(self.details.input_text if self.details else None))
         self.copy_prompt.clicked.connect(lambda: self._copy(self.details.prompt if self.details else None))
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.input_label, 1)
+        self.input_label.setWordWrap(True)
+        button_row = QWidget()
+        buttons = FlowLayout(button_row)
         buttons.addWidget(self.copy_prompt)
         buttons.addWidget(self.copy_input)
 
@@ -101,10 +119,12 @@ class DetailsView(QWidget):
         inner = QVBoxLayout(body)
         inner.setContentsMargins(0, 0, 0, 0)
         inner.addWidget(self.form_host)
-        inner.addLayout(buttons)
+        inner.addWidget(self.input_label)
+        inner.addWidget(button_row)
         inner.addWidget(self.input_view, 1)
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(body)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         layout = QVBoxLayout(self)
@@ -175,15 +195,31 @@ class DetailsView(QWidget):
             self._clear_rows()
         for label, text in details.rows:
             if same:
-                self.values[label].setText(text)
+                shown = self.values[label]
+                if shown.text() != text:
+                    shown.setText(text)
+                    shown.setToolTip(text)
+                    if isinstance(shown, QLineEdit):
+                        shown.setCursorPosition(0)
                 continue
-            value = QLabel(text)
+            value: QLabel | QLineEdit
+            if label in COPYABLE:
+                # an id or a key has no spaces to wrap at: a read-only line scrolls instead of widening the view
+                value = QLineEdit(text)
+                value.setReadOnly(True)
+                value.setFrame(False)
+                value.setCursorPosition(0)
+                value.setStyleSheet("QLineEdit { background: transparent; }")
+            else:
+                value = WrapLabel(text)
+                value.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+                value.setTextFormat(Qt.TextFormat.PlainText)
+                value.setWordWrap(True)
+                value.setTextInteractionFlags(
+                    Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.TextSelectableByKeyboard
+                )
             value.setObjectName(f"detail-{label.lower().replace(' ', '-')}")
-            value.setTextFormat(Qt.TextFormat.PlainText)
-            value.setWordWrap(True)
-            value.setTextInteractionFlags(
-                Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.TextSelectableByKeyboard
-            )
+            value.setToolTip(text)
             self.values[label] = value
             if label in COPYABLE:
                 row = QWidget()
