@@ -245,6 +245,7 @@ class MainWindow(QMainWindow):
         controller.driver.flow_event.connect(self._flow_event)
         controller.refresher.refreshed.connect(self._update_now_line)
         controller.refresher.refreshed.connect(self.job_tabs.tick)
+        controller.driver.partial_text.connect(self.job_tabs.result_view.show_partial)
         controller.message.connect(lambda m: self.statusBar().showMessage(m, 6000))
         controller.failed.connect(lambda m: self.banner.show_message(m, "state-dead"))
         controller.store_unavailable.connect(self._store_unavailable)

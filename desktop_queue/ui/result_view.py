@@ -222,6 +222,7 @@ class ResultView(QWidget):
         self._loaded_key: tuple[str, str, str | None] | None = None
         self._pending = False
         self._feed: tuple[str, int] | None = None
+        self._partial_text: str | None = None
         self.run_times: RunTimes | None = None
         self._run_times_at: float | None = None
         self._player: Any = None
@@ -382,6 +383,8 @@ class ResultView(QWidget):
         """Shows ``job``'s result (read when this view is visible), or a prompt to select one."""
         changed = job is None or self.job is None or job.id != self.job.id
         self.job = job
+        if changed or job is None or job.state != State.RUNNING:
+            self._partial_text = None
         if changed:
             self.note.clear()
             self._stop_audio()
@@ -413,6 +416,41 @@ class ResultView(QWidget):
     def tick(self) -> None:
         """The window's refresh tick: moves a running job's progress on."""
         self._update_progress()
+
+    def show_partial(self, job_id: str, text: str) -> None:
+        """A streaming attempt's text so far (the driver's ``partial_text``): shown while the job runs.
+
+        Nothing of it is kept: when the job succeeds its stored result replaces it.
+        """
+        job = self.job
+        if job is None or job.id != job_id or job.state != State.RUNNING:
+            return
+        previous = self._partial_text
+        self._partial_text = text
+        self.summary.setText(f"streaming… {len(text):,} characters so far (the answer is stored once complete)")
+        self._set_tools(None)
+        self.content = None
+        as_markdown = not self.plain_check.isChecked() and len(text) <= LARGE_TEXT_BYTES
+        if as_markdown:
+            self.markdown.setMarkdown(text)
+            self.pages.setCurrentWidget(self.markdown)
+            bar = self.markdown.verticalScrollBar()
+            bar.setValue(bar.maximum())
+            return
+        self.pages.setCurrentWidget(self.plain)
+        if previous is not None and text.startswith(previous) and self.plain.document().characterCount() > 1:
+            cursor = self.plain.textCursor()
+            cursor.movePosition(cursor.MoveOperation.End)
+            cursor.insertText(text[len(previous) :])
+        else:
+            self.plain.setPlainText(text)
+        bar = self.plain.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    @property
+    def partial_text(self) -> str | None:
+        """The streamed text shown for the running job, or None."""
+        return self._partial_text
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt API
         super().showEvent(event)

@@ -395,3 +395,50 @@ def test_the_window_shows_the_selected_jobs_result_and_details(qtbot: Any, sessi
     qtbot.waitUntil(lambda: "Kind" in tabs.details_view.values, timeout=5000)
     assert tabs.details_view.values["Job id"].text() == job.id
     assert "hello window" in tabs.details_view.input_view.toPlainText()
+
+
+# ---------------------------------------------------------------------- streaming
+
+
+def test_a_streamed_chat_shows_its_text_live_and_stores_only_the_final_answer(
+    qtbot: Any, open_session: Any, data_dir: Path, tmp_path: Path
+) -> None:
+    import sys
+    import threading
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers"))
+    from fakeserver import FakeOpenAI
+
+    from desktop_queue.providers.demo import DemoProvider
+    from desktop_queue.providers.openai_compat import OpenAIProfile, make_providers
+
+    server = FakeOpenAI()
+    server.start()
+    server.stream_gate = threading.Event()
+    try:
+        chat = make_providers(OpenAIProfile(base_url=server.url, model="m", require_key=False))["openai.chat"]
+        session = open_session(data_dir, providers={"demo": DemoProvider(tick_s=0.01), "openai.chat": chat})
+        assert not isinstance(session, int)
+        session.window.show()
+        tabs = session.window.job_tabs
+        tabs.setCurrentIndex(RESULT_TAB)
+        job = session.controller.queue.submit("openai.chat", {"prompt": "a story", "stream": True}).job
+        qtbot.waitUntil(lambda: session.controller.queue.get(job.id).state == "running", timeout=10_000)
+        session.window.show_job(job.id)
+
+        qtbot.waitUntil(lambda: tabs.result_view.partial_text == "generated", timeout=10_000)
+        assert "generated" in tabs.result_view.markdown.toPlainText()
+        assert tabs.result_view.summary.text().startswith("streaming… 9 characters so far")
+        assert session.controller.queue.results.get(job.idempotency_key) is None  # nothing stored mid-stream
+
+        server.stream_gate.set()
+        qtbot.waitUntil(
+            lambda: tabs.result_view.content is not None and tabs.result_view.content.text == "generated streamed text",
+            timeout=10_000,
+        )
+        stored = session.controller.queue.results.get(job.idempotency_key)
+        assert stored is not None and stored["result"]["text"] == "generated streamed text"
+        assert tabs.result_view.partial_text is None
+    finally:
+        server.stream_gate.set()
+        server.stop()
