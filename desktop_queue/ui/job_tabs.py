@@ -11,8 +11,11 @@ from desktop_queue.ui.details_view import DetailsView
 from desktop_queue.ui.icons import icon
 from desktop_queue.ui.panes import TimelinePane
 from desktop_queue.ui.result_view import ResultView
+from desktop_queue.ui.settings import load_window_number, save_window_state
 
 TIMELINE_TAB, RESULT_TAB, DETAILS_TAB = 0, 1, 2
+#: ``window/<this>``: the tab shown last
+TAB_SETTING = "job_tab"
 
 
 class JobTabs(QTabWidget):
@@ -33,6 +36,11 @@ class JobTabs(QTabWidget):
         self.addTab(self.result_view, icon("state-succeeded"), "Res&ult")
         self.addTab(self.details_view, icon("event-info"), "De&tails")
         self.setDocumentMode(True)
+        saved = load_window_number(TAB_SETTING)
+        if saved is not None and 0 <= saved < self.count():
+            self.setCurrentIndex(saved)
+        # the tab a person reads is remembered: who looks at results keeps seeing them
+        self.currentChanged.connect(lambda index: save_window_state({}, {TAB_SETTING: index}))
 
     def show_job(self, job: Job | None) -> None:
         """Another job is selected (None: none, or several)."""

@@ -414,8 +414,9 @@ class ResultView(QWidget):
             self.show_job(job)
 
     def tick(self) -> None:
-        """The window's refresh tick: moves a running job's progress on."""
-        self._update_progress()
+        """The window's refresh tick: moves a running job's progress on (nothing while hidden)."""
+        if self.isVisible():
+            self._update_progress()
 
     def show_partial(self, job_id: str, text: str) -> None:
         """A streaming attempt's text so far (the driver's ``partial_text``): shown while the job runs.
@@ -454,6 +455,7 @@ class ResultView(QWidget):
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt API
         super().showEvent(event)
+        self._update_progress()
         if self._pending and self.job is not None:
             self._load()
 

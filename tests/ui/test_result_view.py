@@ -442,3 +442,19 @@ def test_a_streamed_chat_shows_its_text_live_and_stores_only_the_final_answer(
     finally:
         server.stream_gate.set()
         server.stop()
+
+
+def test_the_job_tab_shown_last_is_shown_again(qtbot: Any, queue: Queue) -> None:
+    from desktop_queue.ui.job_tabs import TIMELINE_TAB, JobTabs
+    from desktop_queue.ui.models import TimelineModel
+    from desktop_queue.ui.panes import TimelinePane
+
+    first = JobTabs(TimelinePane(TimelineModel()), queue)
+    qtbot.addWidget(first)
+    assert first.currentIndex() == TIMELINE_TAB
+    first.setCurrentIndex(DETAILS_TAB)
+
+    again = JobTabs(TimelinePane(TimelineModel()), queue)
+    qtbot.addWidget(again)
+
+    assert again.currentIndex() == DETAILS_TAB
