@@ -14,13 +14,23 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QFontDatabase, QGuiApplication, QImage, QImageReader, QPixmap, QShowEvent
+from PySide6.QtGui import (
+    QDesktopServices,
+    QFontDatabase,
+    QGuiApplication,
+    QImage,
+    QImageReader,
+    QPixmap,
+    QShowEvent,
+    QWheelEvent,
+)
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
@@ -70,6 +80,30 @@ LOADING_TEXT = "loading…"
 def open_url(url: QUrl) -> bool:
     """Opens a file or folder with the system's application (tests replace this)."""
     return QDesktopServices.openUrl(url)
+
+
+def reveal_file(path: Path) -> bool:
+    """Shows ``path`` selected in the desktop's file manager (freedesktop ``FileManager1`` over D-Bus).
+
+    False where no file manager answers (not Linux, no session bus): the caller opens
+    the folder instead. Tests replace this.
+    """
+    if sys.platform != "linux":
+        return False
+    try:
+        from PySide6.QtDBus import QDBusConnection, QDBusInterface, QDBusMessage
+    except ImportError:
+        return False
+    bus = QDBusConnection.sessionBus()
+    if not bus.isConnected():
+        return False
+    manager = QDBusInterface(
+        "org.freedesktop.FileManager1", "/org/freedesktop/FileManager1", "org.freedesktop.FileManager1", bus
+    )
+    if not manager.isValid():
+        return False
+    reply = manager.call("ShowItems", [QUrl.fromLocalFile(str(path)).toString()], "")
+    return reply.type() != QDBusMessage.MessageType.ErrorMessage
 
 
 def ask_save_path(parent: QWidget, title: str, suggested: str, filters: str) -> str | None:
@@ -198,6 +232,18 @@ class ImagePreview(QScrollArea):
         super().resizeEvent(event)
         if self.zoom is None:
             self._apply()
+
+    def wheelEvent(self, event: QWheelEvent) -> None:  # noqa: N802 - Qt API
+        """Ctrl + wheel zooms, as in image viewers; the wheel alone scrolls."""
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier and self._pixmap is not None:
+            steps = event.angleDelta().y()
+            if steps > 0:
+                self.zoom_in()
+            elif steps < 0:
+                self.zoom_out()
+            event.accept()
+            return
+        super().wheelEvent(event)
 
 
 class ResultView(QWidget):
@@ -711,10 +757,12 @@ class ResultView(QWidget):
             self.note.setText(f"No application opens {path.name} on this system")
 
     def show_in_folder(self) -> None:
-        """Opens the folder that holds the artifact file."""
+        """Shows the artifact file in the file manager (selected where it can), else opens its folder."""
         if self.content is not None and self.content.path is not None:
             folder = self.content.path.parent
-            if open_url(QUrl.fromLocalFile(str(folder))):
+            if reveal_file(self.content.path):
+                self.note.setText(f"Shown in the file manager: {self.content.path}")
+            elif open_url(QUrl.fromLocalFile(str(folder))):
                 self.note.setText(f"The file is {self.content.path.name} in {folder}")
             else:
                 self.note.setText(f"Could not open {folder}")

@@ -90,6 +90,7 @@ def view(qtbot: Any, queue: Queue) -> ResultView:
 def opened(monkeypatch: pytest.MonkeyPatch) -> list[QUrl]:
     urls: list[QUrl] = []
     monkeypatch.setattr(result_module, "open_url", lambda url: urls.append(url) or True)
+    monkeypatch.setattr(result_module, "reveal_file", lambda _path: False)  # no file manager on the bus
     return urls
 
 
@@ -179,6 +180,50 @@ def test_an_image_is_fitted_zoomed_and_opened_with_the_system_viewer(
     assert view.content is not None and view.content.path is not None
     assert [u.toLocalFile() for u in opened] == [str(view.content.path), str(view.content.path.parent)]
     assert view.content.path.read_bytes() == data
+
+
+def test_show_in_folder_selects_the_file_where_a_file_manager_answers(
+    qtbot: Any, view: ResultView, queue: Queue, opened: list[QUrl], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    revealed: list[Path] = []
+    monkeypatch.setattr(result_module, "reveal_file", lambda path: revealed.append(path) or True)
+    job = finish(queue, artifact(png_bytes(), "pic.png", "image/png"), kind="openai.image")
+    show(qtbot, view, job)
+
+    view.folder_button.click()
+
+    assert view.content is not None and revealed == [view.content.path]
+    assert opened == []  # the folder itself is opened only where no file manager answers
+
+
+def test_ctrl_wheel_zooms_the_image(qtbot: Any, view: ResultView, queue: Queue) -> None:
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    job = finish(queue, artifact(png_bytes(1600, 1000), "pic.png", "image/png"), kind="openai.image")
+    show(qtbot, view, job)
+    fitted = view.image_view.scale()
+
+    def wheel(delta: int, modifiers: Qt.KeyboardModifier) -> None:
+        event = QWheelEvent(
+            QPointF(10, 10),
+            QPointF(10, 10),
+            QPoint(0, 0),
+            QPoint(0, delta),
+            Qt.MouseButton.NoButton,
+            modifiers,
+            Qt.ScrollPhase.NoScrollPhase,
+            False,
+        )
+        QApplication.sendEvent(view.image_view.viewport(), event)
+
+    wheel(120, Qt.KeyboardModifier.ControlModifier)
+    assert view.image_view.scale() == pytest.approx(fitted * 1.25)
+    wheel(-120, Qt.KeyboardModifier.ControlModifier)
+    assert view.image_view.scale() == pytest.approx(fitted)
+    wheel(120, Qt.KeyboardModifier.NoModifier)  # scrolls, does not zoom
+    assert view.image_view.scale() == pytest.approx(fitted)
 
 
 def test_a_small_image_is_never_enlarged_to_fit(qtbot: Any, view: ResultView, queue: Queue) -> None:
