@@ -398,7 +398,9 @@ class LeaseDriver(QObject):
         self._in_tick = False
         self._relay = _Relay(self)
         self._relay.ready.connect(self._on_ready)
-        self._relay.partial.connect(self.partial_text)
+        self._relay.partial.connect(self._keep_partial)
+        #: the latest streamed text of each running attempt that streams (until it ends)
+        self._partials: dict[str, str] = {}
         self._timer = QTimer(self)
         self._timer.setObjectName("leaseDriverTick")
         self._timer.setInterval(tick_ms)
@@ -523,6 +525,7 @@ class LeaseDriver(QObject):
                 if self.flow is not None:
                     self.flow.on_outcome(active.lease.job, None)
             self._active.pop(job_id, None)
+        self._partials.clear()
         self.keeper.stop()
         return done
 
@@ -799,8 +802,19 @@ class LeaseDriver(QObject):
                 self._in_tick = in_tick
             self._fill()
 
+    @Slot(str, str)
+    def _keep_partial(self, job_id: str, text: str) -> None:
+        if job_id in self._active:  # a late one, after its attempt ended, is dropped
+            self._partials[job_id] = text
+            self.partial_text.emit(job_id, text)
+
+    def partial_of(self, job_id: str) -> str | None:
+        """The text streamed so far by ``job_id``'s running attempt, or None (for a view opened mid-stream)."""
+        return self._partials.get(job_id)
+
     def _on_finished(self, report: RunReport) -> None:
         lease = report.lease
+        self._partials.pop(lease.job_id, None)
         active = self._active.get(lease.job_id)
         if active is not None and active.lease.token == lease.token:
             del self._active[lease.job_id]

@@ -246,6 +246,7 @@ class MainWindow(QMainWindow):
         controller.refresher.refreshed.connect(self._update_now_line)
         controller.refresher.refreshed.connect(self.job_tabs.tick)
         controller.driver.partial_text.connect(self.job_tabs.result_view.show_partial)
+        self.job_tabs.result_view.partial_source = controller.driver.partial_of
         controller.message.connect(lambda m: self.statusBar().showMessage(m, 6000))
         controller.failed.connect(lambda m: self.banner.show_message(m, "state-dead"))
         controller.store_unavailable.connect(self._store_unavailable)

@@ -269,6 +269,8 @@ class ResultView(QWidget):
         self._pending = False
         self._feed: tuple[str, int] | None = None
         self._partial_text: str | None = None
+        #: job id -> the text its running attempt has streamed so far (the driver's ``partial_of``)
+        self.partial_source: Any = None
         self.run_times: RunTimes | None = None
         self._run_times_at: float | None = None
         self._player: Any = None
@@ -516,6 +518,9 @@ class ResultView(QWidget):
             self.loader.cancel()
             self._loading_timer.stop()
             self._present(_Loaded(ResultContent(ResultKind.NONE, no_result_reason(job))))
+            streamed = self.partial_source(job.id) if self.partial_source is not None else None
+            if streamed and job.state == State.RUNNING:
+                self.show_partial(job.id, streamed)  # opened mid-stream: what came so far
             return
         results = self.queue.results
         hint = result_size_hint(results, job)

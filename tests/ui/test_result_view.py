@@ -468,10 +468,11 @@ def test_a_streamed_chat_shows_its_text_live_and_stores_only_the_final_answer(
         tabs = session.window.job_tabs
         tabs.setCurrentIndex(RESULT_TAB)
         job = session.controller.queue.submit("openai.chat", {"prompt": "a story", "stream": True}).job
-        qtbot.waitUntil(lambda: session.controller.queue.get(job.id).state == "running", timeout=10_000)
-        session.window.show_job(job.id)
+        driver = session.controller.driver
+        qtbot.waitUntil(lambda: driver.partial_of(job.id) == "generated", timeout=10_000)
+        session.window.show_job(job.id)  # opened mid-stream: what came so far shows at once
 
-        qtbot.waitUntil(lambda: tabs.result_view.partial_text == "generated", timeout=10_000)
+        assert tabs.result_view.partial_text == "generated"
         assert "generated" in tabs.result_view.markdown.toPlainText()
         assert tabs.result_view.summary.text().startswith("streaming… 9 characters so far")
         assert session.controller.queue.results.get(job.idempotency_key) is None  # nothing stored mid-stream
@@ -484,6 +485,7 @@ def test_a_streamed_chat_shows_its_text_live_and_stores_only_the_final_answer(
         stored = session.controller.queue.results.get(job.idempotency_key)
         assert stored is not None and stored["result"]["text"] == "generated streamed text"
         assert tabs.result_view.partial_text is None
+        assert driver.partial_of(job.id) is None  # forgotten once the attempt ended
     finally:
         server.stream_gate.set()
         server.stop()
