@@ -28,7 +28,9 @@ from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, S
 from desktop_queue.core.model import iso
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.core.queue import MAX_BATCH_BYTES, MAX_INPUT_BYTES
+from desktop_queue.core.result_view import ResultContent, no_result_reason, read_result, show_text
 from desktop_queue.core.retention import load_policy, save_policy
+from desktop_queue.core.store.fileio import atomic_write
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_JOB, EXIT_NOT_ALLOWED = 0, 1, 2, 3, 4
 PROG = "desktop-queue"
@@ -85,9 +87,21 @@ def build_parser() -> argparse.ArgumentParser:
     count.add_argument("--all", action="store_true", help="every job, however many (a long history takes long)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = sub.add_parser("show", help="one job with its full event timeline")
+    p = sub.add_parser("show", help="one job with its full event timeline (and its text result)")
     p.add_argument("id")
     p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser(
+        "result",
+        help="a job's result: its text on standard output, or its artifact (image, audio) to a file",
+        description="Writes a succeeded job's result: text (or JSON) to standard output or FILE; an "
+        "artifact (an image, an audio file) only to FILE (without --output its path is printed). "
+        "Exit codes: 3 no such job, 4 no result in the job's state, 1 the result is missing or damaged.",
+    )
+    p.add_argument("id")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the result to FILE ('-': standard output)")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    p.add_argument("--json", action="store_true", help="print the whole result document as JSON")
 
     for name, text in (("cancel", "cancel a queued or running job"), ("retry", "retry a dead or cancelled job")):
         p = sub.add_parser(name, help=text)
@@ -632,6 +646,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         else:
             artifact = queue.results.artifact_path(job.idempotency_key) if job.result_ref else None
             _print_job(job, time.time(), artifact=artifact, result_problem=problem.message if problem else None)
+            if job.result_ref and problem is None:
+                _print_text_result(job, read_result(queue.results, job))
         if problem is not None:
             _err(f"job {job.id}: {problem.message}")
     return EXIT_OK
@@ -719,6 +735,84 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"imported {len(result.added)} jobs" + (f", skipped {len(result.skipped)}" if result.skipped else ""))
         for job_id, why in list(result.skipped.items())[:20]:
             print(f"  skipped {job_id}: {why}")
+    return EXIT_OK
+
+
+def _print_text_result(job: Job, content: ResultContent) -> None:
+    """The text (or JSON) result under ``show``'s timeline, cut with a note when long."""
+    if content.text is None:
+        return
+    shown, cut = show_text(content.text)
+    print(f"result ({content.message})")
+    for line in shown.splitlines() or [""]:
+        print(f"  {line}")
+    if cut:
+        print(
+            f"  … ({len(content.text) - len(shown):,} more characters: "
+            f"desktop-queue result {job.id} prints all of it, --output FILE writes it)"
+        )
+
+
+def cmd_result(args: argparse.Namespace) -> int:
+    """Writes a job's result: text to stdout (or ``--output``), an artifact only to ``--output``."""
+    with _open(args) as queue:
+        job = queue.get(args.id)
+        if job.state != State.SUCCEEDED or not job.result_ref:
+            _err(f"job {job.id} has no result: {no_result_reason(job)}")
+            return EXIT_NOT_ALLOWED
+        content = read_result(queue.results, job)
+        if args.json:
+            doc = queue.results.get(job.idempotency_key)
+            if doc is None:
+                _err(f"job {job.id}: {content.message}")
+                return EXIT_FAILED
+            out = dict(doc)
+            if content.path is not None:
+                out["artifact_path"] = str(content.path)
+            _out(out)
+            return EXIT_OK
+    if not content.has_result:
+        _err(f"job {job.id}: {content.message}")
+        return EXIT_FAILED
+    if content.is_artifact:
+        assert content.path is not None
+        if not args.output:
+            print(content.path)
+            _err(
+                f"note: job {job.id}'s result is {content.message}; "
+                f"the path above is its file: use --output FILE to write a copy"
+            )
+            return EXIT_OK
+        return _write_output(args.output, content.path.read_bytes(), force=args.force)
+    assert content.text is not None
+    data = content.text.encode() + (b"" if content.text.endswith("\n") else b"\n")
+    if not args.output or args.output == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return EXIT_OK
+    return _write_output(args.output, data, force=args.force)
+
+
+def _write_output(target: str, data: bytes, *, force: bool) -> int:
+    """Writes ``data`` to ``target`` atomically; never replaces a file unless ``force``."""
+    if target == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return EXIT_OK
+    path = Path(target)
+    if path.is_dir():
+        _err(f"{target} is a directory; give a file name")
+        return EXIT_USAGE
+    try:
+        if not atomic_write(path, data, overwrite=force):
+            _err(f"{target} exists; nothing was written (--force replaces it)")
+            return EXIT_FAILED
+    except OSError as exc:
+        _err(f"cannot write {target}: {exc.strerror or exc}")
+        return EXIT_FAILED
+    _err(f"wrote {len(data):,} bytes to {target}")
     return EXIT_OK
 
 
@@ -1170,6 +1264,7 @@ COMMANDS = {
     "submit": cmd_submit,
     "list": cmd_list,
     "show": cmd_show,
+    "result": cmd_result,
     "cancel": cmd_verb,
     "retry": cmd_verb,
     "replay": cmd_verb,

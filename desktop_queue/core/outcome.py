@@ -94,6 +94,9 @@ class RunContext:
         timeout_s: the attempt's timeout (None: none): a provider gives each blocking call
             no longer than this, so that a call that hangs ends as a retryable timeout.
             The runtime renews the lease meanwhile, whatever the provider does.
+        partial: a streaming provider calls this with the text produced so far (all of
+            it, each time) while it works; it is shown, never stored: only the final
+            result is. None: nobody is watching.
     """
 
     job_id: str
@@ -105,6 +108,16 @@ class RunContext:
     provider_job_id: str | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     timeout_s: float | None = None
+    partial: Any = None
+
+    def show_partial(self, text: str) -> None:
+        """Hands the text so far to whoever watches (a failing watcher never stops the attempt)."""
+        if self.partial is None:
+            return
+        try:
+            self.partial(text)
+        except Exception:  # a display must not break a paid call
+            pass
 
     def beat(self) -> bool:
         """Heartbeats the lease; returns False (and sets ``cancelled``) when it is lost."""

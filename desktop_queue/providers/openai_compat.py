@@ -1232,6 +1232,8 @@ class OpenAIChatProvider(_OpenAIBase):
         self._check_profile(data)
         _messages(data, self.kind)
         _check_max(data, "max_tokens", "max_completion_tokens")
+        if "stream" in data and not isinstance(data["stream"], bool):
+            raise InvalidInput(f'{self.kind}: "stream" must be true or false')
         _check_range(data, "temperature", *TEMPERATURE_RANGE)
         _check_range(data, "top_p", *TOP_P_RANGE)
 
@@ -1240,7 +1242,12 @@ class OpenAIChatProvider(_OpenAIBase):
         return chat_spec(self.profile)
 
     def run(self, job: Any, context: RunContext) -> Outcome:
-        """Sends one chat completion; never raises for expected failures."""
+        """Sends one chat completion; never raises for expected failures.
+
+        With ``"stream": true`` in the input the answer is streamed: the text so far goes
+        to ``context.partial`` as it arrives (for the window to show), and the result is
+        the same as without streaming (only that final result is stored).
+        """
         payload = job.input
         timeout = self._timeout(context)
         try:
@@ -1249,6 +1256,8 @@ class OpenAIChatProvider(_OpenAIBase):
             options = {k: payload[k] for k in _CHAT_OPTIONS if k in payload}
             if context.cancelled.is_set():
                 return Outcome.failure(ErrorClass.RETRYABLE, f"{self.kind}: cancelled before it started")
+            if payload.get("stream") is True:
+                return self._run_streaming(client, payload, options, context, timeout)
             raw = client.chat.completions.with_raw_response.create(
                 model=self._model(payload, self.profile.model),
                 messages=_messages(payload, self.kind),  # type: ignore[arg-type]  # validated above
@@ -1275,6 +1284,81 @@ class OpenAIChatProvider(_OpenAIBase):
                 "usage": _usage(completion.usage),
                 "id": completion.id,
                 "provider": self.kind,
+            }
+        )
+
+    def _run_streaming(
+        self,
+        client: Any,
+        payload: Mapping[str, Any],
+        options: Mapping[str, Any],
+        context: RunContext,
+        timeout: tuple[float, str],
+    ) -> Outcome:
+        """One streamed chat completion: the text so far to ``context.partial``, the whole as the result.
+
+        The attempt's timeout bounds the whole answer, not only each wait for a chunk. A
+        stream that breaks off is a failure like any other (retryable): its partial text
+        is never stored.
+        """
+        deadline = time.monotonic() + timeout[0]
+        parts: list[str] = []
+        finish: str | None = None
+        usage: Any = None
+        model: str | None = None
+        response_id: str | None = None
+        try:
+            raw = client.chat.completions.with_raw_response.create(
+                model=self._model(payload, self.profile.model),
+                messages=_messages(payload, self.kind),
+                extra_headers=self._headers(context.idempotency_key),
+                timeout=self._sdk_timeout(timeout[0]),
+                stream=True,
+                stream_options={"include_usage": True},
+                **options,
+            )
+            self._observe(raw.headers)
+            stream = raw.parse()
+            try:
+                for chunk in stream:
+                    if context.cancelled.is_set():
+                        return Outcome.failure(ErrorClass.RETRYABLE, f"{self.kind}: cancelled while streaming")
+                    if time.monotonic() > deadline:
+                        return Outcome.failure(
+                            ErrorClass.RETRYABLE,
+                            f"{self.kind}: the streamed answer took longer than the {timeout[1]} of {timeout[0]:g} s",
+                        )
+                    model = getattr(chunk, "model", None) or model
+                    response_id = getattr(chunk, "id", None) or response_id
+                    usage = getattr(chunk, "usage", None) or usage
+                    for choice in getattr(chunk, "choices", None) or []:
+                        if getattr(choice, "index", 0) != 0:
+                            continue
+                        delta = getattr(choice, "delta", None)
+                        content = getattr(delta, "content", None) if delta is not None else None
+                        if isinstance(content, str) and content:
+                            parts.append(content)
+                            context.show_partial("".join(parts))
+                        finish = getattr(choice, "finish_reason", None) or finish
+            finally:
+                stream.close()
+        except Exception as exc:
+            return self._fail(exc, payload, timeout)
+        if finish is None:
+            return Outcome.failure(ErrorClass.RETRYABLE, f"{self.kind}: the stream ended before the answer did")
+        text = "".join(parts)
+        problem = output_problem(text, payload.get("response_format"))
+        if problem:
+            return Outcome.failure(ErrorClass.POISON, f"{self.kind}: {problem}")
+        return Outcome.success(
+            {
+                "text": text,
+                "model": model,
+                "finish_reason": finish,
+                "usage": _usage(usage),
+                "id": response_id,
+                "provider": self.kind,
+                "streamed": True,
             }
         )
 

@@ -53,6 +53,8 @@ DEFAULT_ATTEMPT_TIMEOUT_S = 600.0
 
 #: the first and the longest wait before a commit the store refused is tried again
 STORE_RETRY_S = (2.0, 5.0)
+#: a streaming attempt's text so far goes to the window at most this often (seconds)
+PARTIAL_EVERY_S = 0.1
 
 #: what people are told while the disk is full
 DISK_FULL = "the disk is full: no new jobs start until there is room (nothing was lost)"
@@ -134,9 +136,11 @@ class _Relay(QObject):
 
     Signals:
         ready(): reports wait in the inbox (:meth:`take`).
+        partial(str, str): a streaming attempt's text so far: job id, text.
     """
 
     ready = Signal()
+    partial = Signal(str, str)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -200,6 +204,18 @@ class JobRunnable(QRunnable):
         self._stopping = stopping or threading.Event()
         self._timeout_s = timeout_s
         self._keeper = keeper
+        self._partial_at: float | None = None
+
+    def _partial(self, text: str) -> None:
+        """Relays a streaming provider's text so far, at most every :data:`PARTIAL_EVERY_S`."""
+        now = time.monotonic()
+        if self._partial_at is not None and now - self._partial_at < PARTIAL_EVERY_S:
+            return
+        self._partial_at = now
+        try:
+            self._relay.partial.emit(self._lease.job_id, text)
+        except RuntimeError:  # the driver is gone (shutdown): nobody watches
+            pass
 
     def _beat(self) -> bool:
         # the lease keeper renews the lease; a provider's beat only asks whether to go on
@@ -248,6 +264,7 @@ class JobRunnable(QRunnable):
                     provider_job_id=job.provider_job_id,
                     stopping=self._stopping,
                     timeout_s=self._timeout_s,
+                    partial=self._partial,
                 )
                 # the lease was committed without waiting for the disk: put it there before
                 # anything is paid for (invariant 4); one fsync covers every lease so far
@@ -323,6 +340,8 @@ class LeaseDriver(QObject):
             kind (a :class:`~desktop_queue.core.flow.FlowEventType` value), text for
             people. Emitted from this object's thread when it drains the flow
             control's events: on every tick and after every finished attempt.
+        partial_text(str, str): a streaming attempt's text so far (job id, text), a
+            few times a second while it streams; shown, never stored.
     """
 
     job_started = Signal(str)
@@ -334,6 +353,7 @@ class LeaseDriver(QObject):
     flow_event = Signal(str, str, str)
     store_unavailable = Signal(str)
     store_available = Signal()
+    partial_text = Signal(str, str)
 
     def __init__(
         self,
@@ -378,6 +398,9 @@ class LeaseDriver(QObject):
         self._in_tick = False
         self._relay = _Relay(self)
         self._relay.ready.connect(self._on_ready)
+        self._relay.partial.connect(self._keep_partial)
+        #: the latest streamed text of each running attempt that streams (until it ends)
+        self._partials: dict[str, str] = {}
         self._timer = QTimer(self)
         self._timer.setObjectName("leaseDriverTick")
         self._timer.setInterval(tick_ms)
@@ -502,6 +525,7 @@ class LeaseDriver(QObject):
                 if self.flow is not None:
                     self.flow.on_outcome(active.lease.job, None)
             self._active.pop(job_id, None)
+        self._partials.clear()
         self.keeper.stop()
         return done
 
@@ -778,8 +802,19 @@ class LeaseDriver(QObject):
                 self._in_tick = in_tick
             self._fill()
 
+    @Slot(str, str)
+    def _keep_partial(self, job_id: str, text: str) -> None:
+        if job_id in self._active:  # a late one, after its attempt ended, is dropped
+            self._partials[job_id] = text
+            self.partial_text.emit(job_id, text)
+
+    def partial_of(self, job_id: str) -> str | None:
+        """The text streamed so far by ``job_id``'s running attempt, or None (for a view opened mid-stream)."""
+        return self._partials.get(job_id)
+
     def _on_finished(self, report: RunReport) -> None:
         lease = report.lease
+        self._partials.pop(lease.job_id, None)
         active = self._active.get(lease.job_id)
         if active is not None and active.lease.token == lease.token:
             del self._active[lease.job_id]

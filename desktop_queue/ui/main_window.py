@@ -34,6 +34,7 @@ from desktop_queue.ui.commands import Command, actions_for, applies_to
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.history_actions import HistoryActions, HistoryCommand
 from desktop_queue.ui.icons import icon, state_icon
+from desktop_queue.ui.job_tabs import JobTabs
 from desktop_queue.ui.panes import STATE_ORDER, DeadLetterPane, QueuePane, TimelinePane
 from desktop_queue.ui.settings import (
     Preferences,
@@ -234,7 +235,8 @@ class MainWindow(QMainWindow):
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.tabs)
-        self.splitter.addWidget(self.timeline_pane)
+        self.job_tabs = JobTabs(self.timeline_pane, controller.queue)
+        self.splitter.addWidget(self.job_tabs)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setChildrenCollapsible(False)
@@ -282,6 +284,9 @@ class MainWindow(QMainWindow):
         controller.driver.error.connect(lambda m: self.banner.show_message(m, "state-dead"))
         controller.driver.flow_event.connect(self._flow_event)
         controller.refresher.refreshed.connect(self._update_now_line)
+        controller.refresher.refreshed.connect(self.job_tabs.tick)
+        controller.driver.partial_text.connect(self.job_tabs.result_view.show_partial)
+        self.job_tabs.result_view.partial_source = controller.driver.partial_of
         controller.message.connect(lambda m: self.statusBar().showMessage(m, 6000))
         controller.failed.connect(lambda m: self.banner.show_message(m, "state-dead"))
         controller.store_unavailable.connect(self._store_unavailable)
@@ -540,7 +545,9 @@ class MainWindow(QMainWindow):
         job_id = jobs[0]["id"] if len(jobs) == 1 else None
         if job_id != self._timeline_id:
             self._timeline_id = job_id
-            self.timeline_model.show_job(self.controller.job(job_id) if job_id else None)
+            job = self.controller.job(job_id) if job_id else None
+            self.timeline_model.show_job(job)
+            self.job_tabs.show_job(job)
             self._update_now_line()
 
     def _jobs_changed(self, ids: set[str] | None) -> None:
@@ -549,6 +556,7 @@ class MainWindow(QMainWindow):
             job = self.controller.job(self._timeline_id)
             if job is not None:
                 self.timeline_model.update_job(job)
+                self.job_tabs.update_job(job)
                 self.timeline_pane.refresh_heading()
                 self._update_now_line()
 
@@ -568,6 +576,7 @@ class MainWindow(QMainWindow):
             self.queue_pane.view.clearSelection()
             self._timeline_id = job.id
             self.timeline_model.show_job(job)
+            self.job_tabs.show_job(job)
             self._update_now_line()
         return found
 

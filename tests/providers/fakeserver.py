@@ -119,6 +119,14 @@ class FakeOpenAI:
         #: servers that do not know them
         self.refused_params: set[str] = set()
         self.files: dict[str, bytes] = {}
+        #: a chat request with ``"stream": true`` is answered with these pieces of text as
+        #: server-sent events, one event each
+        self.stream_chunks: list[str] = ["generated", " streamed", " text"]
+        #: when set, the server sends the first piece, then waits for this event before
+        #: the rest (so a test can look at what a client shows mid-stream)
+        self.stream_gate: threading.Event | None = None
+        #: close the connection after the first piece, without ending the stream
+        self.stream_break = False
         self.lock = threading.Lock()
         self.release = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -456,6 +464,9 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 status, out_headers, payload = fake.answer(route, method, self.path, headers, body)
                 out_headers.update(action.headers if action is not None else {})
+                if route == "chat" and status == 200 and isinstance(body, dict) and body.get("stream") is True:
+                    self._stream_chat(body, out_headers)
+                    return
             try:
                 self.send_response(status)
                 for name, value in out_headers.items():
@@ -468,6 +479,53 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with fake.lock:
                 fake.in_flight -= 1
+
+    def _stream_chat(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+        """Answers a streamed chat completion as OpenAI does: ``data: {chunk}`` events, then ``[DONE]``."""
+        fake = self.server_fake
+        with fake.lock:
+            number = len(fake.requests)
+        base = {"id": f"chatcmpl-{number}", "object": "chat.completion.chunk", "created": 1, "model": body.get("model")}
+
+        def event(doc: Any) -> bytes:
+            return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+        def delta(content: str | None, finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": {"content": content} if content is not None else {}, "finish_reason": finish}
+            return event({**base, "choices": [choice]})
+
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            for name, value in headers.items():
+                if name.lower() != "content-type":
+                    self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(
+                event({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
+            )
+            for i, piece in enumerate(fake.stream_chunks):
+                self.wfile.write(delta(piece))
+                self.wfile.flush()
+                if i == 0 and fake.stream_break:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if i == 0 and fake.stream_gate is not None:
+                    fake.stream_gate.wait(10)
+            self.wfile.write(delta(None, "stop"))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                usage = {
+                    "prompt_tokens": 7,
+                    "completion_tokens": len(fake.stream_chunks),
+                    "total_tokens": 7 + len(fake.stream_chunks),
+                }
+                self.wfile.write(event({**base, "choices": [], "usage": usage}))
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except OSError:  # the client went away mid-stream
+            pass
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         self._handle("GET")

@@ -1,0 +1,57 @@
+"""The selected job's side of the window: its Timeline, its Result and its Details, as tabs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtWidgets import QTabWidget, QWidget
+
+from desktop_queue.core.model import Job
+from desktop_queue.ui.details_view import DetailsView
+from desktop_queue.ui.icons import icon
+from desktop_queue.ui.panes import TimelinePane
+from desktop_queue.ui.result_view import ResultView
+from desktop_queue.ui.settings import load_window_number, save_window_state
+
+TIMELINE_TAB, RESULT_TAB, DETAILS_TAB = 0, 1, 2
+#: ``window/<this>``: the tab shown last
+TAB_SETTING = "job_tab"
+
+
+class JobTabs(QTabWidget):
+    """Timeline | Result | Details of one job; each reads only what it shows, when it is shown.
+
+    Args:
+        timeline_pane: the timeline (the window feeds its model itself).
+        queue: the job engine the Result and Details views read from.
+    """
+
+    def __init__(self, timeline_pane: TimelinePane, queue: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("jobTabs")
+        self.timeline_pane = timeline_pane
+        self.result_view = ResultView(queue)
+        self.details_view = DetailsView(queue)
+        self.addTab(timeline_pane, icon("event-submitted"), "T&imeline")
+        self.addTab(self.result_view, icon("state-succeeded"), "Res&ult")
+        self.addTab(self.details_view, icon("event-info"), "De&tails")
+        self.setDocumentMode(True)
+        saved = load_window_number(TAB_SETTING)
+        if saved is not None and 0 <= saved < self.count():
+            self.setCurrentIndex(saved)
+        # the tab a person reads is remembered: who looks at results keeps seeing them
+        self.currentChanged.connect(lambda index: save_window_state({}, {TAB_SETTING: index}))
+
+    def show_job(self, job: Job | None) -> None:
+        """Another job is selected (None: none, or several)."""
+        self.result_view.show_job(job)
+        self.details_view.show_job(job)
+
+    def update_job(self, job: Job) -> None:
+        """The shown job changed in the store."""
+        self.result_view.update_job(job)
+        self.details_view.update_job(job)
+
+    def tick(self) -> None:
+        """The window's refresh tick (a running job's progress)."""
+        self.result_view.tick()
