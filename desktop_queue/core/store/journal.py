@@ -478,49 +478,13 @@ class Store:
             gc.freeze()
 
     def _load_files(self) -> None:
+        """Loads the newest readable snapshot, then replays the journal segments after it."""
         self._carried = {}
         # read before the files: what anyone had synced when this look began is on disk now
         synced = self._group.synced() if self._group is not None else (0, 0)
         notices_before = len(self.report.notices)
         snaps, segs = self._list()
-        last_n = 0
-        jobs: dict[str, JobDict] = {}
-        seq = epoch = 0
-        base = 0
-        for gen in reversed(snaps):
-            path = self.root / snapshot_name(gen)
-            raw = path.read_bytes()
-            try:
-                doc, migrated = decode_snapshot(raw, path.name)
-            except StoreCorrupt as exc:
-                moved = self._quarantine(path, str(exc))
-                self.report.notices.append(
-                    f"{exc}; it was moved aside as {moved.name} and the previous good state was loaded"
-                )
-                continue
-            data = doc["data"]
-            jobs = {job["id"]: job for job in data["jobs"]}
-            seq, epoch, base = data.get("seq", 0), data.get("epoch", 0), gen
-            last_n = data.get("n", 0)
-            self._snapshot_bytes = len(raw)
-            if migrated:
-                # (the version is in the first line: since schema 3 the events follow it)
-                was = orjson.loads(raw.split(b"\n", 1)[0]).get("schema_version", 0)
-                backup = path.with_name(f"{path.name}.v{was}-backup")
-                atomic_write(backup, raw)
-                atomic_write(path, encode_snapshot(gen, jobs.values(), seq, epoch))
-                self.report.notices.append(
-                    f"{path.name} was migrated to schema {SCHEMA_VERSION} (backup: {backup.name})"
-                )
-            break
-        else:
-            if snaps and segs and segs[0] > 1:
-                self.report.notices.append(
-                    "no readable snapshot was left and older journal segments are gone: "
-                    "jobs recorded only in the lost snapshot could not be recovered"
-                )
-        pending = [g for g in segs if g > base]
-        expected = base + 1
+        jobs, seq, epoch, base, last_n = self._load_snapshot(snaps, segs)
         lost = self._lost_by_synced_mark(synced, base, segs)  # a missing segment; a cut one is seen below
         if lost:
             self.report.notices.append(lost)
@@ -532,70 +496,7 @@ class Store:
         state = StoreState(archive=self.archive)
         state.rebuild(jobs, seq, epoch)
         state.n = last_n
-        end_offset: int | None = None
-        for index, gen in enumerate(pending):
-            path = self.root / segment_name(gen)
-            is_last = index == len(pending) - 1
-            if gen != expected:
-                kept = [self._quarantine(self.root / segment_name(g), "gap") for g in pending[index:]]
-                self.report.notices.append(
-                    f"journal segment {expected} is missing; later segments were kept aside "
-                    f"({', '.join(m.name for m in kept)}) and the state before the gap was loaded"
-                )
-                pending = pending[:index]
-                break
-            data = path.read_bytes()
-            if gen == synced[0]:
-                lost = self._lost_by_synced_mark(synced, base, segs, data)
-                if lost:
-                    self.report.notices.append(lost)
-            read = read_segment(data, 0, state.n)
-            if not read.records or read.records[0].get("op") != "header":
-                if is_last and not read.lost_after:
-                    if data:
-                        moved = self._quarantine(path, "no header")
-                        self.report.notices.append(
-                            f"{path.name} had no readable header; it was kept aside as {moved.name} "
-                            + ("(the changes saved in it are lost)" if lost else "(no change lost)")
-                        )
-                    self._start_segment(gen, replace=True)
-                    end_offset = None
-                    expected = gen + 1
-                    continue
-                read.bad_line = 0
-                read.records = []
-                read.end = 0
-            else:
-                _check_header(read.records[0], path.name)
-            state.gen = gen
-            for record in read.records[1:]:
-                state.apply(record)
-                if "res" in record:
-                    self._carry(gen, record["res"])
-            orphans = state.take_orphans()
-            if orphans:
-                self.report.notices.append(set_aside_orphans(self.root, path.name, orphans)[0])
-            if read.bad_line is not None or (read.torn_tail and not is_last):
-                # appends and catch-up continue after the good prefix, which is already applied
-                end_offset = self._recover_segment(path, gen, data, read, pending[index + 1 :])
-                pending = pending[: index + 1]
-                break
-            if not is_last and not (len(read.records) > 1 and read.records[-1].get("op") == "seal"):
-                # a rotation died between creating the next segment and sealing this one:
-                # processes still appending here would never look at the next one
-                self._seal_segment(path, read.end, gen + 1)
-            if read.torn_tail:
-                fd = os.open(path, os.O_RDWR)
-                try:
-                    _cut_torn_tail(fd, read.end, _written_end(data) - read.end)
-                finally:
-                    os.close(fd)
-                self.report.notices.append(
-                    f"the last journal record of {path.name} was only half written by a crash and was dropped "
-                    "(that change had not been acknowledged)"
-                )
-            end_offset = read.end
-            expected = gen + 1
+        pending, end_offset = self._replay(state, [g for g in segs if g > base], base, synced, segs, lost)
         state.version = self.state.version + 1
         state.changes = [(state.version, "*")]
         self.state = state
@@ -612,6 +513,138 @@ class Store:
         clean = len(self.report.notices) == notices_before
         if not (clean and synced >= (self._gen, self._offset) and synced[0] == self._gen):
             _datasync(self._fd)
+
+    def _load_snapshot(self, snaps: list[int], segs: list[int]) -> tuple[dict[str, JobDict], int, int, int, int]:
+        """The newest snapshot that reads (migrated if older): ``(jobs, seq, epoch, its gen, last n)``.
+
+        A damaged one is quarantined and the one before it tried; none at all is an empty store.
+        """
+        for gen in reversed(snaps):
+            path = self.root / snapshot_name(gen)
+            raw = path.read_bytes()
+            try:
+                doc, migrated = decode_snapshot(raw, path.name)
+            except StoreCorrupt as exc:
+                moved = self._quarantine(path, str(exc))
+                self.report.notices.append(
+                    f"{exc}; it was moved aside as {moved.name} and the previous good state was loaded"
+                )
+                continue
+            data = doc["data"]
+            jobs = {job["id"]: job for job in data["jobs"]}
+            seq, epoch = data.get("seq", 0), data.get("epoch", 0)
+            self._snapshot_bytes = len(raw)
+            if migrated:
+                # (the version is in the first line: since schema 3 the events follow it)
+                was = orjson.loads(raw.split(b"\n", 1)[0]).get("schema_version", 0)
+                backup = path.with_name(f"{path.name}.v{was}-backup")
+                atomic_write(backup, raw)
+                atomic_write(path, encode_snapshot(gen, jobs.values(), seq, epoch))
+                self.report.notices.append(
+                    f"{path.name} was migrated to schema {SCHEMA_VERSION} (backup: {backup.name})"
+                )
+            return jobs, seq, epoch, gen, data.get("n", 0)
+        if snaps and segs and segs[0] > 1:
+            self.report.notices.append(
+                "no readable snapshot was left and older journal segments are gone: "
+                "jobs recorded only in the lost snapshot could not be recovered"
+            )
+        return {}, 0, 0, 0, 0
+
+    def _replay(
+        self,
+        state: StoreState,
+        pending: list[int],
+        base: int,
+        synced: tuple[int, int],
+        segs: list[int],
+        lost: str | None,
+    ) -> tuple[list[int], int | None]:
+        """Applies the segments after snapshot ``base`` to ``state``, mending or setting aside damage.
+
+        Returns the segments that remain in use and where appends continue in the last
+        of them (None: at its written end). ``lost`` is what the synced mark said was lost
+        before the first segment was read.
+        """
+        expected = base + 1
+        end_offset: int | None = None
+        for index, gen in enumerate(pending):
+            if gen != expected:
+                kept = [self._quarantine(self.root / segment_name(g), "gap") for g in pending[index:]]
+                self.report.notices.append(
+                    f"journal segment {expected} is missing; later segments were kept aside "
+                    f"({', '.join(m.name for m in kept)}) and the state before the gap was loaded"
+                )
+                return pending[:index], end_offset
+            is_last = index == len(pending) - 1
+            end, stop, lost = self._replay_segment(state, gen, is_last, base, synced, segs, pending[index + 1 :], lost)
+            end_offset = end
+            expected = gen + 1
+            if stop:
+                return pending[: index + 1], end_offset
+        return pending, end_offset
+
+    def _replay_segment(
+        self,
+        state: StoreState,
+        gen: int,
+        is_last: bool,
+        base: int,
+        synced: tuple[int, int],
+        segs: list[int],
+        later: list[int],
+        lost: str | None,
+    ) -> tuple[int | None, bool, str | None]:
+        """Applies one segment: ``(where appends continue in it, whether later segments are set
+        aside, what is known lost so far)``."""
+        path = self.root / segment_name(gen)
+        data = path.read_bytes()
+        if gen == synced[0]:
+            lost = self._lost_by_synced_mark(synced, base, segs, data)
+            if lost:
+                self.report.notices.append(lost)
+        read = read_segment(data, 0, state.n)
+        if not read.records or read.records[0].get("op") != "header":
+            if is_last and not read.lost_after:
+                if data:
+                    moved = self._quarantine(path, "no header")
+                    self.report.notices.append(
+                        f"{path.name} had no readable header; it was kept aside as {moved.name} "
+                        + ("(the changes saved in it are lost)" if lost else "(no change lost)")
+                    )
+                self._start_segment(gen, replace=True)
+                return None, False, lost
+            read.bad_line = 0
+            read.records = []
+            read.end = 0
+        else:
+            _check_header(read.records[0], path.name)
+        state.gen = gen
+        for record in read.records[1:]:
+            state.apply(record)
+            if "res" in record:
+                self._carry(gen, record["res"])
+        orphans = state.take_orphans()
+        if orphans:
+            self.report.notices.append(set_aside_orphans(self.root, path.name, orphans)[0])
+        if read.bad_line is not None or (read.torn_tail and not is_last):
+            # appends and catch-up continue after the good prefix, which is already applied
+            return self._recover_segment(path, gen, data, read, later), True, lost
+        if not is_last and not (len(read.records) > 1 and read.records[-1].get("op") == "seal"):
+            # a rotation died between creating the next segment and sealing this one:
+            # processes still appending here would never look at the next one
+            self._seal_segment(path, read.end, gen + 1)
+        if read.torn_tail:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                _cut_torn_tail(fd, read.end, _written_end(data) - read.end)
+            finally:
+                os.close(fd)
+            self.report.notices.append(
+                f"the last journal record of {path.name} was only half written by a crash and was dropped "
+                "(that change had not been acknowledged)"
+            )
+        return read.end, False, lost
 
     def _lost_by_synced_mark(
         self, synced: tuple[int, int], snapshot_gen: int, segs: list[int], data: bytes | None = None
