@@ -24,12 +24,24 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from desktop_queue.core.records import JobDict, Record
 from desktop_queue.core.store.archive import ArchivedRow, PurgeFilter, Totals
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Change(Generic[T]):
+    """What a verb's transaction function returns: the records to commit, and its answer.
+
+    The function reads the :class:`View` and decides; the backend commits ``records``
+    atomically and hands ``value`` back from :meth:`Backend.commit` once they are made.
+    """
+
+    records: Sequence[Record]
+    value: T
 
 
 @dataclass
@@ -166,6 +178,10 @@ class Backend(Protocol):
         ``fn`` may raise to commit nothing. Records are applied to the view only once they
         are committed (and, if ``durable``, on disk).
         """
+        ...
+
+    def commit(self, fn: Callable[[View], Change[T]], *, durable: bool = True) -> T:
+        """:meth:`transact` for a function that answers too: commits its records, returns its value."""
         ...
 
     def read(self, fn: Callable[[View], T]) -> T:

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from desktop_queue.core.backend import OpenReport
+from desktop_queue.core.backend import Change, OpenReport
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.records import PurgeRecord, Record
 from desktop_queue.core.store.archive import PurgeFilter
@@ -56,6 +56,18 @@ class MemoryBackend:
     def _check_open(self) -> None:
         if not self._open:
             raise StoreError("the task store is closed")
+
+    def commit(self, fn: Callable[[StoreState], Change[T]], *, durable: bool = True) -> T:
+        """Commits the records of the :class:`~desktop_queue.core.backend.Change` ``fn`` returns; returns its value."""
+        answers: list[T] = []
+
+        def records(state: StoreState) -> Sequence[Record]:
+            change = fn(state)
+            answers.append(change.value)
+            return change.records
+
+        self.transact(records, durable=durable)
+        return answers[-1]
 
     def transact(self, fn: Callable[[StoreState], Sequence[Record]], *, durable: bool = True) -> Sequence[Record]:
         with self._lock:

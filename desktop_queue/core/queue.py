@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from desktop_queue.core.backend import Backend, OpenReport, View
+from desktop_queue.core.backend import Backend, Change, OpenReport, View
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.decisions import Then, decide_failure, decide_reap, lost_lease_reason
 from desktop_queue.core.errors import (
@@ -105,16 +105,6 @@ class SubmitResult:
     job: Job
     duplicate: bool
     result: dict[str, Any] | None = None
-
-
-class _Capture:
-    """Carries a value out of a transaction function."""
-
-    __slots__ = ("value", "extra")
-
-    def __init__(self) -> None:
-        self.value: Any = None
-        self.extra: dict[str, Any] = {}
 
 
 class _Batch:
@@ -335,13 +325,12 @@ class Queue:
         max_attempts: int | None,
         actor: str,
         replay_of: str | None,
-    ) -> tuple[Callable[..., list[Record]], _Capture]:
-        """Validates a submission; returns the transaction function that creates the job.
+    ) -> tuple[Callable[..., Change[tuple[str, bool]]], int]:
+        """Validates a submission; returns the transaction function that creates the job,
+        and the size of the input in bytes.
 
-        The function takes the state and, inside :meth:`submit_many`, the batch so far.
-
-        After the commit, ``out.value`` is the job id and ``out.extra["duplicate"]`` says
-        whether an existing job was returned instead.
+        The function takes the state and, inside :meth:`submit_many`, the batch so far; it
+        answers ``(job id, duplicate)``: duplicate when an existing job holds the key.
         """
         provider = self._provider(kind)
         try:
@@ -366,18 +355,14 @@ class Queue:
         digest = input_digest(kind, payload, body=body)
         clean_title = " ".join((title or "").split())[:MAX_TITLE]
         now = self.clock.now()
-        out = _Capture()
-        out.extra["bytes"] = len(body)
 
-        def fn(state: View, batch: _Batch | None = None) -> list[Record]:
+        def fn(state: View, batch: _Batch | None = None) -> Change[tuple[str, bool]]:
             holder = state.holder(the_key) if batch is None else batch.holder(state, the_key)
             if holder is not None:
                 held, existing = holder["id"], holder
                 if existing.get("input_digest") != digest:
                     raise DuplicateKeyConflict(f"idempotency key is already used by job {held} with a different input")
-                out.value = held
-                out.extra["duplicate"] = True
-                return []
+                return Change([], (held, True))
             if lane is Priority.INTERACTIVE:
                 waiting = state.queued_in_lane(Priority.INTERACTIVE)
                 if batch is not None:
@@ -425,13 +410,12 @@ class Queue:
             detail: dict[str, Any] = {"kind": kind, "priority": str(lane), "key_source": key_source, "bytes": len(body)}
             if replay_of:
                 detail["replay_of"] = replay_of
-            out.value = job_id
             if batch is not None:
                 batch.add(job)
             event = _event_dict(EventType.SUBMITTED, now, 0, 0, None, str(actor), detail)
-            return [{"op": "new", "job": job, "ev": [event]}]
+            return Change([{"op": "new", "job": job, "ev": [event]}], (job_id, False))
 
-        return fn, out
+        return fn, len(body)
 
     def submit(
         self,
@@ -455,7 +439,7 @@ class Queue:
             DuplicateKeyConflict: the key is held by a job with a different input.
             QueueFull: the interactive lane already has its maximum of waiting jobs.
         """
-        fn, out = self._submission(
+        fn, _ = self._submission(
             kind,
             payload,
             key=key,
@@ -465,9 +449,9 @@ class Queue:
             actor=actor,
             replay_of=replay_of,
         )
-        self.store.transact(fn)
-        job = self._view(out.value)
-        if out.extra.get("duplicate"):
+        job_id, duplicate = self.store.commit(fn)
+        job = self._view(job_id)
+        if duplicate:
             result = self.results.get(job.idempotency_key) if job.state == State.SUCCEEDED else None
             return SubmitResult(job=job, duplicate=True, result=result)
         return SubmitResult(job=job, duplicate=False, result=None)
@@ -519,28 +503,28 @@ class Queue:
                 raise InputTooLarge(f"item {number}: {exc}") from None
             except InvalidInput as exc:
                 raise InvalidInput(f"item {number}: {exc}") from None
-        size = sum(out.extra["bytes"] for _, out in parts)
+        size = sum(n for _, n in parts)
         if size > MAX_BATCH_BYTES:
             raise InputTooLarge(
                 f"the batch's inputs are {size:,} bytes; the limit is {MAX_BATCH_BYTES:,} bytes (64 MiB)"
             )
 
-        def fn(state: View) -> list[Record]:
+        def fn(state: View) -> Change[list[tuple[str, bool]]]:
             batch = _Batch()
             created: list[NewRecord] = []
+            made: list[tuple[str, bool]] = []
             for make, _ in parts:
-                created.extend(cast(list[NewRecord], make(state, batch)))
-            if not created:
-                return []
-            if len(created) == 1:
-                return [created[0]]
-            return [{"op": "batch", "new": created}]
+                change = make(state, batch)
+                created.extend(cast(Sequence[NewRecord], change.records))
+                made.append(change.value)
+            if len(created) <= 1:
+                return Change(list(created), made)
+            return Change([{"op": "batch", "new": created}], made)
 
-        self.store.transact(fn)
         results: list[SubmitResult] = []
-        for _, out in parts:
-            job = self._view(out.value)
-            if out.extra.get("duplicate"):
+        for job_id, duplicate in self.store.commit(fn):
+            job = self._view(job_id)
+            if duplicate:
                 result = self.results.get(job.idempotency_key) if job.state == State.SUCCEEDED else None
                 results.append(SubmitResult(job=job, duplicate=True, result=result))
             else:
@@ -580,8 +564,6 @@ class Queue:
         """
         who = worker or default_worker_id()
         owner = this_process() if kept else None
-        out = _Capture()
-
         reaped: set[str] = set()
 
         def skip(job: JobDict) -> bool:
@@ -591,7 +573,7 @@ class Queue:
                 return True
             return accept is not None and not accept(job)
 
-        def fn(state: View) -> list[UpdateRecord]:
+        def fn(state: View) -> Change[tuple[str, str, int, float, int] | None]:
             now = self.clock.now()
             # only a running job's lease can have expired: none running, nothing to reap
             records = self._reap_records(state, now) if state.ids_in(State.RUNNING) else []
@@ -605,7 +587,7 @@ class Queue:
                 if job is not None:
                     break
             if job is None:
-                return records
+                return Change(records, None)
             token = secrets.token_urlsafe(24)
             epoch = state.epoch + 1
             attempts = job["attempts"] + 1
@@ -625,15 +607,14 @@ class Queue:
             }
             event = _event_dict(EventType.LEASED, now, attempts, epoch, who, Actor.SYSTEM, {"lease_s": length})
             records.append(self._upd(job["id"], changes, event))
-            out.value = (job["id"], token, epoch, expires, attempts)
             if kept:
                 _KEPT.add(token)  # before the commit: no other thread of ours may reap it meanwhile
-            return records
+            return Change(records, (job["id"], token, epoch, expires, attempts))
 
-        self.store.transact(fn, durable=False)
-        if out.value is None:
+        leased = self.store.commit(fn, durable=False)
+        if leased is None:
             return None
-        job_id, token, epoch, expires, attempt = out.value
+        job_id, token, epoch, expires, attempt = leased
         return Lease(
             job_id=job_id,
             token=token,
@@ -678,21 +659,18 @@ class Queue:
             StaleLease: the lease was lost; the rejection is recorded in the timeline.
         """
         length = self.lease_length(lease.job.kind) if lease_s is None else lease_s
-        out = _Capture()
 
-        def fn(state: View) -> list[Record]:
+        def fn(state: View) -> Change[float]:
             job = self._current(state, lease)
             now = self.clock.now()
-            out.value = now + length
-            return [self._upd(job["id"], {"lease_expires_at": now + length, "heartbeat_at": now})]
+            return Change([self._upd(job["id"], {"lease_expires_at": now + length, "heartbeat_at": now})], now + length)
 
         # a heartbeat need not wait for the disk: after a power cut every lease is orphaned anyway
         try:
-            self.store.transact(fn, durable=False)
+            return self.store.commit(fn, durable=False)
         except StaleLease:
             self.record_stale(lease, "heartbeat of a lost lease rejected")
             raise
-        return float(out.value)
 
     def record_suspension(self, lease: Lease, seconds: float, machine: bool, lease_s: float | None = None) -> None:
         """Renews a lease after its holder was suspended, and says so in the timeline.
@@ -792,23 +770,20 @@ class Queue:
         """:meth:`complete` with the attempt's own kept document; None when the job no longer holds its key."""
         now = self.clock.now()
         ref = self.results.ref_for(key)
-        out = _Capture()
 
-        def fn(state: View) -> list[Record]:
+        def fn(state: View) -> Change[bool]:
             job = self._current(state, lease)
             if state.holder_id(key) != job["id"] or self.store.carried_result(key) is not None:
-                out.value = False  # not the key's holder (or a result appeared): the full look-up decides
-                return []
-            out.value = True
-            return [self._success_record(job, lease, ref, now, doc, reused=False)]
+                return Change([], False)  # not the key's holder (or a result appeared): the full look-up decides
+            return Change([self._success_record(job, lease, ref, now, doc, reused=False)], True)
 
         try:
-            self.store.transact(fn)
+            done = self.store.commit(fn)
         except StaleLease:
             self.record_stale(lease, "late result rejected")
             self.results.drop_pending(key, lease.epoch)
             raise
-        if not out.value:
+        if not done:
             return None
         self.results.drop_pending(key, lease.epoch)  # the journal record carries it now
         return self._view(lease.job_id)
@@ -1070,43 +1045,36 @@ class Queue:
 
     def reap(self) -> list[str]:
         """Returns expired leases to ``queued`` (or ``dead`` when the budget is spent); the ids reaped."""
-        out = _Capture()
 
-        def fn(state: View) -> list[UpdateRecord]:
+        def fn(state: View) -> Change[list[str]]:
             records = self._reap_records(state, self.clock.now())
-            out.value = [r["id"] for r in records]
-            return records
+            return Change(records, [r["id"] for r in records])
 
-        self.store.transact(fn)
-        return list(out.value or [])
+        return self.store.commit(fn)
 
     # ------------------------------------------------------------------ people's verbs
 
     def cancel(self, job_id: str, actor: str = Actor.USER) -> Job:
         """``queued`` -> ``cancelled``; ``running`` -> ``cancelled`` with the lease revoked."""
-        out = _Capture()
 
-        def fn(state: View) -> list[Record]:
+        def fn(state: View) -> Change[str]:
             job = self._find(state, job_id)
             check_transition(job["id"], job["state"], State.CANCELLED)
             now = self.clock.now()
-            out.value = job["id"]
             ev = self._event(EventType.CANCELLED, job, actor, now, detail={"from_state": job["state"]})
             changes: JobChanges = {
                 "state": str(State.CANCELLED),
                 "finished_at": now,
                 **self._lease_changes_cleared(now),
             }
-            return [self._upd(job["id"], changes, ev)]
+            return Change([self._upd(job["id"], changes, ev)], job["id"])
 
-        self.store.transact(fn)
-        return self._view(out.value)
+        return self._view(self.store.commit(fn))
 
     def retry(self, job_id: str, actor: str = Actor.USER) -> Job:
         """``dead``/``cancelled`` -> ``queued``: the same job, a new run with a fresh attempt budget."""
-        out = _Capture()
 
-        def fn(state: View) -> list[Record]:
+        def fn(state: View) -> Change[str]:
             job = self._find(state, job_id)
             check_transition(job["id"], job["state"], State.QUEUED)
             if job["state"] not in (State.DEAD, State.CANCELLED):
@@ -1117,7 +1085,6 @@ class Queue:
                 raise NotAllowed(f"job {holder} already holds this job's idempotency key; retry that one instead")
             now = self.clock.now()
             run = job.get("run", 1) + 1
-            out.value = job["id"]
             ev = self._event(EventType.RETRIED, job, actor, now, detail={"run": run, "from_state": job["state"]})
             changes: JobChanges = {
                 "state": str(State.QUEUED),
@@ -1132,10 +1099,9 @@ class Queue:
             }
             if job.get("resolved_at") is not None:
                 changes["resolved_at"] = None  # a new run: if it dies again, it waits for a person again
-            return [self._upd(job["id"], changes, ev)]
+            return Change([self._upd(job["id"], changes, ev)], job["id"])
 
-        self.store.transact(fn)
-        return self._view(out.value)
+        return self._view(self.store.commit(fn))
 
     def replay(self, job_id: str, payload: Any = None, actor: str = Actor.USER, *, title: str | None = None) -> Job:
         """A finished job -> a **new** linked job with the same (or edited) input and its own key.
@@ -1147,7 +1113,7 @@ class Queue:
             raise NotAllowed(f"job {original.id} is {original.state}; only finished jobs can be replayed")
         new_input = original.input if payload is None else payload
         replay_key = fingerprint("replay", original.idempotency_key, {"of": original.id, "nonce": secrets.token_hex(8)})
-        create, out = self._submission(
+        create, _ = self._submission(
             original.kind,
             new_input,
             key=replay_key,
@@ -1160,21 +1126,21 @@ class Queue:
         )
         edited = payload is not None and canonical_json(payload) != canonical_json(original.input)
 
-        def fn(state: View) -> list[Record]:
+        def fn(state: View) -> Change[str]:
             job = self._find(state, original.id)
             if job["state"] not in TERMINAL:
                 raise NotAllowed(f"job {original.id} is {job['state']}; only finished jobs can be replayed")
-            records = create(state)
-            new_id = out.value
+            made = create(state)
+            records = list(made.records)
+            new_id = made.value[0]
             now = self.clock.now()
             ev = self._event(EventType.REPLAYED_AS, job, actor, now, detail={"replayed_as": new_id, "edited": edited})
             records.append(
                 self._upd(job["id"], {"replayed_as": [*job.get("replayed_as", []), new_id], "updated_at": now}, ev)
             )
-            return records
+            return Change(records, new_id)
 
-        self.store.transact(fn)
-        return self.get(out.value)
+        return self.get(self.store.commit(fn))
 
     # ------------------------------------------------------------------ reading
 
@@ -1539,7 +1505,7 @@ class Queue:
                 raise NotAllowed(f"job {job['id']} is {job['state']}; only finished jobs can be replayed")
             title = job.get("title") or ""
             replay_key = fingerprint("replay", job["key"], {"of": job["id"], "nonce": secrets.token_hex(8)})
-            create, out = self._submission(
+            create, _ = self._submission(
                 job["kind"],
                 job.get("input"),
                 key=replay_key,
@@ -1550,9 +1516,9 @@ class Queue:
                 actor=actor,
                 replay_of=job["id"],
             )
-            made = cast(list[NewRecord], create(state, acc.batch))
-            acc.new.extend(made)
-            new_id = out.value
+            made = create(state, acc.batch)
+            acc.new.extend(cast(Sequence[NewRecord], made.records))
+            new_id = made.value[0]
             now = self.clock.now()
             ev = self._event(EventType.REPLAYED_AS, job, actor, now, detail={"replayed_as": new_id, "edited": False})
             acc.created[job["id"]] = new_id
@@ -1605,16 +1571,14 @@ class Queue:
             return [self._upd(job["id"], {"resolved_at": now, "updated_at": now}, ev)]
 
         if strict:
-            out = _Capture()
 
-            def fn(state: View) -> list[Record]:
+            def fn(state: View) -> Change[list[str]]:
                 acc = _BulkChunk()
                 records = [r for job_id in ids for r in decide(state, job_id, acc)]
-                out.value = acc.done
-                return records
+                return Change(records, acc.done)
 
-            self.store.transact(fn)
-            return BulkResult(list(out.value), {}, {}, cancelled=False, total=len(ids))
+            done = self.store.commit(fn)
+            return BulkResult(list(done), {}, {}, cancelled=False, total=len(ids))
         return self._bulk(ids, decide, chunk=chunk, progress=progress, stop=stop)
 
     def purge_jobs(self, ids: Sequence[str], *, dry_run: bool = False) -> int:
@@ -1824,9 +1788,8 @@ class Queue:
         from desktop_queue.core.export import job_from_export
 
         parsed = [job_from_export(doc, number) for number, doc in enumerate(docs, 1)]
-        out = _Capture()
 
-        def fn(state: View) -> list[Record]:
+        def fn(state: View) -> Change[tuple[list[str], dict[str, str]]]:
             seq = state.seq
             records: list[NewRecord] = []
             added: list[str] = []
@@ -1846,13 +1809,12 @@ class Queue:
                 job["seq"] = seq
                 records.append({"op": "new", "job": job, "ev": events})
                 added.append(job["id"])
-            out.value = (added, skipped)
             if not records:
-                return []
-            return [records[0]] if len(records) == 1 else [{"op": "batch", "new": records}]
+                return Change([], (added, skipped))
+            batch: list[Record] = [records[0]] if len(records) == 1 else [{"op": "batch", "new": records}]
+            return Change(batch, (added, skipped))
 
-        self.store.transact(fn)
-        added, skipped = out.value
+        added, skipped = self.store.commit(fn)
         return ImportResult(list(added), dict(skipped))
 
 

@@ -14,17 +14,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from desktop_queue.core.backend import View
+from desktop_queue.core.backend import Change, View
 from desktop_queue.core.decisions import Lookup, Then, decide_reconcile
 from desktop_queue.core.liveness import holder_alive
 from desktop_queue.core.model import Actor, EventType, State
 from desktop_queue.core.outcome import LookupResult
-from desktop_queue.core.records import ErrorDict, JobChanges, Record
+from desktop_queue.core.records import ErrorDict, JobChanges
 
 if TYPE_CHECKING:
     from desktop_queue.core.queue import Queue
 
 log = logging.getLogger(__name__)
+
+#: what one reconciliation commit answers: (decision, reason), or None when the job was left as it was
+_Decided = Change[tuple[str, str] | None]
 
 
 @dataclass(frozen=True)
@@ -116,18 +119,16 @@ def reconcile_one(queue: Queue, job_id: str) -> Reconciled:
     then = decide_reconcile(
         has_result=doc is not None, lookup=status, attempts=job.attempts, max_attempts=job.max_attempts
     )
-    decided: list[tuple[str, str]] = []
-
-    def when_running(build: Callable[[View], list[Record]]) -> Callable[[View], list[Record]]:
-        def fn(state: View) -> list[Record]:
+    def when_running(build: Callable[[View], _Decided]) -> Callable[[View], _Decided]:
+        def fn(state: View) -> _Decided:
             if state.hot_jobs()[job_id]["state"] != State.RUNNING:
-                return []  # changed by another process meanwhile
+                return Change([], None)  # changed by another process meanwhile
             return build(state)
 
         return fn
 
-    def succeed(ref: str, reason: str) -> Callable[[View], list[Record]]:
-        def build(state: View) -> list[Record]:
+    def succeed(ref: str, reason: str) -> Callable[[View], _Decided]:
+        def build(state: View) -> _Decided:
             raw = state.hot_jobs()[job_id]
             ev = queue._event(
                 EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason, "result_ref": ref}
@@ -138,61 +139,58 @@ def reconcile_one(queue: Queue, job_id: str) -> Reconciled:
                 "finished_at": now,
                 **queue._lease_changes_cleared(now),
             }
-            decided.append((State.SUCCEEDED, reason))
             record = queue._upd(job_id, changes, ev)
             carried = results.get(key) or doc
             if carried is not None:
                 record["res"] = carried  # the file may never have been synced
-            return [record]
+            return Change([record], (State.SUCCEEDED, reason))
 
         return when_running(build)
 
-    def requeue(reason: str) -> Callable[[View], list[Record]]:
-        def build(state: View) -> list[Record]:
+    def requeue(reason: str) -> Callable[[View], _Decided]:
+        def build(state: View) -> _Decided:
             raw = state.hot_jobs()[job_id]
             base: JobChanges = {**queue._lease_changes_cleared(now), "run_after": now}
             if then is Then.RESUME:
                 # the provider is still working on this attempt: resume it, spend no new attempt
                 ev = queue._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason})
-                decided.append(("resumed", reason))
                 changes: JobChanges = {**base, "state": str(State.QUEUED), "attempts": max(0, raw["attempts"] - 1)}
-                return [queue._upd(job_id, changes, ev)]
+                return Change([queue._upd(job_id, changes, ev)], ("resumed", reason))
             if raw["attempts"] >= raw["max_attempts"]:  # (read again: another process may have changed it)
                 why = f"{reason}; attempts exhausted ({raw['attempts']}/{raw['max_attempts']})"
                 ev = queue._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": why})
                 error: ErrorDict = {"class": "retryable", "message": "interrupted on its last attempt", "status": None}
-                decided.append((State.DEAD, why))
                 dead: JobChanges = {**base, "state": str(State.DEAD), "finished_at": now, "last_error": error}
-                return [queue._upd(job_id, dead, ev)]
+                return Change([queue._upd(job_id, dead, ev)], (State.DEAD, why))
             ev = queue._event(
                 EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": f"{reason}; queued again"}
             )
-            decided.append(("requeued", f"{reason}; queued again"))
-            return [queue._upd(job_id, {**base, "state": str(State.QUEUED)}, ev)]
+            return Change(
+                [queue._upd(job_id, {**base, "state": str(State.QUEUED)}, ev)], ("requeued", f"{reason}; queued again")
+            )
 
         return when_running(build)
 
-    def fail(state: View) -> list[Record]:
+    def fail(state: View) -> _Decided:
         raw = state.hot_jobs()[job_id]
         assert lookup.outcome is not None  # (decide_reconcile says FAIL only with one)
         reason = "the provider reported a failure"
         rec = queue._failure_record(raw, lookup.outcome, now, Actor.SYSTEM, None, event_reason=f"reconciled: {reason}")
-        decided.append(("dead" if rec["set"]["state"] == State.DEAD else "requeued", reason))
         rec["ev"].insert(0, queue._event(EventType.RECONCILED, raw, Actor.SYSTEM, now, detail={"reason": reason}))
-        return [rec]
+        return Change([rec], ("dead" if rec["set"]["state"] == State.DEAD else "requeued", reason))
 
     if then is Then.SUCCEED and doc is not None:
-        queue.store.transact(succeed(results.ref_for(key), "result found in the local result store"))
+        decided = queue.store.commit(succeed(results.ref_for(key), "result found in the local result store"))
         results.drop_pending(key, epoch)  # the journal carries it now
     elif then is Then.SUCCEED:
         ref, _ = results.put(key, lookup.result, job_id=job_id, epoch=epoch, produced_at=now)
-        queue.store.transact(succeed(ref, "the provider had finished it; result fetched and stored"))
+        decided = queue.store.commit(succeed(ref, "the provider had finished it; result fetched and stored"))
     elif then is Then.RESUME:
-        queue.store.transact(requeue("the provider is still working on it; polling resumes"))
+        decided = queue.store.commit(requeue("the provider is still working on it; polling resumes"))
     elif then is Then.FAIL:
-        queue.store.transact(when_running(fail))
+        decided = queue.store.commit(when_running(fail))
     else:
-        queue.store.transact(requeue("outcome unknown (the process running it died)"))
-    if not decided:
+        decided = queue.store.commit(requeue("outcome unknown (the process running it died)"))
+    if decided is None:
         return Reconciled(job_id, job.title, "unchanged", "changed by another process meanwhile")
-    return Reconciled(job_id, job.title, *decided[-1])
+    return Reconciled(job_id, job.title, *decided)

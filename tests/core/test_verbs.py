@@ -523,11 +523,11 @@ def test_replay_links_both_ways_or_not_at_all(
     real = queue.store.transact
     calls = []
 
-    def dies_on_a_commit(fn: Callable[..., Any]) -> Any:
+    def dies_on_a_commit(fn: Callable[..., Any], **kwargs: Any) -> Any:
         calls.append(fn)
         if len(calls) == dies_at:
             raise SystemExit("the process died here")
-        return real(fn)
+        return real(fn, **kwargs)
 
     monkeypatch.setattr(queue.store, "transact", dies_on_a_commit)
     died = False

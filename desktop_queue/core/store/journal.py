@@ -75,7 +75,7 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
-from desktop_queue.core.backend import OpenReport
+from desktop_queue.core.backend import Change, OpenReport
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.records import (
     JobDict,
@@ -1012,6 +1012,18 @@ class Store:
             self._catch_up(exclusive)
         except OSError as exc:
             raise self._io_error("cannot read the task store", exc, self._segment_path(self._gen)) from exc
+
+    def commit(self, fn: Callable[[StoreState], Change[T]], *, durable: bool = True) -> T:
+        """Commits the records of the :class:`~desktop_queue.core.backend.Change` ``fn`` returns; returns its value."""
+        answers: list[T] = []
+
+        def records(state: StoreState) -> Sequence[Record]:
+            change = fn(state)
+            answers.append(change.value)
+            return change.records
+
+        self.transact(records, durable=durable)
+        return answers[-1]
 
     def transact(self, fn: Callable[[StoreState], Sequence[Record]], *, durable: bool = True) -> Sequence[Record]:
         """Commits the records ``fn`` derives from the current state, atomically across processes.
