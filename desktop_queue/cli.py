@@ -638,13 +638,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_replay_dry_run(args: argparse.Namespace) -> int:
-    """``replay ID --dry-run``: the preview of the Replay dialog; nothing is queued."""
+    """``replay ID --dry-run``: the preview of the Replay dialog; nothing is queued.
+
+    The providers and flow control are those of the profiles file (as ``work`` and the
+    window run them), so a dead job of profile ``lab`` is previewed against ``lab``:
+    its key, its limits, its breaker and budget.
+    """
     from desktop_queue.core.preview import preview_replay
-    from desktop_queue.providers.setup import ProfileConfig, build
+    from desktop_queue.providers.setup import build
 
     payload = _parse_json(args.input_json, "--input") if args.input_json is not None else None
     data_dir = resolve_data_dir(args.data_dir)
-    providers, flow = build([ProfileConfig()], data_dir=data_dir)
+    providers, flow = build(_load_profiles(), data_dir=data_dir)
     try:
         with _open(args, dict(providers)) as queue:
             job = queue.get(args.id)
