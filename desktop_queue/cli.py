@@ -563,13 +563,17 @@ def cmd_submit_batch(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     if args.batch is not None:
         return cmd_submit_batch(args)
+    from desktop_queue.core.inputspec import spec_of, title_for
+
     payload = _submit_input(args)
     with _open(args) as queue:
+        # no --title: the start of the prompt, as the window and batches name jobs
+        title = args.title if args.title is not None else title_for(spec_of(queue.providers.get(args.kind)), payload)
         result = queue.submit(
             args.kind,
             payload,
             key=args.key,
-            title=args.title,
+            title=title,
             priority=args.priority,
             max_attempts=args.max_attempts,
             actor="cli",

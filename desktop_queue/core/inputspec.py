@@ -354,10 +354,91 @@ def spec_of(provider: Any) -> InputSpec | None:
     return spec if isinstance(spec, InputSpec) else None
 
 
+# --------------------------------------------------------------------------- titles from prompts
+
+#: the longest title made from a prompt (the list's Title column shows about this much)
+TITLE_CHARS = 60
+#: where a prompt is looked for in an input no spec can read (plug-ins, odd shapes)
+_PROMPT_KEYS = ("prompt", "input", "text")
+
+
+def title_of(text: Any) -> str | None:
+    """The first line of a prompt, shortened to fit a list (None: no usable text)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    line = text.strip().splitlines()[0].strip()
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+def _last_user_message(messages: Any) -> str | None:
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):  # content parts: the first text part
+                for part in content:
+                    if isinstance(part, Mapping) and isinstance(part.get("text"), str) and part["text"].strip():
+                        return str(part["text"])
+    return None
+
+
+def prompt_of(spec: InputSpec | None, payload: Any) -> Any:
+    """The prompt text of an input: the spec's prompt field (read through the spec, so a
+    chat input written as ``messages`` gives its user message), else the last user
+    message, else a ``prompt`` / ``input`` / ``text`` string; None when there is none."""
+    if not isinstance(payload, Mapping):
+        return None
+    name = spec.prompt_field if spec is not None else None
+    if spec is not None and name is not None:
+        try:
+            found = spec.parse(payload).get(name)
+        except ValueError:
+            found = None
+        if isinstance(found, str) and found.strip():
+            return found
+        direct = payload.get(name)
+        if isinstance(direct, str) and direct.strip():
+            return direct
+    user = _last_user_message(payload.get("messages"))
+    if user is not None and user.strip():
+        return user
+    for key in _PROMPT_KEYS:
+        value = payload.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def title_for(spec: InputSpec | None, payload: Any) -> str | None:
+    """The title of a job submitted without one: the first line of its prompt, shortened.
+
+    One rule for the New dialog, ``desktop-queue submit`` and batches, so that a chat
+    job is listed by what it asks ("Summarise the meeting notes"), never as
+    "openai.chat job" when it has a prompt. None: the input has no prompt (the queue
+    then names it by its kind).
+    """
+    return title_of(prompt_of(spec, payload))
+
+
 def choices(*values: Any, labels: Sequence[str] | None = None) -> tuple[Choice, ...]:
     """Choices whose labels are their values (or ``labels``)."""
     names = list(labels) if labels is not None else [str(v) for v in values]
     return tuple(Choice(v, n) for v, n in zip(values, names, strict=True))
 
 
-__all__ = ["MODELS", "Choice", "FieldType", "InputField", "InputSpec", "choices", "spec_of"]
+__all__ = [
+    "MODELS",
+    "TITLE_CHARS",
+    "Choice",
+    "FieldType",
+    "InputField",
+    "InputSpec",
+    "choices",
+    "prompt_of",
+    "spec_of",
+    "title_for",
+    "title_of",
+]

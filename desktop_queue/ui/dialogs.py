@@ -33,10 +33,10 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_queue.core import Job, QueueError, SubmitResult
-from desktop_queue.core.batchinput import BatchFormat, BatchRead, detect_format, read_batch, title_of
+from desktop_queue.core.batchinput import BatchFormat, BatchRead, detect_format, read_batch
 from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.fingerprint import canonical_json
-from desktop_queue.core.inputspec import InputSpec, spec_of
+from desktop_queue.core.inputspec import InputSpec, spec_of, title_for
 from desktop_queue.core.model import Priority
 from desktop_queue.core.queue import MAX_BATCH, MAX_BATCH_BYTES, MAX_INPUT_BYTES
 from desktop_queue.providers.profiles import Preset, ProfileSet
@@ -142,15 +142,14 @@ def parse_json(text: str) -> Any:
 
 # --------------------------------------------------------------------------- submit
 
-TITLE_CHARS = 60
 
-
-def default_title(payload: Any) -> str | None:
+def default_title(payload: Any, spec: InputSpec | None = None) -> str | None:
     """The first line of the input's prompt, shortened (None: let the queue name the job).
 
-    Without it every job submitted from the dialog was listed as "demo job".
+    The rule is :func:`desktop_queue.core.inputspec.title_for` (the CLI's too). Without
+    it every job submitted from the dialog was listed as "demo job".
     """
-    return title_of(payload.get("prompt", payload.get("input")) if isinstance(payload, dict) else None)
+    return title_for(spec, payload)
 
 
 def format_size(size: int) -> str:
@@ -692,14 +691,14 @@ class SubmitDialog(QDialog):
         try:
             payloads = self.payloads()
             if len(payloads) > 1:
-                title = self.title.text().strip() or default_title(payloads[0])
+                title = self.title.text().strip() or default_title(payloads[0], self.spec)
                 titles = [f"{title} ({i} of {len(payloads)})" if title else None for i in range(1, len(payloads) + 1)]
                 return self._submit_many(payloads, titles)
             payload = payloads[0]
             result = self.controller.submit(
                 self.current_kind(),
                 payload,
-                title=self.title.text().strip() or default_title(payload),
+                title=self.title.text().strip() or default_title(payload, self.spec),
                 priority=str(self.priority.currentData()),
                 max_attempts=self.max_attempts.value(),
             )
