@@ -499,7 +499,7 @@ def _read_batch_file(name: str) -> str:
 def cmd_submit_batch(args: argparse.Namespace) -> int:
     """``submit KIND --batch FILE``: every line checked first, then one commit."""
     from desktop_queue.core.batchinput import BatchFormat, detect_format, read_batch
-    from desktop_queue.core.inputspec import spec_of
+    from desktop_queue.core.inputspec import spec_for
 
     if args.input_file is not None or args.stdin == "-":
         raise InvalidInput("--batch reads the jobs' inputs; give --input-file or - only without it")
@@ -511,7 +511,7 @@ def cmd_submit_batch(args: argparse.Namespace) -> int:
         provider = queue.providers.get(args.kind)
         if provider is None:
             raise UnknownKind(f"unknown job kind {args.kind!r}")
-        spec = spec_of(provider)
+        spec = spec_for(provider, _load_profiles())  # a template or a CSV column may name any profile
         fmt = detect_format(None if args.batch == "-" else args.batch, text)
         template = None
         if args.input_json is not None:

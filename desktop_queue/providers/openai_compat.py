@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # the SDK takes about a second to import: only when a job nee
 
 from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.flow import RateLimitInfo
-from desktop_queue.core.inputspec import MODELS, Choice, FieldType, InputField, InputSpec
+from desktop_queue.core.inputspec import MODELS, PROFILES, Choice, FieldType, InputField, InputSpec
 from desktop_queue.core.model import ErrorClass
 from desktop_queue.core.outcome import LookupResult, Outcome, RunContext
 from desktop_queue.core.redact import redact
@@ -976,8 +976,10 @@ def _profile_field(profile: OpenAIProfile) -> InputField:
         FieldType.CHOICE,
         "Pro&file:",
         choices=(Choice(profile.name, profile.name),),
+        choices_from=PROFILES,
         placeholder=f"{profile.name} (this kind's profile)",
-        help="The provider profile that runs the job (configured in Preferences → Providers).",
+        help="The provider profile that runs the job (configured in Preferences → Providers); "
+        "the model list follows it.",
     )
 
 
@@ -1289,6 +1291,11 @@ class OpenAIChatProvider(_OpenAIBase):
     #: a long answer from a local model on a laptop takes minutes; the SDK's own default is 10
     default_timeout_s = 600.0
 
+    @property
+    def default_model(self) -> str:
+        """The model of a job whose input names none (the profile's)."""
+        return self.profile.model
+
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""
         data = _require_dict(payload, self.kind)
@@ -1359,6 +1366,11 @@ class OpenAIResponsesProvider(_OpenAIBase):
     #: per call: in background mode every call returns at once, but a server that
     #: ignores ``background`` answers the create only when the whole text is done
     default_timeout_s = 600.0
+
+    @property
+    def default_model(self) -> str:
+        """The model of a job whose input names none (the profile's)."""
+        return self.profile.model
 
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""
@@ -1580,6 +1592,11 @@ class OpenAIImageProvider(_OpenAIBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._refuses_response_format: set[str] = set()
+
+    @property
+    def default_model(self) -> str:
+        """The model of a job whose input names none (the profile's)."""
+        return self.profile.image_model
 
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""
@@ -1819,6 +1836,11 @@ class OpenAISpeechProvider(_OpenAIBase):
     #: speech is quicker than text or images: a full 4,096-character input takes well
     #: under a minute remotely; 5 minutes leaves room for a slow local TTS server.
     default_timeout_s = 300.0
+
+    @property
+    def default_model(self) -> str:
+        """The model of a job whose input names none (the profile's)."""
+        return self.profile.speech_model
 
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""

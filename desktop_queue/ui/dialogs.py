@@ -36,7 +36,7 @@ from desktop_queue.core import Job, QueueError, SubmitResult
 from desktop_queue.core.batchinput import BatchFormat, BatchRead, detect_format, read_batch
 from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.fingerprint import canonical_json
-from desktop_queue.core.inputspec import InputSpec, spec_of, title_for
+from desktop_queue.core.inputspec import InputSpec, spec_for, title_for
 from desktop_queue.core.model import Priority
 from desktop_queue.core.queue import MAX_BATCH, MAX_BATCH_BYTES, MAX_INPUT_BYTES
 from desktop_queue.providers.profiles import Preset, ProfileSet
@@ -248,8 +248,10 @@ class BatchPage(QWidget):
         self.import_button.clicked.connect(self._choose_file)
 
     def chosen_format(self) -> BatchFormat:
-        chosen = self.format.currentData()
-        return chosen if isinstance(chosen, BatchFormat) else detect_format(self.file_name, self.text.toPlainText())
+        chosen = self.format.currentData()  # (Qt hands the enum back as a plain str)
+        if isinstance(chosen, str) and chosen in BatchFormat.__members__.values():
+            return BatchFormat(chosen)
+        return detect_format(self.file_name, self.text.toPlainText())
 
     def _choose_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -443,7 +445,7 @@ class SubmitDialog(QDialog):
         old = self.form_scroll.takeWidget()
         if old is not None:
             old.deleteLater()
-        self.spec = spec_of(provider)
+        self.spec = spec_for(provider, self.controller.profiles)  # every configured profile, the default picked
         self.form = None
         self._fits = True
         self.form_note.hide()
@@ -453,7 +455,7 @@ class SubmitDialog(QDialog):
             self.form.changed.connect(self._form_changed)
             self.form.submit_requested.connect(self.try_submit)
             self.form_scroll.setWidget(self.form)
-            self._clean_json = self._dump(self.spec.build(self.spec.defaults()))
+            self._clean_json = self._dump(self.spec.build(self.spec.fresh()))
             if carried and self.spec.prompt_field:
                 self.form.set_value(self.spec.prompt_field, carried)
             self.tabs.setTabEnabled(self.FORM_TAB, True)
@@ -651,7 +653,7 @@ class SubmitDialog(QDialog):
                 return self.form.values()
             except FieldProblem:
                 pass
-        return self.spec.defaults()
+        return self.spec.fresh()
 
     def update_batch(self) -> bool:
         """Reads the Batch tab's lines now and shows the preview; True if they can be submitted."""

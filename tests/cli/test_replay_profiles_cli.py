@@ -88,3 +88,25 @@ def test_a_dead_job_of_profile_lab_is_previewed_against_lab(
     assert any("[wait] profile lab cannot run jobs now: no API key for profile lab" in t for t in texts(keyless))
     assert dq.sub("list", "--json", "--state", "queued", env=env).json() == []  # nothing queued
     assert OLD_KEY not in same.out + same.err + plain.out + work.out + work.err
+
+
+def test_a_batch_template_may_name_a_profile_that_is_not_the_default(
+    dq: Cli, env: dict[str, str], servers: tuple[FakeOpenAI, FakeOpenAI], tmp_path: Path
+) -> None:
+    local, strict = servers
+    assert dq.sub("profile", "add", "main", "--base-url", local.url, "--default", env=env).code == 0
+    assert dq.sub("profile", "add", "lab", "--base-url", strict.url, "--no-key", env=env).code == 0
+    lines = tmp_path / "prompts.txt"
+    lines.write_text("Write a haiku\nWrite a limerick\n", encoding="utf-8")
+    template = json.dumps({"prompt": "", "profile": "lab"})
+    run = dq.sub("submit", "openai.chat", "--batch", str(lines), "--input", template, "--json", env=env)
+    assert run.code == 0, run.err
+    assert [(j["input"]["profile"], j["title"]) for j in run.json()] == [
+        ("lab", "Write a haiku"),
+        ("lab", "Write a limerick"),
+    ]
+    csv_file = tmp_path / "jobs.csv"
+    csv_file.write_text("prompt,profile\nto main,main\nto the lab,lab\n", encoding="utf-8")
+    run = dq.sub("submit", "openai.chat", "--batch", str(csv_file), "--json", env=env)
+    assert run.code == 0, run.err
+    assert [j["input"]["profile"] for j in run.json()] == ["main", "lab"]
