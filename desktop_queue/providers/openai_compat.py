@@ -704,6 +704,7 @@ class _OpenAIBase:
         self.key_notice: str | None = None
         self._monotonic: Callable[[], float] = time.monotonic  # tests jump it
         self._key_checked: tuple[float, str | None] | None = None
+        self._fp_checked: tuple[float, str | None] | None = None
 
     # -- plumbing
 
@@ -726,6 +727,7 @@ class _OpenAIBase:
             self._client_obj = None
             self._key = None
             self._key_checked = None
+            self._fp_checked = None
 
     def client(self) -> openai.OpenAI:
         """The SDK client (created on first use: no keyring access at discovery time).
@@ -836,10 +838,18 @@ class _OpenAIBase:
         """
         with self._lock:
             key = self._explicit_key or self._key
-        if not key:
-            found = resolve_api_key(self.profile.name, env=self.profile.env_key)
-            key = found.key or (None if self.profile.require_key else "no-key-required")
-        return key_fingerprint(key) if key else None
+            checked = self._fp_checked
+        if key:
+            return key_fingerprint(key)
+        now = self._monotonic()
+        if checked is not None and now - checked[0] < self.KEY_RECHECK_S:
+            return checked[1]  # (a preview asks on every keystroke: not a keyring read each time)
+        found = resolve_api_key(self.profile.name, env=self.profile.env_key)
+        key = found.key or (None if self.profile.require_key else "no-key-required")
+        fp = key_fingerprint(key) if key else None
+        with self._lock:
+            self._fp_checked = (now, fp)
+        return fp
 
     def _check_profile(self, payload: Mapping[str, Any]) -> None:
         """Profiles are configuration: a job may name its provider's own profile, no other."""
