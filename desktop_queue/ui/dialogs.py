@@ -36,7 +36,7 @@ from desktop_queue.core import Job, QueueError, SubmitResult
 from desktop_queue.core.batchinput import BatchFormat, BatchRead, detect_format, read_batch
 from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.fingerprint import canonical_json
-from desktop_queue.core.inputspec import InputSpec, spec_for, title_for
+from desktop_queue.core.inputspec import FieldType, InputSpec, spec_for, title_for
 from desktop_queue.core.model import Priority
 from desktop_queue.core.queue import MAX_BATCH, MAX_BATCH_BYTES, MAX_INPUT_BYTES
 from desktop_queue.providers.profiles import Preset, ProfileSet
@@ -451,7 +451,7 @@ class SubmitDialog(QDialog):
         self.form_note.hide()
         if self.spec is not None:
             self.form = InputForm(self.spec, provider)
-            self.form.changed.connect(self._touch)
+            self.form.changed.connect(self._form_touched)
             self.form.changed.connect(self._form_changed)
             self.form.submit_requested.connect(self.try_submit)
             self.form_scroll.setWidget(self.form)
@@ -758,17 +758,38 @@ class SubmitDialog(QDialog):
             return
         super().keyPressEvent(event)
 
+    def _typed_in_form(self) -> bool:
+        """True if a text field holds something people wrote (a prompt, a schema).
+
+        A profile, model or number picked is no reason to ask before closing, nor to
+        turn "what is missing" into an error.
+        """
+        if self.form is None or self.spec is None:
+            return False
+        fresh = self.spec.fresh()
+        for f in self.spec.fields:
+            if f.type not in (FieldType.TEXT, FieldType.STRING, FieldType.JSON) or f.choices_from is not None:
+                continue
+            try:
+                value = self.form.editors[f.name].value()
+            except FieldProblem:
+                return True
+            if value not in (None, "") and value != fresh.get(f.name):
+                return True
+        return False
+
+    def _form_touched(self) -> None:
+        if self._typed_in_form():
+            self._pristine = False
+
     def has_typed_input(self) -> bool:
         """True if closing would throw away something the user typed."""
         if self._pristine:
             return False
         if self.title.text().strip() or self.batch.text.toPlainText().strip():
             return True
-        if self._from_form() and self.form is not None:
-            try:
-                return self._dump(self.form.payload()) != self._clean_json
-            except FieldProblem:
-                return True
+        if self._from_form():
+            return self._typed_in_form()
         text = self.editor.toPlainText()
         return bool(text.strip()) and text != self._clean_json
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers"))
@@ -195,3 +196,19 @@ def test_a_batch_template_or_csv_column_may_name_a_second_profile(qtbot: Any, wi
     dialog.batch.text.setPlainText("")
     dialog.tabs.setCurrentIndex(dialog.FORM_TAB)
     dialog.reject()
+
+
+def test_picking_a_profile_is_not_typed_input_worth_a_question(qtbot: Any, win: Any, prompts: Any) -> None:
+    dialog = chat_dialog(win)
+    assert dialog.form is not None
+    pick(dialog.form.editor("profile"), "lab")
+    # still "what is missing", not an error mark: nothing was typed yet
+    assert dialog.message.text.text().startswith("To submit:") and not dialog.form.labels["prompt"].styleSheet()
+    qtbot.keyClick(dialog, Qt.Key.Key_Escape)
+    assert not dialog.isVisible() and prompts.confirms == []
+    typed = chat_dialog(win)
+    assert typed.form is not None
+    typed.form.set_value("system", "Be brief")
+    prompts.answer = False
+    qtbot.keyClick(typed, Qt.Key.Key_Escape)
+    assert typed.isVisible() and prompts.confirms[-1].startswith("Discard this prompt?")
