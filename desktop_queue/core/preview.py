@@ -155,15 +155,26 @@ def _route(provider: Any, payload: Any) -> tuple[Any, str | None]:
     return None, named if isinstance(named, str) else None
 
 
+#: :func:`_current_fp`'s answer when the profile has no key at all now
+NO_KEY = ""
+
+
 def _current_fp(target: Any, profile: str | None, key_fingerprint: Callable[[str], str | None] | None) -> str | None:
-    """The fingerprint of the key ``profile`` would send now (never the key), or None when unknown."""
+    """The fingerprint of the key ``profile`` would send now (never the key).
+
+    :data:`NO_KEY` when the routed provider says it has none; None when it cannot be told.
+    """
     try:
         if key_fingerprint is not None:
             return key_fingerprint(profile) if profile else None
         ask = getattr(target, "key_fingerprint", None)
-        found = ask() if callable(ask) else None
+        if not callable(ask):
+            return None
+        found = ask()
     except Exception:  # a keyring that cannot be read: the preview says it cannot tell
         return None
+    if found is None:
+        return NO_KEY
     return found if isinstance(found, str) else None
 
 
@@ -292,6 +303,11 @@ def _auth_finding(status: int, error: Mapping[str, Any], profile: str | None, no
     what = "refused the API key" if status == 401 else "refused access with this key"
     where = f"profile {profile}" if profile else "its profile"
     recorded = error.get("key_fp")
+    if now == NO_KEY:
+        return Finding(
+            Level.FAIL,
+            f"the provider {what} (HTTP {status}), and {where} has no key now: enter one in Preferences → Providers",
+        )
     if isinstance(recorded, str) and now is not None:
         if now == recorded:
             return Finding(

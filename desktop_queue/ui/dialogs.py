@@ -826,7 +826,8 @@ def preview_html(preview: Any) -> str:
         icon_name, colour = PREVIEW_LOOK.get(level, ("event-info", ""))
         style = f' style="color:{colour}"' if colour and bold else ""
         body = f"<b>{escape(text)}</b>" if bold else escape(text)
-        mark = {"fail": "✖", "wait": "⏳", "info": "ℹ", "ok": "✔"}.get(level, "•")  # noqa: RUF001
+        # (◷, not ⏳: Linux desktops without an emoji font draw an empty box for that)
+        mark = {"fail": "✖", "wait": "◷", "info": "ℹ", "ok": "✔"}.get(level, "•")  # noqa: RUF001
         mark_style = f' style="color:{colour}"' if colour else ""
         return f'<tr><td valign="top"{mark_style}>{mark}&nbsp;</td><td{style}>{body}</td></tr>'
 

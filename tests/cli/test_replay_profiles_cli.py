@@ -86,6 +86,7 @@ def test_a_dead_job_of_profile_lab_is_previewed_against_lab(
     set_key(env, "lab", None)
     keyless = dq.sub("replay", job_id, "--dry-run", "--json", env=env).json()
     assert any("[wait] profile lab cannot run jobs now: no API key for profile lab" in t for t in texts(keyless))
+    assert any("[fail]" in t and "profile lab has no key now" in t for t in texts(keyless)), texts(keyless)
     assert dq.sub("list", "--json", "--state", "queued", env=env).json() == []  # nothing queued
     assert OLD_KEY not in same.out + same.err + plain.out + work.out + work.err
 

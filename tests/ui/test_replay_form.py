@@ -180,6 +180,7 @@ def test_a_dead_job_of_profile_lab_is_previewed_and_edited_as_lab(qtbot: Any, la
     assert [model.itemText(i) for i in range(model.count())] == ["lab-model", "lab-small"]
     text = dialog.preview.text()
     assert "Profile lab cannot run jobs now: no API key for profile lab" in text, text
+    assert "profile lab has no key now" in text
     assert "profile main" not in text
     # replaying on main instead: the preview says lab refused the key, and main has nothing against it
     profile.setCurrentIndex(profile.findData("main"))
