@@ -513,7 +513,7 @@ def _read_batch_file(name: str) -> str:
 def cmd_submit_batch(args: argparse.Namespace) -> int:
     """``submit KIND --batch FILE``: every line checked first, then one commit."""
     from desktop_queue.core.batchinput import BatchFormat, detect_format, read_batch
-    from desktop_queue.core.inputspec import spec_of
+    from desktop_queue.core.inputspec import spec_for
 
     if args.input_file is not None or args.stdin == "-":
         raise InvalidInput("--batch reads the jobs' inputs; give --input-file or - only without it")
@@ -525,7 +525,7 @@ def cmd_submit_batch(args: argparse.Namespace) -> int:
         provider = queue.providers.get(args.kind)
         if provider is None:
             raise UnknownKind(f"unknown job kind {args.kind!r}")
-        spec = spec_of(provider)
+        spec = spec_for(provider, _load_profiles())  # a template or a CSV column may name any profile
         fmt = detect_format(None if args.batch == "-" else args.batch, text)
         template = None
         if args.input_json is not None:
@@ -577,13 +577,17 @@ def cmd_submit_batch(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     if args.batch is not None:
         return cmd_submit_batch(args)
+    from desktop_queue.core.inputspec import spec_of, title_for
+
     payload = _submit_input(args)
     with _open(args) as queue:
+        # no --title: the start of the prompt, as the window and batches name jobs
+        title = args.title if args.title is not None else title_for(spec_of(queue.providers.get(args.kind)), payload)
         result = queue.submit(
             args.kind,
             payload,
             key=args.key,
-            title=args.title,
+            title=title,
             priority=args.priority,
             max_attempts=args.max_attempts,
             actor="cli",
@@ -654,13 +658,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_replay_dry_run(args: argparse.Namespace) -> int:
-    """``replay ID --dry-run``: the preview of the Replay dialog; nothing is queued."""
+    """``replay ID --dry-run``: the preview of the Replay dialog; nothing is queued.
+
+    The providers and flow control are those of the profiles file (as ``work`` and the
+    window run them), so a dead job of profile ``lab`` is previewed against ``lab``:
+    its key, its limits, its breaker and budget.
+    """
     from desktop_queue.core.preview import preview_replay
-    from desktop_queue.providers.setup import ProfileConfig, build
+    from desktop_queue.providers.setup import build
 
     payload = _parse_json(args.input_json, "--input") if args.input_json is not None else None
     data_dir = resolve_data_dir(args.data_dir)
-    providers, flow = build([ProfileConfig()], data_dir=data_dir)
+    providers, flow = build(_load_profiles(), data_dir=data_dir)
     try:
         with _open(args, dict(providers)) as queue:
             job = queue.get(args.id)

@@ -27,10 +27,8 @@ from typing import Any
 
 from desktop_queue.core.errors import QueueError
 from desktop_queue.core.fingerprint import canonical_json
-from desktop_queue.core.inputspec import InputSpec
+from desktop_queue.core.inputspec import InputSpec, prompt_of, title_for, title_of
 from desktop_queue.core.queue import MAX_BATCH, MAX_INPUT_BYTES
-
-TITLE_CHARS = 60
 
 
 class BatchFormat(StrEnum):
@@ -111,27 +109,6 @@ def detect_format(name: str | None, text: str) -> BatchFormat:
     return BatchFormat.JSONL if first.startswith("{") else BatchFormat.TEXT
 
 
-def title_of(text: Any) -> str | None:
-    """The first line of a prompt, shortened to fit a list (None: no usable text)."""
-    if not isinstance(text, str) or not text.strip():
-        return None
-    line = text.strip().splitlines()[0].strip()
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
-
-
-def prompt_of(spec: InputSpec | None, payload: Any) -> Any:
-    """The prompt text of an input (through the spec when it can read it), or None."""
-    if not isinstance(payload, Mapping):
-        return None
-    name = spec.prompt_field if spec is not None else "prompt"
-    if spec is not None and name is not None:
-        try:
-            return spec.parse(payload).get(name)
-        except ValueError:
-            pass
-    return payload.get(name or "prompt")
-
-
 def _lines(text: str) -> list[tuple[int, str]]:
     return [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
 
@@ -187,7 +164,7 @@ def read_batch(
         if body in seen:
             repeats += 1
         seen.add(body)
-        items.append(BatchItem(number, payload, title_of(prompt_of(spec, payload))))
+        items.append(BatchItem(number, payload, title_for(spec, payload)))
     problems.sort(key=lambda p: p.line)
     return BatchRead(tuple(items), tuple(problems), repeats)
 

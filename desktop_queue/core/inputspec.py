@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -37,6 +37,29 @@ class FieldType(StrEnum):
 
 #: ``choices_from`` value: the choices are the models the profile lists (when known)
 MODELS = "models"
+#: ``choices_from`` value: the choices are the configured provider profiles
+#: (:meth:`InputSpec.with_profiles`); the input names the one picked as ``profile``
+PROFILES = "profiles"
+
+
+@dataclass(frozen=True)
+class ProfileOption:
+    """One configured profile as a form offers it.
+
+    Attributes:
+        name: the profile name (what the input's ``profile`` says).
+        default_model: the model its jobs of this kind use when the input names none.
+        models: the models people pick from (the profile's model list; may be empty).
+    """
+
+    name: str
+    default_model: str | None = None
+    models: tuple[str, ...] = ()
+
+    def offered(self) -> list[str]:
+        """The models a model field offers: the default first, then the list (no repeats)."""
+        first = [self.default_model] if self.default_model else []
+        return list(dict.fromkeys([*first, *self.models]))
 
 
 @dataclass(frozen=True)
@@ -211,6 +234,10 @@ class InputSpec:
         decode: input -> values, the inverse of ``encode``; raises ``ValueError`` when
             the input has a shape the form cannot show.
         notes: a sentence shown above the form (what the kind does), or "".
+        initial: values of a fresh form that differ from the defaults (the default
+            profile, picked explicitly so that the input names it).
+        profiles: the profiles a :data:`PROFILES` field offers (:meth:`with_profiles`).
+        default_profile: the profile of an input that names none.
     """
 
     kind: str
@@ -220,6 +247,9 @@ class InputSpec:
     encode: Encoder | None = None
     decode: Decoder | None = None
     notes: str = ""
+    initial: Mapping[str, Any] = field(default_factory=dict)
+    profiles: tuple[ProfileOption, ...] = ()
+    default_profile: str | None = None
     _by_name: dict[str, InputField] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -233,8 +263,66 @@ class InputSpec:
         return name in self._by_name
 
     def defaults(self) -> Values:
-        """The values of a fresh form."""
+        """The values of fields an input leaves out."""
         return {f.name: f.default for f in self.fields}
+
+    def fresh(self) -> Values:
+        """The values of a fresh form: the defaults, with :attr:`initial` over them."""
+        return {**self.defaults(), **{k: v for k, v in self.initial.items() if k in self._by_name}}
+
+    # -- profiles
+
+    def profile_field(self) -> InputField | None:
+        """The field that picks the profile (``choices_from`` :data:`PROFILES`), or None."""
+        return next((f for f in self.fields if f.choices_from == PROFILES), None)
+
+    def model_field(self) -> InputField | None:
+        """The field that picks the model (``choices_from`` :data:`MODELS`), or None."""
+        return next((f for f in self.fields if f.choices_from == MODELS), None)
+
+    def with_profiles(self, options: Sequence[ProfileOption], default: str | None) -> InputSpec:
+        """This spec offering ``options`` in its profile field, ``default`` picked in a fresh form.
+
+        The profile field stays optional (an input that names no profile runs on the
+        default one, and a form can show it); a fresh form names the default explicitly.
+        The model field offers the picked profile's models (:meth:`models_for`).
+        """
+        pf = self.profile_field()
+        if pf is None or not options:
+            return self
+        names = [o.name for o in options]
+        default = default if default in names else names[0]
+        labelled = tuple(Choice(o.name, f"{o.name} (default)" if o.name == default else o.name) for o in options)
+        fields: list[InputField] = []
+        by_name = {o.name: o for o in options}
+        for f in self.fields:
+            if f is pf:
+                f = replace(f, choices=labelled, placeholder=f"the default profile ({default})")
+            elif f.choices_from == MODELS:
+                model = by_name[default].default_model
+                f = replace(
+                    f,
+                    choices=tuple(Choice(m, m) for m in by_name[default].offered()),
+                    placeholder=f"{model} ({default}'s default)" if model else f.placeholder,
+                )
+            fields.append(f)
+        return replace(
+            self,
+            fields=tuple(fields),
+            initial={**self.initial, pf.name: default},
+            profiles=tuple(options),
+            default_profile=default,
+        )
+
+    def profile_option(self, value: Any) -> ProfileOption | None:
+        """The profile an input with profile ``value`` runs on (None: the default), or None if unknown."""
+        name = self.default_profile if value is None else value
+        return next((o for o in self.profiles if o.name == name), None)
+
+    def models_for(self, profile: Any) -> list[str]:
+        """The models the model field offers while ``profile`` is picked (None: the default)."""
+        option = self.profile_option(profile)
+        return option.offered() if option is not None else []
 
     def visible(self, f: InputField, values: Mapping[str, Any]) -> bool:
         """True if ``f`` is shown (and written) with these values."""
@@ -354,10 +442,152 @@ def spec_of(provider: Any) -> InputSpec | None:
     return spec if isinstance(spec, InputSpec) else None
 
 
+# --------------------------------------------------------------------------- titles from prompts
+
+#: the longest title made from a prompt (the list's Title column shows about this much)
+TITLE_CHARS = 60
+#: where a prompt is looked for in an input no spec can read (plug-ins, odd shapes)
+_PROMPT_KEYS = ("prompt", "input", "text")
+
+
+def title_of(text: Any) -> str | None:
+    """The first line of a prompt, shortened to fit a list (None: no usable text)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    line = text.strip().splitlines()[0].strip()
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+def _last_user_message(messages: Any) -> str | None:
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):  # content parts: the first text part
+                for part in content:
+                    if isinstance(part, Mapping) and isinstance(part.get("text"), str) and part["text"].strip():
+                        return str(part["text"])
+    return None
+
+
+def prompt_of(spec: InputSpec | None, payload: Any) -> Any:
+    """The prompt text of an input: the spec's prompt field (read through the spec, so a
+    chat input written as ``messages`` gives its user message), else the last user
+    message, else a ``prompt`` / ``input`` / ``text`` string; None when there is none."""
+    if not isinstance(payload, Mapping):
+        return None
+    name = spec.prompt_field if spec is not None else None
+    if spec is not None and name is not None:
+        try:
+            found = spec.parse(payload).get(name)
+        except ValueError:
+            found = None
+        if isinstance(found, str) and found.strip():
+            return found
+        direct = payload.get(name)
+        if isinstance(direct, str) and direct.strip():
+            return direct
+    user = _last_user_message(payload.get("messages"))
+    if user is not None and user.strip():
+        return user
+    for key in _PROMPT_KEYS:
+        value = payload.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def title_for(spec: InputSpec | None, payload: Any) -> str | None:
+    """The title of a job submitted without one: the first line of its prompt, shortened.
+
+    One rule for the New dialog, ``desktop-queue submit`` and batches, so that a chat
+    job is listed by what it asks ("Summarise the meeting notes"), never as
+    "openai.chat job" when it has a prompt. None: the input has no prompt (the queue
+    then names it by its kind).
+    """
+    return title_of(prompt_of(spec, payload))
+
+
+# --------------------------------------------------------------------------- profiles of a kind
+
+
+def profile_routes(provider: Any) -> tuple[dict[str, Any], str | None]:
+    """Profile name -> the provider of this kind on it, and the default profile.
+
+    A kind over several profiles (``by_profile`` and ``default``: the router the
+    profiles file makes) gives each; a provider of one profile (``profile.name``) gives
+    itself; a kind without profiles gives nothing.
+    """
+    routes = getattr(provider, "by_profile", None)
+    if isinstance(routes, Mapping) and routes:
+        default = getattr(provider, "default", None)
+        return dict(routes), default if isinstance(default, str) else None
+    name = getattr(getattr(provider, "profile", None), "name", None)
+    return ({name: provider}, name) if isinstance(name, str) else ({}, None)
+
+
+def profile_options(provider: Any, profiles: Any = None) -> tuple[list[ProfileOption], str | None]:
+    """The profiles a form of ``provider``'s kind offers, in the user's order, and the default.
+
+    Args:
+        provider: the kind's provider (a router over profiles, or one profile's).
+        profiles: the configured profiles (``names()``, ``get(name).models``,
+            ``default_name()``: a :class:`~desktop_queue.providers.profiles.ProfileSet`),
+            for their order, model lists and default; None: the provider's own.
+    """
+    routes, default = profile_routes(provider)
+    names = list(routes)
+    if profiles is not None:
+        order = [n for n in profiles.names() if n in routes]
+        names = order + [n for n in names if n not in order]
+        configured = profiles.default_name()
+        default = configured if configured in routes else default
+    out = []
+    for name in names:
+        model = getattr(routes[name], "default_model", None)
+        config = profiles.get(name) if profiles is not None else None
+        models = tuple(m for m in (getattr(config, "models", None) or ()) if isinstance(m, str))
+        out.append(ProfileOption(name, model if isinstance(model, str) else None, models))
+    return out, default
+
+
+def spec_for(provider: Any, profiles: Any = None) -> InputSpec | None:
+    """:func:`spec_of` ``provider``, its profile field offering every configured profile.
+
+    The New dialog, the Replay dialog and ``submit --batch`` use it, so a form (or a CSV
+    column) can name any profile the kind runs on, not only the default one.
+    """
+    spec = spec_of(provider)
+    if spec is None or spec.profile_field() is None:
+        return spec
+    options, default = profile_options(provider, profiles)
+    return spec.with_profiles(options, default)
+
+
 def choices(*values: Any, labels: Sequence[str] | None = None) -> tuple[Choice, ...]:
     """Choices whose labels are their values (or ``labels``)."""
     names = list(labels) if labels is not None else [str(v) for v in values]
     return tuple(Choice(v, n) for v, n in zip(values, names, strict=True))
 
 
-__all__ = ["MODELS", "Choice", "FieldType", "InputField", "InputSpec", "choices", "spec_of"]
+__all__ = [
+    "MODELS",
+    "PROFILES",
+    "TITLE_CHARS",
+    "ProfileOption",
+    "Choice",
+    "FieldType",
+    "InputField",
+    "InputSpec",
+    "choices",
+    "prompt_of",
+    "profile_options",
+    "profile_routes",
+    "spec_for",
+    "spec_of",
+    "title_for",
+    "title_of",
+]

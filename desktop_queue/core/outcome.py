@@ -23,6 +23,9 @@ class Outcome:
         unreachable: the request never reached the provider (no connection could be
             made): nothing was sent or paid for, the attempt is given back and the
             profile counts as offline until a request connects again.
+        key_fp: for an authentication failure (HTTP 401/403), a short one-way
+            fingerprint of the API key that was refused (never the key), so that a
+            replay preview can tell whether the key has changed since.
     """
 
     ok: bool
@@ -32,6 +35,7 @@ class Outcome:
     status: int | None = None
     retry_after: float | None = None
     unreachable: bool = False
+    key_fp: str | None = None
 
     @classmethod
     def success(cls, result: Any) -> Outcome:
@@ -46,6 +50,7 @@ class Outcome:
         status: int | None = None,
         retry_after: float | None = None,
         unreachable: bool = False,
+        key_fp: str | None = None,
     ) -> Outcome:
         return cls(
             ok=False,
@@ -54,6 +59,7 @@ class Outcome:
             status=status,
             retry_after=retry_after,
             unreachable=unreachable,
+            key_fp=key_fp,
         )
 
 

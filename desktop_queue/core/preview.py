@@ -135,6 +135,49 @@ def _profile(provider: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _route(provider: Any, payload: Any) -> tuple[Any, str | None]:
+    """The provider a job with ``payload`` runs on, and its profile name.
+
+    A kind over several profiles (a router with ``pick``) runs each job on the profile
+    its input names: a dead job of profile ``lab`` is previewed against ``lab``. The
+    provider is None when the input names a profile that is not configured.
+    """
+    pick = getattr(provider, "pick", None)
+    if not callable(pick):
+        return provider, _profile(provider)
+    try:
+        target = pick(payload)
+    except Exception:  # a preview must never break on a provider's routing
+        target = None
+    if target is not None:
+        return target, _profile(target)
+    named = payload.get("profile") if isinstance(payload, Mapping) else None
+    return None, named if isinstance(named, str) else None
+
+
+#: :func:`_current_fp`'s answer when the profile has no key at all now
+NO_KEY = ""
+
+
+def _current_fp(target: Any, profile: str | None, key_fingerprint: Callable[[str], str | None] | None) -> str | None:
+    """The fingerprint of the key ``profile`` would send now (never the key).
+
+    :data:`NO_KEY` when the routed provider says it has none; None when it cannot be told.
+    """
+    try:
+        if key_fingerprint is not None:
+            return key_fingerprint(profile) if profile else None
+        ask = getattr(target, "key_fingerprint", None)
+        if not callable(ask):
+            return None
+        found = ask()
+    except Exception:  # a keyring that cannot be read: the preview says it cannot tell
+        return None
+    if found is None:
+        return NO_KEY
+    return found if isinstance(found, str) else None
+
+
 def preview_replay(
     job: Job,
     providers: Mapping[str, Any],
@@ -151,7 +194,11 @@ def preview_replay(
         flow: the data dir's flow control (``waiting_reason``), or None.
         new_input: the edited input (default: the original's).
         key_fingerprint: profile -> a fingerprint of its API key now (never the key), to
-            compare with the one an authentication error recorded (``key_fp``).
+            compare with the one an authentication error recorded (``key_fp``);
+            default: the routed provider's own ``key_fingerprint()``.
+
+    With a provider that routes by profile (``pick``), the new job's profile (the one
+    its input names, else the default) is the one checked: its key, whether it can run.
     """
     payload = job.input if new_input is _SAME else new_input
     try:
@@ -169,8 +216,10 @@ def preview_replay(
     else:
         ended = f"{job.state} at {when}"
     findings: list[Finding] = []
+    reason: Any = None
     provider = providers.get(job.kind)
-    profile = _profile(provider)
+    target, profile = _route(provider, payload)
+    original_profile = _route(provider, job.input)[1] if edited else profile
 
     if job.state not in (State.SUCCEEDED, State.DEAD, State.CANCELLED):
         findings.append(Finding(Level.FAIL, f"job {job.id} is {job.state}: only finished jobs can be replayed"))
@@ -185,7 +234,7 @@ def preview_replay(
             except QueueError as exc:
                 again = "still " if not edited and klass == ErrorClass.FATAL else ""
                 findings.append(Finding(Level.FAIL, f"the input is {again}invalid: {exc}"))
-        ask = getattr(provider, "unavailable_reason", None)
+        ask = getattr(target, "unavailable_reason", None)
         if callable(ask):
             try:
                 reason = ask()
@@ -195,8 +244,16 @@ def preview_replay(
                 where = f"profile {profile}" if profile else job.kind
                 findings.append(Finding(Level.WAIT, f"{where} cannot run jobs now: {reason}"))
 
-    if klass == ErrorClass.FATAL and status in (401, 403):
-        findings.append(_auth_finding(status, error, profile, key_fingerprint, when))
+    if klass == ErrorClass.FATAL and status in (401, 403) and original_profile != profile:
+        findings.append(
+            Finding(
+                Level.INFO,
+                f"profile {original_profile or 'of the original'} refused the key (HTTP {status}); "
+                f"the replay runs on profile {profile or 'the default'} instead",
+            )
+        )
+    elif klass == ErrorClass.FATAL and status in (401, 403):
+        findings.append(_auth_finding(status, error, profile, _current_fp(target, profile, key_fingerprint), when))
     elif klass == ErrorClass.FATAL and status in (400, 404, 422) and not edited:
         what = "model or endpoint was not found" if status == 404 else "request was refused"
         findings.append(
@@ -219,7 +276,7 @@ def preview_replay(
             waiting = flow.waiting_reason(probe)
         except Exception as exc:  # (a damaged shared state: say so, do not fail the preview)
             waiting = f"flow control could not be read ({type(exc).__name__})"
-        if waiting:
+        if waiting and not (reason and reason in waiting):  # (said once: a held profile repeats it)
             findings.append(Finding(Level.WAIT, f"flow control holds it back now: {waiting}"))
 
     if edited:
@@ -242,21 +299,26 @@ def preview_replay(
     )
 
 
-def _auth_finding(
-    status: int,
-    error: Mapping[str, Any],
-    profile: str | None,
-    key_fingerprint: Callable[[str], str | None] | None,
-    when: str,
-) -> Finding:
+def _auth_finding(status: int, error: Mapping[str, Any], profile: str | None, now: str | None, when: str) -> Finding:
     what = "refused the API key" if status == 401 else "refused access with this key"
     where = f"profile {profile}" if profile else "its profile"
     recorded = error.get("key_fp")
-    now = key_fingerprint(profile) if key_fingerprint is not None and profile else None
+    if now == NO_KEY:
+        return Finding(
+            Level.FAIL,
+            f"the provider {what} (HTTP {status}), and {where} has no key now: enter one in Preferences → Providers",
+        )
     if isinstance(recorded, str) and now is not None:
         if now == recorded:
-            return Finding(Level.FAIL, f"the provider {what} (HTTP {status}), and the key of {where} is unchanged")
-        return Finding(Level.INFO, f"the provider {what} (HTTP {status}); the key of {where} has changed since")
+            return Finding(
+                Level.FAIL,
+                f"the provider {what} (HTTP {status}), and the key of {where} is unchanged since the {status}: "
+                "this replay will fail the same way (enter a new key in Preferences → Providers)",
+            )
+        return Finding(
+            Level.INFO,
+            f"the provider {what} (HTTP {status}); the key of {where} has changed since, so this replay may work",
+        )
     return Finding(
         Level.FAIL,
         f"the provider {what} (HTTP {status}): unless the key of {where} was changed since {when}, it will fail again",

@@ -915,6 +915,8 @@ class Queue:
         )
         message = redact(outcome.message or error_class.value, job.get("input"))
         error: ErrorDict = {"class": str(error_class), "message": message, "status": outcome.status}
+        if outcome.key_fp:  # (never in the event: the timeline says what, not which key)
+            error["key_fp"] = outcome.key_fp
         detail: dict[str, Any] = {"error_class": str(error_class), "error": message, "status": outcome.status}
         if event_reason:
             detail["reason"] = event_reason

@@ -119,6 +119,7 @@ def reconcile_one(queue: Queue, job_id: str) -> Reconciled:
     then = decide_reconcile(
         has_result=doc is not None, lookup=status, attempts=job.attempts, max_attempts=job.max_attempts
     )
+
     def when_running(build: Callable[[View], _Decided]) -> Callable[[View], _Decided]:
         def fn(state: View) -> _Decided:
             if state.hot_jobs()[job_id]["state"] != State.RUNNING:

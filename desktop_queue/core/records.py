@@ -44,8 +44,10 @@ class EventDict(TypedDict):
     detail: NotRequired[dict[str, Any]]
 
 
-#: a job's last error (``class`` is a keyword, hence the functional form)
-ErrorDict = TypedDict("ErrorDict", {"class": str, "message": str, "status": int | None})
+#: a job's last error (``class`` is a keyword, hence the functional form); ``key_fp``:
+#: a one-way fingerprint of the API key an authentication error (401/403) refused
+#: (:attr:`Outcome.key_fp`), never the key
+ErrorDict = TypedDict("ErrorDict", {"class": str, "message": str, "status": int | None, "key_fp": NotRequired[str]})
 
 
 class JobChanges(TypedDict, total=False):

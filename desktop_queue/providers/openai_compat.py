@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import base64
 import email.utils
+import hashlib
+import hmac
 import http
 import json
 import logging
@@ -56,7 +58,7 @@ if TYPE_CHECKING:  # the SDK takes about a second to import: only when a job nee
 
 from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.flow import RateLimitInfo
-from desktop_queue.core.inputspec import MODELS, Choice, FieldType, InputField, InputSpec
+from desktop_queue.core.inputspec import MODELS, PROFILES, Choice, FieldType, InputField, InputSpec
 from desktop_queue.core.model import ErrorClass
 from desktop_queue.core.outcome import LookupResult, Outcome, RunContext
 from desktop_queue.core.redact import redact
@@ -224,6 +226,46 @@ def delete_api_key(profile: str) -> bool:
         raise KeyringUnavailable(
             f"the API key of {profile} could not be removed: no usable OS keyring ({type(exc).__name__})"
         ) from None
+
+
+#: the fixed salt of :func:`key_fingerprint` (an app constant, not a secret)
+_KEY_FP_SALT = b"desktop-queue/key-fingerprint/v1"
+#: hex digits of a key fingerprint: 32 bits
+KEY_FP_CHARS = 8
+
+
+def key_fingerprint(key: str) -> str:
+    """A short, one-way fingerprint of an API key: tells "the same key" from "another key".
+
+    The first 8 hex digits (32 bits) of HMAC-SHA256 of the key under a fixed app salt.
+    A job's ``last_error.key_fp`` keeps it after a 401/403, so that a replay preview can
+    say whether the key has been changed since. Why it is safe to store:
+
+    * It is not reversible: HMAC-SHA256 is one-way, and only 32 of its 256 bits are kept.
+    * It cannot confirm a real key by brute force: an OpenAI-style key has far more
+      than 128 random bits, so about 2**96 keys or more share each fingerprint; a
+      fingerprint that matches a guess proves nothing about the guess.
+    * The salt makes it specific to this app: it cannot be matched against a plain
+      SHA-256 of the key another tool may have published or logged.
+
+    A short password used as a key (a local server's ``test``) has few bits to begin
+    with: a fingerprint can confirm a guess of it, as any hash of it could. Two different
+    keys share a fingerprint once in about four billion (the preview would then call a
+    changed key unchanged).
+    """
+    digest = hmac.new(_KEY_FP_SALT, key.encode("utf-8"), hashlib.sha256).hexdigest()
+    return digest[:KEY_FP_CHARS]
+
+
+def _sent_key(error: Any) -> str | None:
+    """The API key a failed request was sent with (its ``Authorization: Bearer`` header), or None."""
+    try:
+        header = error.response.request.headers.get("authorization")
+    except Exception:  # no response or request kept: fall back to the provider's key
+        return None
+    if isinstance(header, str) and header.lower().startswith("bearer "):
+        return header[7:].strip() or None
+    return None
 
 
 # ---------------------------------------------------------------------- headers and errors
@@ -662,6 +704,7 @@ class _OpenAIBase:
         self.key_notice: str | None = None
         self._monotonic: Callable[[], float] = time.monotonic  # tests jump it
         self._key_checked: tuple[float, str | None] | None = None
+        self._fp_checked: tuple[float, str | None] | None = None
 
     # -- plumbing
 
@@ -684,6 +727,7 @@ class _OpenAIBase:
             self._client_obj = None
             self._key = None
             self._key_checked = None
+            self._fp_checked = None
 
     def client(self) -> openai.OpenAI:
         """The SDK client (created on first use: no keyring access at discovery time).
@@ -776,7 +820,36 @@ class _OpenAIBase:
         if isinstance(error, MissingApiKey):
             # look again when the runtime's next check would
             return replace(outcome, retry_after=self.KEY_RECHECK_S)
-        return outcome
+        return self._with_key_fp(outcome, error)
+
+    def _with_key_fp(self, outcome: Outcome, error: BaseException) -> Outcome:
+        """``outcome`` with the refused key's fingerprint, for an authentication error (401/403)."""
+        if outcome.status not in (401, 403):
+            return outcome
+        # which key was refused (as a fingerprint only), so a replay preview can tell a changed key
+        key = _sent_key(error) or self._key
+        return replace(outcome, key_fp=key_fingerprint(key)) if key else outcome
+
+    def key_fingerprint(self) -> str | None:
+        """The fingerprint (:func:`key_fingerprint`) of the key the next attempt would send, or None.
+
+        The key this provider already holds (until Preferences changes the profile),
+        else the keyring's or the environment's now; None when there is none.
+        """
+        with self._lock:
+            key = self._explicit_key or self._key
+            checked = self._fp_checked
+        if key:
+            return key_fingerprint(key)
+        now = self._monotonic()
+        if checked is not None and now - checked[0] < self.KEY_RECHECK_S:
+            return checked[1]  # (a preview asks on every keystroke: not a keyring read each time)
+        found = resolve_api_key(self.profile.name, env=self.profile.env_key)
+        key = found.key or (None if self.profile.require_key else "no-key-required")
+        fp = key_fingerprint(key) if key else None
+        with self._lock:
+            self._fp_checked = (now, fp)
+        return fp
 
     def _check_profile(self, payload: Mapping[str, Any]) -> None:
         """Profiles are configuration: a job may name its provider's own profile, no other."""
@@ -795,7 +868,7 @@ class _OpenAIBase:
 
     def classify(self, error: BaseException) -> Outcome:
         """Classifies an exception the attempt did not handle (no input known: key redacted only)."""
-        return classify_error(error, secrets=self._secrets(), what=self.kind)
+        return self._with_key_fp(classify_error(error, secrets=self._secrets(), what=self.kind), error)
 
     def lookup(self, job: Any) -> LookupResult:
         """Synchronous kinds cannot be looked up: the outcome of an orphan is unknown."""
@@ -913,8 +986,10 @@ def _profile_field(profile: OpenAIProfile) -> InputField:
         FieldType.CHOICE,
         "Pro&file:",
         choices=(Choice(profile.name, profile.name),),
+        choices_from=PROFILES,
         placeholder=f"{profile.name} (this kind's profile)",
-        help="The provider profile that runs the job (configured in Preferences → Providers).",
+        help="The provider profile that runs the job (configured in Preferences → Providers); "
+        "the model list follows it.",
     )
 
 
@@ -1226,6 +1301,11 @@ class OpenAIChatProvider(_OpenAIBase):
     #: a long answer from a local model on a laptop takes minutes; the SDK's own default is 10
     default_timeout_s = 600.0
 
+    @property
+    def default_model(self) -> str:
+        """The model of a job whose input names none (the profile's)."""
+        return self.profile.model
+
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""
         data = _require_dict(payload, self.kind)
@@ -1380,6 +1460,11 @@ class OpenAIResponsesProvider(_OpenAIBase):
     #: per call: in background mode every call returns at once, but a server that
     #: ignores ``background`` answers the create only when the whole text is done
     default_timeout_s = 600.0
+
+    @property
+    def default_model(self) -> str:
+        """The model of a job whose input names none (the profile's)."""
+        return self.profile.model
 
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""
@@ -1601,6 +1686,11 @@ class OpenAIImageProvider(_OpenAIBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._refuses_response_format: set[str] = set()
+
+    @property
+    def default_model(self) -> str:
+        """The model of a job whose input names none (the profile's)."""
+        return self.profile.image_model
 
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""
@@ -1841,6 +1931,11 @@ class OpenAISpeechProvider(_OpenAIBase):
     #: under a minute remotely; 5 minutes leaves room for a slow local TTS server.
     default_timeout_s = 300.0
 
+    @property
+    def default_model(self) -> str:
+        """The model of a job whose input names none (the profile's)."""
+        return self.profile.speech_model
+
     def validate(self, payload: Any) -> None:
         """Checks the input's shape; raises :class:`InvalidInput` with the reason."""
         data = _require_dict(payload, self.kind)
@@ -1938,4 +2033,5 @@ __all__ = [
     "retry_after_from_headers",
     "store_api_key",
     "with_profile",
+    "key_fingerprint",
 ]

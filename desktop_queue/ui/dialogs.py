@@ -33,10 +33,10 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_queue.core import Job, QueueError, SubmitResult
-from desktop_queue.core.batchinput import BatchFormat, BatchRead, detect_format, read_batch, title_of
+from desktop_queue.core.batchinput import BatchFormat, BatchRead, detect_format, read_batch
 from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.fingerprint import canonical_json
-from desktop_queue.core.inputspec import InputSpec, spec_of
+from desktop_queue.core.inputspec import FieldType, InputSpec, spec_for, title_for
 from desktop_queue.core.model import Priority
 from desktop_queue.core.queue import MAX_BATCH, MAX_BATCH_BYTES, MAX_INPUT_BYTES
 from desktop_queue.providers.profiles import Preset, ProfileSet
@@ -142,15 +142,14 @@ def parse_json(text: str) -> Any:
 
 # --------------------------------------------------------------------------- submit
 
-TITLE_CHARS = 60
 
-
-def default_title(payload: Any) -> str | None:
+def default_title(payload: Any, spec: InputSpec | None = None) -> str | None:
     """The first line of the input's prompt, shortened (None: let the queue name the job).
 
-    Without it every job submitted from the dialog was listed as "demo job".
+    The rule is :func:`desktop_queue.core.inputspec.title_for` (the CLI's too). Without
+    it every job submitted from the dialog was listed as "demo job".
     """
-    return title_of(payload.get("prompt", payload.get("input")) if isinstance(payload, dict) else None)
+    return title_for(spec, payload)
 
 
 def format_size(size: int) -> str:
@@ -249,8 +248,10 @@ class BatchPage(QWidget):
         self.import_button.clicked.connect(self._choose_file)
 
     def chosen_format(self) -> BatchFormat:
-        chosen = self.format.currentData()
-        return chosen if isinstance(chosen, BatchFormat) else detect_format(self.file_name, self.text.toPlainText())
+        chosen = self.format.currentData()  # (Qt hands the enum back as a plain str)
+        if isinstance(chosen, str) and chosen in BatchFormat.__members__.values():
+            return BatchFormat(chosen)
+        return detect_format(self.file_name, self.text.toPlainText())
 
     def _choose_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -444,17 +445,17 @@ class SubmitDialog(QDialog):
         old = self.form_scroll.takeWidget()
         if old is not None:
             old.deleteLater()
-        self.spec = spec_of(provider)
+        self.spec = spec_for(provider, self.controller.profiles)  # every configured profile, the default picked
         self.form = None
         self._fits = True
         self.form_note.hide()
         if self.spec is not None:
             self.form = InputForm(self.spec, provider)
-            self.form.changed.connect(self._touch)
+            self.form.changed.connect(self._form_touched)
             self.form.changed.connect(self._form_changed)
             self.form.submit_requested.connect(self.try_submit)
             self.form_scroll.setWidget(self.form)
-            self._clean_json = self._dump(self.spec.build(self.spec.defaults()))
+            self._clean_json = self._dump(self.spec.build(self.spec.fresh()))
             if carried and self.spec.prompt_field:
                 self.form.set_value(self.spec.prompt_field, carried)
             self.tabs.setTabEnabled(self.FORM_TAB, True)
@@ -652,7 +653,7 @@ class SubmitDialog(QDialog):
                 return self.form.values()
             except FieldProblem:
                 pass
-        return self.spec.defaults()
+        return self.spec.fresh()
 
     def update_batch(self) -> bool:
         """Reads the Batch tab's lines now and shows the preview; True if they can be submitted."""
@@ -692,14 +693,14 @@ class SubmitDialog(QDialog):
         try:
             payloads = self.payloads()
             if len(payloads) > 1:
-                title = self.title.text().strip() or default_title(payloads[0])
+                title = self.title.text().strip() or default_title(payloads[0], self.spec)
                 titles = [f"{title} ({i} of {len(payloads)})" if title else None for i in range(1, len(payloads) + 1)]
                 return self._submit_many(payloads, titles)
             payload = payloads[0]
             result = self.controller.submit(
                 self.current_kind(),
                 payload,
-                title=self.title.text().strip() or default_title(payload),
+                title=self.title.text().strip() or default_title(payload, self.spec),
                 priority=str(self.priority.currentData()),
                 max_attempts=self.max_attempts.value(),
             )
@@ -757,17 +758,38 @@ class SubmitDialog(QDialog):
             return
         super().keyPressEvent(event)
 
+    def _typed_in_form(self) -> bool:
+        """True if a text field holds something people wrote (a prompt, a schema).
+
+        A profile, model or number picked is no reason to ask before closing, nor to
+        turn "what is missing" into an error.
+        """
+        if self.form is None or self.spec is None:
+            return False
+        fresh = self.spec.fresh()
+        for f in self.spec.fields:
+            if f.type not in (FieldType.TEXT, FieldType.STRING, FieldType.JSON) or f.choices_from is not None:
+                continue
+            try:
+                value = self.form.editors[f.name].value()
+            except FieldProblem:
+                return True
+            if value not in (None, "") and value != fresh.get(f.name):
+                return True
+        return False
+
+    def _form_touched(self) -> None:
+        if self._typed_in_form():
+            self._pristine = False
+
     def has_typed_input(self) -> bool:
         """True if closing would throw away something the user typed."""
         if self._pristine:
             return False
         if self.title.text().strip() or self.batch.text.toPlainText().strip():
             return True
-        if self._from_form() and self.form is not None:
-            try:
-                return self._dump(self.form.payload()) != self._clean_json
-            except FieldProblem:
-                return True
+        if self._from_form():
+            return self._typed_in_form()
         text = self.editor.toPlainText()
         return bool(text.strip()) and text != self._clean_json
 
@@ -804,7 +826,8 @@ def preview_html(preview: Any) -> str:
         icon_name, colour = PREVIEW_LOOK.get(level, ("event-info", ""))
         style = f' style="color:{colour}"' if colour and bold else ""
         body = f"<b>{escape(text)}</b>" if bold else escape(text)
-        mark = {"fail": "✖", "wait": "⏳", "info": "ℹ", "ok": "✔"}.get(level, "•")  # noqa: RUF001
+        # (◷, not ⏳: Linux desktops without an emoji font draw an empty box for that)
+        mark = {"fail": "✖", "wait": "◷", "info": "ℹ", "ok": "✔"}.get(level, "•")  # noqa: RUF001
         mark_style = f' style="color:{colour}"' if colour else ""
         return f'<tr><td valign="top"{mark_style}>{mark}&nbsp;</td><td{style}>{body}</td></tr>'
 
@@ -816,15 +839,21 @@ def preview_html(preview: Any) -> str:
 
 
 class ReplayDialog(QDialog):
-    """Preview of a replay: the input (editable), and what will happen.
+    """Preview of a replay: the input, edited with the kind's form (or as JSON), and what will happen.
 
-    What will happen is :func:`desktop_queue.core.preview.preview_replay`: how the
-    original ended, and what would make the new job fail again or wait (an auth error
-    with the same key, a profile that cannot run, an input still invalid), updated as
-    the input is edited. Nothing is queued until Replay is pressed.
+    The form is the New dialog's for the kind (:func:`~desktop_queue.core.inputspec.spec_for`:
+    every configured profile, the model list following it), loaded with the original's
+    input; the JSON tab beside it is the input as it will be stored, and editing either
+    updates the other where the form can show the input. What will happen is
+    :func:`desktop_queue.core.preview.preview_replay`: how the original ended, and what
+    would make the new job fail again or wait (an auth error with the same key, a
+    profile that cannot run, an input still invalid), updated as the input is edited.
+    Nothing is queued until Replay is pressed.
 
     After ``accept()``, :attr:`new_job` is the job created.
     """
+
+    FORM_TAB, JSON_TAB = 0, 1
 
     def __init__(self, controller: Controller, job: Job, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -834,6 +863,10 @@ class ReplayDialog(QDialog):
         self.job = job
         self.new_job: Job | None = None
         self._original = json.dumps(job.input, indent=2, ensure_ascii=False)
+        self._syncing = False
+        self._fits = False  # the JSON tab's input is what the form shows
+        self._json_dirty = False  # the JSON tab lags the form (written when shown)
+        self._baseline: Any = None  # the form's input just after loading the original's
 
         explain = QLabel(
             f"A <b>new job</b> will be created from job <code>{job.id}</code> ({job.state}), with the input below. "
@@ -856,8 +889,50 @@ class ReplayDialog(QDialog):
         self.preview.setAutoFillBackground(True)
         self.preview.setBackgroundRole(QPalette.ColorRole.AlternateBase)
         self.current_preview: Any = None
+
+        # the form: the New dialog's for this kind, with the original's input in it
+        self.spec = spec_for(controller.providers.get(job.kind), controller.profiles)
+        self.form: InputForm | None = None
+        self.form_note = InlineMessage()
+        self.form_note.setObjectName("formNote")
+        self.form_note.hide()
+        self.form_scroll = QScrollArea()
+        self.form_scroll.setWidgetResizable(True)
+        self.form_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.form_scroll.setObjectName("formScroll")
+        self.form_scroll.setStyleSheet(
+            "QScrollArea#formScroll, QScrollArea#formScroll > QWidget > QWidget { background: transparent; }"
+        )
+        form_page = QWidget()
+        form_layout = QVBoxLayout(form_page)
+        form_layout.addWidget(self.form_note)
+        form_layout.addWidget(self.form_scroll, 1)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(form_page, "&Form")
+        self.tabs.addTab(self.editor, "&JSON")
+        if self.spec is not None:
+            self.form = InputForm(self.spec, controller.providers.get(job.kind))
+            self.form.setObjectName("replayForm")
+            count = self.spec.count_field
+            if count is not None:  # a replay is one job: no count
+                self.form.main.setRowVisible(self.form.editors[count].row, False)
+            self.form_scroll.setWidget(self.form)
+            self._fits = self._load_form(job.input)
+            # the form as loaded stands for the original input exactly (defaults it spells out included)
+            self._baseline = self._form_payload() if self._fits else None
+            self.form.changed.connect(self._form_changed)
+            self.form.submit_requested.connect(self.try_replay)
+        else:
+            empty = QLabel(f"{job.kind} gives no description of its input: edit it on the JSON tab.")
+            empty.setWordWrap(True)
+            empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            self.form_scroll.setWidget(empty)
+            self.tabs.setTabEnabled(self.FORM_TAB, False)
+        self.tabs.setCurrentIndex(self.FORM_TAB if self._fits else self.JSON_TAB)
+
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.replay_button = self.buttons.addButton("&Replay", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.replay_button.setToolTip("Queue the new job (Ctrl+Enter from anywhere in the dialog)")
         layout = QVBoxLayout(self)
         layout.addWidget(explain)
         heading = QLabel("What will happen")
@@ -867,26 +942,125 @@ class ReplayDialog(QDialog):
         layout.addWidget(heading)
         layout.addWidget(self.preview)
         label = QLabel("&Input:")
-        label.setBuddy(self.editor)
+        label.setBuddy(self.tabs)
         layout.addWidget(label)
-        layout.addWidget(self.editor, 1)
+        layout.addWidget(self.tabs, 1)
         layout.addWidget(self.message)
         layout.addWidget(self.buttons)
-        self.resize(620, 560)
+        self.resize(680, 720)
         self.replay_button.setDefault(True)  # after the layout (see SubmitDialog)
         self.cancel_button = self.buttons.button(QDialogButtonBox.StandardButton.Cancel)
-        QWidget.setTabOrder(self.editor, self.replay_button)
+        last = self.form.last_editor() if self.form is not None and self._fits else None
+        QWidget.setTabOrder(last or self.editor, self.replay_button)
         QWidget.setTabOrder(self.replay_button, self.cancel_button)
-        self.setMinimumSize(440, 320)
-        self.editor.setFocus()
-        self.editor.textChanged.connect(self._validate)
+        self.setMinimumSize(480, 420)  # fits an 800x500 screen; the form scrolls
+        first = self.form.first_editor() if self.form is not None and self._fits else None
+        (first or self.editor).setFocus()
+        self.editor.textChanged.connect(self._editor_changed)
+        self.tabs.currentChanged.connect(self._tab_changed)
         self.buttons.accepted.connect(self.try_replay)
         self.buttons.rejected.connect(self.reject)
         self._validate()
 
+    # ----------------------------------------------------------------- form and JSON
+
+    def _load_form(self, payload: Any) -> bool:
+        """Shows ``payload`` in the form; False (and a note) when the form cannot show it exactly."""
+        assert self.form is not None
+        reason = self.form.load(payload)
+        self.form.setEnabled(reason is None)
+        if reason is None:
+            self.form_note.hide()
+        else:
+            self.form_note.show_info(f"This input does not fit the form ({reason}); edit it on the JSON tab.", ok=False)
+            self.form_note.show()
+        return reason is None
+
+    def _from_form(self) -> bool:
+        return self.form is not None and self._fits
+
+    def _form_payload(self) -> Any:
+        """The form's input, with the original's copy number kept (a count makes numbered copies)."""
+        assert self.form is not None
+        problems = self.form.problems()
+        if problems:
+            raise InvalidInput(problems[0])
+        payload: Any = self.form.payload()
+        original = self.job.input
+        if self.spec is not None and self.spec.count_field and isinstance(original, dict) and "copy" in original:
+            payload = {**payload, "copy": original["copy"]}
+        return payload
+
+    def payload(self) -> Any:
+        """The new job's input as it stands; raises :class:`InvalidInput` if it is not readable.
+
+        A form left as loaded gives the original input itself (not a rewrite of it that
+        leaves out the defaults it spelled out), so an unedited replay is one.
+        """
+        if self._from_form():
+            payload = self._form_payload()
+            return self.job.input if self._baseline is not None and payload == self._baseline else payload
+        return parse_json(self.editor.toPlainText())
+
+    def _form_changed(self) -> None:
+        if self._syncing:
+            return
+        self._json_dirty = True
+        if self.tabs.currentIndex() == self.JSON_TAB:
+            self.flush_json()
+        self._validate()
+
+    def flush_json(self) -> None:
+        """Writes the form's input into the JSON tab (unless a field's own text is broken)."""
+        if not self._json_dirty or not self._from_form():
+            return
+        try:
+            text = json.dumps(self.payload(), indent=2, ensure_ascii=False)
+        except InvalidInput:
+            return
+        self._json_dirty = False
+        self._syncing = True
+        try:
+            if self.editor.toPlainText() != text:
+                self.editor.setPlainText(text)
+        finally:
+            self._syncing = False
+
+    def json_text(self) -> str:
+        """The JSON tab's text, brought up to date with the form first."""
+        self.flush_json()
+        return self.editor.toPlainText()
+
+    def _editor_changed(self) -> None:
+        if self._syncing:
+            return
+        if self.form is not None:
+            try:
+                payload = parse_json(self.editor.toPlainText())
+            except InvalidInput as exc:
+                self._fits = False
+                self.form.setEnabled(False)
+                self.form_note.show_info(f"The JSON tab's input is not readable ({exc}); fix it there.", ok=False)
+                self.form_note.show()
+            else:
+                self._syncing = True
+                try:
+                    self._fits = self._load_form(payload)
+                finally:
+                    self._syncing = False
+                self._json_dirty = False
+        self._validate()
+
+    def _tab_changed(self, index: int) -> None:
+        if index == self.JSON_TAB:
+            self.flush_json()
+        self._validate()
+
+    # ----------------------------------------------------------------- preview and replay
+
     def edited(self) -> bool:
         try:
-            return parse_json(self.editor.toPlainText()) != self.job.input
+            return bool(self.payload() != self.job.input)
         except InvalidInput:
             return True
 
@@ -898,6 +1072,16 @@ class ReplayDialog(QDialog):
             return
         self.current_preview = preview
         self.preview.setText(preview_html(preview))
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt's name)
+        """Ctrl+Enter replays from anywhere (Enter alone is a new line in a prompt)."""
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and (
+            event.modifiers() & Qt.KeyboardModifier.ControlModifier
+        ):
+            event.accept()
+            self.try_replay()
+            return
+        super().keyPressEvent(event)
 
     def reject(self) -> None:
         """Escape, Cancel or the close button: asks first when the edited input would be lost."""
@@ -912,19 +1096,33 @@ class ReplayDialog(QDialog):
         super().reject()
 
     def _validate(self) -> bool:
+        if self._syncing:
+            return True
         try:
-            payload = parse_json(self.editor.toPlainText())
+            payload = self.payload()
         except QueueError as exc:
             self.message.show_error(str(exc))
             self.replay_button.setEnabled(False)
+            if self.form is not None and self._from_form():
+                self.form.mark(str(exc))
             return False
         self._show_preview(payload)
         try:
             self.controller.validate(self.job.kind, payload)
+            if self._from_form() and self.spec is not None and self.form is not None:
+                values = self.form.values()
+                for f in self.spec.fields:
+                    value = values.get(f.name)
+                    if f.required and isinstance(value, str) and not value.strip():
+                        raise InvalidInput(f"{f.title} is empty")
         except QueueError as exc:
             self.message.show_error(str(exc))
             self.replay_button.setEnabled(False)
+            if self.form is not None:
+                self.form.mark(str(exc) if self._from_form() else None)
             return False
+        if self.form is not None:
+            self.form.mark(None)
         self.replay_button.setEnabled(True)
         how = "with your edited input" if payload != self.job.input else "with the same input"
         self.message.show_info(
@@ -936,7 +1134,7 @@ class ReplayDialog(QDialog):
     def try_replay(self) -> bool:
         if not self._validate():
             return False
-        payload = parse_json(self.editor.toPlainText())
+        payload = self.payload()
         try:
             self.new_job = self.controller.replay(self.job.id, payload if payload != self.job.input else None)
         except QueueError as exc:

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop_queue.core.inputspec import MODELS, FieldType, InputField, InputSpec
+from desktop_queue.core.inputspec import MODELS, PROFILES, FieldType, InputField, InputSpec, profile_routes
 
 #: the largest value a Qt spin box holds
 _INT_MAX = 2**31 - 1
@@ -204,7 +204,7 @@ class FieldEditor:
                 combo.setCurrentIndex(-1)
                 combo.editTextChanged.connect(on_change)
             else:
-                if f.default is None:
+                if f.default is None and f.choices_from != PROFILES:
                     combo.addItem(f.placeholder or UNSET, None)
                 for choice in f.choices:
                     combo.addItem(choice.label, choice.value)
@@ -308,10 +308,37 @@ class FieldEditor:
                 if data == value and type(data) is type(value):
                     w.setCurrentIndex(i)
                     return True
+            if value is None and f.default is None and f.choices_from == PROFILES:
+                # an input that names no profile (older jobs, the CLI's): "the default profile" is
+                # offered only once such an input is shown, so a fresh form names the profile
+                w.insertItem(0, f.placeholder or UNSET, None)
+                w.setCurrentIndex(0)
+                return True
             return False
         assert isinstance(w, QLineEdit)
         w.setText("" if value is None else str(value))
         return True
+
+    def replace_choices(self, names: list[str], placeholder: str | None = None) -> None:
+        """Offers exactly ``names`` in a free-text drop-down (another profile's models), keeping what is typed."""
+        w = self.widget
+        if not isinstance(w, QComboBox) or not w.isEditable():
+            return
+        text = w.currentText()
+        w.blockSignals(True)
+        w.clear()
+        for name in names:
+            w.addItem(name, name)
+        w.setEditText(text)
+        line = w.lineEdit()
+        if placeholder is not None and line is not None:
+            line.setPlaceholderText(placeholder)
+        w.blockSignals(False)
+
+    def offered(self) -> list[str]:
+        """The names a drop-down offers now."""
+        w = self.widget
+        return [w.itemText(i) for i in range(w.count())] if isinstance(w, QComboBox) else []
 
     def set_choices(self, names: list[str]) -> None:
         """Offers ``names`` in a free-text drop-down (a model list), keeping what is typed."""
@@ -336,15 +363,18 @@ class ModelLister(QObject):
 
     The provider's ``test_connection()`` lists the models (Preferences uses it too).
     The answer is kept per (kind, profile, base URL) for this session, so the next
-    New dialog offers it at once.
+    New dialog offers it at once. :attr:`provider` may change (another profile picked):
+    an answer that comes back for the previous one is remembered for it, not shown.
 
     Signals:
-        listed(list): the model names.
+        listed(list): the model names (of the current provider).
         failed(str): why they could not be listed (a redacted message).
     """
 
     listed = Signal(list)
     failed = Signal(str)
+    _answered = Signal(object, list)
+    _refused = Signal(object, str)
 
     _known: ClassVar[dict[tuple[str, str, str], list[str]]] = {}
 
@@ -352,56 +382,74 @@ class ModelLister(QObject):
         super().__init__(parent)
         self.provider = provider
         self._pool = pool or QThreadPool.globalInstance()
-        self.busy = False
-        self.listed.connect(self._remember)
-        self.failed.connect(self._not_busy)
+        self._asking: set[tuple[str, str, str]] = set()
+        self._answered.connect(self._remember)
+        self._refused.connect(self._not_listed)
+
+    @property
+    def busy(self) -> bool:
+        """True while the current provider's server is being asked."""
+        return self.key_of(self.provider) in self._asking
 
     @staticmethod
     def can_list(provider: Any) -> bool:
         return callable(getattr(provider, "test_connection", None))
 
-    def _key(self) -> tuple[str, str, str]:
-        profile = getattr(self.provider, "profile", None)
+    @staticmethod
+    def key_of(provider: Any) -> tuple[str, str, str]:
+        profile = getattr(provider, "profile", None)
         name = str(getattr(profile, "name", ""))
         resolve = getattr(profile, "resolved_base_url", None)
         url = str(resolve() if callable(resolve) else "")
-        return (str(getattr(self.provider, "kind", "")), name, url)
+        return (str(getattr(provider, "kind", "")), name, url)
 
     def known(self) -> list[str]:
         """The names listed earlier in this session (empty: not asked yet)."""
-        return list(self._known.get(self._key(), []))
+        return list(self._known.get(self.key_of(self.provider), []))
 
-    @Slot(list)
-    def _remember(self, names: list[str]) -> None:
-        self._known[self._key()] = list(names)
-        self.busy = False
+    @Slot(object, list)
+    def _remember(self, key: tuple[str, str, str], names: list[str]) -> None:
+        self._known[key] = list(names)
+        self._asking.discard(key)
+        if key == self.key_of(self.provider):
+            self.listed.emit(list(names))
+
+    @Slot(object, str)
+    def _not_listed(self, key: tuple[str, str, str], text: str) -> None:
+        self._asking.discard(key)
+        if key == self.key_of(self.provider):
+            self.failed.emit(text)
 
     def start(self) -> None:
-        if self.busy:
+        key = self.key_of(self.provider)
+        if key in self._asking:
             return
-        self.busy = True
-        self._pool.start(_ListModels(self.provider, self))
-
-    @Slot(str)
-    def _not_busy(self, _text: str) -> None:
-        self.busy = False
+        self._asking.add(key)
+        self._pool.start(_ListModels(self.provider, key, self))
 
 
 class _ListModels(QRunnable):
     """Lists a provider's models; reports through the GUI-owned :class:`ModelLister`."""
 
-    def __init__(self, provider: Any, lister: ModelLister) -> None:
+    def __init__(self, provider: Any, key: tuple[str, str, str], lister: ModelLister) -> None:
         super().__init__()
         self.provider = provider
+        self.key = key
         self.lister = lister
 
     def run(self) -> None:
         try:
             names = [str(n) for n in self.provider.test_connection()]
         except Exception as exc:  # the provider's message is already redacted
-            self.lister.failed.emit(str(exc) or type(exc).__name__)
+            self._report(self.lister._refused, str(exc) or type(exc).__name__)
             return
-        self.lister.listed.emit(names)
+        self._report(self.lister._answered, names)
+
+    def _report(self, signal: Any, value: Any) -> None:
+        try:
+            signal.emit(self.key, value)
+        except RuntimeError:  # the dialog was closed meanwhile: nobody is waiting for the list
+            pass
 
 
 # --------------------------------------------------------------------------- the form
@@ -410,9 +458,15 @@ class _ListModels(QRunnable):
 class InputForm(QWidget):
     """A form for one kind's input, generated from its :class:`InputSpec`.
 
+    A profile field (``choices_from`` :data:`~desktop_queue.core.inputspec.PROFILES`)
+    offers the spec's profiles (:meth:`InputSpec.with_profiles`); picking one changes
+    the model field's choices and placeholder to that profile's, and its "list models"
+    button asks that profile's server.
+
     Args:
         spec: the description.
-        provider: the provider (for a model field's "list models" button), or None.
+        provider: the provider (for a model field's "list models" button), or None;
+            a router over profiles lends each profile's own provider.
         parent: the Qt parent.
 
     Signals:
@@ -431,6 +485,10 @@ class InputForm(QWidget):
         self._loading = False
         self._last: dict[str, Any] = {}
         self.lister: ModelLister | None = None
+        self.routes, _default = profile_routes(provider)
+        self._shown_profile: Any = None
+        self._profile_name = spec.profile_field().name if spec.profile_field() is not None else None  # type: ignore[union-attr]
+        self._model_name = spec.model_field().name if spec.model_field() is not None else None  # type: ignore[union-attr]
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         if spec.notes:
@@ -460,7 +518,9 @@ class InputForm(QWidget):
             if isinstance(editor.widget, PromptEditor):
                 editor.widget.submit_requested.connect(self.submit_requested)
             if f.choices_from == MODELS and provider is not None and ModelLister.can_list(provider):
-                self._add_model_button(editor, provider)
+                self._add_model_button(
+                    editor, self._provider_for(spec.fresh().get(self._profile_name or "")) or provider
+                )
             label = QLabel(f.label or f"{f.title}:")
             label.setBuddy(editor.widget)
             if f.help:
@@ -473,10 +533,65 @@ class InputForm(QWidget):
         layout.addWidget(self.advanced_toggle)
         layout.addWidget(self.advanced_box)
         self.show_advanced(False)
-        for name, value in spec.defaults().items():
+        for name, value in spec.fresh().items():
             self.editors[name].set_value(value)
         self._last = self._safe_values()
         self._update_visibility()
+        self._follow_profile(force=True)
+
+    # -- profiles
+
+    def _provider_for(self, profile: Any) -> Any:
+        """The provider of the picked profile (None: the default), for listing its models."""
+        if not self.routes:
+            return None
+        name = profile if profile is not None else self.spec.default_profile
+        return self.routes.get(name) if name in self.routes else next(iter(self.routes.values()))
+
+    def current_profile(self) -> Any:
+        """The profile picked (None: the default profile, for an input that names none)."""
+        return self._safe_values().get(self._profile_name) if self._profile_name else None
+
+    def _follow_profile(self, force: bool = False) -> None:
+        """The model field offers the picked profile's models; its ↻ asks that profile's server."""
+        if self._profile_name is None or self._model_name is None or not self.spec.profiles:
+            return
+        profile = self.current_profile()
+        if profile == self._shown_profile and not force:
+            return
+        model = self.editors[self._model_name]
+        before = model.offered()
+        option = self.spec.profile_option(profile)
+        names = self.spec.models_for(profile)
+        if self.lister is not None:
+            provider = self._provider_for(profile)
+            if provider is not None:
+                self.lister.provider = provider
+            names = list(dict.fromkeys([*names, *self.lister.known()]))
+            self._show_lister_state()
+        placeholder = None
+        if option is not None and option.default_model:
+            placeholder = f"{option.default_model} ({option.name}'s default)"
+        picked = model.value()
+        model.replace_choices(names, placeholder)
+        if not force and isinstance(picked, str) and picked in before and picked not in names:
+            # a model picked from the other profile's list that this one does not offer
+            self._loading = True
+            try:
+                model.set_value(None)
+            finally:
+                self._loading = False
+        self._shown_profile = profile
+
+    def _show_lister_state(self) -> None:
+        button = getattr(self, "model_button", None)
+        if button is None or self.lister is None:
+            return
+        button.setEnabled(not self.lister.busy)
+        name = getattr(getattr(self.lister.provider, "profile", None), "name", None)
+        button.setToolTip(
+            f"Ask the server of profile {name} for its models" if name else "Ask the server for its models"
+        )
 
     def _add_model_button(self, editor: FieldEditor, provider: Any) -> None:
         self.lister = ModelLister(provider, self)
@@ -547,6 +662,7 @@ class InputForm(QWidget):
             return
         now = self._safe_values()
         self._apply_implies(now)
+        self._follow_profile()
         self._last = self._safe_values()
         self._update_visibility()
         self.changed.emit()
@@ -608,6 +724,7 @@ class InputForm(QWidget):
                     return f'"{name}" is outside what the form can show'
         finally:
             self._loading = False
+        self._follow_profile(force=True)
         self._last = self._safe_values()
         self._update_visibility()
         if any(self.spec.field(n).advanced and v != self.spec.field(n).default for n, v in values.items()):

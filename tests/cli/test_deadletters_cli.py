@@ -13,7 +13,11 @@ OK, FAILED, USAGE, NO_JOB, NOT_ALLOWED = 0, 1, 2, 3, 4
 
 
 def dead_letters(dq: Cli, *prompts: str, status: int = 401) -> list[str]:
-    ids = [dq.submit({"prompt": p, "duration_s": 0.01, "fail_times": 9, "fail_with": status})["id"] for p in prompts]
+    # titled by hand: a job submitted without a title is named by its prompt (shown in exports too)
+    ids = [
+        dq.submit({"prompt": p, "duration_s": 0.01, "fail_times": 9, "fail_with": status}, "--title", f"dead {i}")["id"]
+        for i, p in enumerate(prompts, 1)
+    ]
     run = dq.sub("work", "--until-idle", "--max-seconds", "30")
     assert run.code == OK, run.err
     return ids

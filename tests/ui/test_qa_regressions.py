@@ -71,7 +71,8 @@ def test_replay_dialog_defaults_to_replay_and_starts_in_the_editor(qtbot: Any, s
     dialog.open()
     assert dialog.replay_button.isDefault()
     assert not dialog.buttons.button(dialog.buttons.StandardButton.Cancel).isDefault()
-    assert dialog.focusWidget() is dialog.editor
+    # the input's editor: the form's prompt field (the JSON tab when the kind has no form)
+    assert dialog.form is not None and dialog.focusWidget() is dialog.form.editor("prompt")
     dialog.reject()
 
 

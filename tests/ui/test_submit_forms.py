@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_queue.core import Outcome, RunContext
-from desktop_queue.core.inputspec import FieldType, InputField, InputSpec, spec_of
+from desktop_queue.core.inputspec import FieldType, InputField, InputSpec, spec_for, spec_of
 from desktop_queue.providers.demo import DemoProvider
 from desktop_queue.providers.openai_compat import make_providers
 from desktop_queue.ui.dialogs import SubmitDialog
@@ -114,8 +114,10 @@ def jobs(session: Any) -> list[Any]:
 )
 def test_every_kind_gets_a_form_from_its_description(session: Any, kind: str) -> None:
     dialog = new_dialog(session, kind)
-    spec = spec_of(session.controller.providers[kind])
+    # (the description, its profile field offering the configured profiles)
+    spec = spec_for(session.controller.providers[kind], session.controller.profiles)
     assert spec is not None and dialog.form is not None and dialog.form.spec == spec
+    assert [f.name for f in spec.fields] == [f.name for f in spec_of(session.controller.providers[kind]).fields]
     assert dialog.tabs.isTabEnabled(dialog.FORM_TAB) and dialog.tabs.currentIndex() == dialog.FORM_TAB
     for f in spec.fields:
         widget = dialog.form.editor(f.name)
@@ -215,6 +217,7 @@ def test_the_form_and_the_json_tab_stay_in_sync_both_ways(session: Any) -> None:
     form.set_value("system", "be brief")
     form.set_value("temperature", 0.5)
     assert json.loads(dialog.json_text()) == {
+        "profile": "openai",  # the profile picked (the default): routing reads it there
         "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}],
         "temperature": 0.5,
     }
@@ -222,6 +225,7 @@ def test_the_form_and_the_json_tab_stay_in_sync_both_ways(session: Any) -> None:
     dialog.editor.setPlainText('{"prompt": "from json", "max_tokens": 300, "response_format": {"type": "json_object"}}')
     values = form.values()
     assert values["prompt"] == "from json" and values["max_tokens"] == 300 and values["system"] is None
+    assert values["profile"] is None  # an input naming no profile: "the default profile" is shown
     assert values["output_format"] == "json_object"
     assert form.isEnabled() and not dialog.form_note.isVisible()
     # what the form cannot show: the form steps aside and says why, the JSON is kept
