@@ -36,7 +36,9 @@ from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.providers.setup import apply as apply_profile
 from desktop_queue.providers.setup import reconfigure as reconfigure_profiles
 from desktop_queue.runtime.driver import LeaseDriver
-from desktop_queue.ui.models import DeadLetterModel, QueueModel, RefreshCoordinator
+from desktop_queue.ui.models.dead_letter_model import DeadLetterModel
+from desktop_queue.ui.models.queue_model import QueueModel
+from desktop_queue.ui.models.refresh import RefreshCoordinator
 
 log = logging.getLogger(__name__)
 

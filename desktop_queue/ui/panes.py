@@ -54,7 +54,10 @@ from desktop_queue.core.model import State
 from desktop_queue.ui.delegates import JobCellDelegate
 from desktop_queue.ui.first_run import FirstRunPanel
 from desktop_queue.ui.icons import icon, state_icon
-from desktop_queue.ui.models import DeadGroupModel, JobFilterProxy, JobTableModel, TimelineModel, TimelineRole
+from desktop_queue.ui.models.dead_groups import DeadGroupModel
+from desktop_queue.ui.models.filter_proxy import JobFilterProxy
+from desktop_queue.ui.models.job_table import JobTableModel
+from desktop_queue.ui.models.timeline_model import TimelineModel, TimelineRole
 from desktop_queue.ui.timeline import LiveTimelineModel
 
 #: category -> accent colour (mid tones: readable on light and dark palettes)
