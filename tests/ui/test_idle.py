@@ -3,12 +3,15 @@ it does not need, and the keyboard brings focus to a row."""
 
 from __future__ import annotations
 
+import contextlib
+import random
 from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
+from desktop_queue.core import QueueError
 from desktop_queue.ui.models.refresh import HIDDEN_MS, UNFOCUSED_MS, Pace
 
 
@@ -134,3 +137,79 @@ def test_tabbing_into_the_dead_letters_selects_a_row(qtbot: Any, session: Any) -
     window.dead_pane.search.setFocus()
     window.dead_pane.view.setFocus(Qt.FocusReason.TabFocusReason)
     assert [j["id"] for j in window.dead_pane.selected()] == [job_id]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_status_bar_kept_from_changes_equals_a_recount_after_random_changes(
+    qtbot: Any, qtmodeltester: Any, session: Any, seed: int
+) -> None:
+    """Random verbs from "another process" (straight on the store), one refresh after each few."""
+    from desktop_queue.core import Outcome
+    from desktop_queue.core.present import recount
+
+    rng = random.Random(seed)
+    controller, window, queue = session.controller, session.window, session.queue
+    controller.set_paused(True)  # the window's own worker stays out of it
+    ids: list[str] = []
+    for step in range(40):
+        verb = rng.choice(["submit", "submit", "cancel", "retry", "run"])
+        if verb == "submit" or not ids:
+            priority = rng.choice(["interactive", "background"])
+            try:
+                ids.append(
+                    queue.submit("demo", {"prompt": f"p{seed}-{step}"}, title=f"t{step}", priority=priority).job.id
+                )
+            except QueueError:  # the interactive lane is full: as a person would, submit it as background
+                ids.append(queue.submit("demo", {"prompt": f"p{seed}-{step}"}, title=f"t{step}").job.id)
+        elif verb == "cancel":
+            with contextlib.suppress(QueueError):
+                queue.cancel(rng.choice(ids))
+        elif verb == "retry":
+            with contextlib.suppress(QueueError):
+                queue.retry(rng.choice(ids))
+        else:
+            lease = queue.lease("elsewhere")
+            if lease is not None:
+                if rng.random() < 0.5:
+                    queue.complete(lease, {"text": "ok"})
+                else:
+                    queue.fail(lease, Outcome.failure("fatal", "demo: simulated invalid request (400)", status=400))
+        if rng.random() < 0.4:
+            controller.refresher.refresh()
+    controller.refresher.refresh()
+    now = controller.queue.clock.now()
+    tally = controller.refresher.tally
+    expected = recount(queue.raw_jobs(), now)
+    assert tally.counts() == expected["counts"]
+    assert tally.done_since(now - 60) == expected["done"]
+    assert tally.interactive_ahead(now) == expected["interactive_ahead"]
+    counts = queue.counts()
+    for state, label in window.state_labels.items():
+        assert label.text() == f"{counts.get(state, 0)} {state}"
+    assert window.throughput_label.text() == f"{expected['done']} done in the last minute"
+    qtmodeltester.check(controller.queue_model)
+
+
+def test_a_screen_of_finished_jobs_is_not_repainted_on_ticks(
+    qtbot: Any, session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from desktop_queue.ui import panes
+
+    monkeypatch.setattr(panes, "LIVE_REPAINT_S", 0.0)  # no wait between two live repaints
+    controller, window = session.controller, session.window
+    controller.set_paused(True)
+    job_id = submit(session, "finished soon")
+    controller.refresher.refresh()
+    view = window.queue_pane.view
+    QApplication.processEvents()
+    updates: list[int] = []
+    real_update = view.viewport().update
+    monkeypatch.setattr(view.viewport(), "update", lambda *a: updates.append(1) or real_update(*a))
+    controller.refresher.refresh()
+    assert updates, "a waiting job's clock cells were not repainted"
+    session.queue.cancel(job_id)
+    controller.refresher.refresh()
+    updates.clear()
+    for _ in range(3):
+        controller.refresher.refresh()
+    assert not updates
