@@ -19,10 +19,9 @@ from desktop_queue.core import Job, NotAllowed, Queue, QueueError, StoreError, S
 from desktop_queue.core.export import write_export
 from desktop_queue.core.flow import FlowControl
 from desktop_queue.core.ledger import Budget
-from desktop_queue.core.model import Actor
+from desktop_queue.core.model import Actor, Priority
 from desktop_queue.core.present import (
     PAUSED,
-    interactive_ahead,
     now_line,
     priority_reason,
     slot_reason,
@@ -36,7 +35,9 @@ from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.providers.setup import apply as apply_profile
 from desktop_queue.providers.setup import reconfigure as reconfigure_profiles
 from desktop_queue.runtime.driver import LeaseDriver
-from desktop_queue.ui.models import DeadLetterModel, QueueModel, RefreshCoordinator
+from desktop_queue.ui.models.dead_letter_model import DeadLetterModel
+from desktop_queue.ui.models.queue_model import QueueModel
+from desktop_queue.ui.models.refresh import RefreshCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class Controller(QObject):
         self.profiles = profiles
         self._in_use: tuple[float, list[str]] = (-1e18, [])
         self.budgets: dict[str, Budget] = dict(budgets or {})
-        self._interactive_ahead = 0
+        self._interactive_ahead: int | None = None
         # the queue's clock, so that the panes and the timeline's now line read one time
         # archived jobs come from the queue's history, a page at a time as the views scroll
         self.queue_model = QueueModel(queue.clock.now, hold=self.hold_reason, parent=self, history=queue)
@@ -213,10 +214,22 @@ class Controller(QObject):
         return self.flow.waiting_reason(job) if self.flow is not None else None
 
     def update_lanes(self) -> None:
-        """Counts the queued, due interactive jobs this window's driver will lease first."""
-        self._interactive_ahead = interactive_ahead(
-            self.queue_model.jobs(), self.queue.clock.now(), kinds=self.providers.keys(), held=self._flow_reason
-        )
+        """Forgets the count of interactive jobs ahead: the next question counts again (once per tick).
+
+        Counted only when asked (a background job's "next run" painted, the now line),
+        and only over the queued interactive jobs the refresher's tally keeps: a tick
+        with nothing on screen to explain costs nothing.
+        """
+        self._interactive_ahead = None
+
+    @property
+    def interactive_ahead(self) -> int:
+        """How many queued, due interactive jobs this window's driver will lease first."""
+        if self._interactive_ahead is None:
+            self._interactive_ahead = self.refresher.tally.interactive_ahead(
+                self.queue.clock.now(), kinds=self.providers.keys(), held=self._flow_reason
+            )
+        return self._interactive_ahead
 
     def hold_reason(self, job: Mapping[str, Any]) -> str | None:
         """Why a queued, due job does not start now, or None.
@@ -236,7 +249,9 @@ class Controller(QObject):
         if driver.paused:
             return PAUSED
         free = max(0, driver.concurrency - driver.running)
-        return priority_reason(job, self._interactive_ahead, free) or slot_reason(driver.running, driver.concurrency)
+        if job.get("priority") == Priority.INTERACTIVE:
+            return slot_reason(driver.running, driver.concurrency)
+        return priority_reason(job, self.interactive_ahead, free) or slot_reason(driver.running, driver.concurrency)
 
     def now_line(self, job: Job | Mapping[str, Any] | None) -> str | None:
         """The timeline's synthetic last line for a queued job (``now: waiting: …``), else None."""
@@ -287,9 +302,8 @@ class Controller(QObject):
             return found
         default = self.profiles.default_name() if self.profiles is not None else None
         used: list[str] = []
-        for job in self.queue_model.jobs():
-            kind = str(job.get("kind", ""))
-            if job.get("state") in ("queued", "running") and kind.startswith("openai."):
+        for kind in sorted(self.refresher.tally.active_kinds()):
+            if kind.startswith("openai."):
                 used.append(default or kind.split(".", 1)[0])
                 break
         self._in_use = (now, used)

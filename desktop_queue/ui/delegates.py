@@ -3,7 +3,7 @@
 Qt's own :class:`QStyledItemDelegate` fills a cell's style option by asking the model
 for display text, icon, font, alignment, colours and check state, one role at a time:
 with a Python model each is a call into Python, ~8 per painted cell. The delegate here
-fills the same option from one :class:`~desktop_queue.ui.models.CellLook` (text, icon,
+fills the same option from one :class:`~desktop_queue.ui.models.columns.CellLook` (text, icon,
 bold) and leaves the drawing to Qt: ``QStyledItemDelegate.paint`` (C++) calls
 :meth:`JobCellDelegate.initStyleOption`, then draws with the style's ``CE_ItemViewItem``
 exactly as before (native selection, alternating rows, icon, focus, eliding, light or
@@ -23,7 +23,8 @@ from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem
 
-from desktop_queue.ui.models import CellLook, JobFilterProxy, JobRole
+from desktop_queue.ui.models.columns import CellLook, JobRole
+from desktop_queue.ui.models.filter_proxy import JobFilterProxy
 
 _HAS_DISPLAY = QStyleOptionViewItem.ViewItemFeature.HasDisplay
 _HAS_DISPLAY_AND_DECORATION = _HAS_DISPLAY | QStyleOptionViewItem.ViewItemFeature.HasDecoration

@@ -291,6 +291,7 @@ class MainWindow(QMainWindow):
         controller.failed.connect(lambda m: self.banner.show_message(m, "state-dead"))
         controller.store_unavailable.connect(self._store_unavailable)
         controller.store_available.connect(self._store_available)
+        controller.refresher.follow(self)  # slower while hidden or behind another application
 
         self.resize(1200, 720)
         self._restore_state()
@@ -604,27 +605,48 @@ class MainWindow(QMainWindow):
 
     # ----------------------------------------------------------------- status bar and notifications
 
-    def _update_status(self) -> None:
+    def _status_counts(self) -> dict[str, int] | None:
+        """Jobs per state, read again only when the refresh saw a change (None: the store is unreachable)."""
+        version = self.controller.refresher.version
+        cached = self._counts_cache
+        if cached is not None and cached[0] == version >= 0:
+            return cached[1]
         try:
             counts = self.controller.queue.counts()
         except Exception:  # the store is unreachable: the banner already says so
+            return None
+        self._counts_cache = (version, counts)
+        return counts
+
+    def _update_status(self) -> None:
+        """The status bar after a refresh tick; widgets are touched only when what they show changed."""
+        counts = self._status_counts()
+        if counts is None:
             return
-        for state, label in self.state_labels.items():
-            label.setText(f"{counts.get(state, 0)} {state}")
-        self.queue_pane.set_counts(counts)
         driver = self.controller.driver
-        paused = " (store unavailable)" if self.controller.store_problem else " (paused)" if driver.paused else ""
-        self.capacity_label.setText(f"{driver.running}/{driver.concurrency} slots busy here{paused}")
-        cutoff = time.time() - 60
-        done = sum(
-            1
-            for j in self.controller.queue_model.jobs()
-            if j.get("state") == State.SUCCEEDED and (j.get("finished_at") or 0) >= cutoff
-        )
-        self.throughput_label.setText(f"{done} done in the last minute")
+        done = self.controller.refresher.tally.done_since(time.time() - 60)
         self._update_providers()
         if self._ran_something:
             self._announce_if_drained(counts)
+        shown = (
+            sorted(counts.items()),
+            driver.running,
+            driver.concurrency,
+            driver.paused,
+            self.controller.store_problem,
+            done,
+            self._dead_seen,
+            self.tabs.currentWidget() is self.dead_pane,
+        )
+        if shown == self._status_shown:
+            return  # an idle tick: nothing to set (a style sheet set again re-polishes the button)
+        self._status_shown = shown
+        for state, label in self.state_labels.items():
+            label.setText(f"{counts.get(state, 0)} {state}")
+        self.queue_pane.set_counts(counts)
+        paused = " (store unavailable)" if self.controller.store_problem else " (paused)" if driver.paused else ""
+        self.capacity_label.setText(f"{driver.running}/{driver.concurrency} slots busy here{paused}")
+        self.throughput_label.setText(f"{done} done in the last minute")
         dead = counts.get(State.DEAD, 0)
         self.dead_pane.set_total(dead, counts.get("resolved", 0))
         if self._dead_seen is None or self.tabs.currentWidget() is self.dead_pane:
@@ -653,6 +675,9 @@ class MainWindow(QMainWindow):
         self.tabs.setTabText(1, f"&Dead letters ({dead})" if dead else "&Dead letters")
 
     _dead_count_known = False
+    #: (refresher version, counts) of the last ``Queue.counts()``; what the status bar last showed
+    _counts_cache: tuple[int, dict[str, int]] | None = None
+    _status_shown: tuple[Any, ...] | None = None
 
     def _update_providers(self) -> None:
         """Refreshes every provider indicator from its profile's real state (computed in core)."""

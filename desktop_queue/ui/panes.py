@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
 from PySide6.QtCore import (
@@ -19,6 +20,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import (
     QColor,
+    QFocusEvent,
     QFont,
     QFontMetrics,
     QKeySequence,
@@ -54,7 +56,11 @@ from desktop_queue.core.model import State
 from desktop_queue.ui.delegates import JobCellDelegate
 from desktop_queue.ui.first_run import FirstRunPanel
 from desktop_queue.ui.icons import icon, state_icon
-from desktop_queue.ui.models import DeadGroupModel, JobFilterProxy, JobTableModel, TimelineModel, TimelineRole
+from desktop_queue.ui.models.columns import JobRole
+from desktop_queue.ui.models.dead_groups import DeadGroupModel
+from desktop_queue.ui.models.filter_proxy import JobFilterProxy
+from desktop_queue.ui.models.job_table import JobTableModel
+from desktop_queue.ui.models.timeline_model import TimelineModel, TimelineRole
 from desktop_queue.ui.timeline import LiveTimelineModel
 
 #: category -> accent colour (mid tones: readable on light and dark palettes)
@@ -71,6 +77,8 @@ CATEGORY_COLOURS: dict[str, str] = {
 
 #: a title search of the archive waits this long after the last keystroke (the hot rows filter at once)
 ARCHIVE_SEARCH_DELAY_MS = 150
+#: the queue pane repaints its time-dependent cells at most this often (seconds; they show whole seconds)
+LIVE_REPAINT_S = 1.0
 
 STATE_ORDER = (State.QUEUED, State.RUNNING, State.SUCCEEDED, State.DEAD, State.CANCELLED)
 
@@ -156,6 +164,46 @@ def _clear_on_escape(pane: QWidget, clear: Callable[[], None]) -> QShortcut:
     return shortcut
 
 
+#: how focus reaches a table from the keyboard (Tab, Shift+Tab, a shortcut or mnemonic)
+_KEYBOARD_FOCUS = frozenset(
+    {Qt.FocusReason.TabFocusReason, Qt.FocusReason.BacktabFocusReason, Qt.FocusReason.ShortcutFocusReason}
+)
+
+
+class SelectOnKeyboardFocus(QObject):
+    """Selects a row when the keyboard brings focus into a table with nothing selected.
+
+    Tabbing into the queue should show a timeline, not an invisible current cell: the
+    current row if there is one, else the first. A click selects what it clicks, so
+    focus by mouse is left alone.
+    """
+
+    def __init__(self, view: QTableView) -> None:
+        super().__init__(view)
+        self.view = view
+        view.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt API
+        if watched is self.view and event.type() == QEvent.Type.FocusIn:
+            assert isinstance(event, QFocusEvent)
+            if event.reason() in _KEYBOARD_FOCUS:
+                self.select_a_row()
+        return False
+
+    def select_a_row(self) -> None:
+        """Selects the current row, or the first, if nothing is selected and there are rows."""
+        view, selection = self.view, self.view.selectionModel()
+        model = view.model()
+        if model is None or selection is None or selection.hasSelection() or model.rowCount() == 0:
+            return
+        current = selection.currentIndex()
+        index = current if current.isValid() else model.index(0, 0)
+        selection.setCurrentIndex(
+            index, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
+        )
+        view.scrollTo(index, QAbstractItemView.ScrollHint.EnsureVisible)
+
+
 def _job_table(model: JobFilterProxy, name: str) -> QTableView:
     view = QTableView()
     view.setObjectName(name)
@@ -164,6 +212,7 @@ def _job_table(model: JobFilterProxy, name: str) -> QTableView:
     view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
     # one JobRole.LOOK per painted cell instead of Qt asking Python for ~8 roles one by one
     view.setItemDelegate(JobCellDelegate(view))
+    SelectOnKeyboardFocus(view)
     return view
 
 
@@ -264,6 +313,7 @@ class QueuePane(QWidget):
         self.view.sortByColumn(6, Qt.SortOrder.DescendingOrder)  # newest first
         self.empty_state = EmptyState(self.view, self.proxy, "jobs", self.search)
         self.escape = _clear_on_escape(self, self.clear_filter)
+        self._live_painted = -math.inf
         # Title takes what is left, so that Wait, Run time and Last error stay in sight
         # at the default window size (1200×720) instead of behind horizontal scrolling.
         # Next run is wide enough for "waiting: a free slot (4 of 4 running)": why a job
@@ -289,8 +339,33 @@ class QueuePane(QWidget):
                 header.setSectionResizeMode(i, QHeaderView.ResizeMode.Stretch)
 
     def repaint_live(self) -> None:
-        """Repaints the visible rows after a clock tick (time-dependent cells)."""
+        """Repaints the visible rows after a clock tick, if their time-dependent cells may read differently.
+
+        A finished job's cells do not move with the clock, and the live ones change
+        about once a second ("retrying in 12 s", "paused", a run time): a screen of
+        finished jobs is not repainted at all, one with waiting or running jobs at
+        most once per :data:`LIVE_REPAINT_S`. Changed jobs repaint through the model.
+        """
+        now = time.monotonic()
+        if now - self._live_painted < LIVE_REPAINT_S or not self.view.isVisible():
+            return
+        if not self.live_rows_visible():
+            return
+        self._live_painted = now
         self.view.viewport().update()
+
+    def live_rows_visible(self) -> bool:
+        """Whether a queued or running job is among the rows on screen."""
+        view = self.view
+        first = view.rowAt(0)
+        if first < 0:
+            return False
+        last = view.rowAt(view.viewport().height() - 1)
+        last = self.proxy.rowCount() - 1 if last < 0 else last
+        return any(
+            self.proxy.index(row, 0).data(JobRole.STATE) in (State.QUEUED, State.RUNNING)
+            for row in range(first, last + 1)
+        )
 
     def set_first_run(self, first: bool) -> None:
         """Shows the first-run state (what to do) instead of an empty table, or the table again."""

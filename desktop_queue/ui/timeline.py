@@ -20,7 +20,7 @@ from desktop_queue.core.model import Job
 from desktop_queue.core.present import BACKOFF, NOW_PREFIX, PAUSED
 from desktop_queue.core.results import ResultStore
 from desktop_queue.ui.icons import icon, state_icon
-from desktop_queue.ui.models import TimelineModel, TimelineRole
+from desktop_queue.ui.models.timeline_model import TimelineModel, TimelineRole
 
 AnyIndex = QModelIndex | QPersistentModelIndex
 _ROOT = QModelIndex()
@@ -47,7 +47,7 @@ def now_icon_name(text: str) -> str | None:
     return None
 
 
-#: how the detail of an event names its result (see :func:`~desktop_queue.ui.models.event_detail`)
+#: how the detail of an event names its result (see :func:`~desktop_queue.ui.models.timeline_model.event_detail`)
 _RESULT_DETAIL = "result ref: "
 _TEXT_ROLES = frozenset({Qt.ItemDataRole.DisplayRole, TimelineRole.DETAIL, Qt.ItemDataRole.ToolTipRole})
 

@@ -1,0 +1,181 @@
+"""The one refresh timer that feeds the job table models with what changed.
+
+Its pace follows the window: every 300 ms while the application is in front, every
+2 s while another application is, every 5 s while the window is hidden or minimised
+(the tray's notices still come), and at once when it comes back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QWidget
+
+from desktop_queue.core import Queue, QueueError
+from desktop_queue.core.present import JobTally
+from desktop_queue.ui.models.job_table import JobTableModel
+
+
+class Pace(StrEnum):
+    """How often the views look for changes: the window in front, behind another application, out of sight."""
+
+    FOCUSED = "focused"
+    UNFOCUSED = "unfocused"
+    HIDDEN = "hidden"
+
+
+#: refresh interval while another application is in front
+UNFOCUSED_MS = 2000
+#: refresh interval while the window is hidden (in the tray) or minimised
+HIDDEN_MS = 5000
+
+_WINDOW_EVENTS = frozenset({QEvent.Type.Show, QEvent.Type.Hide, QEvent.Type.WindowStateChange})
+
+
+class RefreshCoordinator(QObject):
+    """Polls the queue for changes on one named timer and feeds them to the models.
+
+    Changes made by any process (this window, the CLI, a headless worker) show up
+    within one interval. Besides the models it keeps :attr:`tally` (counts, recent
+    completions, the interactive lane) up to date from the same changed jobs, so that
+    nothing on the refresh path walks every job.
+
+    Args:
+        queue: the engine.
+        models: the job table models to keep up to date.
+        interval_ms: the refresh interval while the window is in front (250-500 ms).
+        parent: the Qt parent.
+
+    Signals:
+        jobs_changed(object): the set of job ids that changed (None: everything was reloaded).
+        refreshed(): a refresh tick ran (the clock moved on).
+        error(str): the store could not be read.
+    """
+
+    jobs_changed = Signal(object)
+    refreshed = Signal()
+    error = Signal(str)
+
+    def __init__(
+        self, queue: Queue, models: list[JobTableModel], interval_ms: int = 300, parent: QObject | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.queue = queue
+        self.models = list(models)
+        self.tally = JobTally()
+        self.version = -1
+        self.intervals = {Pace.FOCUSED: interval_ms, Pace.UNFOCUSED: UNFOCUSED_MS, Pace.HIDDEN: HIDDEN_MS}
+        self.pace = Pace.FOCUSED
+        self._window: QWidget | None = None
+        self._app_active = True
+        self._shown = False
+        self.timer = QTimer(self)
+        self.timer.setObjectName("refreshTimer")
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self.refresh)
+
+    def start(self) -> None:
+        """Loads everything once, then polls."""
+        self.refresh()
+        self.timer.start()
+
+    def stop(self) -> None:
+        self.timer.stop()
+
+    def soon(self) -> None:
+        """Refreshes as soon as the event loop is free (after a verb of this window)."""
+        QTimer.singleShot(0, self, self.refresh)
+
+    # ----------------------------------------------------------------- pace
+
+    def set_pace(self, pace: Pace | str) -> None:
+        """Refreshes at ``pace``'s interval from now on; at once when the pace quickens
+        (the window shown again, or its application back in front)."""
+        pace = Pace(pace)
+        if pace == self.pace:
+            return
+        faster = self.intervals[pace] < self.intervals[self.pace]
+        self.pace = pace
+        self.timer.setInterval(self.intervals[pace])  # (a running timer restarts with the new interval)
+        if faster and self.version >= 0:
+            self.soon()
+
+    def follow(self, window: QWidget) -> None:
+        """Sets the pace from ``window``'s visibility and the application's state, from now on.
+
+        A window not shown yet keeps the pace it has: it is hidden only once it was
+        shown and then hidden (to the tray) or minimised.
+        """
+        self._window = window
+        window.installEventFilter(self)
+        app = QGuiApplication.instance()
+        if isinstance(app, QGuiApplication):
+            self._app_active = QGuiApplication.applicationState() == Qt.ApplicationState.ApplicationActive
+            app.applicationStateChanged.connect(self._application_state)
+        self._follow_window()
+
+    def pace_for(self, *, visible: bool, minimized: bool, active: bool) -> Pace:
+        """The pace for a window that is (not) visible, (not) minimised, in an application (not) in front."""
+        if not visible or minimized:
+            return Pace.HIDDEN
+        return Pace.FOCUSED if active else Pace.UNFOCUSED
+
+    @Slot(Qt.ApplicationState)
+    def _application_state(self, state: Qt.ApplicationState) -> None:
+        # a dialog of this application in front keeps it active: only another application slows us
+        self._app_active = state == Qt.ApplicationState.ApplicationActive
+        self._follow_window()
+
+    def _follow_window(self) -> None:
+        window = self._window
+        if window is None:
+            return
+        if window.isVisible():
+            self._shown = True
+        elif not self._shown:
+            return  # not shown yet (start-up builds the window, then shows it): not "hidden" by anyone
+        self.set_pace(
+            self.pace_for(visible=window.isVisible(), minimized=window.isMinimized(), active=self._app_active)
+        )
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt API
+        if watched is self._window and event.type() in _WINDOW_EVENTS:
+            self._follow_window()
+        return False
+
+    # ----------------------------------------------------------------- the refresh
+
+    @Slot()
+    def refresh(self) -> None:
+        """One coalesced update: what changed since the last version, and nothing else."""
+        try:
+            if self.version < 0:
+                self.version = self.queue.refresh()
+                self._reset(self.queue.raw_jobs())
+            else:
+                version, ids = self.queue.changed_since(self.version)
+                self.version = version
+                if ids is None:
+                    self._reset(self.queue.raw_jobs())
+                elif ids:
+                    jobs = self.queue.raw_jobs(ids)
+                    self.tally.apply(jobs)
+                    for model in self.models:
+                        model.apply(jobs)
+                    self.jobs_changed.emit(set(ids))
+        except QueueError as exc:
+            self.error.emit(str(exc))
+            return
+        for model in self.models:
+            model.tick()
+        self.refreshed.emit()
+
+    def _reset(self, jobs: Sequence[Mapping[str, Any]]) -> None:
+        self.tally.reset(jobs)
+        for model in self.models:
+            model.reset_jobs(jobs)
+        self.jobs_changed.emit(None)
