@@ -19,6 +19,7 @@ import contextlib
 import datetime as _dt
 import enum
 import os
+import re
 import wave
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -287,6 +288,43 @@ def result_size_hint(results: ResultStore, job: Job) -> int | None:
         return results.path_for(job.idempotency_key).stat().st_size
     except OSError:
         return None
+
+
+_FENCE = re.compile(r"^\s{0,3}(```|~~~)")
+_BLOCK_START = re.compile(r"^\s{0,3}(#{1,6}\s|[-*+]\s|\d+[.)]\s|>|\|)")
+
+
+def with_line_breaks(markdown: str) -> str:
+    """``markdown`` with each line break kept as a break, as chat answers are written.
+
+    CommonMark joins consecutive lines into one paragraph, which runs a poem's or an
+    address's lines together; models mean a newline as a newline. A line followed by
+    another line of the same paragraph gets a hard break (a trailing backslash); code
+    fences, blank lines and lines that start a block (headings, list items, quotes,
+    table rows) are left alone.
+    """
+    lines = markdown.split("\n")
+    out: list[str] = []
+    in_fence = False
+    for index, line in enumerate(lines):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            out.append(line)
+            continue
+        following = lines[index + 1] if index + 1 < len(lines) else ""
+        joins = (
+            not in_fence
+            and line.strip()
+            and following.strip()
+            and not _FENCE.match(following)
+            and not _BLOCK_START.match(following)
+            and not line.startswith("    ")
+            and not line.rstrip().endswith(("\\", "|"))
+            and not line.endswith("  ")
+            and not re.match(r"^\s{0,3}#{1,6}\s", line)
+        )
+        out.append(line.rstrip() + "\\" if joins else line)
+    return "\n".join(out)
 
 
 def show_text(text: str, limit: int = SHOW_TEXT_CHARS) -> tuple[str, bool]:

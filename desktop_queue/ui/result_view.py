@@ -60,6 +60,7 @@ from desktop_queue.core.result_view import (
     no_result_reason,
     read_result,
     result_size_hint,
+    with_line_breaks,
 )
 from desktop_queue.core.store.fileio import atomic_write
 from desktop_queue.ui.flow_layout import FlowLayout
@@ -443,6 +444,7 @@ class ResultView(QWidget):
             self.content = None
             self.heading.setText("Select a job to see its result")
             self.summary.clear()
+            self._set_tools(None)  # (no Copy or zoom buttons left over from the job shown before)
             self._show_message("Select a job to see its result")
             return
         self.heading.setText(f"{job.title}  ·  job {job.id}")
@@ -481,7 +483,7 @@ class ResultView(QWidget):
         self.content = None
         as_markdown = not self.plain_check.isChecked() and len(text) <= LARGE_TEXT_BYTES
         if as_markdown:
-            self.markdown.setMarkdown(text)
+            self.markdown.setMarkdown(with_line_breaks(text))
             self.pages.setCurrentWidget(self.markdown)
             bar = self.markdown.verticalScrollBar()
             bar.setValue(bar.maximum())
@@ -627,7 +629,7 @@ class ResultView(QWidget):
         big = (content.size or 0) > LARGE_TEXT_BYTES
         as_markdown = content.kind is ResultKind.TEXT and not self.plain_check.isChecked() and not big
         if as_markdown:
-            self.markdown.setMarkdown(shown)
+            self.markdown.setMarkdown(with_line_breaks(shown))
             self.pages.setCurrentWidget(self.markdown)
             return
         fixed = content.kind is ResultKind.JSON

@@ -310,3 +310,14 @@ def test_run_times_of_a_queue_read_the_hot_sets_succeeded_jobs(queue: Queue, clo
     times = run_times_of(queue)
 
     assert times.usual("openai.chat", "m") == Usual(6.0, 3, "model")
+
+
+def test_a_chat_answer_keeps_its_line_breaks_in_markdown() -> None:
+    from desktop_queue.core.result_view import with_line_breaks
+
+    poem = "## A haiku\n\nQueues hum through the night,\njobs wait their turn,\ndawn finds them."
+    assert with_line_breaks(poem) == "## A haiku\n\nQueues hum through the night,\\\njobs wait their turn,\\\ndawn finds them."
+    # lists, code fences, tables and paragraphs stay as Markdown means them
+    listed = "Steps:\n- one\n- two\n\n```\nx = 1\ny = 2\n```\n| a | b |\n|---|---|"
+    assert with_line_breaks(listed) == listed
+    assert with_line_breaks("one\n\ntwo") == "one\n\ntwo"

@@ -182,6 +182,16 @@ def test_an_image_is_fitted_zoomed_and_opened_with_the_system_viewer(
     assert view.content.path.read_bytes() == data
 
 
+def test_no_selection_leaves_no_tools_of_the_job_shown_before(qtbot: Any, view: ResultView, queue: Queue) -> None:
+    job = finish(queue, artifact(png_bytes(64, 64), "pic.png", "image/png", model="gpt-image-1"), kind="openai.image")
+    show(qtbot, view, job)
+    assert view.zoom_in_button.isVisibleTo(view) and view.copy_button.isVisibleTo(view)
+    view.show_job(None)
+    tools = (view.copy_button, view.save_button, view.zoom_in_button, view.fit_button, view.open_button)
+    assert not any(w.isVisibleTo(view) for w in tools)
+    assert view.message.text() == "Select a job to see its result"
+
+
 def test_show_in_folder_selects_the_file_where_a_file_manager_answers(
     qtbot: Any, view: ResultView, queue: Queue, opened: list[QUrl], monkeypatch: pytest.MonkeyPatch
 ) -> None:
