@@ -316,7 +316,10 @@ def test_a_chat_answer_keeps_its_line_breaks_in_markdown() -> None:
     from desktop_queue.core.result_view import with_line_breaks
 
     poem = "## A haiku\n\nQueues hum through the night,\njobs wait their turn,\ndawn finds them."
-    assert with_line_breaks(poem) == "## A haiku\n\nQueues hum through the night,\\\njobs wait their turn,\\\ndawn finds them."
+    assert (
+        with_line_breaks(poem)
+        == "## A haiku\n\nQueues hum through the night,\\\njobs wait their turn,\\\ndawn finds them."
+    )
     # lists, code fences, tables and paragraphs stay as Markdown means them
     listed = "Steps:\n- one\n- two\n\n```\nx = 1\ny = 2\n```\n| a | b |\n|---|---|"
     assert with_line_breaks(listed) == listed
