@@ -254,6 +254,7 @@ class ProvidersPage(QWidget):
         self.own_price.toggled.connect(self._own_price_toggled)
         self.model.textChanged.connect(self._show_price)
         self.base_url.textChanged.connect(self._show_price)
+        self.base_url.textEdited.connect(self._endpoint_edited)
         self.api_key = QLineEdit()
         self.api_key.setObjectName("apiKey")
         self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
@@ -364,6 +365,16 @@ class ProvidersPage(QWidget):
             next((i for i in range(self.preset.count()) if self.preset.itemData(i) == preset.label), 0)
         )
         self.message.show_info(f"{preset.hint}. Test the connection to check it answers.")
+
+    @Slot(str)
+    def _endpoint_edited(self, url: str) -> None:
+        """An address typed by hand is no longer the preset's: neither its name nor its hint stays."""
+        label = self.preset.currentData()
+        preset = next((p for p in PRESETS if p.label == label), None)
+        if preset is not None and url.strip().rstrip("/") != (preset.config.base_url or "").rstrip("/"):
+            self.preset.setCurrentIndex(0)
+            if self.message.text.text().startswith(preset.hint):
+                self.message.show_info("Test the connection to check that this server answers.")
 
     def _model_name(self) -> str:
         return self.model.text().strip() or ProfileConfig.model

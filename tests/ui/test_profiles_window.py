@@ -156,6 +156,17 @@ def test_test_connection_names_the_exact_failure(qtbot: Any, drained: None) -> N
     assert "connection refused" in editor.message.text.text()
 
 
+def test_an_address_typed_by_hand_drops_the_presets_name_and_hint(qtbot: Any) -> None:
+    dialog = PreferencesDialog(Preferences(), new_profile=PRESETS[0])
+    qtbot.addWidget(dialog)
+    editor = dialog.providers_page
+    assert "platform.openai.com" in editor.message.text.text()
+    editor.base_url.selectAll()
+    qtbot.keyClicks(editor.base_url, "http://127.0.0.1:4000/v1")
+    assert editor.preset.currentData() is None  # "Choose a server…"
+    assert "platform.openai.com" not in editor.message.text.text()
+
+
 def test_a_successful_test_fills_the_model_list(qtbot: Any, local: FakeOpenAI, drained: None) -> None:
     dialog = PreferencesDialog(Preferences(), new_profile=PRESETS[1])
     qtbot.addWidget(dialog)
