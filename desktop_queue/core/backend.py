@@ -139,6 +139,10 @@ class View(Protocol):
         """How many jobs wait in the priority lane ``lane``."""
         ...
 
+    def queued_of_kinds(self, kinds: Iterable[str]) -> bool:
+        """Whether any job of one of ``kinds`` is queued (runnable now or later)."""
+        ...
+
     def runnable(self, lane: str, now: float, skip: Callable[[JobDict], bool] | None = None) -> JobDict | None:
         """The next queued job of ``lane`` whose ``run_after`` has come and that ``skip`` keeps."""
         ...

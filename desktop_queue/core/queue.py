@@ -580,6 +580,8 @@ class Queue:
             reaped.clear()
             if records:
                 reaped.update(r["id"] for r in records)
+            if kinds is not None and not state.queued_of_kinds(kinds):
+                return Change(records, None)  # (none waits that this worker runs: no lane to scan)
             filtered = records or kinds is not None or accept is not None
             job = None
             for lane in _LANE_ORDER:

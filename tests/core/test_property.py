@@ -454,6 +454,16 @@ class QueueMachine(RuleBasedStateMachine):
                 assert path == self.data_dir / job.result_ref and path.is_file()
 
     @invariant()
+    def the_indexes_match_a_recount(self) -> None:
+        # the queued-by-kind and by-lane indexes (lease skips a scan on them) agree with the jobs
+        state = self.queue.store.state
+        queued = [m for m in self.jobs.values() if m.state == "queued"]
+        assert state.queued_of_kinds(["demo"]) == bool(queued)  # (every job here is a demo job)
+        assert not state.queued_of_kinds(["openai.chat"])
+        for lane in ("interactive", "background"):
+            assert state.queued_in_lane(lane) == sum(1 for m in queued if m.priority == lane)
+
+    @invariant()
     def one_live_job_per_key(self) -> None:
         # 2. at most one live (or succeeded) job per key; a result is stored once per key
         holders = [j.idempotency_key for j in self.queue.list() if j.state in KEY_HOLDING]

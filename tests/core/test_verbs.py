@@ -1021,3 +1021,14 @@ def test_raw_jobs_keep_the_input_of_queued_jobs_only(queue: Queue) -> None:
     assert rows[waiting.id]["input"] == {"prompt": "still queued", "profile": "local"}  # flow control reads it
     assert "input" not in rows[done.id]
     assert all("events" not in row and "lease_token" not in row for row in rows.values())
+
+
+def test_a_worker_of_other_kinds_leases_nothing_and_changes_nothing(queue: Queue) -> None:
+    """A worker that runs none of the waiting kinds finds that out without scanning the lanes."""
+    job = queue.submit("demo", {"prompt": "not mine"}).job
+    version = queue.refresh()
+    assert queue.lease("w", kinds={"openai.chat"}) is None
+    assert queue.refresh() == version and queue.get(job.id).state == State.QUEUED
+    lease = queue.lease("w", kinds={"demo", "openai.chat"})
+    assert lease is not None and lease.job_id == job.id
+    assert queue.lease("w", kinds={"demo"}) is None  # (none of its kind is queued any more)

@@ -148,6 +148,8 @@ class StoreState:
         keys: idempotency key -> the live or succeeded job holding it.
         lanes: priority -> heap of ``(run_after, seq, id)`` for queued jobs (lazy deletion).
         queued_by_lane: priority -> ids of the queued jobs waiting in that lane.
+        queued_by_kind: kind -> ids of the queued jobs of that kind (a worker that runs
+            none of the kinds waiting need not scan the lanes).
         seq: the highest submission number given out.
         epoch: the highest lease epoch given out.
         version: bumped by every applied record; ``changes`` logs ``(version, id)``.
@@ -169,6 +171,7 @@ class StoreState:
     version: int = 0
     changes: list[tuple[int, str]] = field(default_factory=list)
     queued_by_lane: dict[str, set[str]] = field(default_factory=dict)
+    queued_by_kind: dict[str, set[str]] = field(default_factory=dict)
     orphans: list[Record] = field(default_factory=list)
     archive: Archive | None = None
     purges: list[tuple[int, PurgeFilter]] = field(default_factory=list)
@@ -208,6 +211,9 @@ class StoreState:
 
     def queued_in_lane(self, lane: str) -> int:
         return len(self.queued_by_lane.get(lane, ()))
+
+    def queued_of_kinds(self, kinds: Iterable[str]) -> bool:
+        return any(self.queued_by_kind.get(kind) for kind in kinds)
 
     def holder(self, key: str) -> JobDict | None:
         """The live or succeeded job holding idempotency key ``key``, hot or archived."""
@@ -266,6 +272,7 @@ class StoreState:
             self.keys[job["key"]] = job_id
         if state == State.QUEUED:
             self.queued_by_lane.setdefault(job["priority"], set()).add(job_id)
+            self.queued_by_kind.setdefault(job["kind"], set()).add(job_id)
             heapq.heappush(
                 self.lanes.setdefault(job["priority"], []),
                 (job.get("run_after") or 0.0, job["seq"], job_id),
@@ -348,6 +355,9 @@ class StoreState:
             bucket = self.queued_by_lane.get(old_lane)
             if bucket is not None:
                 bucket.discard(job_id)
+            bucket = self.queued_by_kind.get(job["kind"])
+            if bucket is not None:
+                bucket.discard(job_id)
         if self.keys.get(old_key) == job_id and (job["key"] != old_key or job["state"] not in LIVE_OR_DONE):
             del self.keys[old_key]
         self._index(job)
@@ -359,6 +369,7 @@ class StoreState:
         self.keys = {}
         self.lanes = {}
         self.queued_by_lane = {}
+        self.queued_by_kind = {}
         self.seq = seq
         self.epoch = epoch
         # finished jobs (nearly all of a large store) only need their state and key indexed:
