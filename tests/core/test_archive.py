@@ -488,3 +488,31 @@ def test_a_segment_written_again_but_not_indexed_is_indexed_when_read(
     hot_dead = sum(1 for j in again.store.state.jobs.values() if j["state"] == State.DEAD)
     assert again.counts()["dead"] == hot_dead  # the archived dead ones went with the rewrite
     assert not list((data_dir / "store" / "archive").glob("*.corrupt-*"))  # nothing was taken for damage
+
+
+def test_a_compaction_asked_for_segments_folded_since_does_nothing(
+    open_queue: Callable[..., Queue], clock: FakeClock, data_dir: Path
+) -> None:
+    """Two processes can ask for compactions up to different segments; one that gets the
+    lock after another folded past its segment must not fold again from an older
+    snapshot (that wrote an older state and restored result files of archived jobs)."""
+    from desktop_queue.core.store.compaction import compact
+    from desktop_queue.core.store.fileio import FileLock
+
+    root = data_dir / "store"
+    queue = open_queue(keep_finished=2, background_compaction=False, rotate_bytes=4096)
+    held = FileLock(root / "compact.lock")
+    assert held.acquire(blocking=False)  # as if another process compacted all along: none runs here
+    run_jobs(queue, clock, 30)
+    held.close()
+    newest = queue.store.segment - 1
+    compact(root, newest)
+    snaps = sorted(p.name for p in root.glob("snapshot-*.json"))
+    files = sorted(p.name for p in (data_dir / "results").rglob("*.json") if "pending" not in p.parts)
+    archived = sorted(p.name for p in (root / "archive").glob("segment-*"))
+    for stale in range(newest - 3, newest):
+        assert compact(root, stale) == 0
+    assert sorted(p.name for p in root.glob("snapshot-*.json")) == snaps
+    assert sorted(p.name for p in (data_dir / "results").rglob("*.json") if "pending" not in p.parts) == files
+    assert sorted(p.name for p in (root / "archive").glob("segment-*")) == archived
+    queue.close()

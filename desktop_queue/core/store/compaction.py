@@ -97,7 +97,8 @@ def compact(
     the snapshot folds their segment away; what was said about them goes to ``notices``.
 
     ``upto`` may be the newest snapshot's own generation: the snapshot is then written
-    again if it holds jobs to archive (a store written before the archive existed).
+    again if it holds jobs to archive (a store written before the archive existed). If a
+    newer snapshot exists, the segments are folded already and nothing is done.
 
     Raises:
         StoreError: a segment is damaged, or they could not be set aside (nothing folded).
@@ -114,6 +115,11 @@ def compact(
         while True:
             names = os.listdir(root)
             snaps = sorted(int(m.group(1)) for n in names if (m := _SNAPSHOT_RE.match(n)))
+            if snaps and snaps[-1] > upto:
+                # another process folded past upto while this request waited: folding
+                # again from an older snapshot would write an older state, and restore
+                # the result files of jobs that compaction has archived since
+                return written
             base = max((g for g in snaps if g <= upto), default=0)
             step = min(upto, base + FOLD_SEGMENTS) if base < upto else upto
             size = _compact(root, step, snaps, archive, notices, keep_finished, keep_finished_s, now)
