@@ -363,8 +363,8 @@ def test_the_one_job_quit_question_is_singular(qtbot: Any, session: Any, prompts
 def test_preferences_has_a_shortcut_on_every_platform(session: Any) -> None:
     from PySide6.QtGui import QKeySequence
 
+    from desktop_queue.ui.actions import shortcuts_for
     from desktop_queue.ui.commands import Command
-    from desktop_queue.ui.main_window import shortcuts_for
 
     action = session.window.action(Command.PREFERENCES)
     assert not action.shortcut().isEmpty()
