@@ -78,6 +78,7 @@ class ActionSpec:
         context: the job tables' context-menu group it sits in, or None.
         enabled_when: whether it is enabled in a given :class:`ActionState`.
         role: the macOS menu role (Quit, Preferences, About).
+        checkable: an on/off action (the handler reads its state).
     """
 
     id: str
@@ -93,6 +94,7 @@ class ActionSpec:
     context: int | None = None
     enabled_when: Callable[[ActionState], bool] = field(default=always)
     role: QAction.MenuRole = QAction.MenuRole.NoRole
+    checkable: bool = False
 
     @property
     def plain_text(self) -> str:
@@ -267,6 +269,24 @@ SPECS: tuple[ActionSpec, ...] = (
         menu="view",
         section=1,
     ),
+    ActionSpec(
+        "job_side",
+        "Show the &job side",
+        "Show or hide the selected job's Timeline, Result and Details beside the tables",
+        lambda w: w.set_job_side_shown(w.action("job_side").isChecked()),
+        shortcut="Ctrl+J",
+        menu="view",
+        section=2,
+        checkable=True,
+    ),
+    ActionSpec(
+        "reset_layout",
+        "Reset &layout",
+        "Window size, the split, and every table's columns (order, width, shown) as on a first start",
+        lambda w: w.reset_layout(),
+        menu="view",
+        section=2,
+    ),
 )
 
 
@@ -304,6 +324,7 @@ class ActionRegistry:
             action.setStatusTip(spec.tip)
             action.setToolTip(f"{spec.plain_text} — {spec.tip}")
             action.setMenuRole(spec.role)
+            action.setCheckable(spec.checkable)
             action.triggered.connect(lambda _checked=False, h=spec.handler: h(window))
             window.addAction(action)  # its shortcut works wherever it is shown (or not)
             self.actions[spec.id] = action

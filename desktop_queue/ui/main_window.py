@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from PySide6.QtCore import QByteArray, Qt, Signal
+from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import (
     QMainWindow,
@@ -35,6 +35,7 @@ from desktop_queue.ui.notifier import Banner, Level, Notifier
 from desktop_queue.ui.panes import DeadLetterPane, QueuePane, TimelinePane
 from desktop_queue.ui.settings import (
     Preferences,
+    clear_window_state,
     load_preferences,
     load_window_number,
     load_window_state,
@@ -45,8 +46,23 @@ from desktop_queue.ui.spend_view import SpendDialog
 from desktop_queue.ui.status_bar import StatusBar
 from desktop_queue.ui.timeline import LiveTimelineModel
 
-#: the default split between the job tables and the timeline (the timeline wraps its lines)
+#: the window's size on a first start (smaller when the screen is)
+DEFAULT_SIZE = (1200, 720)
+#: the default split between the job tables and the job side (the timeline wraps its lines)
 DEFAULT_SPLITTER = [870, 330]
+#: the least the job side asks of the splitter (its headings elide), and the tables' least
+JOB_SIDE_MIN = 240
+TABLE_SIDE_MIN = 300
+#: the ``window/…`` keys that "Reset layout" forgets
+LAYOUT_KEYS = (
+    "geometry",
+    "state",
+    "splitter",
+    "queue_header",
+    "dead_header",
+    "queue_header_columns",
+    "dead_header_columns",
+)
 
 
 class MainWindow(QMainWindow):
@@ -105,7 +121,14 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(self.job_tabs)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
-        self.splitter.setChildrenCollapsible(False)
+        # The job side never pushes the tables: whatever its views would like, it asks for
+        # no more than JOB_SIDE_MIN (its headings elide), and it can be collapsed (View
+        # menu, or dragged shut) on a small screen. The tables do not collapse.
+        self.job_tabs.setMinimumWidth(JOB_SIDE_MIN)
+        self.tabs.setMinimumWidth(TABLE_SIDE_MIN)
+        self.splitter.setCollapsible(0, False)
+        self.splitter.setCollapsible(1, True)
+        self.splitter.splitterMoved.connect(lambda *_: self._job_side_moved())
         self.banner = Banner()
         self._store_message: str | None = None  # what the banner says while the store takes no changes
         central = QWidget()
@@ -163,7 +186,6 @@ class MainWindow(QMainWindow):
         controller.store_unavailable.connect(self._store_unavailable)
         controller.store_available.connect(self._store_available)
 
-        self.resize(1200, 720)
         self._restore_state()
         if banner_lines:
             self.banner.show_message("\n".join(banner_lines), "event-reconciled")
@@ -206,9 +228,11 @@ class MainWindow(QMainWindow):
     # ----------------------------------------------------------------- window state
 
     def _restore_state(self) -> None:
+        self.resize(*DEFAULT_SIZE)
         geometry = load_window_state("geometry")
         if geometry is not None:
             self.restoreGeometry(geometry)
+        self.fit_to_screen()
         state = load_window_state("state")
         if state is not None:
             self.restoreState(state)
@@ -217,7 +241,8 @@ class MainWindow(QMainWindow):
             self.splitter.restoreState(splitter)
         else:
             self.splitter.setSizes(DEFAULT_SPLITTER)
-        for key, view in (("queue_header", self.queue_pane.view), ("dead_header", self.dead_pane.view)):
+        for key, pane in (("queue_header", self.queue_pane), ("dead_header", self.dead_pane)):
+            view = pane.view
             header = view.horizontalHeader()
             saved = load_window_state(key)
             # a state saved with other columns (an older version) would misplace every section
@@ -225,6 +250,71 @@ class MainWindow(QMainWindow):
                 header.restoreState(saved)
                 # the restored sort indicator sorts the model (restoreState does not say so)
                 view.sortByColumn(header.sortIndicatorSection(), header.sortIndicatorOrder())
+                pane.columns.adopt_current()  # the saved widths are the preferred ones; Title refits
+        self._job_side_moved()
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        if not self._fitted_shown:
+            # the window manager's decorations are known once shown: fit again with them
+            self._fitted_shown = True
+            QTimer.singleShot(0, self.fit_to_screen)
+
+    _fitted_shown = False
+
+    def fit_to_screen(self) -> None:
+        """Keeps the window on its screen's available area (a geometry saved on a bigger
+        screen, a higher scale factor): smaller if it must be, moved inside if it pokes out."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:
+            return
+        area = screen.availableGeometry()
+        frame = self.frameGeometry()
+        extra_w = max(0, frame.width() - self.width())  # the window manager's decorations
+        extra_h = max(0, frame.height() - self.height())
+        width = min(self.width(), area.width() - extra_w)
+        height = min(self.height(), area.height() - extra_h)
+        if (width, height) != (self.width(), self.height()):
+            self.resize(max(width, self.minimumWidth()), max(height, self.minimumHeight()))
+        frame = self.frameGeometry()
+        x = min(max(frame.left(), area.left()), area.right() - frame.width() + 1)
+        y = min(max(frame.top(), area.top()), area.bottom() - frame.height() + 1)
+        if (x, y) != (frame.left(), frame.top()):
+            self.move(max(x, area.left()), max(y, area.top()))
+
+    def reset_layout(self) -> None:
+        """The window as on a first start: size, splitter, toolbar, columns (order, widths, shown)."""
+        clear_window_state(LAYOUT_KEYS)
+        self.showNormal()
+        self.resize(*DEFAULT_SIZE)
+        self.fit_to_screen()
+        self.toolbar.show()
+        self.splitter.setSizes(self._default_split())
+        for pane in (self.queue_pane, self.dead_pane):
+            pane.reset_columns()
+        self._job_side_moved()
+        self.status.showMessage("Layout reset", 4000)
+
+    def _default_split(self) -> list[int]:
+        total = sum(self.splitter.sizes()) or sum(DEFAULT_SPLITTER)
+        side = round(total * DEFAULT_SPLITTER[1] / sum(DEFAULT_SPLITTER))
+        side = max(JOB_SIDE_MIN, side) if total - side >= TABLE_SIDE_MIN else 0
+        return [total - side, side]
+
+    @property
+    def job_side_shown(self) -> bool:
+        return self.splitter.sizes()[1] > 0
+
+    def set_job_side_shown(self, shown: bool) -> None:
+        """Shows or collapses the selected job's side (Timeline | Result | Details)."""
+        if shown != self.job_side_shown:
+            self.splitter.setSizes(self._default_split() if shown else [sum(self.splitter.sizes()), 0])
+        self._job_side_moved()
+
+    def _job_side_moved(self) -> None:
+        action = self.registry["job_side"]
+        if action.isChecked() != self.job_side_shown:
+            action.setChecked(self.job_side_shown)
 
     def save_state(self) -> None:
         """Saves geometry, toolbar, splitter and header state under ``window/`` in QSettings."""

@@ -11,12 +11,13 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QIcon, QPainter
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QStatusBar, QWidget
 
 from desktop_queue.core.model import State
 from desktop_queue.core.present import clock_time
+from desktop_queue.ui.elided import ElidedLabel
 from desktop_queue.ui.icons import icon, state_icon
 
 #: the states counted in the status bar, in this order (dead letters have their own button)
@@ -25,25 +26,6 @@ COUNTED_STATES = (State.QUEUED, State.RUNNING, State.SUCCEEDED, State.CANCELLED)
 PROVIDER_ICONS = {"ok": "provider-ok", "slow": "provider-slow", "probing": "provider-probing", "down": "provider-down"}
 #: how many recent flow events a provider indicator's tooltip lists
 FLOW_TOOLTIP_EVENTS = 8
-
-
-class ElidedLabel(QLabel):
-    """A status-bar label that gives up width before the window does: its text elides ("openai: ok, $0.5…").
-
-    The full text stays in :meth:`text` (and the item's tooltip); a narrow window never
-    grows wider than the screen because of a long provider state.
-    """
-
-    MIN_WIDTH = 72
-
-    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt API
-        hint = super().minimumSizeHint()
-        return QSize(min(hint.width(), self.MIN_WIDTH), hint.height())
-
-    def paintEvent(self, _event: Any) -> None:  # noqa: N802 - Qt API
-        painter = QPainter(self)
-        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.width())
-        painter.drawText(self.rect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), shown)
 
 
 class ClickableItem(QWidget):
@@ -74,6 +56,13 @@ def status_item(item_icon: QIcon, tip: str) -> tuple[QWidget, QLabel]:
     row.addWidget(picture)
     row.addWidget(label)
     return item, label
+
+
+def _item_of(label: QLabel) -> QWidget:
+    """The status-bar item a label sits in (see :func:`status_item`)."""
+    item = label.parentWidget()
+    assert item is not None
+    return item
 
 
 class StatusBar(QStatusBar):
@@ -116,12 +105,47 @@ class StatusBar(QStatusBar):
         self._provider_levels: dict[str, str] = {}
         #: (wall time, profile, kind, text) of recent provider state changes, newest last
         self.flow_log: deque[tuple[float, str, str, str]] = deque(maxlen=200)
+        #: the counts' items, least needed first: they hide in this order on a narrow window
+        self._optional: list[QWidget] = [
+            _item_of(self.throughput_label),
+            _item_of(self.state_labels[State.CANCELLED]),
+            _item_of(self.state_labels[State.SUCCEEDED]),
+            _item_of(self.capacity_label),
+            _item_of(self.state_labels[State.RUNNING]),
+            _item_of(self.state_labels[State.QUEUED]),
+        ]
+        for item in [*self._optional, self.dead_button]:
+            item.setMinimumWidth(1)  # never what keeps the window wide: it hides instead (fit_items)
+
+    # ----------------------------------------------------------------- narrow windows
+
+    def fit_items(self) -> None:
+        """Shows the items that fit the bar's width; the least needed hide first.
+
+        The dead-letter button and the provider indicators stay; what hides is still
+        in the queue pane's state filter ("Succeeded (12)").
+        """
+        spacing = 8
+        used = self.dead_button.sizeHint().width() + spacing + 24  # and the size grip
+        used += sum(item.sizeHint().width() + spacing for item, _p, _l in self.provider_items.values())
+        for item in reversed(self._optional):  # the most needed first
+            width = item.sizeHint().width() + spacing
+            fits = used + width <= self.width()
+            if fits:
+                used += width
+            if item.isHidden() == fits:
+                item.setVisible(fits)
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self.fit_items()
 
     # ----------------------------------------------------------------- counts
 
     def show_counts(self, counts: dict[str, int]) -> None:
         for state, label in self.state_labels.items():
             label.setText(f"{counts.get(state, 0)} {state}")
+        self.fit_items()
 
     def show_capacity(self, running: int, concurrency: int, note: str = "") -> None:
         self.capacity_label.setText(f"{running}/{concurrency} slots busy here{note}")
