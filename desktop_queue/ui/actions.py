@@ -287,6 +287,41 @@ SPECS: tuple[ActionSpec, ...] = (
         menu="view",
         section=2,
     ),
+    # Help
+    ActionSpec(
+        "shortcuts",
+        "&Keyboard shortcuts",
+        "Every shortcut of the window, by menu",
+        lambda w: w.show_shortcuts(),
+        shortcut=QKeySequence.StandardKey.HelpContents,
+        fallback="F1",
+        menu="help",
+    ),
+    ActionSpec(
+        "open_data",
+        "Open &data folder",
+        "Open the folder with the job store and the results in the file manager",
+        lambda w: w.open_data_folder(),
+        menu="help",
+        section=1,
+    ),
+    ActionSpec(
+        "open_config",
+        "Open &config folder",
+        "Open the folder with the provider profiles (profiles.json) in the file manager",
+        lambda w: w.open_config_folder(),
+        menu="help",
+        section=1,
+    ),
+    ActionSpec(
+        "about",
+        "&About Desktop Queue",
+        "Version, folders, Qt and PySide versions",
+        lambda w: w.show_about(),
+        menu="help",
+        section=2,
+        role=QAction.MenuRole.AboutRole,
+    ),
 )
 
 

@@ -24,7 +24,8 @@ from PySide6.QtWidgets import (
 from desktop_queue.core import SubmitResult
 from desktop_queue.core.flow import FlowEventType
 from desktop_queue.core.model import State
-from desktop_queue.ui import dialogs
+from desktop_queue.core.paths import config_dir
+from desktop_queue.ui import dialogs, help_menu
 from desktop_queue.ui.actions import ActionRegistry, ActionState
 from desktop_queue.ui.commands import Command, actions_for, applies_to
 from desktop_queue.ui.controller import Controller
@@ -112,7 +113,7 @@ class MainWindow(QMainWindow):
         self.timeline_pane = TimelinePane(self.timeline_model)
         self.tabs = QTabWidget()
         self.tabs.setObjectName("paneTabs")
-        self.tabs.addTab(self.queue_pane, state_icon("queued"), "&Queue")
+        self.tabs.addTab(self.queue_pane, state_icon("queued"), "Q&ueue")
         self.tabs.addTab(self.dead_pane, state_icon("dead"), "&Dead letters")
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("mainSplitter")
@@ -620,6 +621,31 @@ class MainWindow(QMainWindow):
         self._spend_dialog = dialog
         dialog.show()
         return dialog
+
+    def show_shortcuts(self) -> help_menu.ShortcutsDialog:
+        """Help → Keyboard shortcuts (non-modal; generated from the action registry)."""
+        dialog = help_menu.ShortcutsDialog(help_menu.shortcut_rows(self.registry), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show()
+        return dialog
+
+    def show_about(self) -> help_menu.AboutDialog:
+        """Help → About (window-modal, non-blocking)."""
+        dialog = help_menu.AboutDialog(self.controller.queue.data_dir, config_dir(), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
+
+    def open_data_folder(self) -> None:
+        self._open_folder(self.controller.queue.data_dir)
+
+    def open_config_folder(self) -> None:
+        self._open_folder(config_dir())
+
+    def _open_folder(self, path: Any) -> None:
+        problem = help_menu.open_folder(path)
+        if problem is not None:
+            self.banner.show_message(f"{problem}. Its path: {path}", "event-info")
 
     def try_demo_job(self) -> None:
         """Submits the first-run demo job and selects it (its timeline shows it run)."""

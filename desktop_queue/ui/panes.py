@@ -382,14 +382,14 @@ class DeadLetterPane(QWidget):
         self.view = _job_table(self.proxy, "deadView")
         self.retry_button = QPushButton(icon("action-retry"), "&Retry")
         self.replay_button = QPushButton(icon("action-replay"), "Re&play…")
-        self.resolve_button = QPushButton(icon("state-succeeded"), "Resol&ve…")
+        self.resolve_button = QPushButton(icon("state-succeeded"), "Res&olve…")
         self.resolve_button.setObjectName("resolveButton")
         self.resolve_button.setToolTip("Close the selected dead letters without retrying them")
-        self.retry_all_button = QPushButton(icon("action-retry"), "Retry &all matching")
+        self.retry_all_button = QPushButton(icon("action-retry"), "Retr&y all matching")
         self.retry_all_button.setObjectName("retryAllButton")
         self.more_button = QToolButton()
         self.more_button.setObjectName("matchingMenuButton")
-        self.more_button.setText("&Matching")
+        self.more_button.setText("Matchin&g")
         self.more_button.setToolTip("Replay or resolve every dead letter the filter matches")
         self.more_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.more_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
@@ -400,7 +400,7 @@ class DeadLetterPane(QWidget):
         self.show_resolved = QCheckBox("Show reso&lved")
         self.show_resolved.setObjectName("showResolved")
         self.show_resolved.setToolTip("Also list the dead letters a person closed without retrying")
-        self.group_toggle = QCheckBox("&Group by error")
+        self.group_toggle = QCheckBox("Group &by error")
         self.group_toggle.setObjectName("groupByError")
         self.group_toggle.setToolTip("List the dead letters' error signatures with their counts")
         self._total: int | None = None
@@ -423,7 +423,7 @@ class DeadLetterPane(QWidget):
         font = self.group_heading.font()
         font.setBold(True)
         self.group_heading.setFont(font)
-        self.all_groups_button = QPushButton("Show a&ll")
+        self.all_groups_button = QPushButton("Sho&w all")
         self.all_groups_button.setToolTip("Show the dead letters of every group")
         self.group_retry = QPushButton(icon("action-retry"), "Retry")
         self.group_replay = QPushButton(icon("action-replay"), "Replay")
@@ -533,7 +533,7 @@ class DeadLetterPane(QWidget):
             count = f"{n:,}+" if more else f"{n:,}"
         self.retry_all_button.setEnabled(n > 0 or more)
         self.more_button.setEnabled(n > 0 or more)
-        self.retry_all_button.setText(f"Retry &all matching ({count})")
+        self.retry_all_button.setText(f"Retr&y all matching ({count})")
 
     def reset_columns(self) -> None:
         """Every column back to its first order and width (Resolved follows "Show resolved")."""

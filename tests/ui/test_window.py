@@ -150,7 +150,7 @@ def test_retry_all_matching_confirms_the_exact_count_and_retries_off_the_gui_thr
     qtbot.waitUntil(lambda: session.controller.dead_model.rowCount() == 3, timeout=3000)
     window.tabs.setCurrentWidget(window.dead_pane)
     window.dead_pane.search.setText("alpha")
-    assert window.dead_pane.retry_all_button.text() == "Retry &all matching (2)"
+    assert window.dead_pane.retry_all_button.text() == "Retr&y all matching (2)"
     window.retry_all_matching()
     assert "Retry 2 dead jobs matching “alpha”" in prompts.confirms[-1]
     task = session.controller.bulk_task
