@@ -128,7 +128,7 @@ def open_window(
         )
         window = MainWindow(controller)
         window.chat = chat  # type: ignore[attr-defined]
-        window.notifier.tray = Tray()  # type: ignore[assignment]
+        window.notifier.use_tray(Tray())  # type: ignore[arg-type]
         controller.setParent(window)
         qtbot.addWidget(window)
         controller.start(lease=lease)
