@@ -293,7 +293,7 @@ class QueuePane(QWidget):
                 "run": 56,
                 "error": 76,
             },
-            content_keys=("created",),
+            content_keys=("kind", "created"),
             samples={"state": "succeeded"},
         )
         self.default_header = self.view.horizontalHeader().saveState()
