@@ -45,6 +45,8 @@ class ColumnFitter(QObject):
         content_keys: columns that widen to their widest visible cell (dates).
         samples: key -> the text the column must show whole (e.g. the longest state),
             beside an icon.
+        floors: key -> the least width of that column, in average characters (a
+            title beside the main column stays readable).
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class ColumnFitter(QObject):
         widths: dict[str, int],
         content_keys: Sequence[str] = (),
         samples: dict[str, str] | None = None,
+        floors: dict[str, int] | None = None,
     ) -> None:
         super().__init__(view)
         self.view = view
@@ -64,6 +67,7 @@ class ColumnFitter(QObject):
         self.defaults = dict(widths)
         self.content = {self.keys.index(k) for k in content_keys if k in self.keys}
         self.samples = {self.keys.index(k): text for k, text in (samples or {}).items() if k in self.keys}
+        self.floors = {self.keys.index(k): chars for k, chars in (floors or {}).items() if k in self.keys}
         self._fitting = False
         #: column -> width the user (or the default layout) wants when there is room
         self.preferred: dict[int, int] = {}
@@ -120,6 +124,9 @@ class ColumnFitter(QObject):
         least = max(CELL_MIN, metrics.horizontalAdvance(str(text)) + pad)
         if column in self.content:
             least = max(least, self.view.sizeHintForColumn(column))
+        chars = self.floors.get(column)
+        if chars is not None:
+            least = max(least, QFontMetrics(self.view.font()).averageCharWidth() * chars + 16)
         sample = self.samples.get(column)
         if sample is not None:
             icon = self.view.iconSize().width() if self.view.iconSize().width() > 0 else 16

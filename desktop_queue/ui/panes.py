@@ -56,6 +56,7 @@ from desktop_queue.ui.columns import ColumnFitter, install_column_chooser
 from desktop_queue.ui.delegates import JobCellDelegate
 from desktop_queue.ui.elided import ElidedLabel
 from desktop_queue.ui.first_run import FirstRunPanel
+from desktop_queue.ui.flow_layout import FlowLayout
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.models import DeadGroupModel, JobFilterProxy, JobTableModel, TimelineModel, TimelineRole
 from desktop_queue.ui.timeline import LiveTimelineModel
@@ -458,13 +459,25 @@ class DeadLetterPane(QWidget):
         self.split.setStretchFactor(1, 4)
         self.split.setChildrenCollapsible(False)
 
+        # the buttons wrap to a second row on a narrow pane (a small screen, a large
+        # font) instead of being cut at its edge or keeping the window wide
+        self.button_row = QWidget()
+        self.button_row.setObjectName("deadButtons")
+        flow = FlowLayout(self.button_row, one_row=True)
+        flow.setContentsMargins(0, 0, 0, 0)
+        in_row: list[QWidget] = [
+            self.retry_button,
+            self.replay_button,
+            self.resolve_button,
+            self.retry_all_button,
+            self.more_button,
+        ]
+        for widget in in_row:
+            flow.addWidget(widget)
+        self.search.setMinimumWidth(160)  # the buttons wrap before the search box vanishes
         bar = QHBoxLayout()
         bar.addWidget(self.search, 1)
-        bar.addWidget(self.retry_button)
-        bar.addWidget(self.replay_button)
-        bar.addWidget(self.resolve_button)
-        bar.addWidget(self.retry_all_button)
-        bar.addWidget(self.more_button)
+        bar.addWidget(self.button_row)
         toggles = QHBoxLayout()
         toggles.addWidget(self.group_toggle)
         toggles.addWidget(self.show_resolved)
@@ -508,6 +521,7 @@ class DeadLetterPane(QWidget):
             "error",
             {"title": 170, "kind": 70, "class": 80, "attempts": 90, "died": 70, "replayed": 90, "resolved": 70},
             content_keys=("died", "resolved"),
+            floors={"title": 14},
         )
         for i, column in enumerate(model.columns):
             if column.key == "resolved":

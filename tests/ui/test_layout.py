@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 from desktop_queue.core import FakeClock, Queue
 from desktop_queue.providers.demo import DemoProvider
@@ -217,3 +217,25 @@ def test_no_heading_is_cut_at_a_larger_font(qtbot: Any, big_font: None, session:
     for i, column in enumerate(window.controller.queue_model.columns):
         assert header.sectionSize(i) >= metrics.horizontalAdvance(column.header), column.key
     assert header.sectionSize(_column(window, "title")) >= window.queue_pane.columns.main_min
+
+
+def test_usable_at_800_by_500(qtbot: Any, session: Any) -> None:
+    """Nothing keeps the window wider than a small screen, and nothing is cut at its edges."""
+    window = session.window
+    session.queue.submit("demo", {"prompt": "x"}, title=LONG_WORDS)
+    window.refresh()
+    _settle(qtbot, window)
+    window.resize(800, 500)
+    window.tabs.setCurrentWidget(window.dead_pane)
+    QApplication.processEvents()
+    assert window.size().toTuple() == (800, 500)
+    assert window.minimumSizeHint().width() <= 800
+    pane = window.dead_pane
+    for button in (pane.retry_button, pane.replay_button, pane.resolve_button, pane.retry_all_button):
+        top_left = button.mapTo(pane, button.rect().topLeft())
+        assert pane.rect().contains(top_left) and pane.rect().contains(top_left + button.rect().bottomRight())
+    assert pane.search.width() >= 160
+    status = window.status
+    for item in status.findChildren(QWidget):
+        if item.isVisibleTo(status) and item.parentWidget() is status:
+            assert item.geometry().right() <= status.width(), item.objectName()
