@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import PySide6
-from PySide6.QtCore import Qt, QUrl, qVersion
+from PySide6.QtCore import QSize, Qt, QUrl, qVersion
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
@@ -123,7 +123,7 @@ class ShortcutsDialog(QDialog):
         layout.addWidget(self.tree, 1)
         layout.addWidget(buttons)
         self.filter.textChanged.connect(self.apply_filter)
-        self.resize(520, 560)
+        self.resize(fitted(QSize(520, 560), parent))
 
     def apply_filter(self, text: str) -> None:
         """Shows only the lines whose action or keys contain ``text`` (any case)."""
@@ -144,6 +144,15 @@ class ShortcutsDialog(QDialog):
             for item in lines
             if not item.isHidden() and not group.isHidden()
         ]
+
+
+def fitted(size: QSize, parent: QWidget | None) -> QSize:
+    """``size``, or less where the screen is smaller (a high scale factor, a small screen)."""
+    screen = parent.screen() if parent is not None else QGuiApplication.primaryScreen()
+    if screen is None:
+        return size
+    area = screen.availableGeometry()
+    return size.boundedTo(QSize(int(area.width() * 0.9), int(area.height() * 0.9)))
 
 
 def about_lines(data_dir: Path, config_dir: Path) -> list[tuple[str, str]]:
