@@ -24,8 +24,11 @@ def _offscreen_laptop_screen() -> None:
     import tempfile
 
     screen = {"name": "laptop", "x": 0, "y": 0, "width": 1280, "height": 800, "logicalDpi": 96, "dpr": 1}
-    path = Path(tempfile.gettempdir()) / f"desktop-queue-offscreen-{os.getpid()}.json"
-    path.write_text(json.dumps({"screens": [screen]}), encoding="utf-8")
+    # one file for every run (same content), replaced atomically: parallel runs never read half of it
+    path = Path(tempfile.gettempdir()) / "desktop-queue-offscreen-1280x800.json"
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"screens": [screen]}), encoding="utf-8")
+    os.replace(tmp, path)
     os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={path}"
 
 
