@@ -8,7 +8,9 @@ a non-blocking banner. Store errors become a clear message box, never a tracebac
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 from PySide6.QtWidgets import QApplication
 
 from desktop_queue.core import Queue, QueueError, StoreError
+from desktop_queue.core.findings import Finding, FindingsLog, describe
 from desktop_queue.core.ledger import Budget
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.core.present import reconciliation_summary
@@ -91,17 +94,29 @@ def configure_application(app: QApplication) -> None:
     app.setDesktopFileName("desktop-queue")
 
 
-def banner_lines(queue: Queue) -> list[str]:
-    """What opening the store found, in words for people (empty when nothing happened)."""
-    lines = []
-    if queue.reconciled:
-        lines.append(reconciliation_summary([r.decision for r in queue.reconciled]) + ".")
-        for item in queue.reconciled[:5]:
-            lines.append(f"• {item.title} (job {item.job_id}): {item.reason}")
+def unseen_findings(queue: Queue) -> list[Finding]:
+    """The reconciliation findings no window has shown yet (none if they cannot be read)."""
+    try:
+        return FindingsLog(queue.data_dir).unseen()
+    except OSError as exc:
+        log.warning("reconciliation findings unreadable: %s", type(exc).__name__)
+        return []
+
+
+def reconciliation_lines(queue: Queue, findings: list[Finding]) -> list[str]:
+    if not findings and queue.reconciled:  # found here, but not recorded (the notices say why)
+        lines = [reconciliation_summary([r.decision for r in queue.reconciled]) + "."]
+        lines += [f"• {item.title} (job {item.job_id}): {item.reason}" for item in queue.reconciled[:5]]
         if len(queue.reconciled) > 5:
             lines.append(f"• … and {len(queue.reconciled) - 5} more (see each job's timeline)")
-    lines.extend(queue.report.notices)
-    return lines
+        return lines
+    titles = {}
+    for finding in findings[:5]:
+        try:
+            titles[finding.job_id] = queue.get(finding.job_id).title
+        except QueueError:  # purged since
+            pass
+    return describe(findings, titles, os.getpid(), time.time())
 
 
 def start(
@@ -198,8 +213,14 @@ def start(
     )
     if profiles is not None and profiles.path is not None:
         controller.watch_profiles(profiles.path)  # `desktop-queue profile add` reaches this window too
-    lines = banner_lines(queue) + profile_notices
+    findings = unseen_findings(queue)
+    lines = reconciliation_lines(queue, findings) + queue.report.notices + profile_notices
     window = MainWindow(controller, lines)
+    if findings:
+        try:
+            FindingsLog(queue.data_dir).mark_seen(findings)  # told once, by this window's banner
+        except (OSError, StoreError) as exc:
+            log.warning("could not remember the findings shown: %s", type(exc).__name__)
     controller.setParent(window)
     controller.start(lease=lease)
     return Session(window, controller, queue, lock, lines)

@@ -12,6 +12,29 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
+def _offscreen_laptop_screen() -> None:
+    """Gives the offscreen platform a 1280×800 screen (its default is 800×800).
+
+    The window keeps itself inside its screen's available area, so the screen the
+    tests run on must be one people have: a common laptop's.
+    """
+    if os.environ.get("QT_QPA_PLATFORM") != "offscreen":
+        return
+    import json
+    import tempfile
+
+    screen = {"name": "laptop", "x": 0, "y": 0, "width": 1280, "height": 800, "logicalDpi": 96, "dpr": 1}
+    # one file for every run (same content), replaced atomically: parallel runs never read half of it
+    path = Path(tempfile.gettempdir()) / "desktop-queue-offscreen-1280x800.json"
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"screens": [screen]}), encoding="utf-8")
+    os.replace(tmp, path)
+    os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={path}"
+
+
+_offscreen_laptop_screen()
+
+
 @pytest.fixture(autouse=True)
 def isolated_profile(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Redirects the data dir, QSettings and XDG/HOME dirs to a temp folder for every test."""

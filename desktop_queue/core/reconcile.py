@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from desktop_queue.core.backend import Change, View
 from desktop_queue.core.decisions import Lookup, Then, decide_reconcile
+from desktop_queue.core.errors import StoreError
+from desktop_queue.core.findings import FindingsLog
 from desktop_queue.core.liveness import holder_alive
 from desktop_queue.core.model import Actor, EventType, State
 from desktop_queue.core.outcome import LookupResult
@@ -57,8 +59,26 @@ def reconcile_orphans(queue: Queue) -> None:
         except Exception as exc:  # one bad orphan must not keep the app from starting
             log.error("could not reconcile job %s: %s", job_id, type(exc).__name__)  # no text: invariant 7
             queue.report.notices.append(f"job {job_id} could not be reconciled: {type(exc).__name__}")
+    record_findings(queue)
     # after reconciling, which reads the pending results of the orphans
     sweep_results(queue, alone=len(orphans) == len(running))
+
+
+def record_findings(queue: Queue) -> None:
+    """Writes what was decided where the window reads it, whichever process decided it
+    (:mod:`desktop_queue.core.findings`). A failure costs only the message: the events
+    in each job's timeline say the same."""
+    if not queue.reconciled:
+        return
+    try:
+        FindingsLog(queue.data_dir).record(
+            ((r.job_id, r.decision, r.reason) for r in queue.reconciled), queue.clock.now()
+        )
+    except (OSError, StoreError) as exc:
+        log.warning("could not record the reconciliation findings: %s", type(exc).__name__)
+        queue.report.notices.append(
+            f"what reconciliation found could not be written for other windows ({type(exc).__name__})"
+        )
 
 
 def sweep_results(queue: Queue, alone: bool) -> None:

@@ -11,12 +11,20 @@ from PySide6.QtWidgets import QLayout, QLayoutItem, QWidget
 
 
 class FlowLayout(QLayout):
-    """Items left to right, wrapping; its height follows its width."""
+    """Items left to right, wrapping; its height follows its width.
 
-    def __init__(self, parent: QWidget | None = None, spacing: int = 6) -> None:
+    Args:
+        parent: the widget it lays out.
+        spacing: between items and rows.
+        one_row: ask for the width of all items on one row (they wrap only when the
+            parent layout cannot give it); by default it asks for its widest item.
+    """
+
+    def __init__(self, parent: QWidget | None = None, spacing: int = 6, *, one_row: bool = False) -> None:
         super().__init__(parent)
         self._items: list[QLayoutItem] = []
         self._spacing = spacing
+        self._one_row = one_row
         self.setContentsMargins(0, 0, 0, 0)
 
     def addItem(self, item: QLayoutItem) -> None:  # noqa: N802 - Qt API
@@ -45,7 +53,13 @@ class FlowLayout(QLayout):
         self._lay_out(rect, apply=True)
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt API
-        return self.minimumSize()
+        if not self._one_row:
+            return self.minimumSize()
+        hints = [item.sizeHint() for item in self._items if not item.isEmpty()]
+        margins: QMargins = self.contentsMargins()
+        width = sum(h.width() for h in hints) + self._spacing * max(0, len(hints) - 1)
+        height = max((h.height() for h in hints), default=0)
+        return QSize(width + margins.left() + margins.right(), height + margins.top() + margins.bottom())
 
     def minimumSize(self) -> QSize:  # noqa: N802 - Qt API
         size = QSize()

@@ -1,7 +1,8 @@
 """The window's dead-letter and history commands: resolve, bulk retry/replay/resolve, delete, export.
 
 :func:`history_actions_for` decides what a selection allows (a pure function, no Qt);
-:class:`HistoryActions` holds one ``QAction`` per command and their handlers, asks for
+:class:`HistoryActions` holds the handlers of the window's history actions (the actions
+themselves come from :mod:`desktop_queue.ui.actions`), asks for
 confirmation with the exact count, and runs the bulk work through the controller (off
 the GUI thread, with a progress dialog that can stop it between chunks).
 """
@@ -13,14 +14,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction
 
 from desktop_queue.core import QueueError
 from desktop_queue.core.model import TERMINAL, State
 from desktop_queue.core.search import SearchQuery
 from desktop_queue.ui import dialogs, history_dialogs
 from desktop_queue.ui.controller import BulkTask
-from desktop_queue.ui.icons import icon
 
 if TYPE_CHECKING:
     from desktop_queue.ui.main_window import MainWindow
@@ -84,27 +84,12 @@ _BULK_TEXT = {
 class HistoryActions(QObject):
     """The history commands of one window (built once, wired to its panes)."""
 
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: MainWindow, actions: dict[HistoryCommand, QAction]) -> None:
         super().__init__(window)
         self.window = window
         self.controller = window.controller
-        self.actions: dict[HistoryCommand, QAction] = {}
-        handlers = {
-            HistoryCommand.RESOLVE: self.resolve_selected,
-            HistoryCommand.DELETE: self.delete_selected,
-            HistoryCommand.DELETE_BEFORE: self.delete_before,
-            HistoryCommand.EXPORT: self.export,
-        }
-        for command, (text, icon_name, shortcut, tip) in HISTORY_SPECS.items():
-            action = QAction(icon(icon_name), text, window)
-            action.setObjectName(f"action_{command.value}")
-            if shortcut:
-                action.setShortcut(QKeySequence(shortcut))
-            action.setStatusTip(tip)
-            action.setToolTip(f"{text.replace('&', '').rstrip('…')} — {tip}")
-            action.triggered.connect(lambda _c=False, h=handlers[command]: h())
-            window.addAction(action)
-            self.actions[command] = action
+        #: the window's actions of these commands (from its action registry, which runs the handlers)
+        self.actions = actions
         self.progress: history_dialogs.BulkProgressDialog | None = None
         pane = window.dead_pane
         pane.resolve_requested.connect(self.resolve_selected)
@@ -122,9 +107,8 @@ class HistoryActions(QObject):
         return self.actions[command]
 
     def update(self, jobs: list[dict]) -> None:
+        """Enables the dead-letter pane's Resolve button (the actions follow the registry)."""
         allowed = history_actions_for(jobs)
-        for command, action in self.actions.items():
-            action.setEnabled(command in allowed)
         in_dead = self.window.current_pane() is self.window.dead_pane
         self.window.dead_pane.resolve_button.setEnabled(HistoryCommand.RESOLVE in allowed and in_dead)
 

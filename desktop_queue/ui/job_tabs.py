@@ -33,7 +33,7 @@ class JobTabs(QTabWidget):
         self.result_view = ResultView(queue)
         self.details_view = DetailsView(queue)
         self.addTab(timeline_pane, icon("event-submitted"), "T&imeline")
-        self.addTab(self.result_view, icon("state-succeeded"), "Res&ult")
+        self.addTab(self.result_view, icon("state-succeeded"), "Re&sult")
         self.addTab(self.details_view, icon("event-info"), "De&tails")
         self.setDocumentMode(True)
         saved = load_window_number(TAB_SETTING)

@@ -1,26 +1,22 @@
-"""The main window: queue and dead-letter panes, the event timeline, actions, status and tray."""
+"""The main window: queue and dead-letter panes, the selected job's side, menus and toolbar.
+
+The actions come from :mod:`desktop_queue.ui.actions`, the status bar from
+:mod:`desktop_queue.ui.status_bar`, the banner and notices from :mod:`desktop_queue.ui.notifier`.
+"""
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QSize, Qt, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence, QPainter, QPalette
+from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import (
-    QFrame,
-    QHBoxLayout,
-    QLabel,
     QMainWindow,
     QMenu,
-    QPushButton,
     QSplitter,
-    QStatusBar,
-    QSystemTrayIcon,
     QTabWidget,
     QToolBar,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -28,16 +24,19 @@ from PySide6.QtWidgets import (
 from desktop_queue.core import SubmitResult
 from desktop_queue.core.flow import FlowEventType
 from desktop_queue.core.model import State
-from desktop_queue.core.present import clock_time
-from desktop_queue.ui import dialogs
+from desktop_queue.core.paths import config_dir
+from desktop_queue.ui import dialogs, help_menu
+from desktop_queue.ui.actions import ActionRegistry, ActionState
 from desktop_queue.ui.commands import Command, actions_for, applies_to
 from desktop_queue.ui.controller import Controller
-from desktop_queue.ui.history_actions import HistoryActions, HistoryCommand
+from desktop_queue.ui.history_actions import HistoryActions, HistoryCommand, history_actions_for
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.job_tabs import JobTabs
-from desktop_queue.ui.panes import STATE_ORDER, DeadLetterPane, QueuePane, TimelinePane
+from desktop_queue.ui.notifier import Banner, Level, Notifier
+from desktop_queue.ui.panes import DeadLetterPane, QueuePane, TimelinePane
 from desktop_queue.ui.settings import (
     Preferences,
+    clear_window_state,
     load_preferences,
     load_window_number,
     load_window_state,
@@ -45,143 +44,26 @@ from desktop_queue.ui.settings import (
     save_window_state,
 )
 from desktop_queue.ui.spend_view import SpendDialog
+from desktop_queue.ui.status_bar import StatusBar
 from desktop_queue.ui.timeline import LiveTimelineModel
 
-#: provider status level -> status-bar icon (shapes differ, so colour is never the only cue)
-PROVIDER_ICONS = {"ok": "provider-ok", "slow": "provider-slow", "probing": "provider-probing", "down": "provider-down"}
-#: the default split between the job tables and the timeline (the timeline wraps its lines)
+#: the window's size on a first start (smaller when the screen is)
+DEFAULT_SIZE = (1200, 720)
+#: the default split between the job tables and the job side (the timeline wraps its lines)
 DEFAULT_SPLITTER = [870, 330]
-#: how many recent flow events a provider indicator's tooltip lists
-FLOW_TOOLTIP_EVENTS = 8
-
-#: command -> (text with mnemonic, icon, shortcut, status tip)
-ACTION_SPECS: dict[Command, tuple[str, str, Any, str]] = {
-    Command.NEW: ("&New job…", "action-new", QKeySequence.StandardKey.New, "Submit a new job (Ctrl+N)"),
-    Command.CANCEL: (
-        "&Cancel job",
-        "action-cancel",
-        QKeySequence(Qt.Key.Key_Delete),
-        "Cancel the selected queued or running jobs",
-    ),
-    Command.RETRY: (
-        "&Retry",
-        "action-retry",
-        QKeySequence("Ctrl+R"),
-        "Queue the selected dead or cancelled jobs again",
-    ),
-    Command.REPLAY: (
-        "Re&play…",
-        "action-replay",
-        QKeySequence("Ctrl+Shift+R"),
-        "Run a finished job again as a new linked job",
-    ),
-    Command.PAUSE: ("&Pause queue", "action-pause", QKeySequence("Ctrl+P"), "Start nothing new; running jobs finish"),
-    Command.RESUME: ("Res&ume queue", "action-resume", QKeySequence("Ctrl+Shift+P"), "Start queued jobs again"),
-    Command.STOP_AFTER_CURRENT: (
-        "&Stop after current",
-        "action-stop-after",
-        None,
-        "Let running jobs finish, then pause the queue",
-    ),
-    Command.REFRESH: ("Re&fresh", "action-refresh", QKeySequence.StandardKey.Refresh, "Reload the queue now (F5)"),
-    Command.PREFERENCES: (
-        "Pre&ferences…",
-        "action-preferences",
-        QKeySequence.StandardKey.Preferences,
-        "Concurrency and other settings",
-    ),
-    Command.COPY_TIMELINE: (
-        "C&opy timeline",
-        "action-copy",
-        QKeySequence("Ctrl+Shift+C"),
-        "Copy the selected job's timeline to the clipboard as text",
-    ),
-    Command.FIND: ("&Find…", "action-find", QKeySequence.StandardKey.Find, "Filter the jobs by text (Ctrl+F)"),
-    Command.QUIT: ("&Quit", "", QKeySequence.StandardKey.Quit, "Close Desktop Queue"),
-}
-
-
-#: shortcuts for standard keys that some platforms leave empty (Preferences: X11, Windows)
-SHORTCUT_FALLBACKS: dict[Command, QKeySequence] = {Command.PREFERENCES: QKeySequence("Ctrl+,")}
-
-
-def shortcuts_for(
-    shortcut: QKeySequence | QKeySequence.StandardKey, fallback: QKeySequence | None = None
-) -> list[QKeySequence]:
-    """The key sequences of ``shortcut``; ``fallback`` when a standard key has none on this platform."""
-    if isinstance(shortcut, QKeySequence):
-        return [shortcut]
-    bindings = [k for k in QKeySequence.keyBindings(shortcut) if not k.isEmpty()]
-    if not bindings and fallback is not None:
-        return [fallback]
-    return bindings
-
-
-class ElidedLabel(QLabel):
-    """A status-bar label that gives up width before the window does: its text elides ("openai: ok, $0.5…").
-
-    The full text stays in :meth:`text` (and the item's tooltip); a narrow window never
-    grows wider than the screen because of a long provider state.
-    """
-
-    MIN_WIDTH = 72
-
-    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt API
-        hint = super().minimumSizeHint()
-        return QSize(min(hint.width(), self.MIN_WIDTH), hint.height())
-
-    def paintEvent(self, _event: Any) -> None:  # noqa: N802 - Qt API
-        painter = QPainter(self)
-        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.width())
-        painter.drawText(self.rect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), shown)
-
-
-class ClickableItem(QWidget):
-    """A status-bar item that opens something when clicked (a provider's indicator: its Preferences).
-
-    Signals:
-        clicked(): the left button was released over it.
-    """
-
-    clicked = Signal()
-
-    def mouseReleaseEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
-        if event.button() == Qt.MouseButton.LeftButton and self.rect().contains(event.position().toPoint()):
-            self.clicked.emit()
-        super().mouseReleaseEvent(event)
-
-
-class Banner(QFrame):
-    """A dismissable, non-blocking message strip at the top of the window."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("banner")
-        self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.setAutoFillBackground(True)
-        self.setBackgroundRole(QPalette.ColorRole.AlternateBase)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(8, 6, 6, 6)
-        self.icon = QLabel()
-        self.icon.setFixedSize(20, 20)
-        self.text = QLabel()
-        self.text.setObjectName("bannerText")
-        self.text.setWordWrap(True)
-        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        close = QToolButton()
-        close.setText("✕")
-        close.setAutoRaise(True)
-        close.setToolTip("Dismiss")
-        close.clicked.connect(self.hide)
-        layout.addWidget(self.icon, 0, Qt.AlignmentFlag.AlignTop)
-        layout.addWidget(self.text, 1)
-        layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
-        self.hide()
-
-    def show_message(self, text: str, icon_name: str = "event-info") -> None:
-        self.icon.setPixmap(icon(icon_name).pixmap(18, 18))
-        self.text.setText(text)
-        self.show()
+#: the least the job side asks of the splitter (its headings elide), and the tables' least
+JOB_SIDE_MIN = 240
+TABLE_SIDE_MIN = 300
+#: the ``window/…`` keys that "Reset layout" forgets
+LAYOUT_KEYS = (
+    "geometry",
+    "state",
+    "splitter",
+    "queue_header",
+    "dead_header",
+    "queue_header_columns",
+    "dead_header_columns",
+)
 
 
 class MainWindow(QMainWindow):
@@ -204,6 +86,9 @@ class MainWindow(QMainWindow):
     provider_alert = Signal(str, str)
     drained = Signal(str)
 
+    controller: Controller
+    history: HistoryActions
+
     def __init__(
         self, controller: Controller, banner_lines: list[str] | None = None, parent: QWidget | None = None
     ) -> None:
@@ -218,8 +103,6 @@ class MainWindow(QMainWindow):
         self._dead_count = 0
         self._ran_something = False
         self._timeline_id: str | None = None
-        #: (wall time, profile, kind, text) of recent provider state changes, newest last
-        self.flow_log: deque[tuple[float, str, str, str]] = deque(maxlen=200)
         self._breaker_announced: set[str] = set()
         self._spend_dialog: SpendDialog | None = None
 
@@ -230,7 +113,7 @@ class MainWindow(QMainWindow):
         self.timeline_pane = TimelinePane(self.timeline_model)
         self.tabs = QTabWidget()
         self.tabs.setObjectName("paneTabs")
-        self.tabs.addTab(self.queue_pane, state_icon("queued"), "&Queue")
+        self.tabs.addTab(self.queue_pane, state_icon("queued"), "Q&ueue")
         self.tabs.addTab(self.dead_pane, state_icon("dead"), "&Dead letters")
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("mainSplitter")
@@ -239,7 +122,14 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(self.job_tabs)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
-        self.splitter.setChildrenCollapsible(False)
+        # The job side never pushes the tables: whatever its views would like, it asks for
+        # no more than JOB_SIDE_MIN (its headings elide), and it can be collapsed (View
+        # menu, or dragged shut) on a small screen. The tables do not collapse.
+        self.job_tabs.setMinimumWidth(JOB_SIDE_MIN)
+        self.tabs.setMinimumWidth(TABLE_SIDE_MIN)
+        self.splitter.setCollapsible(0, False)
+        self.splitter.setCollapsible(1, True)
+        self.splitter.splitterMoved.connect(lambda *_: self._job_side_moved())
         self.banner = Banner()
         self._store_message: str | None = None  # what the banner says while the store takes no changes
         central = QWidget()
@@ -249,12 +139,17 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.splitter, 1)
         self.setCentralWidget(central)
 
-        self.actions_: dict[Command, QAction] = {}
-        self._build_actions()
-        self.history = HistoryActions(self)  # resolve, delete, export, bulk actions on dead letters
-        self._build_menus()
-        self._build_status_bar()
-        self.tray: QSystemTrayIcon | None = None
+        self.registry = ActionRegistry(self)
+        self.history = HistoryActions(  # resolve, delete, export, bulk actions on dead letters
+            self, {command: self.registry[command.value] for command in HistoryCommand}
+        )
+        self._build_toolbar()
+        self.menus = self.registry.build_menus(self.menuBar())
+        self.status = StatusBar()
+        self.setStatusBar(self.status)
+        self.status.dead_clicked.connect(lambda: self.tabs.setCurrentWidget(self.dead_pane))
+        self.status.provider_clicked.connect(lambda profile: self.edit_preferences(profile=profile))
+        self.notifier = Notifier(self.banner, self)
         self._build_tray()
 
         # wiring
@@ -268,7 +163,7 @@ class MainWindow(QMainWindow):
         self.queue_pane.first_run.connect_requested.connect(self.connect_provider)
         self.timeline_pane.link_activated.connect(self.show_job)
         self.timeline_pane.copy_requested.connect(self.copy_timeline)
-        copy = self.actions_[Command.COPY_TIMELINE]
+        copy = self.action(Command.COPY_TIMELINE)
         copy.enabledChanged.connect(self.timeline_pane.copy_button.setEnabled)
         self.timeline_pane.copy_button.setEnabled(copy.isEnabled())
         for view in (self.queue_pane.view, self.dead_pane.view):
@@ -293,7 +188,6 @@ class MainWindow(QMainWindow):
         controller.store_available.connect(self._store_available)
         controller.refresher.follow(self)  # slower while hidden or behind another application
 
-        self.resize(1200, 720)
         self._restore_state()
         if banner_lines:
             self.banner.show_message("\n".join(banner_lines), "event-reconciled")
@@ -301,184 +195,32 @@ class MainWindow(QMainWindow):
 
     # ----------------------------------------------------------------- construction
 
-    def _build_actions(self) -> None:
-        handlers = {
-            Command.NEW: self.new_job,
-            Command.CANCEL: self.cancel_selected,
-            Command.RETRY: self.retry_selected,
-            Command.REPLAY: self.replay_selected,
-            Command.PAUSE: lambda: self.controller.set_paused(True),
-            Command.RESUME: lambda: self.controller.set_paused(False),
-            Command.STOP_AFTER_CURRENT: self.controller.stop_after_current,
-            Command.REFRESH: self.refresh,
-            Command.PREFERENCES: self.edit_preferences,
-            Command.COPY_TIMELINE: self.copy_timeline,
-            Command.FIND: self.focus_search,
-            Command.QUIT: self.close,
-        }
-        for command, (text, icon_name, shortcut, tip) in ACTION_SPECS.items():
-            action = QAction(icon(icon_name) if icon_name else QIcon(), text, self)
-            action.setObjectName(f"action_{command.value}")
-            if shortcut is not None:
-                action.setShortcuts(shortcuts_for(shortcut, SHORTCUT_FALLBACKS.get(command)))
-            action.setStatusTip(tip)
-            action.setToolTip(f"{text.replace('&', '').rstrip('…')} — {tip}")
-            action.triggered.connect(lambda _checked=False, h=handlers[command]: h())
-            self.actions_[command] = action
-            self.addAction(action)
-        self.actions_[Command.QUIT].setMenuRole(QAction.MenuRole.QuitRole)
-        self.actions_[Command.PREFERENCES].setMenuRole(QAction.MenuRole.PreferencesRole)
-
+    def _build_toolbar(self) -> None:
         toolbar = QToolBar("Main toolbar")
         toolbar.setObjectName("mainToolbar")
         toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         toolbar.setMovable(False)
-        layout_: list[Command | None] = [
-            Command.NEW,
-            None,
-            Command.CANCEL,
-            Command.RETRY,
-            Command.REPLAY,
-            None,
-            Command.PAUSE,
-            Command.RESUME,
-            Command.STOP_AFTER_CURRENT,
-            None,
-            Command.REFRESH,
-        ]
-        for entry in layout_:
-            if entry is None:
-                toolbar.addSeparator()
-            else:
-                toolbar.addAction(self.actions_[entry])
+        self.registry.build_toolbar(toolbar)
         self.addToolBar(toolbar)
         self.toolbar = toolbar
 
-    def action(self, command: Command) -> QAction:
+    def action(self, command: Command | HistoryCommand | str) -> QAction:
         """The one QAction of ``command`` (shared by menu, toolbar, context menu and tray)."""
-        return self.actions_[command]
+        return self.registry[str(command)]
 
-    def _build_menus(self) -> None:
-        self.spend_action = QAction(icon("state-succeeded"), "&Spend…", self)
-        self.spend_action.setObjectName("action_spend")
-        self.spend_action.setShortcut(QKeySequence("Ctrl+Shift+S"))
-        self.spend_action.setStatusTip("What the providers cost, by day, profile and model, against each budget")
-        self.spend_action.triggered.connect(lambda _checked=False: self.show_spend())
-        bar = self.menuBar()
-        a = self.actions_
-        for title, commands in (
-            ("&File", [Command.NEW, None, Command.PREFERENCES, None, Command.QUIT]),
-            ("&Job", [Command.CANCEL, Command.RETRY, Command.REPLAY, None, Command.COPY_TIMELINE]),
-            ("&Queue", [Command.PAUSE, Command.RESUME, Command.STOP_AFTER_CURRENT, None, Command.REFRESH]),
-            ("&View", [Command.FIND]),
-        ):
-            menu = bar.addMenu(title)
-            for command in commands:
-                if command is None:
-                    menu.addSeparator()
-                else:
-                    menu.addAction(a[command])
-            h = self.history.actions
-            if title == "&File":  # export before Preferences
-                menu.insertAction(a[Command.PREFERENCES], h[HistoryCommand.EXPORT])
-                menu.insertSeparator(a[Command.PREFERENCES])
-            elif title == "&Job":
-                menu.insertAction(a[Command.COPY_TIMELINE], h[HistoryCommand.RESOLVE])
-                menu.insertSeparator(a[Command.COPY_TIMELINE])
-                menu.insertAction(a[Command.COPY_TIMELINE], h[HistoryCommand.DELETE])
-                menu.insertAction(a[Command.COPY_TIMELINE], h[HistoryCommand.DELETE_BEFORE])
-                menu.insertSeparator(a[Command.COPY_TIMELINE])
-            elif title == "&View":
-                menu.addSeparator()
-                menu.addAction(self.spend_action)
-
-    def _build_status_bar(self) -> None:
-        status = QStatusBar()
-        self.setStatusBar(status)
-        self.state_labels: dict[str, QLabel] = {}
-        for state in STATE_ORDER:
-            if state == State.DEAD:
-                continue
-            item, label = self._status_item(state_icon(state), f"Jobs {state} (all processes)")
-            label.setObjectName(f"count_{state}")
-            status.addPermanentWidget(item)
-            self.state_labels[state] = label
-        item, self.capacity_label = self._status_item(
-            icon("state-running"), "Jobs running in this window / jobs it may run at once"
-        )
-        self.capacity_label.setObjectName("capacityLabel")
-        status.addPermanentWidget(item)
-        item, self.throughput_label = self._status_item(
-            icon("state-succeeded"), "Jobs that succeeded in the last minute"
-        )
-        self.throughput_label.setObjectName("throughputLabel")
-        status.addPermanentWidget(item)
-        self.dead_button = QPushButton()
-        self.dead_button.setObjectName("deadButton")
-        self.dead_button.setFlat(True)
-        self.dead_button.setIcon(state_icon("dead"))
-        self.dead_button.setToolTip("Open the dead letters")
-        self.dead_button.clicked.connect(lambda: self.tabs.setCurrentWidget(self.dead_pane))
-        status.addPermanentWidget(self.dead_button)
-        #: profile -> (item, icon label, text label): one indicator per provider under flow control
-        self.provider_items: dict[str, tuple[ClickableItem, QLabel, QLabel]] = {}
-        self._provider_levels: dict[str, str] = {}
-
-    @staticmethod
-    def _status_item(item_icon: QIcon, tip: str) -> tuple[QWidget, QLabel]:
-        """An icon and a text label for the status bar (the text is updated later)."""
-        item = QWidget()
-        item.setToolTip(tip)
-        row = QHBoxLayout(item)
-        row.setContentsMargins(6, 0, 6, 0)
-        row.setSpacing(4)
-        picture = QLabel()
-        picture.setPixmap(item_icon.pixmap(14, 14))
-        label = QLabel()
-        row.addWidget(picture)
-        row.addWidget(label)
-        return item, label
-
-    def _provider_item(self, profile: str) -> tuple[ClickableItem, QLabel, QLabel]:
-        """The status-bar indicator of ``profile`` (created on first use, left of the counts)."""
-        found = self.provider_items.get(profile)
-        if found is not None:
-            return found
-        item = ClickableItem()
-        item.setObjectName(f"provider_{profile}")
-        item.setCursor(Qt.CursorShape.PointingHandCursor)
-        item.clicked.connect(lambda p=profile: self.edit_preferences(profile=p))
-        row = QHBoxLayout(item)
-        row.setContentsMargins(4, 0, 4, 0)
-        row.setSpacing(4)
-        picture = QLabel()
-        picture.setObjectName(f"providerIcon_{profile}")
-        label = ElidedLabel()
-        label.setObjectName(f"providerLabel_{profile}")
-        row.addWidget(picture)
-        row.addWidget(label)
-        self.statusBar().insertPermanentWidget(len(self.provider_items), item)
-        self.provider_items[profile] = (item, picture, label)
-        return item, picture, label
+    @property
+    def spend_action(self) -> QAction:
+        return self.registry["spend"]
 
     def _build_tray(self) -> None:
-        if not QSystemTrayIcon.isSystemTrayAvailable():
-            return
-        tray = QSystemTrayIcon(icon("app"), self)
-        tray.setToolTip("Desktop Queue")
         menu = QMenu(self)
         show = menu.addAction("&Show Desktop Queue")
         show.triggered.connect(self._show_from_tray)
-        menu.addAction(self.actions_[Command.PAUSE])
-        menu.addAction(self.actions_[Command.RESUME])
+        menu.addAction(self.action(Command.PAUSE))
+        menu.addAction(self.action(Command.RESUME))
         menu.addSeparator()
-        menu.addAction(self.actions_[Command.QUIT])
-        tray.setContextMenu(menu)
-        tray.activated.connect(
-            lambda reason: self._show_from_tray() if reason == QSystemTrayIcon.ActivationReason.Trigger else None
-        )
-        tray.show()
-        self.tray = tray
+        menu.addAction(self.action(Command.QUIT))
+        self.notifier.build_tray(menu, self._show_from_tray)
 
     def _show_from_tray(self) -> None:
         self.showNormal()
@@ -488,9 +230,11 @@ class MainWindow(QMainWindow):
     # ----------------------------------------------------------------- window state
 
     def _restore_state(self) -> None:
+        self.resize(*DEFAULT_SIZE)
         geometry = load_window_state("geometry")
         if geometry is not None:
             self.restoreGeometry(geometry)
+        self.fit_to_screen()
         state = load_window_state("state")
         if state is not None:
             self.restoreState(state)
@@ -499,7 +243,8 @@ class MainWindow(QMainWindow):
             self.splitter.restoreState(splitter)
         else:
             self.splitter.setSizes(DEFAULT_SPLITTER)
-        for key, view in (("queue_header", self.queue_pane.view), ("dead_header", self.dead_pane.view)):
+        for key, pane in (("queue_header", self.queue_pane), ("dead_header", self.dead_pane)):
+            view = pane.view
             header = view.horizontalHeader()
             saved = load_window_state(key)
             # a state saved with other columns (an older version) would misplace every section
@@ -507,6 +252,71 @@ class MainWindow(QMainWindow):
                 header.restoreState(saved)
                 # the restored sort indicator sorts the model (restoreState does not say so)
                 view.sortByColumn(header.sortIndicatorSection(), header.sortIndicatorOrder())
+                pane.columns.adopt_current()  # the saved widths are the preferred ones; Title refits
+        self._job_side_moved()
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        if not self._fitted_shown:
+            # the window manager's decorations are known once shown: fit again with them
+            self._fitted_shown = True
+            QTimer.singleShot(0, self.fit_to_screen)
+
+    _fitted_shown = False
+
+    def fit_to_screen(self) -> None:
+        """Keeps the window on its screen's available area (a geometry saved on a bigger
+        screen, a higher scale factor): smaller if it must be, moved inside if it pokes out."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:
+            return
+        area = screen.availableGeometry()
+        frame = self.frameGeometry()
+        extra_w = max(0, frame.width() - self.width())  # the window manager's decorations
+        extra_h = max(0, frame.height() - self.height())
+        width = min(self.width(), area.width() - extra_w)
+        height = min(self.height(), area.height() - extra_h)
+        if (width, height) != (self.width(), self.height()):
+            self.resize(max(width, self.minimumWidth()), max(height, self.minimumHeight()))
+        frame = self.frameGeometry()
+        x = min(max(frame.left(), area.left()), area.right() - frame.width() + 1)
+        y = min(max(frame.top(), area.top()), area.bottom() - frame.height() + 1)
+        if (x, y) != (frame.left(), frame.top()):
+            self.move(max(x, area.left()), max(y, area.top()))
+
+    def reset_layout(self) -> None:
+        """The window as on a first start: size, splitter, toolbar, columns (order, widths, shown)."""
+        clear_window_state(LAYOUT_KEYS)
+        self.showNormal()
+        self.resize(*DEFAULT_SIZE)
+        self.fit_to_screen()
+        self.toolbar.show()
+        self.splitter.setSizes(self._default_split())
+        for pane in (self.queue_pane, self.dead_pane):
+            pane.reset_columns()
+        self._job_side_moved()
+        self.status.showMessage("Layout reset", 4000)
+
+    def _default_split(self) -> list[int]:
+        total = sum(self.splitter.sizes()) or sum(DEFAULT_SPLITTER)
+        side = round(total * DEFAULT_SPLITTER[1] / sum(DEFAULT_SPLITTER))
+        side = max(JOB_SIDE_MIN, side) if total - side >= TABLE_SIDE_MIN else 0
+        return [total - side, side]
+
+    @property
+    def job_side_shown(self) -> bool:
+        return self.splitter.sizes()[1] > 0
+
+    def set_job_side_shown(self, shown: bool) -> None:
+        """Shows or collapses the selected job's side (Timeline | Result | Details)."""
+        if shown != self.job_side_shown:
+            self.splitter.setSizes(self._default_split() if shown else [sum(self.splitter.sizes()), 0])
+        self._job_side_moved()
+
+    def _job_side_moved(self) -> None:
+        action = self.registry["job_side"]
+        if action.isChecked() != self.job_side_shown:
+            action.setChecked(self.job_side_shown)
 
     def save_state(self) -> None:
         """Saves geometry, toolbar, splitter and header state under ``window/`` in QSettings."""
@@ -584,24 +394,14 @@ class MainWindow(QMainWindow):
     def _update_actions(self, jobs: list[dict] | None = None) -> None:
         selected = self.selection() if jobs is None else jobs
         allowed = actions_for(selected, paused=self.controller.driver.paused)
-        for command, action in self.actions_.items():
-            action.setEnabled(command in allowed)
+        self.registry.update(ActionState(frozenset(allowed), frozenset(history_actions_for(selected))))
         self.dead_pane.retry_button.setEnabled(Command.RETRY in allowed and self.current_pane() is self.dead_pane)
         self.dead_pane.replay_button.setEnabled(Command.REPLAY in allowed and self.current_pane() is self.dead_pane)
         if hasattr(self, "history"):
             self.history.update(selected)
 
     def _context_menu(self, view: Any, pos: Any) -> None:
-        menu = QMenu(self)
-        for command in (Command.CANCEL, Command.RETRY, Command.REPLAY, None, Command.COPY_TIMELINE, None, Command.NEW):
-            if command is None:
-                menu.addSeparator()
-            else:
-                menu.addAction(self.actions_[command])
-        menu.insertAction(self.actions_[Command.COPY_TIMELINE], self.history.action(HistoryCommand.RESOLVE))
-        menu.insertAction(self.actions_[Command.COPY_TIMELINE], self.history.action(HistoryCommand.DELETE))
-        menu.insertSeparator(self.actions_[Command.COPY_TIMELINE])
-        menu.popup(view.viewport().mapToGlobal(pos))
+        self.registry.context_menu(self).popup(view.viewport().mapToGlobal(pos))
 
     # ----------------------------------------------------------------- status bar and notifications
 
@@ -641,37 +441,25 @@ class MainWindow(QMainWindow):
         if shown == self._status_shown:
             return  # an idle tick: nothing to set (a style sheet set again re-polishes the button)
         self._status_shown = shown
-        for state, label in self.state_labels.items():
-            label.setText(f"{counts.get(state, 0)} {state}")
+        status = self.status
+        status.show_counts(counts)
         self.queue_pane.set_counts(counts)
         paused = " (store unavailable)" if self.controller.store_problem else " (paused)" if driver.paused else ""
-        self.capacity_label.setText(f"{driver.running}/{driver.concurrency} slots busy here{paused}")
-        self.throughput_label.setText(f"{done} done in the last minute")
+        status.show_capacity(driver.running, driver.concurrency, paused)
+        status.show_throughput(done)
         dead = counts.get(State.DEAD, 0)
         self.dead_pane.set_total(dead, counts.get("resolved", 0))
         if self._dead_seen is None or self.tabs.currentWidget() is self.dead_pane:
             self._dead_seen = dead
-        if dead > self._dead_count and self.tray is not None and self._dead_count_known:
-            self.tray.showMessage(
-                "Desktop Queue",
+        if dead > self._dead_count and self._dead_count_known:
+            self.notifier.notify(
                 f"{dead - self._dead_count} job(s) dead-lettered; they wait for you in Dead letters",
-                QSystemTrayIcon.MessageIcon.Warning,
+                Level.WARNING,
                 8000,
             )
         self._dead_count_known = True
         self._dead_count = dead
-        grown = dead > (self._dead_seen or 0)
-        self.dead_button.setText(
-            f"{dead} dead letter{'s' if dead != 1 else ''}"
-            + (f"  (+{dead - (self._dead_seen or 0)} new)" if grown else "")
-        )
-        font = self.dead_button.font()
-        font.setBold(grown)
-        self.dead_button.setFont(font)
-        self.dead_button.setProperty("attention", grown)
-        self.dead_button.setStyleSheet(
-            "QPushButton { background: #c0392b; color: white; border-radius: 4px; padding: 2px 8px; }" if grown else ""
-        )
+        status.show_dead(dead, self._dead_seen or 0)
         self.tabs.setTabText(1, f"&Dead letters ({dead})" if dead else "&Dead letters")
 
     _dead_count_known = False
@@ -685,38 +473,11 @@ class MainWindow(QMainWindow):
             states = self.controller.profile_states()
         except Exception:  # a status display must never break the refresh
             return
-        shown = set()
-        for state in states:
-            profile = state.profile
-            shown.add(profile)
-            item, picture, label = self._provider_item(profile)
-            if self._provider_levels.get(profile) != state.level:
-                picture.setPixmap(icon(PROVIDER_ICONS.get(state.level, "provider-ok")).pixmap(14, 14))
-                self._provider_levels[profile] = state.level
-            label.setText(state.text)
-            item.setToolTip(self.provider_tooltip(profile, state.detail) + "\n\nClick to open its settings.")
-            item.setAccessibleName(state.text)
-        for profile in [p for p in self.provider_items if p not in shown]:  # a profile removed in Preferences
-            item, _picture, _label = self.provider_items.pop(profile)
-            self._provider_levels.pop(profile, None)
-            self.statusBar().removeWidget(item)
-            item.deleteLater()
-
-    def provider_tooltip(self, profile: str, status: str) -> str:
-        """The indicator's tooltip: the status, then the profile's recent flow events."""
-        recent = [entry for entry in self.flow_log if entry[1] == profile][-FLOW_TOOLTIP_EVENTS:]
-        lines = [status]
-        if recent:
-            lines.append("Recent changes:")
-            now = time.time()
-            lines.extend(f"{clock_time(at, now)}  {text}" for at, _p, _k, text in reversed(recent))
-        else:
-            lines.append("No rate limits or outages so far.")
-        return "\n".join(lines)
+        self.status.update_providers(states)
 
     def _flow_event(self, profile: str, kind: str, text: str) -> None:
         """A provider's breaker or rate limit changed: log it, update its indicator, tell once."""
-        self.flow_log.append((time.time(), profile, kind, text))
+        self.status.record_flow(profile, kind, text)
         if kind in (FlowEventType.BREAKER_OPENED, FlowEventType.OFFLINE) and profile not in self._breaker_announced:
             self._breaker_announced.add(profile)
             what = "is not answering" if kind == FlowEventType.BREAKER_OPENED else "cannot be reached"
@@ -725,8 +486,7 @@ class MainWindow(QMainWindow):
                 "Nothing burns its retries; the queue drains by itself when it answers again."
             )
             self.banner.show_message(message, "provider-down")
-            if self.tray is not None:
-                self.tray.showMessage("Desktop Queue", message, QSystemTrayIcon.MessageIcon.Warning, 8000)
+            self.notifier.notify(message, Level.WARNING, 8000)
             self.provider_alert.emit(profile, message)
         elif kind in (FlowEventType.BREAKER_CLOSED, FlowEventType.BACK_ONLINE):
             if profile in self._breaker_announced:
@@ -773,8 +533,7 @@ class MainWindow(QMainWindow):
         message = "The queue is empty: every job has finished."
         if dead:
             message += f" {dead} dead letter{'s wait' if dead != 1 else ' waits'} for you."
-        if self.tray is not None:
-            self.tray.showMessage("Desktop Queue", message, QSystemTrayIcon.MessageIcon.Information, 5000)
+        self.notifier.notify(message, Level.INFO, 5000)
         self.drained.emit(message)
 
     # ----------------------------------------------------------------- commands
@@ -888,6 +647,31 @@ class MainWindow(QMainWindow):
         dialog.show()
         return dialog
 
+    def show_shortcuts(self) -> help_menu.ShortcutsDialog:
+        """Help → Keyboard shortcuts (non-modal; generated from the action registry)."""
+        dialog = help_menu.ShortcutsDialog(help_menu.shortcut_rows(self.registry), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show()
+        return dialog
+
+    def show_about(self) -> help_menu.AboutDialog:
+        """Help → About (window-modal, non-blocking)."""
+        dialog = help_menu.AboutDialog(self.controller.queue.data_dir, config_dir(), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
+
+    def open_data_folder(self) -> None:
+        self._open_folder(self.controller.queue.data_dir)
+
+    def open_config_folder(self) -> None:
+        self._open_folder(config_dir())
+
+    def _open_folder(self, path: Any) -> None:
+        problem = help_menu.open_folder(path)
+        if problem is not None:
+            self.banner.show_message(f"{problem}. Its path: {path}", "event-info")
+
     def try_demo_job(self) -> None:
         """Submits the first-run demo job and selects it (its timeline shows it run)."""
         from desktop_queue.core import QueueError
@@ -936,7 +720,6 @@ class MainWindow(QMainWindow):
             return
         self.save_state()
         self.controller.shutdown(self.shutdown_timeout_ms)
-        if self.tray is not None:
-            self.tray.hide()
+        self.notifier.hide()
         event.accept()
         self.closed.emit()

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from PySide6.QtCore import (
+    QByteArray,
     QEvent,
     QItemSelectionModel,
     QModelIndex,
@@ -53,8 +54,11 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_queue.core.model import State
+from desktop_queue.ui.columns import ColumnFitter, install_column_chooser
 from desktop_queue.ui.delegates import JobCellDelegate
+from desktop_queue.ui.elided import ElidedLabel
 from desktop_queue.ui.first_run import FirstRunPanel
+from desktop_queue.ui.flow_layout import FlowLayout
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.models.columns import JobRole
 from desktop_queue.ui.models.dead_groups import DeadGroupModel
@@ -235,6 +239,14 @@ def configure_job_table(view: QTableView) -> None:
     header.setStretchLastSection(True)
 
 
+def reset_header(view: QTableView, state: QByteArray, fitter: ColumnFitter) -> None:
+    """A table's columns back to ``state`` (order, visibility, sort), at their default widths."""
+    header = view.horizontalHeader()
+    header.restoreState(state)
+    view.sortByColumn(header.sortIndicatorSection(), header.sortIndicatorOrder())
+    fitter.reset_widths()
+
+
 def selected_jobs(view: QTableView) -> list[dict]:
     """The job dicts selected in ``view`` (mapped to the source model)."""
     proxy = view.model()
@@ -314,29 +326,33 @@ class QueuePane(QWidget):
         self.empty_state = EmptyState(self.view, self.proxy, "jobs", self.search)
         self.escape = _clear_on_escape(self, self.clear_filter)
         self._live_painted = -math.inf
-        # Title takes what is left, so that Wait, Run time and Last error stay in sight
-        # at the default window size (1200×720) instead of behind horizontal scrolling.
-        # Next run is wide enough for "waiting: a free slot (4 of 4 running)": why a job
-        # waits is what a reader of this pane looks for (longer reasons: the tooltip).
-        widths = {
-            "state": 96,
-            "title": 160,
-            "kind": 56,
-            "priority": 80,
-            "attempts": 58,
-            "next": 220,
-            "created": 62,
-            "wait": 48,
-            "run": 56,
-            "error": 76,
-        }
-        header = self.view.horizontalHeader()
-        header.setStretchLastSection(False)
-        for i, column in enumerate(model.columns):
-            if column.key in widths:
-                self.view.setColumnWidth(i, widths[column.key])
-            if column.key == "title":
-                header.setSectionResizeMode(i, QHeaderView.ResizeMode.Stretch)
+        # Title takes what is left, but never less than ~28 characters: the other columns
+        # give way first (Next run elides; its tooltip has the whole phrase), and only then
+        # does the table scroll. Created widens for older days ("2026-11-30 16:24").
+        self.columns = ColumnFitter(
+            self.view,
+            [c.key for c in model.columns],
+            "title",
+            {
+                "state": 96,
+                "kind": 56,
+                "priority": 80,
+                "attempts": 58,
+                "next": 150,
+                "created": 62,
+                "wait": 48,
+                "run": 56,
+                "error": 76,
+            },
+            content_keys=("kind", "created"),
+            samples={"state": "succeeded"},
+        )
+        self.default_header = self.view.horizontalHeader().saveState()
+        install_column_chooser(self.view, [c.header for c in model.columns], self.columns.main, self.reset_columns)
+
+    def reset_columns(self) -> None:
+        """Every column shown again, in its first order and width."""
+        reset_header(self.view, self.default_header, self.columns)
 
     def repaint_live(self) -> None:
         """Repaints the visible rows after a clock tick, if their time-dependent cells may read differently.
@@ -442,14 +458,14 @@ class DeadLetterPane(QWidget):
         self.view = _job_table(self.proxy, "deadView")
         self.retry_button = QPushButton(icon("action-retry"), "&Retry")
         self.replay_button = QPushButton(icon("action-replay"), "Re&play…")
-        self.resolve_button = QPushButton(icon("state-succeeded"), "Resol&ve…")
+        self.resolve_button = QPushButton(icon("state-succeeded"), "Res&olve…")
         self.resolve_button.setObjectName("resolveButton")
         self.resolve_button.setToolTip("Close the selected dead letters without retrying them")
-        self.retry_all_button = QPushButton(icon("action-retry"), "Retry &all matching")
+        self.retry_all_button = QPushButton(icon("action-retry"), "Retr&y all matching")
         self.retry_all_button.setObjectName("retryAllButton")
         self.more_button = QToolButton()
         self.more_button.setObjectName("matchingMenuButton")
-        self.more_button.setText("&Matching")
+        self.more_button.setText("Matchin&g")
         self.more_button.setToolTip("Replay or resolve every dead letter the filter matches")
         self.more_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.more_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
@@ -460,7 +476,7 @@ class DeadLetterPane(QWidget):
         self.show_resolved = QCheckBox("Show reso&lved")
         self.show_resolved.setObjectName("showResolved")
         self.show_resolved.setToolTip("Also list the dead letters a person closed without retrying")
-        self.group_toggle = QCheckBox("&Group by error")
+        self.group_toggle = QCheckBox("Group &by error")
         self.group_toggle.setObjectName("groupByError")
         self.group_toggle.setToolTip("List the dead letters' error signatures with their counts")
         self._total: int | None = None
@@ -483,7 +499,7 @@ class DeadLetterPane(QWidget):
         font = self.group_heading.font()
         font.setBold(True)
         self.group_heading.setFont(font)
-        self.all_groups_button = QPushButton("Show a&ll")
+        self.all_groups_button = QPushButton("Sho&w all")
         self.all_groups_button.setToolTip("Show the dead letters of every group")
         self.group_retry = QPushButton(icon("action-retry"), "Retry")
         self.group_replay = QPushButton(icon("action-replay"), "Replay")
@@ -518,13 +534,25 @@ class DeadLetterPane(QWidget):
         self.split.setStretchFactor(1, 4)
         self.split.setChildrenCollapsible(False)
 
+        # the buttons wrap to a second row on a narrow pane (a small screen, a large
+        # font) instead of being cut at its edge or keeping the window wide
+        self.button_row = QWidget()
+        self.button_row.setObjectName("deadButtons")
+        flow = FlowLayout(self.button_row, one_row=True)
+        flow.setContentsMargins(0, 0, 0, 0)
+        in_row: list[QWidget] = [
+            self.retry_button,
+            self.replay_button,
+            self.resolve_button,
+            self.retry_all_button,
+            self.more_button,
+        ]
+        for widget in in_row:
+            flow.addWidget(widget)
+        self.search.setMinimumWidth(160)  # the buttons wrap before the search box vanishes
         bar = QHBoxLayout()
         bar.addWidget(self.search, 1)
-        bar.addWidget(self.retry_button)
-        bar.addWidget(self.replay_button)
-        bar.addWidget(self.resolve_button)
-        bar.addWidget(self.retry_all_button)
-        bar.addWidget(self.more_button)
+        bar.addWidget(self.button_row)
         toggles = QHBoxLayout()
         toggles.addWidget(self.group_toggle)
         toggles.addWidget(self.show_resolved)
@@ -560,18 +588,21 @@ class DeadLetterPane(QWidget):
         self.replay_button.clicked.connect(self.replay_requested)
         self.retry_all_button.clicked.connect(self.retry_all_requested)
         self.view.sortByColumn(5, Qt.SortOrder.DescendingOrder)  # most recent death first
-        # Last error takes what is left: the columns fit the pane, no horizontal scrolling
-        # hides "Died at" at the default window size
-        header = self.view.horizontalHeader()
-        header.setStretchLastSection(False)
-        widths = {"title": 170, "kind": 70, "class": 80, "attempts": 90, "died": 70, "replayed": 90, "resolved": 70}
+        # Last error takes what is left (never less than ~28 characters): the columns fit
+        # the pane, no horizontal scrolling hides "Died at" at the default window size
+        self.columns = ColumnFitter(
+            self.view,
+            [c.key for c in model.columns],
+            "error",
+            {"title": 170, "kind": 70, "class": 80, "attempts": 90, "died": 70, "replayed": 90, "resolved": 70},
+            content_keys=("died", "resolved"),
+            floors={"title": 14},
+        )
         for i, column in enumerate(model.columns):
-            if column.key in widths:
-                self.view.setColumnWidth(i, widths[column.key])
-            if column.key == "error":
-                header.setSectionResizeMode(i, QHeaderView.ResizeMode.Stretch)
             if column.key == "resolved":
                 self.view.setColumnHidden(i, True)  # shown with "Show resolved"
+        self.default_header = self.view.horizontalHeader().saveState()
+        install_column_chooser(self.view, [c.header for c in model.columns], self.columns.main, self.reset_columns)
         self._update_retry_all()
 
     def set_total(self, dead: int, resolved: int = 0) -> None:
@@ -591,7 +622,12 @@ class DeadLetterPane(QWidget):
             count = f"{n:,}+" if more else f"{n:,}"
         self.retry_all_button.setEnabled(n > 0 or more)
         self.more_button.setEnabled(n > 0 or more)
-        self.retry_all_button.setText(f"Retry &all matching ({count})")
+        self.retry_all_button.setText(f"Retr&y all matching ({count})")
+
+    def reset_columns(self) -> None:
+        """Every column back to its first order and width (Resolved follows "Show resolved")."""
+        reset_header(self.view, self.default_header, self.columns)
+        self._show_resolved(self.show_resolved.isChecked())
 
     def clear_filter(self) -> None:
         """Shows every dead letter again (Esc): no search, no group."""
@@ -843,14 +879,14 @@ class TimelinePane(QWidget):
     def __init__(self, model: TimelineModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
-        self.heading = QLabel("Select a job to see its timeline")
+        # a long title elides (in the middle: the job's state stays in sight); it must
+        # never widen the job side and squeeze the job tables. The tooltip has it all.
+        self.heading = ElidedLabel("Select a job to see its timeline", Qt.TextElideMode.ElideMiddle)
         self.heading.setObjectName("timelineHeading")
         self.heading.setTextFormat(Qt.TextFormat.PlainText)
         font = self.heading.font()
         font.setBold(True)
         self.heading.setFont(font)
-        # a long title wraps: it must not widen the timeline and squeeze the job tables
-        self.heading.setWordWrap(True)
         self.copy_button = QPushButton(icon("action-copy"), "&Copy")
         self.copy_button.setToolTip("Copy this timeline to the clipboard as text")
         self.view = QListView()
@@ -906,6 +942,7 @@ class TimelinePane(QWidget):
         else:
             note = self.model.result_note if isinstance(self.model, LiveTimelineModel) else None
             self.heading.setText(f"{job.title}  ·  job {job.id}  ·  {job.state}" + (f"  ·  {note}" if note else ""))
+        self.heading.setToolTip(self.heading.text())
 
     def _clicked(self, index: QModelIndex) -> None:
         link = index.data(TimelineRole.LINK)

@@ -335,7 +335,7 @@ class ResultView(QWidget):
             return b
 
         self.copy_button = button(
-            "C&opy", "Copy the result (text, image, or the file's path)", "copyResult", "action-copy"
+            "&Copy", "Copy the result (text, image, or the file's path)", "copyResult", "action-copy"
         )
         self.save_button = button("Save &as…", "Save the result to a file", "saveResult")
         self.plain_check = QCheckBox("&Plain")

@@ -130,3 +130,11 @@ def save_window_state(values: dict[str, QByteArray], numbers: dict[str, int] | N
     for key, number in (numbers or {}).items():
         settings.setValue(f"window/{key}", number)
     settings.sync()
+
+
+def clear_window_state(keys: tuple[str, ...]) -> None:
+    """Forgets ``window/<key>`` for each key (Reset layout); preferences are not touched."""
+    settings = _settings()
+    for key in keys:
+        settings.remove(f"window/{key}")
+    settings.sync()

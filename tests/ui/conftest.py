@@ -117,3 +117,11 @@ def session(open_session: Any, data_dir: Path) -> Any:
     assert not isinstance(result, int)
     result.window.show()
     return result
+
+
+@pytest.fixture(autouse=True)
+def no_desktop_notifications(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows in tests never send real desktop notifications (a test gives its own ``notify-send``)."""
+    from desktop_queue.ui import notifier
+
+    monkeypatch.setattr(notifier, "find_notify_send", lambda: None)

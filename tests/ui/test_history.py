@@ -179,8 +179,8 @@ def test_counts_include_archived_jobs(qtbot: Any, window_on_archive: Any) -> Non
     qtbot.waitUntil(lambda: window.queue_pane.state_filter.itemText(0) == f"All states ({JOBS})", timeout=3000)
     assert window.queue_pane.state_filter.itemText(4) == "Dead (10)"
     assert window.tabs.tabText(1) == "&Dead letters (10)"
-    assert window.state_labels["succeeded"].text() == "50 succeeded"
-    assert window.dead_pane.retry_all_button.text() == "Retry &all matching (10)"  # loaded or not
+    assert window.status.state_labels["succeeded"].text() == "50 succeeded"
+    assert window.dead_pane.retry_all_button.text() == "Retr&y all matching (10)"  # loaded or not
 
 
 def test_the_search_field_narrows_archived_rows(

@@ -59,7 +59,7 @@ def test_an_idle_tick_neither_counts_the_store_nor_walks_the_jobs(
     controller.set_paused(True)
     job_id = submit(session, "waiting")
     controller.refresher.refresh()
-    assert window.state_labels["queued"].text() == "1 queued"
+    assert window.status.state_labels["queued"].text() == "1 queued"
     calls = {"counts": 0}
     real = controller.queue.counts
 
@@ -79,7 +79,7 @@ def test_an_idle_tick_neither_counts_the_store_nor_walks_the_jobs(
     assert controller.hold_reason(controller.queue_model.job_at(controller.queue_model.row_of(job_id))) == "paused"
     submit(session, "another")
     controller.refresher.refresh()
-    assert calls["counts"] == 1 and window.state_labels["queued"].text() == "2 queued"
+    assert calls["counts"] == 1 and window.status.state_labels["queued"].text() == "2 queued"
 
 
 def test_done_in_the_last_minute_counts_from_the_changes(qtbot: Any, session: Any) -> None:
@@ -87,7 +87,7 @@ def test_done_in_the_last_minute_counts_from_the_changes(qtbot: Any, session: An
         "demo", {"prompt": "quick", "duration_s": 0.01}, title="quick", priority="interactive", max_attempts=1
     ).job.id
     qtbot.waitUntil(lambda: session.queue.get(job_id).state == "succeeded", timeout=5000)
-    qtbot.waitUntil(lambda: session.window.throughput_label.text() == "1 done in the last minute", timeout=3000)
+    qtbot.waitUntil(lambda: session.window.status.throughput_label.text() == "1 done in the last minute", timeout=3000)
 
 
 @pytest.mark.parametrize("reason", [Qt.FocusReason.TabFocusReason, Qt.FocusReason.BacktabFocusReason])
@@ -184,9 +184,9 @@ def test_the_status_bar_kept_from_changes_equals_a_recount_after_random_changes(
     assert tally.done_since(now - 60) == expected["done"]
     assert tally.interactive_ahead(now) == expected["interactive_ahead"]
     counts = queue.counts()
-    for state, label in window.state_labels.items():
+    for state, label in window.status.state_labels.items():
         assert label.text() == f"{counts.get(state, 0)} {state}"
-    assert window.throughput_label.text() == f"{expected['done']} done in the last minute"
+    assert window.status.throughput_label.text() == f"{expected['done']} done in the last minute"
     qtmodeltester.check(controller.queue_model)
 
 

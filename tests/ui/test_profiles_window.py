@@ -229,7 +229,7 @@ def open_window(qtbot: Any, data_dir: Path, prompts: Any) -> Iterator[Callable[[
 
 
 def indicators(window: MainWindow) -> dict[str, str]:
-    return {name: label.text() for name, (_item, _pic, label) in window.provider_items.items()}
+    return {name: label.text() for name, (_item, _pic, label) in window.status.provider_items.items()}
 
 
 def test_a_new_user_running_demo_jobs_sees_no_provider_noise(qtbot: Any, open_window: Any) -> None:
@@ -241,7 +241,7 @@ def test_a_new_user_running_demo_jobs_sees_no_provider_noise(qtbot: Any, open_wi
     window.controller.queue.submit("openai.chat", {"prompt": "hello"})
     window.controller._in_use = (-1e18, [])  # do not wait for the 5 s recheck
     qtbot.waitUntil(lambda: indicators(window) == {"openai": "openai: not set up"}, timeout=WAIT_MS)
-    assert window._provider_levels["openai"] == "slow"
+    assert window.status._provider_levels["openai"] == "slow"
 
 
 def test_each_configured_profile_shows_its_real_state(
@@ -258,8 +258,8 @@ def test_each_configured_profile_shows_its_real_state(
     window.controller.driver.tick()  # the driver asks each profile whether it can run
     expected = {"cloud": "cloud: no API key", "ollama": "ollama: ok"}
     qtbot.waitUntil(lambda: indicators(window) == expected, timeout=WAIT_MS)
-    assert "$0.00 of $5.00 today" in window.provider_items["ollama"][0].toolTip()  # the spend: in the tooltip
-    tip = window.provider_items["cloud"][0].toolTip()
+    assert "$0.00 of $5.00 today" in window.status.provider_items["ollama"][0].toolTip()  # the spend: in the tooltip
+    tip = window.status.provider_items["cloud"][0].toolTip()
     assert tip.startswith("Provider “cloud”: no API key") and "Preferences" in tip
 
     # Preferences removed "cloud" and added a key-less "lab": the indicators follow
@@ -429,7 +429,7 @@ def test_a_profile_added_by_the_cli_reaches_a_running_window(
     qtbot.waitUntil(lambda: set(indicators(window)) == {"ollama", "lab"}, timeout=WAIT_MS)
     assert window.controller.profiles is not None and window.controller.profiles.names() == ["ollama", "lab"]
     # its indicator opens Preferences on it
-    item = window.provider_items["lab"][0]
+    item = window.status.provider_items["lab"][0]
     assert "Click to open its settings" in item.toolTip()
     item.clicked.emit()
     dialog = window.findChild(PreferencesDialog)

@@ -89,7 +89,7 @@ def fail(flow: FlowControl, job_id: str, error_class: str = "retryable", **kwarg
 
 def indicator(window: MainWindow, profile: str = "openai") -> tuple[str, str]:
     """(text, tooltip) of a provider's status-bar indicator ("" while it does not exist)."""
-    found = window.provider_items.get(profile)
+    found = window.status.provider_items.get(profile)
     if found is None:
         return "", ""
     item, _picture, label = found
@@ -105,8 +105,8 @@ def test_a_breaker_opening_shows_in_the_status_bar_and_is_announced_once(
     window, flow = open_window(ProfileLimits(breaker_threshold=3, breaker_cooldown_s=25))
     driver = window.controller.driver
     qtbot.waitUntil(lambda: indicator(window)[0] == "openai: ok", timeout=WAIT_MS)
-    assert window.provider_items["openai"][0].isVisible()
-    assert window._provider_levels["openai"] == "ok"
+    assert window.status.provider_items["openai"][0].isVisible()
+    assert window.status._provider_levels["openai"] == "ok"
 
     for n in range(3):
         fail(flow, f"down-{n}")
@@ -123,7 +123,7 @@ def test_a_breaker_opening_shows_in_the_status_bar_and_is_announced_once(
     assert alert.args[0] == "openai"
     assert not window.banner.isHidden() and "“openai” is not answering" in window.banner.text.text()
     assert indicator(window)[0] == "openai: breaker open, retry in 25 s"
-    assert window._provider_levels["openai"] == "down"
+    assert window.status._provider_levels["openai"] == "down"
     tip = indicator(window)[1]
     assert tip.startswith("Provider “openai”: breaker open, retry in 25 s")
     assert "Recent changes:" in tip and "breaker open (3 retryable failures in a row)" in tip
@@ -172,7 +172,7 @@ def test_a_rate_limit_lowers_the_indicator_and_lists_the_events_in_its_tooltip(
     driver.tick()
     assert kinds == ["rate_lowered", "paused"]
     qtbot.waitUntil(lambda: indicator(window)[0] == "openai: rate limited, resuming in 3.0 s", timeout=WAIT_MS)
-    assert window._provider_levels["openai"] == "slow"
+    assert window.status._provider_levels["openai"] == "slow"
     clock.advance(3)
     qtbot.waitUntil(lambda: indicator(window)[0] == "openai: rate lowered to 50%", timeout=WAIT_MS)
     tip = indicator(window)[1]

@@ -34,7 +34,7 @@ def test_a_full_disk_shows_in_the_banner_and_the_jobs_and_clears_when_room_retur
         controller.driver.start()
     assert down.args == [DISK_FULL]
     assert window.banner.isVisible() and window.banner.text.text() == DISK_FULL
-    assert window.capacity_label.text().endswith("(store unavailable)")
+    assert window.status.capacity_label.text().endswith("(store unavailable)")
     qtbot.waitUntil(lambda: next_run(window, job_id) == STORE_UNAVAILABLE, timeout=WAIT_MS)
 
     full["on"] = False
@@ -43,4 +43,4 @@ def test_a_full_disk_shows_in_the_banner_and_the_jobs_and_clears_when_room_retur
     assert not window.banner.isVisible()
     qtbot.waitUntil(lambda: controller.queue.get(job_id).state == "succeeded", timeout=WAIT_MS)
     assert controller.queue.get(job_id).attempts == 1
-    assert not window.capacity_label.text().endswith("(store unavailable)")
+    assert not window.status.capacity_label.text().endswith("(store unavailable)")

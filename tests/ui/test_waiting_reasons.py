@@ -128,7 +128,7 @@ def open_window(
         )
         window = MainWindow(controller)
         window.chat = chat  # type: ignore[attr-defined]
-        window.tray = Tray()  # type: ignore[assignment]
+        window.notifier.use_tray(Tray())  # type: ignore[arg-type]
         controller.setParent(window)
         qtbot.addWidget(window)
         controller.start(lease=lease)
@@ -167,7 +167,7 @@ def show(qtbot: Any, window: MainWindow, job_id: str) -> None:
 
 
 def indicator(window: MainWindow, profile: str = "openai") -> str:
-    found = window.provider_items.get(profile)
+    found = window.status.provider_items.get(profile)
     return "" if found is None else found[2].text()
 
 
@@ -177,7 +177,7 @@ def indicator(window: MainWindow, profile: str = "openai") -> str:
 def test_the_drained_notice_waits_for_a_job_in_backoff(qtbot: Any, open_window: Any, clock: FakeClock) -> None:
     window = open_window()
     queue = window.controller.queue
-    tray: Tray = window.tray
+    tray: Tray = window.notifier.tray
     job_id = queue.submit("demo", {"prompt": "flaky", "duration_s": 0, "fail_times": 1}).job.id
     # the first attempt fails: the job waits in a backoff of minutes, and the driver has nothing to run
     with qtbot.waitSignal(window.controller.driver.idle, timeout=WAIT_MS):
@@ -283,7 +283,7 @@ def test_no_api_key_shows_in_the_next_run_column_and_the_now_line(qtbot: Any, op
     assert window.timeline_model.index(window.timeline_model.rowCount() - 1).data(TimelineRole.CATEGORY) == "throttle"
     assert queue.get(job_id).attempts == 0
     qtbot.waitUntil(lambda: indicator(window) == "openai: no API key", timeout=WAIT_MS)
-    assert window._provider_levels["openai"] == "slow"
+    assert window.status._provider_levels["openai"] == "slow"
 
     window.chat.missing_key = False  # the key was entered: it runs
     qtbot.waitUntil(lambda: queue.get(job_id).state == "succeeded", timeout=WAIT_MS)
@@ -303,7 +303,7 @@ def test_an_offline_profile_shows_in_the_job_and_the_indicator(qtbot: Any, open_
     qtbot.waitUntil(lambda: now_text(window) == f"now: {reason}", timeout=WAIT_MS)
     assert next_run(window, job_id) == reason
     qtbot.waitUntil(lambda: indicator(window) == "openai: offline (cannot connect (ConnectError))", timeout=WAIT_MS)
-    assert window._provider_levels["openai"] == "down"
+    assert window.status._provider_levels["openai"] == "down"
     model = window.timeline_model
     assert model.index(model.rowCount() - 1).data(Qt.ItemDataRole.DecorationRole) is not None
 
@@ -321,7 +321,9 @@ def test_a_reached_budget_shows_in_the_job_and_the_indicator(qtbot: Any, open_wi
     queue = window.controller.queue
     qtbot.waitUntil(lambda: indicator(window) == "openai: ok", timeout=WAIT_MS)
     # the spend of an ok profile is in its tooltip (a status bar with several profiles has no room)
-    qtbot.waitUntil(lambda: "$0.00 of $5.00 today" in window.provider_items["openai"][0].toolTip(), timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: "$0.00 of $5.00 today" in window.status.provider_items["openai"][0].toolTip(), timeout=WAIT_MS
+    )
     from desktop_queue.core.ledger import Usage
 
     flow.ledger.record(
@@ -334,7 +336,7 @@ def test_a_reached_budget_shows_in_the_job_and_the_indicator(qtbot: Any, open_wi
         usd=4.6,
     )
     qtbot.waitUntil(lambda: indicator(window) == "openai: budget nearly reached, $4.60 of $5.00 today", timeout=WAIT_MS)
-    assert window._provider_levels["openai"] == "slow"
+    assert window.status._provider_levels["openai"] == "slow"
     flow.ledger.record(
         profile="openai",
         model="gpt-4o-mini",
@@ -350,4 +352,4 @@ def test_a_reached_budget_shows_in_the_job_and_the_indicator(qtbot: Any, open_wi
     qtbot.waitUntil(lambda: now_text(window) == f"now: {reason}", timeout=WAIT_MS)
     assert next_run(window, job_id) == reason
     qtbot.waitUntil(lambda: indicator(window) == "openai: budget reached, $5.00 of $5.00 today", timeout=WAIT_MS)
-    assert window._provider_levels["openai"] == "down"
+    assert window.status._provider_levels["openai"] == "down"

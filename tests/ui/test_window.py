@@ -104,9 +104,9 @@ def test_a_fatal_job_is_dead_lettered_then_retried_and_replayed_with_links(qtbot
         job_id = submit_demo(session, "doomed", fail_times=1, fail_with="fatal")
     assert died.args == [job_id, "dead"]
     qtbot.waitUntil(lambda: session.controller.dead_model.row_of(job_id) is not None, timeout=3000)
-    qtbot.waitUntil(lambda: window.dead_button.property("attention") is True, timeout=3000)
+    qtbot.waitUntil(lambda: window.status.dead_button.property("attention") is True, timeout=3000)
     window.tabs.setCurrentWidget(window.dead_pane)
-    assert window.dead_button.property("attention") is False  # seen
+    assert window.status.dead_button.property("attention") is False  # seen
     assert select_job(window.dead_pane.view, job_id)
     dead_row = window.dead_pane.selected()[0]
     assert dead_row["last_error"]["class"] == "fatal"
@@ -150,7 +150,7 @@ def test_retry_all_matching_confirms_the_exact_count_and_retries_off_the_gui_thr
     qtbot.waitUntil(lambda: session.controller.dead_model.rowCount() == 3, timeout=3000)
     window.tabs.setCurrentWidget(window.dead_pane)
     window.dead_pane.search.setText("alpha")
-    assert window.dead_pane.retry_all_button.text() == "Retry &all matching (2)"
+    assert window.dead_pane.retry_all_button.text() == "Retr&y all matching (2)"
     window.retry_all_matching()
     assert "Retry 2 dead jobs matching “alpha”" in prompts.confirms[-1]
     task = session.controller.bulk_task
@@ -319,7 +319,7 @@ def test_preferences_and_window_state_are_kept_apart(qtbot: Any, session: Any) -
     window_keys = {k for k in settings.allKeys() if k.startswith("window/")}
     assert {"window/geometry", "window/splitter", "window/queue_header", "window/dead_header"} <= window_keys
     assert not any("concurrency" in k for k in window_keys)
-    assert window.capacity_label.text().startswith("0/2 slots busy")
+    assert window.status.capacity_label.text().startswith("0/2 slots busy")
 
 
 def test_the_attempt_timeout_is_a_preference_applied_from_the_next_attempt(qtbot: Any, session: Any) -> None:

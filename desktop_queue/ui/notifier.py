@@ -1,0 +1,157 @@
+"""How the window tells people things: an in-window banner, and notices outside the window.
+
+:class:`Banner` is the dismissable strip at the top of the window. :class:`Notifier`
+sends a notice (a job dead-lettered, the queue drained, a provider down) the best way
+the desktop offers, and never drops it:
+
+1. the system tray's balloon, when there is a tray that shows messages;
+2. else a desktop notification through ``notify-send`` (Linux desktops without a tray,
+   e.g. GNOME: the freedesktop notification service still shows it), started with
+   ``QProcess`` so the window never waits for it;
+3. else, or when that fails to start, the in-window banner.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from enum import StrEnum
+
+from PySide6.QtCore import QObject, QProcess, Qt
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QSystemTrayIcon, QToolButton, QWidget
+
+from desktop_queue.ui.icons import icon
+
+TITLE = "Desktop Queue"
+
+
+class Level(StrEnum):
+    """How much a notice matters (its icon, and how long it stays)."""
+
+    INFO = "info"
+    WARNING = "warning"
+
+
+_TRAY_ICONS = {Level.INFO: QSystemTrayIcon.MessageIcon.Information, Level.WARNING: QSystemTrayIcon.MessageIcon.Warning}
+#: level -> (notify-send urgency, freedesktop icon name, banner icon)
+_DESKTOP = {
+    Level.INFO: ("normal", "dialog-information", "event-info"),
+    Level.WARNING: ("critical", "dialog-warning", "state-dead"),
+}
+
+
+class Channel(StrEnum):
+    """Where a notice went."""
+
+    TRAY = "tray"
+    DESKTOP = "desktop"
+    BANNER = "banner"
+
+
+def find_notify_send() -> str | None:
+    """``notify-send`` where the platform has it (Linux with libnotify's tool installed), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return shutil.which("notify-send")
+
+
+class Banner(QFrame):
+    """A dismissable, non-blocking message strip at the top of the window."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("banner")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setAutoFillBackground(True)
+        self.setBackgroundRole(QPalette.ColorRole.AlternateBase)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 6, 6, 6)
+        self.icon = QLabel()
+        self.icon.setFixedSize(20, 20)
+        self.text = QLabel()
+        self.text.setObjectName("bannerText")
+        self.text.setWordWrap(True)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QToolButton()
+        close.setObjectName("bannerClose")
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.setToolTip("Dismiss")
+        close.clicked.connect(self.hide)
+        layout.addWidget(self.icon, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addWidget(self.text, 1)
+        layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+        self.hide()
+
+    def show_message(self, text: str, icon_name: str = "event-info") -> None:
+        self.icon.setPixmap(icon(icon_name).pixmap(18, 18))
+        self.text.setText(text)
+        self.show()
+
+
+class Notifier(QObject):
+    """Sends notices outside the window: tray, else desktop notification, else the banner.
+
+    Args:
+        banner: the window's banner (the last resort).
+        parent: the window (owns the tray icon).
+
+    Attributes:
+        notify_send: the ``notify-send`` program used without a tray (None: none).
+        sent: ``(channel, text)`` of every notice, newest last (the last 50).
+    """
+
+    def __init__(self, banner: Banner, parent: QWidget) -> None:
+        super().__init__(parent)
+        self.banner = banner
+        self.tray: QSystemTrayIcon | None = None
+        self._tray_messages = False
+        self.notify_send = find_notify_send()
+        self.sent: list[tuple[Channel, str]] = []
+
+    def build_tray(self, menu: QMenu, on_activate: object) -> None:
+        """Shows a tray icon with ``menu`` (when the platform has a tray)."""
+        if not QSystemTrayIcon.isSystemTrayAvailable():
+            return
+        tray = QSystemTrayIcon(icon("app"), self)
+        tray.setToolTip(TITLE)
+        tray.setContextMenu(menu)
+        tray.activated.connect(
+            lambda reason: on_activate() if reason == QSystemTrayIcon.ActivationReason.Trigger else None  # type: ignore[operator]
+        )
+        tray.show()
+        self.use_tray(tray, QSystemTrayIcon.supportsMessages())
+
+    def use_tray(self, tray: QSystemTrayIcon, shows_messages: bool = True) -> None:
+        """Sends notices through ``tray`` (when it ``shows_messages``)."""
+        self.tray = tray
+        self._tray_messages = shows_messages
+
+    def channel(self) -> Channel:
+        """Where the next notice goes."""
+        if self.tray is not None and self._tray_messages:
+            return Channel.TRAY
+        if self.notify_send is not None:
+            return Channel.DESKTOP
+        return Channel.BANNER
+
+    def notify(self, text: str, level: Level = Level.INFO, timeout_ms: int = 5000) -> Channel:
+        """Tells ``text`` the best way the platform offers; returns where it went."""
+        channel = self.channel()
+        if channel is Channel.TRAY and self.tray is not None:
+            self.tray.showMessage(TITLE, text, _TRAY_ICONS[level], timeout_ms)
+        elif channel is Channel.DESKTOP and self.notify_send is not None:
+            urgency, icon_name, _banner_icon = _DESKTOP[level]
+            args = ["--app-name", TITLE, "--urgency", urgency, "--icon", icon_name, "--expire-time", str(timeout_ms)]
+            started, _pid = QProcess.startDetached(self.notify_send, [*args, TITLE, text])
+            if not started:  # the tool went away: the banner, rather than nothing
+                channel = Channel.BANNER
+        if channel is Channel.BANNER:
+            self.banner.show_message(text, _DESKTOP[level][2])
+        self.sent = [*self.sent[-49:], (channel, text)]
+        return channel
+
+    def hide(self) -> None:
+        if self.tray is not None:
+            self.tray.hide()

@@ -1,0 +1,241 @@
+"""The window's layout holds: long titles, the column chooser, Reset layout, small screens, big fonts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import QApplication, QWidget
+
+from desktop_queue.core import FakeClock, Queue
+from desktop_queue.providers.demo import DemoProvider
+from desktop_queue.ui.columns import column_menu
+
+#: 60 characters, one word: nothing to wrap at (the worst case for a heading)
+LONG_TITLE = "Summarise_the_quarterly_report_for_the_board_meeting_Lisbon_"
+#: 60 characters in words
+LONG_WORDS = "A sixty-character job title that says what the job will do.."
+
+
+def _column(window: Any, key: str) -> int:
+    return [c.key for c in window.controller.queue_model.columns].index(key)
+
+
+def _open(open_session: Any, data_dir: Path, prompts: Any = None) -> Any:
+    session = open_session(data_dir, lease=False)
+    assert not isinstance(session, int), prompts.errors if prompts else session
+    if not session.queue.counts().get("queued"):
+        session.queue.submit("demo", {"prompt": "so the table shows, not the first-run panel"}, title="one")
+        session.window.refresh()
+    session.window.show()
+    return session
+
+
+def _settle(qtbot: Any, window: Any) -> None:
+    view = window.queue_pane.view
+    qtbot.waitUntil(lambda: view.isVisible() and view.viewport().width() > 0, timeout=3000)
+    QApplication.processEvents()
+
+
+@pytest.mark.parametrize("title", [LONG_TITLE, LONG_WORDS])
+def test_selecting_a_job_with_a_long_title_keeps_the_title_column(
+    qtbot: Any, open_session: Any, data_dir: Path, title: str
+) -> None:
+    """The QA finding: select a job with a 60-character title and Title collapsed to "…"."""
+    assert len(title) == 60
+    session = _open(open_session, data_dir)
+    window = session.window
+    assert window.size().toTuple() == (1200, 720)  # the default size
+    job_id = session.queue.submit("demo", {"prompt": "x"}, title=title).job.id
+    session.queue.submit("demo", {"prompt": "y"}, title="short")
+    window.refresh()
+    _settle(qtbot, window)
+    header = window.queue_pane.view.horizontalHeader()
+    title_col = _column(window, "title")
+    before, split_before = header.sectionSize(title_col), window.splitter.sizes()
+    assert before >= window.queue_pane.columns.main_min
+    assert window.show_job(job_id)
+    qtbot.waitUntil(lambda: title in window.timeline_pane.heading.text(), timeout=3000)
+    for tab in range(window.job_tabs.count()):  # Timeline, Result, Details: none may push
+        window.job_tabs.setCurrentIndex(tab)
+        QApplication.processEvents()
+        assert window.splitter.sizes() == split_before, window.job_tabs.tabText(tab)
+        assert header.sectionSize(title_col) == before
+    heading = window.timeline_pane.heading
+    assert heading.elided and heading.toolTip() == heading.text()  # the heading gives way, not the tables
+    # and what is saved is the layout that held
+    session.close()
+    again = _open(open_session, data_dir)
+    _settle(qtbot, again.window)
+    assert again.window.splitter.sizes() == split_before
+    assert again.window.queue_pane.view.horizontalHeader().sectionSize(title_col) == before
+
+
+def test_the_other_columns_give_way_before_title(qtbot: Any, session: Any) -> None:
+    window = session.window
+    session.queue.submit("demo", {"prompt": "x"}, title=LONG_WORDS)
+    window.refresh()
+    _settle(qtbot, window)
+    header = window.queue_pane.view.horizontalHeader()
+    fitter = window.queue_pane.columns
+    next_col = _column(window, "next")
+    wide = header.sectionSize(next_col)
+    window.splitter.setSizes([560, 640])  # a narrow table side
+    QApplication.processEvents()
+    assert header.sectionSize(_column(window, "title")) >= fitter.main_min
+    assert header.sectionSize(next_col) < wide  # gave way ...
+    assert header.sectionSize(next_col) >= fitter.minimum(next_col)  # ... down to its heading, no further
+
+
+def _hide_from_menu(window: Any, key: str) -> None:
+    view = window.queue_pane.view
+    headings = [c.header for c in window.controller.queue_model.columns]
+    menu = column_menu(view, headings, window.queue_pane.columns.main, window.queue_pane.reset_columns, window)
+    action = menu.actions()[_column(window, key)]
+    assert action.isCheckable() and action.isChecked()
+    action.trigger()
+
+
+def test_the_column_chooser_hides_a_column_and_it_stays_hidden(qtbot: Any, open_session: Any, data_dir: Path) -> None:
+    session = _open(open_session, data_dir)
+    window = session.window
+    view = window.queue_pane.view
+    headings = [c.header for c in window.controller.queue_model.columns]
+    menu = column_menu(view, headings, window.queue_pane.columns.main, window.queue_pane.reset_columns, window)
+    title_action = menu.actions()[_column(window, "title")]
+    assert not title_action.isEnabled()  # Title always shows
+    _hide_from_menu(window, "priority")
+    assert view.isColumnHidden(_column(window, "priority"))
+    session.close()
+    again = _open(open_session, data_dir)
+    _settle(qtbot, again.window)
+    assert again.window.queue_pane.view.isColumnHidden(_column(again.window, "priority"))
+    assert not again.window.queue_pane.view.isColumnHidden(_column(again.window, "kind"))
+
+
+def test_the_header_context_menu_is_the_column_chooser(qtbot: Any, session: Any) -> None:
+    header = session.window.queue_pane.view.horizontalHeader()
+    assert header.contextMenuPolicy() == Qt.ContextMenuPolicy.CustomContextMenu
+    assert header.receivers("2customContextMenuRequested(QPoint)") > 0
+
+
+def test_reset_layout_restores_splitter_columns_and_size(qtbot: Any, open_session: Any, data_dir: Path) -> None:
+    session = _open(open_session, data_dir)
+    window = session.window
+    _settle(qtbot, window)
+    header = window.queue_pane.view.horizontalHeader()
+    first_split = window.splitter.sizes()
+    first_widths = [header.sectionSize(i) for i in range(header.count())]
+    _hide_from_menu(window, "kind")
+    header.moveSection(header.visualIndex(_column(window, "error")), 0)
+    header.resizeSection(_column(window, "next"), 300)
+    window.splitter.setSizes([400, 800])
+    window.resize(900, 600)
+    session.close()  # saved so
+    session = _open(open_session, data_dir)
+    window = session.window
+    _settle(qtbot, window)
+    assert window.size().toTuple() == (900, 600)
+    window.action("reset_layout").trigger()
+    QApplication.processEvents()
+    header = window.queue_pane.view.horizontalHeader()
+    assert window.size().toTuple() == (1200, 720)
+    assert not window.queue_pane.view.isColumnHidden(_column(window, "kind"))
+    assert header.visualIndex(_column(window, "error")) == _column(window, "error")
+    assert window.splitter.sizes() == first_split
+    assert [header.sectionSize(i) for i in range(header.count())] == first_widths
+    assert window.action("job_side").isChecked()
+
+
+def test_the_job_side_collapses_and_comes_back(qtbot: Any, session: Any) -> None:
+    window = session.window
+    session.queue.submit("demo", {"prompt": "x"})
+    window.refresh()
+    _settle(qtbot, window)
+    action = window.action("job_side")
+    assert action.isChecked() and window.splitter.sizes()[1] > 0
+    action.trigger()
+    assert not action.isChecked() and window.splitter.sizes()[1] == 0
+    action.trigger()
+    assert action.isChecked() and window.splitter.sizes()[1] >= 240
+
+
+def test_a_window_saved_on_a_bigger_screen_fits_this_one(qtbot: Any, open_session: Any, data_dir: Path) -> None:
+    session = _open(open_session, data_dir)
+    window = session.window
+    window.resize(2400, 1500)  # as on a big monitor
+    window.move(900, 500)
+    session.close()
+    again = _open(open_session, data_dir)
+    area = again.window.screen().availableGeometry()
+    qtbot.waitUntil(lambda: area.contains(again.window.frameGeometry()), timeout=3000)
+
+
+def test_older_dates_show_the_date_in_full(qtbot: Any, open_session: Any, data_dir: Path, prompts: Any) -> None:
+    """A job from another day reads "2026-11-30 16:24", not "2026-1…"."""
+    old = Queue.open(data_dir, {"demo": DemoProvider()}, clock=FakeClock(time.time() - 3 * 86400))
+    old.submit("demo", {"prompt": "from three days ago"}, title="old")
+    old.close()
+    session = _open(open_session, data_dir, prompts)
+    window = session.window
+    _settle(qtbot, window)
+    view = window.queue_pane.view
+    created = _column(window, "created")
+    text = view.model().index(0, created).data()
+    assert len(text) == len("2026-11-30 16:24")  # a date and a time
+    qtbot.waitUntil(
+        lambda: view.horizontalHeader().sectionSize(created) >= QFontMetrics(view.font()).horizontalAdvance(text),
+        timeout=3000,
+    )
+
+
+@pytest.fixture
+def big_font() -> Iterator[None]:
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    font = app.font()
+    bigger = app.font()
+    bigger.setPointSizeF(font.pointSizeF() * 1.5)
+    app.setFont(bigger)
+    yield
+    app.setFont(font)
+
+
+def test_no_heading_is_cut_at_a_larger_font(qtbot: Any, big_font: None, session: Any) -> None:
+    window = session.window
+    session.queue.submit("demo", {"prompt": "x"}, title=LONG_WORDS)
+    window.refresh()
+    _settle(qtbot, window)
+    view = window.queue_pane.view
+    header = view.horizontalHeader()
+    metrics = QFontMetrics(header.font())
+    for i, column in enumerate(window.controller.queue_model.columns):
+        assert header.sectionSize(i) >= metrics.horizontalAdvance(column.header), column.key
+    assert header.sectionSize(_column(window, "title")) >= window.queue_pane.columns.main_min
+
+
+def test_usable_at_800_by_500(qtbot: Any, session: Any) -> None:
+    """Nothing keeps the window wider than a small screen, and nothing is cut at its edges."""
+    window = session.window
+    session.queue.submit("demo", {"prompt": "x"}, title=LONG_WORDS)
+    window.refresh()
+    _settle(qtbot, window)
+    window.resize(800, 500)
+    window.tabs.setCurrentWidget(window.dead_pane)
+    QApplication.processEvents()
+    assert window.size().toTuple() == (800, 500)
+    assert window.minimumSizeHint().width() <= 800
+    pane = window.dead_pane
+    for button in (pane.retry_button, pane.replay_button, pane.resolve_button, pane.retry_all_button):
+        top_left = button.mapTo(pane, button.rect().topLeft())
+        assert pane.rect().contains(top_left) and pane.rect().contains(top_left + button.rect().bottomRight())
+    assert pane.search.width() >= 160
+    status = window.status
+    for item in status.findChildren(QWidget):
+        if item.isVisibleTo(status) and item.parentWidget() is status:
+            assert item.geometry().right() <= status.width(), item.objectName()

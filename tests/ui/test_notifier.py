@@ -1,0 +1,80 @@
+"""Notices without a tray: a desktop notification where the platform has one, else the banner."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from desktop_queue.core.model import State
+from desktop_queue.ui.notifier import Channel, Level
+
+
+class Tray:
+    """A tray icon that records its balloons."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def showMessage(self, _title: str, text: str, *_args: Any) -> None:  # noqa: N802 - Qt API
+        self.messages.append(text)
+
+    def hide(self) -> None:
+        return None
+
+
+def test_without_tray_or_desktop_notifications_the_banner_says_it(qtbot: Any, session: Any) -> None:
+    window = session.window
+    notifier = window.notifier
+    assert notifier.tray is None or notifier.channel() is not Channel.TRAY  # offscreen: no tray
+    notifier.notify_send = None
+    assert notifier.channel() is Channel.BANNER
+    assert window.banner.isHidden()
+    # a real notice: the queue drains after this window ran a job
+    with qtbot.waitSignal(window.drained, timeout=5000) as drained:
+        session.queue.submit("demo", {"prompt": "x"})
+        window.refresh()
+    assert not window.banner.isHidden()
+    assert window.banner.text.text() == drained.args[0] == "The queue is empty: every job has finished."
+    assert notifier.sent[-1] == (Channel.BANNER, drained.args[0])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a shell script stands in for notify-send")
+def test_a_desktop_notification_goes_through_notify_send(qtbot: Any, session: Any, tmp_path: Path) -> None:
+    out = tmp_path / "args.txt"
+    fake = tmp_path / "notify-send"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{out}.tmp" && mv "{out}.tmp" "{out}"\n', encoding="utf-8")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    window = session.window
+    window.notifier.notify_send = str(fake)
+    assert window.notifier.notify("2 job(s) dead-lettered", Level.WARNING) is Channel.DESKTOP
+    qtbot.waitUntil(out.exists, timeout=5000)
+    args = out.read_text(encoding="utf-8").splitlines()
+    assert args[-2:] == ["Desktop Queue", "2 job(s) dead-lettered"]
+    assert args[args.index("--urgency") + 1] == "critical"
+    assert window.banner.isHidden()  # told once, outside the window
+
+
+def test_a_notify_send_that_does_not_start_falls_back_to_the_banner(session: Any, tmp_path: Path) -> None:
+    window = session.window
+    window.notifier.notify_send = os.fspath(tmp_path / "gone" / "notify-send")
+    assert window.notifier.notify("The queue is empty") is Channel.BANNER
+    assert window.banner.text.text() == "The queue is empty"
+
+
+def test_a_tray_that_shows_messages_comes_first(qtbot: Any, session: Any, tmp_path: Path) -> None:
+    window = session.window
+    tray = Tray()
+    window.notifier.use_tray(tray)  # type: ignore[arg-type]
+    window.notifier.notify_send = str(tmp_path / "never-used")
+    # a dead letter arriving is told through the tray
+    job = session.queue.submit("demo", {"prompt": "x", "fail_times": 9, "fail_with": "fatal"}).job
+    qtbot.waitUntil(lambda: session.queue.get(job.id).state == State.DEAD, timeout=5000)
+    qtbot.waitUntil(lambda: any("dead-lettered" in m for m in tray.messages), timeout=5000)
+    assert window.notifier.sent[-1][0] is Channel.TRAY
+    window.notifier.use_tray(tray, shows_messages=False)  # a tray without balloons: not used
+    assert window.notifier.channel() is Channel.DESKTOP
