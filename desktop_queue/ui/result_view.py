@@ -353,8 +353,9 @@ class ResultView(QWidget):
         for b in (self.zoom_out_button, self.zoom_in_button, self.actual_button, self.fit_button):
             b.setMinimumHeight(self.copy_button.sizeHint().height())
         self.open_button = button("Op&en", "Open with the system's viewer or player", "openResult")
-        self.play_button = button("&Play", "Play the audio", "playAudio")
-        self.folder_button = button("Show in &folder", "Open the folder that holds the file", "showInFolder")
+        # Play and Show in folder have no Alt letter: beside the panes' Replay and the File menu no letter is free
+        self.play_button = button("Play", "Play the audio", "playAudio")
+        self.folder_button = button("Show in folder", "Open the folder that holds the file", "showInFolder")
         self.tools = QWidget()
         self.tools.setObjectName("resultTools")
         tools = FlowLayout(self.tools)
@@ -606,7 +607,7 @@ class ResultView(QWidget):
             widget.setVisible(image)
         self.play_button.setVisible(kind is ResultKind.AUDIO)
         has_mm = multimedia() is not None
-        self.play_button.setText("&Play" if has_mm else "&Play in system player")
+        self.play_button.setText("Play" if has_mm else "Play in system player")
         self.open_button.setVisible(content is not None and content.is_artifact)
         self.open_button.setText("Op&en with system viewer" if image else "Op&en")
         self.folder_button.setVisible(content is not None and content.path is not None and content.path.exists())
@@ -792,12 +793,12 @@ class ResultView(QWidget):
             self._player.setAudioOutput(self._audio_out)
         self._player.setSource(QUrl.fromLocalFile(str(content.path)))
         self._player.play()
-        self.play_button.setText("&Stop")
+        self.play_button.setText("Stop")
 
     def _stop_audio(self) -> None:
         if self._player is not None:
             self._player.stop()
-            self.play_button.setText("&Play")
+            self.play_button.setText("Play")
 
 
 def _times_of(job: Job) -> dict[str, Any]:

@@ -266,7 +266,7 @@ def test_audio_shows_its_duration_and_plays_in_the_system_player(
     assert view.pages.currentWidget() is view.media
     assert view.media.text().startswith("Audio · 0:02\naudio/wav")
     assert "0:02" in view.summary.text()
-    assert view.play_button.isVisibleTo(view) and view.play_button.text() == "&Play in system player"
+    assert view.play_button.isVisibleTo(view) and view.play_button.text() == "Play in system player"
     view.play_button.click()
     assert view.content is not None and view.content.path is not None
     assert [u.toLocalFile() for u in opened] == [str(view.content.path)]
