@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QTabWidget, QWidget
 from desktop_queue.core.model import Job
 from desktop_queue.ui.details_view import DetailsView
 from desktop_queue.ui.icons import icon
-from desktop_queue.ui.panes import TimelinePane
+from desktop_queue.ui.panes.timeline_pane import TimelinePane
 from desktop_queue.ui.result_view import ResultView
 from desktop_queue.ui.settings import load_window_number, save_window_state
 

@@ -33,7 +33,9 @@ from desktop_queue.ui.history_actions import HistoryActions, HistoryCommand, his
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.job_tabs import JobTabs
 from desktop_queue.ui.notifier import Banner, Level, Notifier
-from desktop_queue.ui.panes import DeadLetterPane, QueuePane, TimelinePane
+from desktop_queue.ui.panes.dead_letter_pane import DeadLetterPane
+from desktop_queue.ui.panes.queue_pane import QueuePane
+from desktop_queue.ui.panes.timeline_pane import TimelinePane
 from desktop_queue.ui.settings import (
     Preferences,
     clear_window_state,

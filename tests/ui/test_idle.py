@@ -193,7 +193,7 @@ def test_the_status_bar_kept_from_changes_equals_a_recount_after_random_changes(
 def test_a_screen_of_finished_jobs_is_not_repainted_on_ticks(
     qtbot: Any, session: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from desktop_queue.ui import panes
+    from desktop_queue.ui.panes import queue_pane as panes
 
     monkeypatch.setattr(panes, "LIVE_REPAINT_S", 0.0)  # no wait between two live repaints
     controller, window = session.controller, session.window
