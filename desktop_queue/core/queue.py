@@ -1087,25 +1087,29 @@ class Queue:
             holder = held["id"] if held is not None else None
             if holder is not None and holder != job["id"]:
                 raise NotAllowed(f"job {holder} already holds this job's idempotency key; retry that one instead")
-            now = self.clock.now()
-            run = job.get("run", 1) + 1
-            ev = self._event(EventType.RETRIED, job, actor, now, detail={"run": run, "from_state": job["state"]})
-            changes: JobChanges = {
-                "state": str(State.QUEUED),
-                "run": run,
-                "attempts": 0,
-                "poison_count": 0,
-                "poison": False,
-                "run_after": now,
-                "deadline_at": now + self.policy.deadline_s,
-                "finished_at": None,
-                "updated_at": now,
-            }
-            if job.get("resolved_at") is not None:
-                changes["resolved_at"] = None  # a new run: if it dies again, it waits for a person again
-            return Change([self._upd(job["id"], changes, ev)], job["id"])
+            return Change([self._retry_record(job, actor)], job["id"])
 
         return self._view(self.store.commit(fn))
+
+    def _retry_record(self, job: JobDict, actor: str) -> UpdateRecord:
+        """The update that starts a dead or cancelled job's next run (the checks are the caller's)."""
+        now = self.clock.now()
+        run = job.get("run", 1) + 1
+        ev = self._event(EventType.RETRIED, job, actor, now, detail={"run": run, "from_state": job["state"]})
+        changes: JobChanges = {
+            "state": str(State.QUEUED),
+            "run": run,
+            "attempts": 0,
+            "poison_count": 0,
+            "poison": False,
+            "run_after": now,
+            "deadline_at": now + self.policy.deadline_s,
+            "finished_at": None,
+            "updated_at": now,
+        }
+        if job.get("resolved_at") is not None:
+            changes["resolved_at"] = None  # a new run: if it dies again, it waits for a person again
+        return self._upd(job["id"], changes, ev)
 
     def replay(self, job_id: str, payload: Any = None, actor: str = Actor.USER, *, title: str | None = None) -> Job:
         """A finished job -> a **new** linked job with the same (or edited) input and its own key.
@@ -1465,25 +1469,9 @@ class Queue:
             if (held is not None and held["id"] != job["id"]) or job["key"] in acc.keys:
                 holder = held["id"] if held is not None else acc.keys[job["key"]]
                 raise NotAllowed(f"job {holder} already holds job {job['id']}'s idempotency key")
-            now = self.clock.now()
-            run = job.get("run", 1) + 1
-            ev = self._event(EventType.RETRIED, job, actor, now, detail={"run": run, "from_state": job["state"]})
-            changes: JobChanges = {
-                "state": str(State.QUEUED),
-                "run": run,
-                "attempts": 0,
-                "poison_count": 0,
-                "poison": False,
-                "run_after": now,
-                "deadline_at": now + self.policy.deadline_s,
-                "finished_at": None,
-                "updated_at": now,
-            }
-            if job.get("resolved_at") is not None:
-                changes["resolved_at"] = None
             acc.keys[job["key"]] = job["id"]
             acc.done.append(job["id"])
-            return [self._upd(job["id"], changes, ev)]
+            return [self._retry_record(job, actor)]
 
         return self._bulk(ids, decide, chunk=chunk, progress=progress, stop=stop)
 
