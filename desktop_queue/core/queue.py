@@ -1364,7 +1364,11 @@ class Queue:
         for name in chosen:
             if name not in TERMINAL:
                 raise InvalidInput(f"only finished jobs can be purged (succeeded, dead, cancelled), not {name!r}")
-        purge = PurgeFilter(before=finished_before, states=chosen)
+        return self._purge(PurgeFilter(before=finished_before, states=chosen), dry_run=dry_run)
+
+    def _purge(self, purge: PurgeFilter, *, dry_run: bool) -> int:
+        """Counts the jobs ``purge`` matches, hot and archived; unless ``dry_run``, removes them
+        with one journal record and a compaction before returning."""
 
         def count(st: View) -> int:
             hot = sum(1 for j in st.hot_jobs().values() if purge.matches(j))
@@ -1583,20 +1587,7 @@ class Queue:
         if not wanted:
             return 0
         purge = PurgeFilter(before=self.clock.now() + 1.0, states=tuple(str(s) for s in TERMINAL), ids=wanted)
-
-        def count(st: View) -> int:
-            hot = sum(1 for i in wanted if i in st.hot_jobs() and purge.matches(st.hot_jobs()[i]))
-            if st.archive is None:
-                return hot
-            return hot + sum(1 for i in st.archive.matching(purge) if i not in st.hot_jobs())
-
-        matched = self.store.read(count)
-        if dry_run or not matched:
-            return matched
-        record: PurgeRecord = {"op": "purge", "filter": purge.to_json(), "at": self.clock.now()}
-        self.store.transact(lambda st: [record])
-        self.store.compact_now()
-        return matched
+        return self._purge(purge, dry_run=dry_run)
 
     def dead_letter_groups(self, *, resolved: bool = False) -> builtins.list[DeadGroup]:
         """The dead letters grouped by error signature, largest group first, archived ones
