@@ -936,3 +936,15 @@ def test_the_first_commit_after_a_compaction_ends_starts_the_next(
     assert queue.store.segment == closed_up_to + 1
     assert _newest_snapshot_gen(data_dir) == closed_up_to
     queue.close()
+
+
+def test_the_compaction_child_reports_nothing_when_all_is_well(
+    open_queue: OpenQueue, data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever the child prints is shown to the user as a warning: a healthy fold prints nothing."""
+    queue = open_queue(rotate_bytes=4096)  # compactions in a child process
+    _burst(queue, 2)
+    with caplog.at_level("WARNING", logger=storage_module.__name__):
+        queue.close()  # waits for the child and folds what is left
+    assert _newest_snapshot_gen(data_dir) >= 1  # a child folded
+    assert [r.getMessage() for r in caplog.records if r.name == storage_module.__name__] == []

@@ -149,6 +149,9 @@ _HAS_PREAD = hasattr(os, "pread") and hasattr(os, "pwrite")
 _NO_NEWS = frozenset((b"", b"\0"))
 
 
+#: what the compaction child runs (its arguments follow, as ``sys.argv[1:]``)
+_CHILD = "import sys; from desktop_queue.core.store.compaction import main; sys.exit(main(sys.argv[1:]))"
+
 #: how often commits look whether a running compaction has ended (seconds)
 POLL_COMPACTOR_S = 0.05
 
@@ -1360,8 +1363,11 @@ class Store:
             self._compactor = subprocess.Popen(
                 [
                     sys.executable,
-                    "-m",
-                    "desktop_queue.core.store.compaction",
+                    # not ``-m``: the package imports the module first, and runpy then
+                    # warns (on the child's stderr, which the parent reports) that it
+                    # runs a module already imported
+                    "-c",
+                    _CHILD,
                     str(self.root),
                     str(upto),
                     str(self.keep_finished),
