@@ -538,6 +538,10 @@ class Archive:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA recursive_triggers=ON")  # a REPLACE's delete keeps the title index right
+            # statement journals in memory: each row an index fold replaces (a REPLACE firing
+            # the search triggers) otherwise writes its pages to a file in /var/tmp, several
+            # pages a job; a statement touches few pages, so memory stays small
+            db.execute("PRAGMA temp_store=MEMORY")
             db.executescript(_SCHEMA)
             row = db.execute("SELECT v FROM meta WHERE k = 'version'").fetchone()
             if row is None:
