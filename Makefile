@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test lint bench screenshot clean
+.PHONY: run test drills lint bench screenshot clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: $(STAMP_TEST)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy desktop_queue
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)
+
+# The five fault drills of the production guide (seed 003), alone (make test runs them too).
+drills: $(STAMP_TEST)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest tests/drills -m drill $(PYTEST_ARGS)
 
 bench: $(STAMP_TEST)
 	$(PY) -m pip install --quiet -e '.[bench]'

@@ -8,14 +8,11 @@ OpenAI server on 127.0.0.1, which counts what really went over the wire.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +21,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers"))
 
 from fakeserver import FakeOpenAI  # noqa: E402
+from workerproc import finish, jobs, start_worker, submit, wait_for  # noqa: E402
 
 from desktop_queue.core import Queue, State  # noqa: E402
 from desktop_queue.providers import discover  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-KEY = "sk-test-paid-once-0123456789"
 
 
 @pytest.fixture
@@ -46,61 +42,6 @@ def server() -> Iterator[FakeOpenAI]:
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
-
-
-def env_for(server: FakeOpenAI) -> dict[str, str]:
-    return {
-        **os.environ,
-        "OPENAI_BASE_URL": server.url,
-        "OPENAI_API_KEY": KEY,
-        "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring",
-        "QT_QPA_PLATFORM": "offscreen",
-    }
-
-
-def start_worker(data_dir: Path, server: FakeOpenAI, *flags: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "work", "--json", *flags],
-        env=env_for(server),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
-def finish(worker: subprocess.Popen[bytes], timeout_s: float) -> dict[str, Any]:
-    out, err = worker.communicate(timeout=timeout_s)
-    assert worker.returncode == 0, err.decode()
-    assert KEY not in (out + err).decode()
-    summary: dict[str, Any] = json.loads(out)
-    return summary
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Polls ``condition`` every 50 ms until it holds (qtbot.waitUntil, without a Qt loop).
-
-    The workers are other processes: there is no signal to wait on, only what the server
-    counted or the store says.
-    """
-    tick = threading.Event()
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        tick.wait(0.05)
-
-
-def submit(data_dir: Path, n: int, **extra: Any) -> list[str]:
-    with Queue.open(data_dir, discover()) as queue:
-        return [
-            queue.submit("openai.chat", {"prompt": f"paid question {i}", "max_tokens": 8, **extra}).job.id
-            for i in range(n)
-        ]
-
-
-def jobs(data_dir: Path) -> list[Any]:
-    with Queue.open(data_dir, discover()) as queue:
-        return queue.list(with_events=True)
 
 
 # ---------------------------------------------------------------------- slow answers
