@@ -7,6 +7,7 @@ loads only for the commands that need it.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
 
@@ -112,8 +113,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         # stderr: stdout stays free for scripts; the token itself is never printed
         _err(f"serving the Desktop Queue API on {server.url} (token: {token_path()}); Ctrl+C stops it")
-        server.run()
+        # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again: ours
+        # turns that into a normal return, so the queue is closed and the exit code is 0
+        previous = signal.signal(signal.SIGTERM, _stopped)
+        try:
+            server.run()
+        except (KeyboardInterrupt, _Stopped):
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    _err("stopped")
     return EXIT_OK
+
+
+class _Stopped(Exception):
+    """SIGTERM arrived (after uvicorn's graceful stop)."""
+
+
+def _stopped(_signum: int, _frame: Any) -> None:
+    raise _Stopped
 
 
 def _say(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:

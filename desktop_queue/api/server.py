@@ -87,6 +87,8 @@ class ApiServer:
         try:
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._socket.bind((HOST, port))
+            # listening at once: a client that connects before uvicorn runs waits in the backlog
+            self._socket.listen(2048)
         except OSError as exc:
             self._socket.close()
             raise ApiServerError(f"cannot listen on {HOST}:{port}: {exc.strerror or exc}") from None
