@@ -310,3 +310,23 @@ def test_a_webhook_and_a_poller_at_the_same_moment_finish_the_job_once(
 def test_the_secret_comes_from_the_keyring_per_profile(env: Env, memory_keyring: Any) -> None:
     assert memory_keyring.store[("desktop-queue", "openai:webhook-secret")] == SECRET
     assert ("desktop-queue", "openai") not in memory_keyring.store  # never the API key's entry
+
+
+def test_profile_webhook_secret_stores_and_removes_it(
+    memory_keyring: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    from desktop_queue import cli
+    from desktop_queue.providers.profiles import webhook_secret
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(SECRET + "\n"))
+    assert cli.main(["profile", "webhook-secret", "openai"]) == 0
+    assert webhook_secret("openai") == SECRET
+    assert SECRET not in capsys.readouterr().out  # never echoed
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n"))
+    assert cli.main(["profile", "webhook-secret", "openai"]) == 2  # an empty secret is a usage error
+    assert cli.main(["profile", "webhook-secret", "nosuch"]) == 2
+    assert "no profile named 'nosuch'" in capsys.readouterr().err
+    assert cli.main(["profile", "webhook-secret", "openai", "--remove", "--json"]) == 0
+    assert '"removed":true' in capsys.readouterr().out and webhook_secret("openai") is None
