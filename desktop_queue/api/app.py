@@ -48,7 +48,7 @@ from desktop_queue.core.errors import (
 from desktop_queue.core.model import Job, State
 from desktop_queue.core.queue import MAX_INPUT_BYTES, Queue
 from desktop_queue.core.records import JobDict
-from desktop_queue.core.webhooks import WebhookNotReady, parse_delivery
+from desktop_queue.core.webhooks import Applied, WebhookNotReady, parse_delivery
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +83,14 @@ class Webhooks:
         secret: profile -> its webhook secret (from the keyring), None when it has none.
         lookup: asks a job's provider what became of its provider job (a GET).
         profile_of: the profile a job runs on.
+        spent: records in the spend ledger what the response of a job the webhook
+            finished used (profile, job id); None: no ledger.
     """
 
     secret: Callable[[str], str | None]
     lookup: Callable[[Job], Any]
     profile_of: Callable[[JobDict], str | None]
+    spent: Callable[[str, str], None] | None = None
 
 
 class SubmitBody(BaseModel):
@@ -303,6 +306,12 @@ def create_app(queue: Queue, token: str, webhooks: Webhooks | None = None) -> Fa
             return _error(401, "bad_signature", str(exc))
         delivery = parse_delivery(webhook_id or "", body, profile)
         result = await run_in_threadpool(queue.apply_webhook, delivery, webhooks.lookup, webhooks.profile_of)
+        collected = result.status is Applied.APPLIED and result.state == State.SUCCEEDED
+        if collected and result.job_id is not None and webhooks.spent is not None:
+            try:
+                await run_in_threadpool(webhooks.spent, profile, result.job_id)
+            except QueueError as exc:  # the job is finished: a ledger that refuses must not undo that
+                log.error("could not record the spend of job %s: %s", result.job_id, exc)
         return JSONResponse(result.to_json())
 
     return app

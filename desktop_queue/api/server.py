@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import uvicorn
 
 from desktop_queue.api import DEFAULT_PORT, HOST
 from desktop_queue.api.app import Webhooks, create_app
+from desktop_queue.core.ledger import SpendLedger, usage_of
 from desktop_queue.core.model import Job
 from desktop_queue.core.outcome import LookupResult
 from desktop_queue.core.queue import Queue
@@ -53,7 +55,32 @@ def webhooks_for(queue: Queue, profiles: Any) -> Webhooks:
         name: str | None = profiles.profile_of(job["kind"], job.get("input"))
         return name
 
-    return Webhooks(secret=secret, lookup=lookup, profile_of=profile_of)
+    ledger = SpendLedger(queue.data_dir, queue.clock)
+
+    def spent(profile: str, job_id: str) -> None:
+        # the attempt that polled this response ends without the usage when the webhook
+        # finished the job first: the webhook records what the response used instead
+        job = queue.get(job_id)
+        stored = queue.results.get(job.idempotency_key)
+        result = stored.get("result") if stored is not None else None
+        if not isinstance(result, Mapping):
+            return
+        text = job.input.get("input") if isinstance(job.input, Mapping) else None
+        used = usage_of(job.kind, result, input_chars=len(text) if isinstance(text, str) else None)
+        if used.is_empty():
+            return
+        config = profiles.get(profile)
+        ledger.record(
+            profile=profile,
+            model=str(result.get("model") or ""),
+            kind=job.kind,
+            usage=used,
+            job_id=job.id,
+            attempt=job.attempts,
+            local=bool(config is not None and config.is_local()),
+        )
+
+    return Webhooks(secret=secret, lookup=lookup, profile_of=profile_of, spent=spent)
 
 
 class _Server(uvicorn.Server):

@@ -17,6 +17,7 @@ from conftest import SECRET, Env, event_body
 
 from desktop_queue.core import EventType, Lease, Outcome, RunContext, StaleLease, State
 from desktop_queue.core.backend import Change
+from desktop_queue.core.ledger import SpendLedger
 from desktop_queue.core.webhooks import MAX_DELIVERIES
 
 MakeJob = Callable[[], tuple[Lease, str]]
@@ -79,6 +80,19 @@ def test_a_redelivery_survives_a_restart(env: Env, responses_job: MakeJob) -> No
         reopened.close()
     env.queue.store.open()  # (the fixture's queue serves the API: open it again)
     assert env.deliver("response.completed", response_id, "msg_durable").body["status"] == "duplicate"
+
+
+def test_the_response_the_webhook_collected_is_in_the_spend_ledger_once(env: Env, responses_job: MakeJob) -> None:
+    """The attempt that was polling ends without the usage (its lease was taken): the
+    webhook records it, once, so budgets see it."""
+    lease, response_id = responses_job()
+    env.fake.finish(response_id)
+    env.deliver("response.completed", response_id, "msg_spend")
+    env.deliver("response.completed", response_id, "msg_spend")
+    env.deliver("response.completed", response_id, "msg_spend_again")
+    entries = [e for e in SpendLedger(env.queue.data_dir).entries() if e.job_id == lease.job_id]
+    assert len(entries) == 1
+    assert (entries[0].profile, entries[0].usage.tokens_in, entries[0].usage.tokens_out) == ("openai", 10, 20)
 
 
 def test_failed_after_completed_changes_nothing(env: Env, responses_job: MakeJob) -> None:
