@@ -36,7 +36,7 @@ from desktop_queue.core.backend import Change, View
 from desktop_queue.core.errors import InvalidInput, QueueError
 from desktop_queue.core.model import ErrorClass, EventType, Job, State
 from desktop_queue.core.outcome import LookupResult, Outcome
-from desktop_queue.core.records import JobDict, Record
+from desktop_queue.core.records import JobChanges, JobDict, Record
 
 if TYPE_CHECKING:
     from desktop_queue.core.queue import Queue
@@ -247,11 +247,17 @@ def _decide(
         return Change([record], WebhookResult(Applied.FINISHED, job_id, job["state"], reason))
     assert outcome is not None  # (looked up for a live job before the commit)
     if job["state"] == State.QUEUED:
-        # between attempts: queued -> succeeded is no transition; the next attempt resumes
-        # the provider job, finds it ended (a free GET) and finishes the job at once
-        reason = f"{what}: the provider job ended; the job runs now to collect it"
+        # between attempts: queued -> succeeded is no transition. A finished response: the
+        # next attempt, now, resumes it, finds it ended (a free GET) and finishes the job.
+        # A failed one: the next attempt starts afresh, after the backoff already set
+        changes: JobChanges = {"webhook_deliveries": seen, "updated_at": now}
+        if outcome.ok:
+            reason = f"{what}: the provider job finished; the job runs now to collect it"
+            changes["run_after"] = now
+        else:
+            reason = f"{what}: the provider job failed; the next attempt starts afresh"
         ev = queue._event(EventType.WEBHOOK, job, "system", now, detail={"reason": reason}, worker=worker)
-        record = queue._upd(job_id, {"webhook_deliveries": seen, "run_after": now, "updated_at": now}, ev)
+        record = queue._upd(job_id, changes, ev)
         return Change([record], WebhookResult(Applied.APPLIED, job_id, State.QUEUED, reason))
     note = queue._event(
         EventType.WEBHOOK,

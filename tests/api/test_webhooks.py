@@ -344,3 +344,15 @@ def test_profile_webhook_secret_stores_and_removes_it(
     assert "no profile named 'nosuch'" in capsys.readouterr().err
     assert cli.main(["profile", "webhook-secret", "openai", "--remove", "--json"]) == 0
     assert '"removed":true' in capsys.readouterr().out and webhook_secret("openai") is None
+
+
+def test_a_failed_response_of_a_queued_job_keeps_its_backoff(env: Env, responses_job: MakeJob) -> None:
+    lease, response_id = responses_job()
+    env.queue.release(lease, "test: between attempts")
+    later = time.time() + 3600
+    env.queue.store.commit(lambda state: Change([env.queue._upd(lease.job_id, {"run_after": later})], None))
+    env.fake.finish(response_id, "failed", error={"code": "server_error", "message": "oops"})
+    reply = env.deliver("response.failed", response_id, "msg_qf")
+    assert reply.body["status"] == "applied" and reply.body["state"] == "queued"
+    assert env.queue.get(lease.job_id).run_after == pytest.approx(later)  # no paid attempt sooner than planned
+    assert env.deliver("response.failed", response_id, "msg_qf").body["status"] == "duplicate"
