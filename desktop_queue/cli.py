@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from desktop_queue import __version__
+from desktop_queue import __version__, cli_serve
 from desktop_queue.core import Job, Queue, QueueError, State, present
 from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError, UnknownKind
 from desktop_queue.core.model import iso
@@ -278,11 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
     q = psub.add_parser("remove", help="remove a profile and its keyring entry")
     q.add_argument("name")
     q.add_argument("--json", action="store_true", help="print JSON")
+    cli_serve.add_profile_parser(psub)
 
     p = sub.add_parser("spend", help="what the providers' calls used and cost, from the spend ledger")
     p.add_argument("--by", choices=["day", "model", "profile"], default="day", help="group by (default: day)")
     p.add_argument("--since", type=_day_arg, default=None, metavar="YYYY-MM-DD", help="from this local day on")
     p.add_argument("--json", action="store_true", help="print JSON")
+    cli_serve.add_parser(sub)
     return parser
 
 
@@ -1109,6 +1111,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from desktop_queue.providers.profiles import check_base_url, check_name, save_profiles
     from desktop_queue.providers.setup import ProfileConfig
 
+    if args.profile_command == "webhook-secret":
+        return cli_serve.cmd_webhook_secret(args)
     profiles = _load_profiles()
     for notice in profiles.notices:
         _err(f"note: {notice}")
@@ -1286,6 +1290,7 @@ COMMANDS = {
     "profile": cmd_profile,
     "purge": cmd_purge,
     "retention": cmd_retention,
+    "serve": cli_serve.cmd_serve,
 }
 
 

@@ -72,6 +72,8 @@ class EventType(StrEnum):
     RESUMED = "resumed"
     #: a person closed a dead letter without retrying it (the job stays dead, flagged ``resolved_at``)
     RESOLVED = "resolved"
+    #: a verified provider webhook about the job's provider job (see ``core.webhooks``)
+    WEBHOOK = "webhook"
 
 
 TERMINAL = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})

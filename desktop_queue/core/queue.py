@@ -67,6 +67,7 @@ from desktop_queue.core.search import SearchQuery, prompt_text
 from desktop_queue.core.store.archive import RESOLVED, ArchivedRow, PurgeFilter, Totals, as_hot
 from desktop_queue.core.store.compaction import KEEP_FINISHED, KEEP_FINISHED_S
 from desktop_queue.core.store.journal import Store
+from desktop_queue.core.webhooks import Delivery, WebhookResult
 
 log = logging.getLogger(__name__)
 
@@ -853,6 +854,37 @@ class Queue:
         if pending is not None:
             self.results.drop_pending(key, lease.epoch)  # the journal record carries it now
         return self._view(lease.job_id)
+
+    def apply_webhook(
+        self,
+        delivery: Delivery,
+        lookup: Callable[[Job], Any],
+        profile_of: Callable[[JobDict], str | None],
+    ) -> WebhookResult:
+        """Applies a verified provider webhook delivery: at most one state change per
+        delivery id, recorded in the commit of its effect (see :mod:`.webhooks`).
+
+        Raises:
+            WebhookNotReady: the provider does not say yet how its job ended.
+        """
+        from desktop_queue.core.webhooks import apply_delivery
+
+        return apply_delivery(self, delivery, lookup, profile_of)
+
+    @staticmethod
+    def taken_over(job: JobDict, worker: str) -> Lease:
+        """The current lease of a running job, as one that takes it over in a commit holds it
+        (a webhook finishing the job): clearing its token there makes the holder's late
+        report stale."""
+        return Lease(
+            job_id=job["id"],
+            token=job.get("lease_token") or "",
+            epoch=job.get("lease_epoch", 0),
+            expires_at=job.get("lease_expires_at") or 0.0,
+            attempt=job.get("attempts", 0),
+            worker=worker,
+            job=Job.from_dict(job, with_events=False),
+        )
 
     def record_stale(self, lease: Lease, reason: str) -> None:
         """Records in the job's timeline that a lost lease's holder was turned away."""

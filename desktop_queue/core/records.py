@@ -77,6 +77,9 @@ class JobChanges(TypedDict, total=False):
     finished_at: float | None
     #: a person closed this dead letter without retrying it (see ``Queue.resolve``)
     resolved_at: float | None
+    #: the ids of the provider webhook deliveries that changed this job (newest last,
+    #: bounded): recorded in the commit of their effect, so a redelivery changes nothing
+    webhook_deliveries: list[str]
 
 
 class _JobFixed(TypedDict):

@@ -41,7 +41,7 @@ import orjson
 from desktop_queue.core.errors import InvalidInput, StoreError
 from desktop_queue.core.paths import config_dir
 from desktop_queue.core.store.fileio import atomic_write
-from desktop_queue.providers.openai_compat import DEFAULT_PROFILE
+from desktop_queue.providers.openai_compat import DEFAULT_PROFILE, KEYRING_SERVICE, KeyringUnavailable
 from desktop_queue.providers.setup import ProfileConfig
 
 PROFILES_FILE = "profiles.json"
@@ -517,3 +517,67 @@ __all__ = [
     "save_profiles",
     "to_json",
 ]
+
+
+# ---------------------------------------------------------------------- webhook secrets
+
+#: the keyring user of a profile's webhook secret: ``NAME:webhook-secret``, which no
+#: profile name can be (``:`` is not allowed in one), so it never meets an API key
+WEBHOOK_SECRET_USER = "{name}:webhook-secret"
+
+
+def _webhook_user(name: str) -> str:
+    return WEBHOOK_SECRET_USER.format(name=check_name(name))
+
+
+def webhook_secret(name: str) -> str | None:
+    """The webhook secret of profile ``name`` from the OS keyring (None: none, or no keyring)."""
+    try:
+        import keyring
+
+        secret = keyring.get_password(KEYRING_SERVICE, _webhook_user(name))
+    except InvalidInput:
+        return None
+    except Exception:  # no usable keyring: no secret, so webhooks are refused, never accepted unsigned
+        return None
+    return secret or None
+
+
+def store_webhook_secret(name: str, secret: str) -> None:
+    """Saves the webhook secret of profile ``name`` in the OS keyring.
+
+    Raises:
+        InvalidInput: ``name`` cannot name a profile, or the secret is empty.
+        KeyringUnavailable: no keyring can store it (it is not saved anywhere else).
+    """
+    user = _webhook_user(name)
+    if not secret.strip():
+        raise InvalidInput("the webhook secret is empty")
+    try:
+        import keyring
+
+        keyring.set_password(KEYRING_SERVICE, user, secret.strip())
+    except Exception as exc:
+        raise KeyringUnavailable(
+            f"the webhook secret could not be saved: no usable OS keyring ({type(exc).__name__})"
+        ) from None
+
+
+def delete_webhook_secret(name: str) -> bool:
+    """Removes the webhook secret of profile ``name``; True if there was one.
+
+    Raises:
+        KeyringUnavailable: the keyring cannot be reached.
+    """
+    user = _webhook_user(name)
+    try:
+        import keyring
+
+        if keyring.get_password(KEYRING_SERVICE, user) is None:
+            return False
+        keyring.delete_password(KEYRING_SERVICE, user)
+        return True
+    except Exception as exc:
+        raise KeyringUnavailable(
+            f"the webhook secret of {name} could not be removed: no usable OS keyring ({type(exc).__name__})"
+        ) from None

@@ -13,6 +13,7 @@ from typing import Any
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QFontDatabase, QKeyEvent, QPalette
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -32,6 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_queue.api import DEFAULT_PORT, HOST
 from desktop_queue.core import Job, QueueError, SubmitResult
 from desktop_queue.core.batchinput import BatchFormat, BatchRead, detect_format, read_batch
 from desktop_queue.core.errors import InvalidInput
@@ -1190,6 +1192,13 @@ class PreferencesDialog(QDialog):
         form = QFormLayout(general)
         form.addRow("Jobs running at &once:", self.concurrency)
         form.addRow("Give up on an &attempt after:", self.attempt_timeout)
+        self.api_enabled = QCheckBox(f"Serve the &local API at http://{HOST}:{DEFAULT_PORT} while this window is open")
+        self.api_enabled.setChecked(prefs.api_enabled)
+        self.api_enabled.setToolTip(
+            "The HTTP API of desktop-queue serve, for scripts on this computer only; requests need the "
+            "token in the api-token file of the config folder. Provider webhooks go to /webhooks/PROFILE."
+        )
+        form.addRow(self.api_enabled)
         if isinstance(provider, ProfileConfig):
             provider = ProfileSet((provider,), provider.name)
         self.profiles_page = ProfilesPage(provider if provider is not None else load_profiles_migrating())
@@ -1240,7 +1249,9 @@ class PreferencesDialog(QDialog):
 
     def preferences(self) -> Preferences:
         return Preferences(
-            concurrency=self.concurrency.value(), attempt_timeout_s=float(self.attempt_timeout.value()) or None
+            concurrency=self.concurrency.value(),
+            attempt_timeout_s=float(self.attempt_timeout.value()) or None,
+            api_enabled=self.api_enabled.isChecked(),
         )
 
     def provider_profile(self) -> ProfileConfig:

@@ -32,6 +32,7 @@ from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.history_actions import HistoryActions, HistoryCommand, history_actions_for
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.job_tabs import JobTabs
+from desktop_queue.ui.local_api import LocalApi
 from desktop_queue.ui.notifier import Banner, Level, Notifier
 from desktop_queue.ui.panes.dead_letter_pane import DeadLetterPane
 from desktop_queue.ui.panes.queue_pane import QueuePane
@@ -153,6 +154,10 @@ class MainWindow(QMainWindow):
         self.status.provider_clicked.connect(lambda profile: self.edit_preferences(profile=profile))
         self.notifier = Notifier(self.banner, self)
         self._build_tray()
+        # the local API (Preferences → General), over this window's queue; the status bar says where
+        self.local_api = LocalApi(controller.queue, lambda: self.controller.profiles, parent=self.status)
+        self.status.addPermanentWidget(self.local_api.label)
+        self.local_api.apply(self.prefs.api_enabled)
 
         # wiring
         self.queue_pane.selection_changed.connect(self._selection_changed)
@@ -704,6 +709,9 @@ class MainWindow(QMainWindow):
         save_preferences(prefs)
         self.controller.set_concurrency(prefs.concurrency)
         self.controller.driver.attempt_timeout_s = prefs.attempt_timeout_s  # from the next attempt on
+        problem = self.local_api.apply(prefs.api_enabled)
+        if problem is not None:
+            self.statusBar().showMessage(f"The local API did not start: {problem}", 8000)
         self._update_status()
 
     # ----------------------------------------------------------------- shutdown
@@ -721,6 +729,7 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.save_state()
+        self.local_api.stop()
         self.controller.shutdown(self.shutdown_timeout_ms)
         self.notifier.hide()
         event.accept()

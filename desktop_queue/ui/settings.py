@@ -41,10 +41,13 @@ class Preferences:
         concurrency: how many jobs run at once in this window.
         attempt_timeout_s: give up on an attempt that has not answered after this long
             (None: each kind's own default; a job's input may set its own ``timeout_s``).
+        api_enabled: run the local API on 127.0.0.1 inside the window (see ``ui.local_api``).
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
     attempt_timeout_s: float | None = None
+    #: serve the local HTTP API (``desktop-queue serve``) from the window while it is open
+    api_enabled: bool = False
 
 
 def _settings() -> QSettings:
@@ -59,13 +62,17 @@ def load_preferences() -> Preferences:
     except (TypeError, ValueError):
         concurrency = DEFAULT_CONCURRENCY
     timeout = _number(_settings().value("preferences/attempt_timeout_s", 0), float)
-    return Preferences(concurrency=min(MAX_CONCURRENCY, max(1, concurrency)), attempt_timeout_s=timeout)
+    api = str(_settings().value("preferences/api_enabled", "false")).lower() in ("true", "1")
+    return Preferences(
+        concurrency=min(MAX_CONCURRENCY, max(1, concurrency)), attempt_timeout_s=timeout, api_enabled=api
+    )
 
 
 def save_preferences(prefs: Preferences) -> None:
     settings = _settings()
     settings.setValue("preferences/concurrency", prefs.concurrency)
     settings.setValue("preferences/attempt_timeout_s", prefs.attempt_timeout_s or 0)  # 0: the kind's default
+    settings.setValue("preferences/api_enabled", prefs.api_enabled)
     settings.sync()
 
 
