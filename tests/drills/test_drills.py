@@ -17,17 +17,26 @@ against the fake OpenAI server on 127.0.0.1, which counts what went over the wir
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers"))
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS / "providers"))
 
 from fakeserver import Action, FakeOpenAI  # noqa: E402
 from workerproc import env_for, finish, jobs, start_worker, submit, wait_for  # noqa: E402
@@ -236,3 +245,101 @@ def test_drill_4_continuous_failure_ends_dead_and_a_replay_is_paced(server: Fake
         assert job.state == State.DEAD
         types = [e.type for e in job.events]
         assert types.count("leased") == 2 and "dead_lettered" in types and "replayed_as" in types
+
+
+# ---------------------------------------------------------------------- 5. webhook replay
+
+SECRET = "whsec_" + base64.b64encode(b"drill-webhook-signing-key-32-byte").decode()
+
+
+def _signed(delivery_id: str, event_type: str, response_id: str, at: int) -> tuple[bytes, dict[str, str]]:
+    """A webhook as OpenAI sends one (Standard Webhooks: HMAC-SHA256 of ``id.timestamp.body``)."""
+    body = json.dumps(
+        {"id": f"evt_{delivery_id}", "object": "event", "created_at": at, "type": event_type,
+         "data": {"id": response_id}}
+    ).encode()  # fmt: skip
+    key = base64.b64decode(SECRET.removeprefix("whsec_"))
+    mac = hmac.new(key, f"{delivery_id}.{at}.".encode() + body, hashlib.sha256).digest()
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": delivery_id,
+        "webhook-timestamp": str(at),
+        "webhook-signature": "v1," + base64.b64encode(mac).decode(),
+    }
+    return body, headers
+
+
+def _post(port: int, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/webhooks/openai", body, headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def test_drill_5_a_webhook_replayed_out_of_order_and_late_changes_the_job_once(
+    server: FakeOpenAI, data_dir: Path, tmp_path: Path, workers: list[subprocess.Popen[bytes]]
+) -> None:
+    """A background response polled by a ``work`` process; its ``response.completed``
+    webhook reaches ``desktop-queue serve`` twice, then a ``response.failed`` for it (out
+    of order), then a copy signed ten minutes ago (late): the job succeeds once."""
+    server.polls_to_complete = 10**6  # generating until the drill finishes it
+    env = {
+        **env_for(server),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS / "cli"), os.environ.get("PYTHONPATH")])),
+        "PYTHON_KEYRING_BACKEND": "file_keyring.FileKeyring",  # one test keyring for every process
+        "DQ_TEST_KEYRING_FILE": str(tmp_path / "keyring.json"),
+        "DESKTOP_QUEUE_CONFIG_DIR": str(tmp_path / "config"),
+    }
+    setup = subprocess.run(
+        [sys.executable, "-m", "desktop_queue", "profile", "webhook-secret", "openai"],
+        input=SECRET.encode(), env=env, capture_output=True, timeout=30,
+    )  # fmt: skip
+    assert setup.returncode == 0, setup.stderr.decode()
+    with Queue.open(data_dir, discover()) as queue:
+        job_id = queue.submit("openai.responses", {"input": "a long essay", "model": "test-model"}).job.id
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "work", "--json",
+         "--until-idle", "--max-seconds", "60"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    api = subprocess.Popen(
+        [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "serve", "--port", "0"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    workers.extend([worker, api])
+    assert api.stderr is not None
+    line = api.stderr.readline().decode()
+    found = re.search(r"127\.0\.0\.1:(\d+)", line)
+    assert found, line
+    port = int(found.group(1))
+
+    def provider_job() -> str | None:
+        with Queue.open(data_dir, discover()) as queue:
+            return queue.get(job_id).provider_job_id
+
+    wait_for(lambda: provider_job() is not None, 30, "the background response created")
+    response_id = provider_job()
+    assert response_id is not None
+    server.finish(response_id)
+    now = int(time.time())
+    first = _post(port, *_signed("msg_1", "response.completed", response_id, now))
+    again = _post(port, *_signed("msg_1", "response.completed", response_id, now))
+    reordered = _post(port, *_signed("msg_2", "response.failed", response_id, now))
+    late = _post(port, *_signed("msg_3", "response.failed", response_id, now - 600))
+
+    assert first[0] == 200 and first[1]["status"] in ("applied", "finished"), first
+    assert again == (200, {**again[1], "status": "duplicate"}), again
+    assert reordered[0] == 200 and reordered[1].get("state") == "succeeded", reordered
+    assert late[0] == 401, late
+    finish(worker, 90)
+    api.send_signal(signal.SIGTERM)
+    api.communicate(timeout=30)
+    assert api.returncode == 0
+
+    [job] = jobs(data_dir)
+    assert job.state == State.SUCCEEDED
+    assert [e.type for e in job.events].count("succeeded") == 1, "one state change"
+    assert [e.type for e in job.events if e.type in ("dead_lettered", "retry_scheduled")] == []
+    assert server.count("responses.create") == 1, "nothing generated twice"
