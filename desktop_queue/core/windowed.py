@@ -1,12 +1,13 @@
 """Windowed metrics: the last hour, day or week of the queue, from aggregates kept up to date.
 
-:class:`WindowedMetrics` folds every job's timeline into *minute buckets* of counters
+:class:`WindowedMetrics` folds every job's timeline into *time buckets* of counters
 (jobs finished per state, dead letters per error class, retries, throttles, lease
 expiries, leases per provider profile, changes of the queue depth per state) and of
 histograms (queue wait and run time, in the archive's 2 % log-spaced bins,
-:func:`~desktop_queue.core.store.archive.bucket_of`). A window's figures merge at most
-10,080 buckets (7 days of minutes), whatever the store holds: nothing rescans the jobs
-when the window repaints.
+:func:`~desktop_queue.core.store.archive.bucket_of`), in three tiers: per minute, per ten
+minutes and per hour (:data:`TIERS`), one for each window's step. A window's figures
+read its 60, 144 or 168 buckets, whatever the store holds: nothing rescans the jobs when
+the window repaints.
 
 Incremental: a job's events only ever grow (a purge removes a whole job), so each job
 keeps a small *cursor* (how many of its events are folded, the state they left it in,
@@ -61,8 +62,8 @@ if TYPE_CHECKING:
 Window = Literal["1h", "24h", "7d"]
 #: window -> (length, step) in seconds: 60 minutes, 144 ten-minute steps, 168 hours
 WINDOWS: dict[str, tuple[int, int]] = {"1h": (3600, 60), "24h": (86_400, 600), "7d": (7 * 86_400, 3600)}
-#: the buckets' width: every step is a whole number of them
-BUCKET_S = 60
+#: the buckets' widths, one tier per window step: a minute, ten minutes, an hour
+TIERS = (60, 600, 3600)
 #: how far back the buckets reach: the longest window, and one step more (a window is aligned to its steps)
 HORIZON_S = 7 * 86_400 + 3600
 #: archived jobs updated this long ago still count (a late stale result does not touch ``updated_at``)
@@ -252,26 +253,35 @@ class _Bucket:
 
 
 class Aggregates:
-    """The minute buckets and the jobs' cursors, fed one timeline at a time (no store, no lock).
+    """The time buckets and the jobs' cursors, fed one timeline at a time (no store, no lock).
 
     :class:`WindowedMetrics` keeps one up to date from a queue; tests feed one directly.
     """
 
     def __init__(self, profile_of: Callable[[JobDict], str | None] = job_profile) -> None:
         self.profile_of = profile_of
-        self.buckets: dict[int, _Bucket] = {}
+        #: bucket width (s) -> bucket number (start // width) -> what happened in it
+        self.tiers: dict[int, dict[int, _Bucket]] = {width: {} for width in TIERS}
         self.cursors: dict[str, _Cursor] = {}
         #: jobs in each depth state, as folded
         self.depth: dict[str, int] = dict.fromkeys(DEPTH_STATES, 0)
         #: archived dead letters still waiting that are not folded (older than the horizon)
         self.unfolded_dead: set[str] = set()
 
-    def _bucket(self, at: float) -> _Bucket:
-        minute = int(at // BUCKET_S)
-        bucket = self.buckets.get(minute)
-        if bucket is None:
-            bucket = self.buckets[minute] = _Bucket()
-        return bucket
+    def _add(self, at: float, counts: list[tuple[str, int]], wait: int | None, run: int | None) -> None:
+        """Adds one event's counts (and wait or run time bin) to its bucket of every tier."""
+        for width, buckets in self.tiers.items():
+            number = int(at // width)
+            bucket = buckets.get(number)
+            if bucket is None:
+                bucket = buckets[number] = _Bucket()
+            counters = bucket.counters
+            for name, n in counts:
+                counters[name] = counters.get(name, 0) + n
+            if wait is not None:
+                bucket.waits[wait] = bucket.waits.get(wait, 0) + 1
+            if run is not None:
+                bucket.runs[run] = bucket.runs.get(run, 0) + 1
 
     def fold(self, job: JobDict) -> None:
         """Folds the events of ``job`` not folded yet (all of them for a job not seen before)."""
@@ -288,33 +298,29 @@ class Aggregates:
         for ev in events[cursor.n :]:
             kind = ev["type"]
             at = float(ev["at"])
-            bucket = self._bucket(at)
-            counters = bucket.counters
-            counters["events"] = counters.get("events", 0) + 1
+            counts: list[tuple[str, int]] = [("events", 1)]
+            wait: int | None = None
+            run: int | None = None
             if at > cursor.last_at:
                 cursor.last_at = at
             if kind == EventType.SUBMITTED or kind == EventType.RETRIED:
                 cursor.ready_at = at
             elif kind == EventType.RETRY_SCHEDULED or kind == EventType.THROTTLED:
                 cursor.ready_at = (ev.get("detail") or {}).get("run_after", at)
-                name = "retries" if kind == EventType.RETRY_SCHEDULED else "throttled"
-                counters[name] = counters.get(name, 0) + 1
+                counts.append(("retries" if kind == EventType.RETRY_SCHEDULED else "throttled", 1))
             elif kind == EventType.LEASED:
                 if cursor.ready_at is not None:
-                    b = bucket_of(max(0.0, at - cursor.ready_at))
-                    bucket.waits[b] = bucket.waits.get(b, 0) + 1
+                    wait = bucket_of(max(0.0, at - cursor.ready_at))
                 cursor.ready_at = None
                 cursor.leased_at = at
                 if profile is None:
                     profile = self.profile_of(job) or job.get("kind") or "?"
-                name = "req:" + profile
-                counters[name] = counters.get(name, 0) + 1
+                counts.append(("req:" + profile, 1))
             elif kind == EventType.SUCCEEDED and cursor.leased_at is not None:
-                b = bucket_of(max(0.0, at - cursor.leased_at))
-                bucket.runs[b] = bucket.runs.get(b, 0) + 1
+                run = bucket_of(max(0.0, at - cursor.leased_at))
                 cursor.leased_at = None
             elif kind == EventType.LEASE_EXPIRED:
-                counters["lease_expiries"] = counters.get("lease_expiries", 0) + 1
+                counts.append(("lease_expiries", 1))
                 cursor.ready_at = at
             elif kind == EventType.RECONCILED:
                 cursor.ready_at = at
@@ -323,16 +329,16 @@ class Aggregates:
             if after != before:
                 if before in depth:
                     depth[before] -= 1
-                    counters["d:" + before] = counters.get("d:" + before, 0) - 1
+                    counts.append(("d:" + before, -1))
                 if after is not None and after in depth:
                     depth[after] += 1
-                    counters["d:" + after] = counters.get("d:" + after, 0) + 1
+                    counts.append(("d:" + after, 1))
                 if after in FINISHED_STATES:
-                    counters["f:" + after] = counters.get("f:" + after, 0) + 1
+                    counts.append(("f:" + after, 1))
                     if after == State.DEAD:
-                        name = "dc:" + (dead_class(ev) if kind == EventType.DEAD_LETTERED else "retryable")
-                        counters[name] = counters.get(name, 0) + 1
+                        counts.append(("dc:" + (dead_class(ev) if kind == EventType.DEAD_LETTERED else "retryable"), 1))
                 cursor.state = after
+            self._add(at, counts, wait, run)
         cursor.n = len(events)
 
     def prune(self, now: float) -> None:
@@ -343,9 +349,9 @@ class Aggregates:
         in a window; a dead letter still waiting is remembered by its id alone.
         """
         floor = now - HORIZON_S
-        first = int(floor // BUCKET_S)
-        for minute in [m for m in self.buckets if m < first]:
-            del self.buckets[minute]
+        for width, buckets in self.tiers.items():
+            for number in [n for n in buckets if (n + 1) * width <= floor]:
+                del buckets[number]
         for job_id, cursor in list(self.cursors.items()):
             if cursor.last_at >= floor or cursor.state in (State.QUEUED, State.RUNNING):
                 continue
@@ -363,28 +369,23 @@ class Aggregates:
         first, step, count = window_steps(window, now)
         out = WindowFigures(window=window, now=now, start=float(first), end=float(first + count * step), step_s=step)
         out.times = [float(first + i * step) for i in range(count)]
-        per = step // BUCKET_S
-        first_minute = first // BUCKET_S
-        end_minute = first_minute + count * per
+        buckets = self.tiers[step]  # (each window's step is a tier: one bucket a step)
+        first_n = first // step
+        end_n = first_n + count
         # the depth at a step's end: what is folded now, less the changes at or after that end
-        later = {s: 0 for s in DEPTH_STATES}
+        later = dict.fromkeys(DEPTH_STATES, 0)
         depth_now = dict(self.depth)
         depth_now[State.DEAD] += len(self.unfolded_dead)
-        for minute in (m for m in self.buckets if m >= end_minute):
+        for number in (n for n in buckets if n >= end_n):
             for s in DEPTH_STATES:
-                later[s] += self.buckets[minute].counters.get("d:" + s, 0)
+                later[s] += buckets[number].counters.get("d:" + s, 0)
         steps: list[dict[str, int]] = [{} for _ in range(count)]
         waits: list[dict[int, int]] = [{} for _ in range(count)]
         runs: list[dict[int, int]] = [{} for _ in range(count)]
-        for minute, bucket in self.buckets.items():
-            if first_minute <= minute < end_minute:
-                i = (minute - first_minute) // per
-                acc = steps[i]
-                for name, n in bucket.counters.items():
-                    acc[name] = acc.get(name, 0) + n
-                for target, hist in ((waits[i], bucket.waits), (runs[i], bucket.runs)):
-                    for b, n in hist.items():
-                        target[b] = target.get(b, 0) + n
+        for i in range(count):
+            bucket = buckets.get(first_n + i)
+            if bucket is not None:
+                steps[i], waits[i], runs[i] = bucket.counters, bucket.waits, bucket.runs  # (read only)
         out.depth = {str(s): [0] * count for s in DEPTH_STATES}
         for i in range(count - 1, -1, -1):
             for s in DEPTH_STATES:

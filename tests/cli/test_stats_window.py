@@ -66,3 +66,23 @@ def test_bad_window_is_a_usage_error(dq: Cli) -> None:
     run = dq.run("stats", "--window", "2h")
     assert run.code == 2
     assert "invalid choice: '2h'" in run.err
+
+
+def test_metrics_follow_other_processes(dq: Cli, data_dir: Path) -> None:
+    """Jobs submitted and cancelled by other processes are folded in incrementally here, and a
+    fresh process (``stats --window``) derives the same figures from the store alone."""
+    from desktop_queue.core.windowed import WindowedMetrics
+
+    with Queue.open(data_dir) as queue:
+        metrics = WindowedMetrics(queue)
+        assert metrics.figures("1h").empty
+        first = dq.sub("submit", "demo", "--input", '{"prompt": "one"}', "--json").json()
+        assert dq.sub("submit", "demo", "--input", '{"prompt": "two"}').code == 0
+        assert dq.sub("cancel", first["id"]).code == 0
+        here = metrics.figures("1h")
+        assert metrics.rebuilds == 1  # (folded from the changes, not rebuilt)
+        assert here.totals["depth_now"] == {"queued": 1, "running": 0, "dead": 0}
+        assert here.totals["finished"]["cancelled"] == 1
+        there = dq.sub("stats", "--json", "--window", "1h").json()
+        assert there["totals"]["depth_now"] == here.totals["depth_now"]
+        assert there["finished"] == here.finished and there["depth"] == here.depth
