@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from desktop_queue.core.backend import View
     from desktop_queue.core.flow import FlowControl
     from desktop_queue.core.queue import Queue
+    from desktop_queue.core.store.archive import ArchivedRow
 
 Window = Literal["1h", "24h", "7d"]
 #: window -> (length, step) in seconds: 60 minutes, 144 ten-minute steps, 168 hours
@@ -75,8 +76,10 @@ FINISHED_STATES = (State.SUCCEEDED, State.DEAD, State.CANCELLED)
 RESOLVED = "resolved"
 #: how far a windowed percentile may be from the exact one: ``relative * exact + absolute``
 PERCENTILE_BOUND = (0.01, 1e-5)
-#: archive rows read per page while rebuilding (each page is one short read of the store)
+#: archive index rows read per page while rebuilding (one short read of the store each)
 PAGE_ROWS = 20_000
+#: jobs folded per read of the store (a read holds it: the driver's commits wait meanwhile)
+FOLD_CHUNK = 1000
 #: how often the buckets let go of what left the horizon
 PRUNE_EVERY_S = 600.0
 
@@ -515,16 +518,38 @@ class WindowedMetrics:
             return self._agg.figures(window, now, limits)
 
     def _fold_ids(self, ids: list[str]) -> None:
+        """Folds the jobs of ``ids``, hot or archived, :data:`FOLD_CHUNK` a read (the store is
+        never held for long: the window's driver commits meanwhile)."""
         agg = self._agg
         assert agg is not None
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
+        for start in range(0, len(ids), FOLD_CHUNK):
+            chunk = ids[start : start + FOLD_CHUNK]
 
             def fn(st: View, chunk: list[str] = chunk) -> None:
                 for job_id in chunk:
                     job = st.job(job_id)
                     if job is not None:  # (only a purge removes a job, and a purge rebuilds)
                         agg.fold(job)
+
+            self.queue.store.read(fn)
+
+    def _fold_rows(self, rows: list[ArchivedRow], *, waiting: bool) -> None:
+        """Folds archived jobs (``waiting``: only notes the old dead letters still waiting), a chunk a read."""
+        agg = self._agg
+        assert agg is not None
+        for start in range(0, len(rows), FOLD_CHUNK):
+            chunk = rows[start : start + FOLD_CHUNK]
+
+            def fn(st: View, chunk: list[ArchivedRow] = chunk) -> None:
+                if st.archive is None:
+                    return
+                for job in st.archive.jobs(chunk):
+                    if st.purged(job):
+                        continue
+                    if not waiting:
+                        agg.fold(job)
+                    elif job["id"] not in agg.cursors:
+                        agg.unfolded_dead.add(job["id"])
 
             self.queue.store.read(fn)
 
@@ -536,41 +561,34 @@ class WindowedMetrics:
                 return
 
     def _rebuild_once(self, now: float) -> bool:
-        """The hot set, the archive a page at a time, then what changed meanwhile; False: a
-        purge (or a reload) came in between."""
-        agg = self._agg = Aggregates(self._profile_of)
+        """The hot set, the archive a page of index rows at a time, then what changed meanwhile;
+        False: a purge (or a reload) came in between."""
+        self._agg = Aggregates(self._profile_of)
         version = self.queue.changed_since(-1)[0]
         floor = now - HORIZON_S - ARCHIVE_MARGIN_S
 
-        def fold_hot(st: View) -> None:
-            for job in list(st.hot_jobs().values()):
-                agg.fold(job)
-
-        def page(st: View, before: int | None) -> int | None:
+        def page(st: View, before: int | None) -> tuple[list[ArchivedRow], list[ArchivedRow], int | None]:
             archive = st.archive
             if archive is None:
-                return None
+                return [], [], None
             found = archive.rows(before_seq=before, limit=PAGE_ROWS)
             hot = st.hot_jobs()
             rows = [r for r in found if r.id not in hot]  # (the hot copy is newer)
-            for job in archive.jobs([r for r in rows if (r.updated_at or 0.0) >= floor]):
-                if not st.purged(job):
-                    agg.fold(job)
+            recent = [r for r in rows if (r.updated_at or 0.0) >= floor]
             waiting = [
                 r for r in rows if (r.updated_at or 0.0) < floor and r.state == State.DEAD and r.resolved_at is None
             ]
-            for job in archive.jobs(waiting):
-                if not st.purged(job):
-                    agg.unfolded_dead.add(job["id"])
-            return found[-1].seq if len(found) == PAGE_ROWS else None
+            return recent, waiting, found[-1].seq if len(found) == PAGE_ROWS else None
 
         # hot first: a job archived meanwhile is folded already (its archived copy folds
         # nothing more), and one that came back to the hot set was changed, so
         # changed_since names it; each job has one cursor, whichever copy was read
-        self.queue.store.read(fold_hot)
+        self._fold_ids(self.queue.store.read(lambda st: list(st.hot_jobs())))
         before: int | None = None
         while True:
-            before = self.queue.store.read(lambda st, b=before: page(st, b))  # type: ignore[misc]
+            recent, waiting, before = self.queue.store.read(lambda st, b=before: page(st, b))  # type: ignore[misc]
+            self._fold_rows(recent, waiting=False)
+            self._fold_rows(waiting, waiting=True)
             if before is None:
                 break
         latest, ids = self.queue.changed_since(version)

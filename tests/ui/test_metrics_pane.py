@@ -84,3 +84,28 @@ def test_requests_coalesce_while_one_runs(qtbot: Any, data_dir: Path) -> None:
         qtbot.waitUntil(lambda: bool(seen) and seen[-1] == "7d" and not source.busy, timeout=10_000)
         assert source.shutdown(5000)
         assert seen == ["1h", "7d"]
+
+
+def test_figures_are_computed_off_the_gui_thread(qtbot: Any, data_dir: Path) -> None:
+    """The store may hold a million jobs: the pane's thread never folds or reads them."""
+    import threading
+
+    with Queue.open(data_dir, clock=FakeClock()) as queue:
+        queue.submit("demo", {"x": 1})
+        metrics = WindowedMetrics(queue)
+        threads: list[threading.Thread] = []
+        real = metrics.figures
+
+        def spy(window: str, now: float | None = None) -> Any:
+            threads.append(threading.current_thread())
+            return real(window, now)
+
+        metrics.figures = spy  # type: ignore[method-assign]
+        pane = MetricsPane(MetricsSource(metrics))
+        qtbot.addWidget(pane)
+        with qtbot.waitSignal(pane.source.ready, timeout=10_000):
+            pane.show()
+        assert pane.source.shutdown(5000)
+        assert threads and all(t is not threading.main_thread() for t in threads)
+        assert pane.figures is not None and pane.figures.depth["queued"][-1] == 1
+        pane.timer.stop()

@@ -93,9 +93,9 @@ class Chart(pg.PlotWidget):
         for name, (values, colour, dashed) in series.items():
             style = Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine
             pen = pg.mkPen(colour, width=2, style=style)
-            marks: dict[str, Any] = (
-                {"symbol": "o", "symbolSize": 5, "symbolPen": None, "symbolBrush": colour} if dots else {}
-            )
+            marks: dict[str, Any] = {}
+            if dots and np.isfinite(values).any():  # (no marks for nothing: an all-NaN scatter warns)
+                marks = {"symbol": "o", "symbolSize": 5, "symbolPen": None, "symbolBrush": colour}
             self.plot(x, values, pen=pen, name=name, connect="finite", **marks)
         # from zero, and at least to 1: a flat line of zeros still reads as "none"
         top = max((float(np.nanmax(v)) for v, _, _ in series.values() if np.isfinite(v).any()), default=0.0)
