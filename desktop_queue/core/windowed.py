@@ -21,7 +21,7 @@ jobs, and the archived jobs updated within :data:`HORIZON_S` (plus a day: a late
 ``stale_result`` does not move ``updated_at``). The archive is read by its index, a page
 of rows at a time, and only those jobs' segments are decompressed; an older archived job
 only counts as a dead letter still waiting, by its id. Jobs quiet for longer than the
-horizon leave the buckets (:meth:`WindowedMetrics.prune`).
+horizon leave the buckets (:meth:`Aggregates.prune`), so ``now`` must only move forward.
 
 Percentiles merge the histograms of the window's buckets: a p50 or p95 is within 1 % of
 the exact value plus 10 µs (:data:`PERCENTILE_BOUND`; a bin spans 2 % of ``1 ms + value``
