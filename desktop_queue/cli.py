@@ -202,6 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stats", help="counts per state, wait and run time percentiles, retries, dead letters")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--window",
+        choices=["1h", "24h", "7d"],
+        default=None,
+        help="the figures of the Metrics pane over the last hour, day or week (default: all-time counts)",
+    )
 
     p = sub.add_parser(
         "purge",
@@ -849,6 +855,8 @@ def cmd_verb(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    if args.window is not None:
+        return _stats_window(args)
     with _open(args) as queue:
         stats = queue.stats()
     if args.json:
@@ -865,6 +873,49 @@ def cmd_stats(args: argparse.Namespace) -> int:
         f"attempts  {stats.attempts}  retries {stats.retries}  throttled {stats.throttled}  "
         f"lease expiries {stats.lease_expiries}  reconciled {stats.reconciled}  dead letters {stats.dead_letters}"
     )
+    return EXIT_OK
+
+
+def _stats_window(args: argparse.Namespace) -> int:
+    """``stats --window``: the Metrics pane's figures (core/windowed.py), with each profile's
+    limit and breaker from the flow state every process on the data dir shares."""
+    from desktop_queue.core.windowed import WindowedMetrics
+    from desktop_queue.providers.setup import build
+
+    providers, flow = build(_load_profiles(), data_dir=resolve_data_dir(args.data_dir))
+    try:
+        with _open(args, dict(providers)) as queue:
+            figures = WindowedMetrics(queue, flow=flow).figures(args.window)
+    finally:
+        flow.close()
+    if args.json:
+        _out(figures.to_json())
+        return EXIT_OK
+    t = figures.totals
+
+    def sec(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}s"
+
+    rate = "-" if t["success_rate"] is None else f"{100 * t['success_rate']:.1f}%"
+    print(f"window    last {figures.window} ({figures.events} events)")
+    print("now       " + "  ".join(f"{k} {v}" for k, v in t["depth_now"].items()))
+    print(
+        "finished  "
+        + "  ".join(f"{k} {v}" for k, v in t["finished"].items())
+        + f"  ({t['finished_per_min']:.2f}/min, success {rate})"
+    )
+    print(f"wait      p50 {sec(t['wait_p50_s'])}  p95 {sec(t['wait_p95_s'])}")
+    print(f"run       p50 {sec(t['run_p50_s'])}  p95 {sec(t['run_p95_s'])}")
+    print(
+        f"per hour  retries {t['retries_per_hour']:.2f}  throttled {t['throttled_per_hour']:.2f}  "
+        f"lease expiries {t['lease_expiries_per_hour']:.2f}"
+    )
+    classes = "  ".join(f"{k} {v}" for k, v in sorted(figures.dead_letters_by_class.items())) or "none"
+    print(f"dead      {classes}")
+    for prof in figures.profiles:
+        peak = max(prof.requests_per_min, default=0.0)
+        limit = "no limit" if prof.limit_rpm is None else f"limit {prof.limit_rpm:g}/min"
+        print(f"profile   {prof.profile}: peak {peak:.2f} requests/min, {limit}, breaker {prof.breaker or '-'}")
     return EXIT_OK
 
 

@@ -25,6 +25,7 @@ from desktop_queue.core import SubmitResult
 from desktop_queue.core.flow import FlowEventType
 from desktop_queue.core.model import State
 from desktop_queue.core.paths import config_dir
+from desktop_queue.core.windowed import WindowedMetrics
 from desktop_queue.ui import dialogs, help_menu
 from desktop_queue.ui.actions import ActionRegistry, ActionState
 from desktop_queue.ui.commands import Command, actions_for, applies_to
@@ -33,8 +34,10 @@ from desktop_queue.ui.history_actions import HistoryActions, HistoryCommand, his
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.job_tabs import JobTabs
 from desktop_queue.ui.local_api import LocalApi
+from desktop_queue.ui.models.metrics_model import MetricsSource
 from desktop_queue.ui.notifier import Banner, Level, Notifier
 from desktop_queue.ui.panes.dead_letter_pane import DeadLetterPane
+from desktop_queue.ui.panes.metrics_pane import MetricsPane
 from desktop_queue.ui.panes.queue_pane import QueuePane
 from desktop_queue.ui.panes.timeline_pane import TimelinePane
 from desktop_queue.ui.settings import (
@@ -118,6 +121,11 @@ class MainWindow(QMainWindow):
         self.tabs.setObjectName("paneTabs")
         self.tabs.addTab(self.queue_pane, state_icon("queued"), "Q&ueue")
         self.tabs.addTab(self.dead_pane, state_icon("dead"), "&Dead letters")
+        # the charts refresh only while their tab shows, off the GUI thread (core/windowed.py)
+        metrics = WindowedMetrics(controller.queue, flow=controller.flow)
+        self.metrics_pane = MetricsPane(MetricsSource(metrics, parent=self))
+        self.tabs.addTab(self.metrics_pane, "M&etrics")
+        self.closed.connect(lambda: self.metrics_pane.source.shutdown(self.shutdown_timeout_ms))
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.tabs)

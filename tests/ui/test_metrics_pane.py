@@ -1,0 +1,111 @@
+"""The Metrics pane: figures computed off the GUI thread, drawn as labelled charts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from desktop_queue.core import FakeClock, Queue
+from desktop_queue.core.outcome import Outcome
+from desktop_queue.core.windowed import WindowedMetrics
+from desktop_queue.ui.models.metrics_model import MetricsSource
+from desktop_queue.ui.panes.metrics_pane import MetricsPane
+
+
+def _pane(qtbot: Any, queue: Queue) -> MetricsPane:
+    pane = MetricsPane(MetricsSource(WindowedMetrics(queue)))
+    qtbot.addWidget(pane)
+    pane.resize(1100, 900)
+    return pane
+
+
+def _wait_drawn(qtbot: Any, pane: MetricsPane, window: str) -> None:
+    qtbot.waitUntil(
+        lambda: pane.figures is not None and pane.figures.window == window and not pane.source.busy, timeout=10_000
+    )
+    assert pane.source.shutdown(5000)
+
+
+def test_empty_store_says_so(qtbot: Any, data_dir: Path) -> None:
+    with Queue.open(data_dir, clock=FakeClock()) as queue:
+        pane = _pane(qtbot, queue)
+        with qtbot.waitSignal(pane.source.ready, timeout=10_000):
+            pane.show()
+        assert pane.source.shutdown(5000)
+        assert pane.stack.currentWidget() is pane.empty
+        assert pane.empty.text().startswith("No jobs in the last hour")
+        pane.timer.stop()
+
+
+def test_charts_show_the_window_with_units_and_legends(qtbot: Any, data_dir: Path, tmp_path: Path) -> None:
+    clock = FakeClock()
+    with Queue.open(data_dir, clock=clock) as queue:
+        for i in range(6):
+            queue.submit("demo", {"i": i}, max_attempts=1)
+        for i in range(4):
+            clock.advance(90.0)
+            lease = queue.lease()
+            assert lease is not None
+            clock.advance(1.5 + i)
+            if i == 3:
+                queue.fail(lease, Outcome(ok=False, error_class="fatal", message="bad"))  # type: ignore[arg-type]
+            else:
+                queue.complete(lease, {"text": "ok"})
+        pane = _pane(qtbot, queue)
+        pane.show()
+        _wait_drawn(qtbot, pane, "1h")
+        assert pane.stack.currentIndex() == 0
+        assert "4 finished" in pane.summary.text() and "success 75 %" in pane.summary.text()
+        assert pane.depth_chart.names() == ["queued", "running", "dead letters"]
+        assert pane.depth_chart.getAxis("left").labelText == "jobs"
+        assert pane.depth_chart.getAxis("bottom").labelText == "local time"
+        assert pane.dead_chart.getAxis("bottom")._tickLevels[0][0][1].startswith("fatal")  # noqa: SLF001
+        depth = pane.depth_chart.getPlotItem().listDataItems()[0].getData()[1]
+        assert depth[-1] == 2  # two jobs still queued
+        pane.grab().save(str(tmp_path / "metrics.png"))
+        pane.grab().save("/tmp/metrics.png")
+        pane.buttons["7d"].click()
+        _wait_drawn(qtbot, pane, "7d")
+        assert pane.figures is not None and pane.figures.step_s == 3600
+        assert len(pane.depth_chart.getPlotItem().listDataItems()[0].getData()[0]) == 168
+        pane.timer.stop()
+
+
+def test_requests_coalesce_while_one_runs(qtbot: Any, data_dir: Path) -> None:
+    """A timer faster than the figures never piles up work: the latest window wins."""
+    with Queue.open(data_dir, clock=FakeClock()) as queue:
+        queue.submit("demo", {"x": 1})
+        source = MetricsSource(WindowedMetrics(queue))
+        seen: list[str] = []
+        source.ready.connect(lambda f: seen.append(f.window))
+        source.request("1h")
+        source.request("24h")
+        source.request("7d")
+        qtbot.waitUntil(lambda: bool(seen) and seen[-1] == "7d" and not source.busy, timeout=10_000)
+        assert source.shutdown(5000)
+        assert seen == ["1h", "7d"]
+
+
+def test_figures_are_computed_off_the_gui_thread(qtbot: Any, data_dir: Path) -> None:
+    """The store may hold a million jobs: the pane's thread never folds or reads them."""
+    import threading
+
+    with Queue.open(data_dir, clock=FakeClock()) as queue:
+        queue.submit("demo", {"x": 1})
+        metrics = WindowedMetrics(queue)
+        threads: list[threading.Thread] = []
+        real = metrics.figures
+
+        def spy(window: str, now: float | None = None) -> Any:
+            threads.append(threading.current_thread())
+            return real(window, now)
+
+        metrics.figures = spy  # type: ignore[method-assign]
+        pane = MetricsPane(MetricsSource(metrics))
+        qtbot.addWidget(pane)
+        with qtbot.waitSignal(pane.source.ready, timeout=10_000):
+            pane.show()
+        assert pane.source.shutdown(5000)
+        assert threads and all(t is not threading.main_thread() for t in threads)
+        assert pane.figures is not None and pane.figures.depth["queued"][-1] == 1
+        pane.timer.stop()
