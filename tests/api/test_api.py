@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Client, Env
+from api_helpers import Client, Env
 
 from desktop_queue.api.token import load_or_create_token, token_path
 from desktop_queue.core import ErrorClass, Outcome

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import SECRET, Env, event_body
+from api_helpers import SECRET, Env, event_body
 
 from desktop_queue.core import EventType, Lease, Outcome, RunContext, StaleLease, State
 from desktop_queue.core.backend import Change

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Client
+from api_helpers import Client
 
 from desktop_queue.api.token import load_or_create_token
 from desktop_queue.providers.demo import DemoProvider
