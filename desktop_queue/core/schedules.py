@@ -626,7 +626,7 @@ class Scheduler:
         self._last_tick = mono
         return self.tick()
 
-    def _jobs(self, ids: set[str]) -> dict[str, dict[str, Any]]:
+    def jobs(self, ids: set[str]) -> dict[str, dict[str, Any]]:
         """The jobs with these ids: the hot ones in one read, a finished one moved to the archive by id."""
         if not ids:
             return {}
@@ -653,6 +653,8 @@ class Scheduler:
 
     def tick(self, now: float | None = None) -> TickReport:
         """Evaluates every schedule at ``now`` (default: the queue's clock)."""
+        if not self.book.path.exists():
+            return TickReport()  # no schedule was ever added here: not even a lock file
         at = self.queue.clock.now() if now is None else now
         created: list[str] = []
         paused: list[str] = []
@@ -660,7 +662,7 @@ class Scheduler:
 
         def fn(entries: list[Entry]) -> list[Entry] | None:
             ids = {i for e in entries for i in e.state.pending}
-            jobs = self._jobs(ids)
+            jobs = self.jobs(ids)
             finished = {
                 i: j for i, j in jobs.items() if j.get("state") in (State.SUCCEEDED, State.DEAD, State.CANCELLED)
             }
@@ -785,3 +787,26 @@ def entry_json(entry: Entry, now: float, jobs: Mapping[str, Mapping[str, Any]] |
         data["last_good_at"] = iso_utc(run.good_at) if run.good_at is not None else None
         data["last_good_stale"] = run.stale
     return data
+
+
+#: how much of the last good result a schedule shows
+PREVIEW_CHARS = 300
+
+
+def result_preview(queue: Any, job_id: str | None, limit: int = PREVIEW_CHARS) -> str | None:
+    """The start of a succeeded job's result as text (one line; ``image · 1.2 MB`` for an artifact), or None."""
+    from desktop_queue.core.result_view import read_result, show_text
+
+    if not job_id:
+        return None
+    try:
+        job = queue.get(job_id)
+    except NoSuchJob:
+        return None
+    content = read_result(queue.results, job)
+    if not content.has_result:
+        return None
+    if content.text is None:
+        return content.message
+    text, cut = show_text(" ".join(content.text.split()), limit)
+    return text + ("…" if cut else "")
