@@ -501,8 +501,9 @@ class ScheduleBook:
         self.change(fn)
         return entry
 
-    def edit(self, name: str, **changes: Any) -> Entry:
-        """Changes a schedule's fields (id, state and creation time stay)."""
+    def edit(self, which: str, /, **changes: Any) -> Entry:
+        """Changes the fields of schedule ``which`` (id, state and creation time stay)."""
+        name = which
         out: list[Entry] = []
 
         def fn(entries: list[Entry]) -> list[Entry]:
