@@ -35,6 +35,7 @@ from desktop_queue.ui.job_tabs import JobTabs
 from desktop_queue.ui.notifier import Banner, Level, Notifier
 from desktop_queue.ui.panes.dead_letter_pane import DeadLetterPane
 from desktop_queue.ui.panes.queue_pane import QueuePane
+from desktop_queue.ui.panes.schedules_pane import SchedulesPane
 from desktop_queue.ui.panes.timeline_pane import TimelinePane
 from desktop_queue.ui.settings import (
     Preferences,
@@ -117,6 +118,8 @@ class MainWindow(QMainWindow):
         self.tabs.setObjectName("paneTabs")
         self.tabs.addTab(self.queue_pane, state_icon("queued"), "Q&ueue")
         self.tabs.addTab(self.dead_pane, state_icon("dead"), "&Dead letters")
+        self.schedules_pane = SchedulesPane(controller.schedules_model, lambda: list(controller.providers))
+        self.tabs.addTab(self.schedules_pane, "Sch&edules")
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.tabs)
