@@ -311,10 +311,12 @@ class Plan:
     Attributes:
         run: the window starts that get a job, oldest first.
         skipped: why due windows got none (None: none was skipped).
+        due: how many windows were due (0: nothing to decide, nothing to write).
     """
 
     run: tuple[float, ...]
     skipped: str | None
+    due: int = 0
 
 
 def plan(schedule: Schedule, state: ScheduleState, now: float, *, previous_active: bool) -> Plan:
@@ -338,8 +340,8 @@ def plan(schedule: Schedule, state: ScheduleState, now: float, *, previous_activ
         if missed:
             skipped = f"missed {'window' if len(missed) == 1 else 'windows'} not run (catch-up: skip)"
     if run and previous_active and schedule.overlap == "skip":
-        return Plan((), "skipped: the previous run was still queued or running")
-    return Plan(tuple(run), skipped)
+        return Plan((), "skipped: the previous run was still queued or running", len(windows))
+    return Plan(tuple(run), skipped, len(windows))
 
 
 def observe(schedule: Schedule, state: ScheduleState, finished: Mapping[str, Mapping[str, Any]]) -> ScheduleState:
@@ -697,14 +699,15 @@ class Scheduler:
                     if job_id not in pending:
                         pending.append(job_id)
                     last_job, last_window = job_id, window
-                if not new.paused:
+                # nothing due: the state stays as it is, so a quiet tick writes nothing
+                if not new.paused and decided.due:
                     new = dataclasses.replace(
                         new,
                         last_evaluated=at,
                         last_job_id=last_job,
                         last_window=last_window,
                         pending=tuple(pending[-MAX_PENDING:]),
-                        last_skipped=decided.skipped if (decided.run or decided.skipped) else new.last_skipped,
+                        last_skipped=decided.skipped,
                     )
                 dirty = dirty or new != state
                 out.append(Entry(schedule, new))

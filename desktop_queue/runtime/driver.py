@@ -585,10 +585,12 @@ class LeaseDriver(QObject):
                 self.error.emit(message)
             return
         if report is not None:
-            self._scheduler_error = None
-            for message in report.errors:
-                log.warning("%s", message)
-                self.error.emit(message)
+            said = "\n".join(report.errors) or None
+            if said is not None and said != self._scheduler_error:  # a broken schedule repeats each look
+                for message in report.errors:
+                    log.warning("%s", message)
+                    self.error.emit(message)
+            self._scheduler_error = said
 
     def _fill(self) -> None:
         """Leases at once into the slots finished attempts freed: the part of a tick they need.

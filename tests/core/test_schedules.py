@@ -29,6 +29,7 @@ from desktop_queue.core.schedules import (
     ScheduleError,
     Scheduler,
     ScheduleState,
+    TickReport,
     due_windows,
     entry_json,
     iso_utc,
@@ -259,6 +260,19 @@ def test_each_window_creates_one_job_keyed_by_schedule_and_window(squeue: Queue,
     # the same window again (a restart forgets nothing: a new Scheduler reads the file)
     assert Scheduler(squeue).tick().created == ()
     assert len(squeue.list()) == 1
+
+
+def test_a_tick_with_nothing_due_writes_nothing(squeue: Queue, at_noon: FakeClock) -> None:
+    add(squeue)
+    scheduler = Scheduler(squeue)
+    at_noon.advance(40)
+    scheduler.tick()
+    path = squeue.data_dir / "schedules.json"
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    for _ in range(3):
+        at_noon.advance(600)  # 12:10, 12:20, 12:30: no window
+        assert scheduler.tick() == TickReport()
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
 
 
 def test_a_second_evaluator_with_stale_state_gets_the_existing_job(squeue: Queue, at_noon: FakeClock) -> None:

@@ -196,3 +196,26 @@ def test_schedule_dialog_edits_keep_the_schedule(pane: SchedulesPane) -> None:
     assert dialog.cron.text() == "0 * * * *" and dialog.tz.currentText() == "Europe/Berlin"
     assert json.loads(dialog.input.toPlainText()) == OK_INPUT
     dialog.deleteLater()
+
+
+class _Broken:
+    """A scheduler whose every look fails (a newer schedules file, say)."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def maybe_tick(self) -> None:
+        self.looks += 1
+        raise RuntimeError("schedules.json was written by a newer Desktop Queue")
+
+
+def test_a_failing_scheduler_is_said_once_and_jobs_still_run(session: Any, qtbot: Any) -> None:
+    driver = session.controller.driver
+    broken = _Broken()
+    errors: list[str] = []
+    driver.error.connect(errors.append)
+    driver.scheduler = broken
+    job_id = session.queue.submit("demo", {"prompt": "still runs", "duration_s": 0}).job.id
+    qtbot.waitUntil(lambda: session.queue.get(job_id).state == "succeeded", timeout=10_000)
+    qtbot.waitUntil(lambda: broken.looks >= 3, timeout=5000)
+    assert errors == ["schedules: schedules.json was written by a newer Desktop Queue"]
