@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -138,3 +140,27 @@ def test_bad_times_exit_2_with_one_line(dq: Cli, args: tuple[str, ...], words: s
     assert run.code == 2
     assert words in run.err_lines[-1]
     assert dq.jobs() == []
+
+
+def test_two_workers_started_together_make_one_job_per_window(dq: Cli) -> None:
+    from desktop_queue.core.schedules import ScheduleBook, new_schedule
+
+    book = ScheduleBook(dq.data_dir, time.time)
+    payload = {"prompt": "every minute", "duration_s": 0}
+    book.add(new_schedule("minutely", "* * * * *", "demo", payload, now=time.time() - 61, tz="UTC"))
+    book.close()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "desktop_queue", *dq.argv("work", "--until-idle", "--max-seconds", "30")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    for proc in procs:
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+    keys = [j["idempotency_key"] for j in dq.jobs() if j["title"] == "minutely"]
+    # both looked at once: one job for the due window (two only if a minute turned between them)
+    assert 1 <= len(keys) <= 2 and len(keys) == len(set(keys))
+    assert all(k.startswith("schedule:") for k in keys)
