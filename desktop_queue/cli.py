@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from desktop_queue import __version__, cli_serve
+from desktop_queue import __version__, cli_schedule, cli_serve
 from desktop_queue.core import Job, Queue, QueueError, State, present
 from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError, UnknownKind
 from desktop_queue.core.model import iso
@@ -72,6 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--title", help="a title for people")
     p.add_argument("--priority", choices=["interactive", "background"], default="background")
     p.add_argument("--max-attempts", type=int, default=None, metavar="N")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument(
+        "--at",
+        type=_at_arg,
+        metavar="TIME",
+        help="start no earlier than this ISO 8601 time (local unless it has a zone)",
+    )
+    when.add_argument(
+        "--delay", type=_delay_arg, metavar="DURATION", help="start after this long: 90s, 15m, 1h, 2d, 1h30m"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("list", help="jobs, newest first")
@@ -286,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", help="print JSON")
     cli_serve.add_profile_parser(psub)
 
+    cli_schedule.add_parser(sub)
+
     p = sub.add_parser("spend", help="what the providers' calls used and cost, from the spend ledger")
     p.add_argument("--by", choices=["day", "model", "profile"], default="day", help="group by (default: day)")
     p.add_argument("--since", type=_day_arg, default=None, metavar="YYYY-MM-DD", help="from this local day on")
@@ -315,6 +327,24 @@ def _time_arg(text: str) -> float:
     if moment.tzinfo is None:
         moment = moment.astimezone()  # a local date or time, as people mean it
     return moment.timestamp()
+
+
+def _at_arg(text: str) -> float:
+    from desktop_queue.core.durations import parse_time
+
+    try:
+        return parse_time(text, time.time())
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _delay_arg(text: str) -> float:
+    from desktop_queue.core.durations import parse_duration
+
+    try:
+        return time.time() + parse_duration(text)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _days_arg(text: str) -> int | None:
@@ -583,7 +613,11 @@ def cmd_submit_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    run_after = args.at if args.at is not None else args.delay
     if args.batch is not None:
+        if run_after is not None:
+            _err("--at and --delay apply to one job, not to --batch")
+            return EXIT_USAGE
         return cmd_submit_batch(args)
     from desktop_queue.core.inputspec import spec_of, title_for
 
@@ -599,6 +633,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             priority=args.priority,
             max_attempts=args.max_attempts,
             actor="cli",
+            run_after=run_after,
         )
         if args.json:
             extra: dict[str, Any] = {"duplicate": result.duplicate}
@@ -608,7 +643,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         elif result.duplicate:
             print(f"duplicate: job {result.job.id} already has this input ({result.job.state}); nothing new was queued")
         else:
-            print(f"submitted {result.job.id}  {result.job.title}  ({result.job.priority})")
+            when = ""
+            if result.job.run_after > time.time() + 0.5:
+                when = f", {present.describe_state(result.job.to_json(with_events=False), time.time())}"
+            print(f"submitted {result.job.id}  {result.job.title}  ({result.job.priority}{when})")
     return EXIT_OK
 
 
@@ -1006,6 +1044,9 @@ def cmd_work(args: argparse.Namespace) -> int:
         lease_s=args.lease_s,
         attempt_timeout_s=args.attempt_timeout,
     )
+    from desktop_queue.core.schedules import Scheduler
+
+    driver.scheduler = Scheduler(queue)  # every worker evaluates the schedules; keys make it once
     # what this worker's attempts ended in: a job queued again (retry, throttle, given
     # back) is not finished, and is counted apart
     finished: dict[str, int] = {}
@@ -1342,6 +1383,7 @@ COMMANDS = {
     "purge": cmd_purge,
     "retention": cmd_retention,
     "serve": cli_serve.cmd_serve,
+    "schedule": lambda args: cli_schedule.run(args),
 }
 
 

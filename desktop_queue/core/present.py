@@ -60,7 +60,7 @@ def describe_state(job: Mapping[str, Any], now: float, hold: HoldReason | None =
                 return f"waiting: rate limit ({seconds(wait)})"
             if job.get("attempts") or job.get("total_attempts"):
                 return f"retrying in {seconds(wait)} ({BACKOFF})"
-            return f"scheduled in {seconds(wait)}"
+            return f"scheduled for {scheduled_time(run_after, now)}"
         reason = _ask(hold, job)
         if reason:
             return reason
@@ -331,6 +331,18 @@ def clock_time(ts: float | None, now: float | None = None) -> str:
     when = _dt.datetime.fromtimestamp(ts)
     today = _dt.datetime.fromtimestamp(now).date() if now is not None else _dt.date.today()
     return when.strftime("%H:%M:%S") if when.date() == today else when.strftime("%Y-%m-%d %H:%M")
+
+
+def scheduled_time(ts: float, now: float) -> str:
+    """When a delayed job starts, in local time: ``14:00`` today, ``2026-12-02 14:00`` another day.
+
+    Seconds only when the time has some (``--delay 90s``): a whole minute reads as people set it.
+    """
+    when = _dt.datetime.fromtimestamp(ts)
+    text = when.strftime("%H:%M" if when.second == 0 else "%H:%M:%S")
+    if when.date() != _dt.datetime.fromtimestamp(now).date():
+        text = f"{when.date().isoformat()} {text}"
+    return text
 
 
 def attempts_text(job: Mapping[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import functools
 import logging
+import math
 import os
 import random
 import secrets
@@ -326,12 +327,14 @@ class Queue:
         max_attempts: int | None,
         actor: str,
         replay_of: str | None,
+        run_after: float | None = None,
     ) -> tuple[Callable[..., Change[tuple[str, bool]]], int]:
         """Validates a submission; returns the transaction function that creates the job,
         and the size of the input in bytes.
 
         The function takes the state and, inside :meth:`submit_many`, the batch so far; it
         answers ``(job id, duplicate)``: duplicate when an existing job holds the key.
+        ``run_after`` (a wall time) holds a new job back until then (``submit --at``, schedules).
         """
         provider = self._provider(kind)
         try:
@@ -356,6 +359,9 @@ class Queue:
         digest = input_digest(kind, payload, body=body)
         clean_title = " ".join((title or "").split())[:MAX_TITLE]
         now = self.clock.now()
+        if run_after is not None and not (isinstance(run_after, int | float) and math.isfinite(run_after)):
+            raise InvalidInput(f"run after must be a time, not {run_after!r}")
+        start = max(now, float(run_after)) if run_after is not None else now
 
         def fn(state: View, batch: _Batch | None = None) -> Change[tuple[str, bool]]:
             holder = state.holder(the_key) if batch is None else batch.holder(state, the_key)
@@ -393,8 +399,8 @@ class Queue:
                 "run": 1,
                 "created_at": now,
                 "updated_at": now,
-                "run_after": now,
-                "deadline_at": now + self.policy.deadline_s,
+                "run_after": start,
+                "deadline_at": start + self.policy.deadline_s,
                 "lease_token": None,
                 "lease_epoch": 0,
                 "lease_expires_at": None,
@@ -429,10 +435,12 @@ class Queue:
         max_attempts: int | None = None,
         actor: str = Actor.USER,
         replay_of: str | None = None,
+        run_after: float | None = None,
     ) -> SubmitResult:
         """Creates a job, or returns the live or succeeded one holding the same key.
 
-        The job exists durably when this returns.
+        The job exists durably when this returns. With ``run_after`` (a wall time in
+        the future) it stays queued until then; a duplicate keeps its own time.
 
         Raises:
             InvalidInput: bad input, kind, priority or attempt budget (nothing is created).
@@ -449,6 +457,7 @@ class Queue:
             max_attempts=max_attempts,
             actor=actor,
             replay_of=replay_of,
+            run_after=run_after,
         )
         job_id, duplicate = self.store.commit(fn)
         job = self._view(job_id)

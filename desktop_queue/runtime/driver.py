@@ -342,6 +342,12 @@ class LeaseDriver(QObject):
             control's events: on every tick and after every finished attempt.
         partial_text(str, str): a streaming attempt's text so far (job id, text), a
             few times a second while it streams; shown, never stored.
+
+    Attributes:
+        scheduler: None, or an object whose ``maybe_tick()`` evaluates the data dir's
+            schedules (:class:`~desktop_queue.core.schedules.Scheduler`, which limits
+            itself to one look every few seconds); asked on every tick before leasing,
+            so a due window's job starts in the same tick.
     """
 
     job_started = Signal(str)
@@ -401,6 +407,8 @@ class LeaseDriver(QObject):
         self._relay.partial.connect(self._keep_partial)
         #: the latest streamed text of each running attempt that streams (until it ends)
         self._partials: dict[str, str] = {}
+        self.scheduler: Any = None
+        self._scheduler_error: str | None = None  # said once until it changes
         self._timer = QTimer(self)
         self._timer.setObjectName("leaseDriverTick")
         self._timer.setInterval(tick_ms)
@@ -542,6 +550,7 @@ class LeaseDriver(QObject):
             if self._store_down is not None and not self._store_retry():
                 self._emit_idle_if_idle()
                 return
+            self._tick_scheduler()
             if self._paused:
                 if self._stop_after_current and not self._active:
                     self._stop_after_current = False
@@ -561,6 +570,27 @@ class LeaseDriver(QObject):
         finally:
             self._in_tick = False
             self.drain_flow_events()
+
+    def _tick_scheduler(self) -> None:
+        """Lets the scheduler submit due windows' jobs (queued even while paused: they wait)."""
+        if self.scheduler is None:
+            return
+        try:
+            report = self.scheduler.maybe_tick()
+        except Exception as exc:  # a full disk, a newer schedules file or a bug must not stop the leasing
+            message = f"schedules: {exc}"
+            if message != self._scheduler_error:
+                self._scheduler_error = message
+                log.warning("%s", message)
+                self.error.emit(message)
+            return
+        if report is not None:
+            said = "\n".join(report.errors) or None
+            if said is not None and said != self._scheduler_error:  # a broken schedule repeats each look
+                for message in report.errors:
+                    log.warning("%s", message)
+                    self.error.emit(message)
+            self._scheduler_error = said
 
     def _fill(self) -> None:
         """Leases at once into the slots finished attempts freed: the part of a tick they need.

@@ -29,6 +29,7 @@ from desktop_queue.core.present import (
 from desktop_queue.core.preview import ReplayPreview, preview_replay
 from desktop_queue.core.profile_state import ProfileState, profile_state, shown_profiles
 from desktop_queue.core.queue import BulkResult, DeadGroup
+from desktop_queue.core.schedules import Scheduler
 from desktop_queue.core.search import SearchQuery
 from desktop_queue.providers.profiles import ProfileFileError, ProfileSet, load_profiles
 from desktop_queue.providers.setup import ProfileConfig
@@ -38,6 +39,7 @@ from desktop_queue.runtime.driver import LeaseDriver
 from desktop_queue.ui.models.dead_letter_model import DeadLetterModel
 from desktop_queue.ui.models.queue_model import QueueModel
 from desktop_queue.ui.models.refresh import RefreshCoordinator
+from desktop_queue.ui.models.schedules_model import SchedulesModel
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +200,12 @@ class Controller(QObject):
             attempt_timeout_s=attempt_timeout_s,
             parent=self,
         )
+        # schedules: evaluated on the driver's tick (whoever else runs them, a window makes one job)
+        self.scheduler = Scheduler(queue)
+        self.driver.scheduler = self.scheduler
+        self.schedules_model = SchedulesModel(self.scheduler, queue.clock.now, parent=self)
+        self.schedules_model.failed.connect(self.failed)
+        self.schedules_model.message.connect(self.message)
         # before the views repaint on the same signal: count the interactive jobs ahead once per refresh
         self.refresher.refreshed.connect(self.update_lanes)
         self.driver.store_unavailable.connect(self.store_unavailable)
@@ -363,7 +371,9 @@ class Controller(QObject):
             self.bulk_task.cancel()
         self.bulk_pool.waitForDone(timeout_ms)
         self.refresher.stop()
-        return self.driver.shutdown(timeout_ms)
+        clean = self.driver.shutdown(timeout_ms)
+        self.scheduler.close()
+        return clean
 
     def changed(self) -> None:
         """Something was committed here: refresh the views and wake the driver now."""
@@ -384,11 +394,27 @@ class Controller(QObject):
             provider.validate(payload)
 
     def submit(
-        self, kind: str, payload: Any, *, title: str | None, priority: str, max_attempts: int | None
+        self,
+        kind: str,
+        payload: Any,
+        *,
+        title: str | None,
+        priority: str,
+        max_attempts: int | None,
+        run_after: float | None = None,
     ) -> SubmitResult:
-        """Submits a job (durable when this returns). Raises :class:`QueueError` on refusal."""
+        """Submits a job (durable when this returns; held until ``run_after`` when given).
+
+        Raises :class:`QueueError` on refusal.
+        """
         result = self.queue.submit(
-            kind, payload, title=title, priority=priority, max_attempts=max_attempts, actor=Actor.USER
+            kind,
+            payload,
+            title=title,
+            priority=priority,
+            max_attempts=max_attempts,
+            actor=Actor.USER,
+            run_after=run_after,
         )
         self.changed()
         if result.duplicate:

@@ -46,6 +46,7 @@ from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.forms import FieldProblem, InputForm, error_colour
 from desktop_queue.ui.icons import icon
+from desktop_queue.ui.run_when import RunWhen
 from desktop_queue.ui.settings import APPLICATION, MAX_CONCURRENCY, ORGANIZATION, Preferences
 
 # --------------------------------------------------------------------------- prompts (tests replace these)
@@ -399,6 +400,8 @@ class SubmitDialog(QDialog):
         lane.addWidget(attempts_label)
         lane.addWidget(self.max_attempts)
         options.addRow("P&riority:", lane)
+        self.run_when = RunWhen(controller.queue.clock.now)
+        options.addRow("R&un:", self.run_when)
         status = QHBoxLayout()
         status.addWidget(self.message, 1)
         status.addWidget(self.size_label, 0, Qt.AlignmentFlag.AlignTop)
@@ -691,9 +694,15 @@ class SubmitDialog(QDialog):
     def try_submit(self) -> bool:
         """Submits if the input is valid; otherwise explains why inline and creates nothing."""
         if self.tabs.currentIndex() == self.BATCH_TAB:
+            if self.run_when.current_mode() != "now":
+                self.message.show_error("A start time applies to one job: choose Run now for a batch.")
+                return False
             return self._submit_batch()
         try:
             payloads = self.payloads()
+            run_after = self.run_when.run_after()
+            if run_after is not None and len(payloads) > 1:
+                raise InvalidInput("a start time applies to one job: choose Run now for several")
             if len(payloads) > 1:
                 title = self.title.text().strip() or default_title(payloads[0], self.spec)
                 titles = [f"{title} ({i} of {len(payloads)})" if title else None for i in range(1, len(payloads) + 1)]
@@ -705,6 +714,7 @@ class SubmitDialog(QDialog):
                 title=self.title.text().strip() or default_title(payload, self.spec),
                 priority=str(self.priority.currentData()),
                 max_attempts=self.max_attempts.value(),
+                run_after=run_after,
             )
         except QueueError as exc:
             self._pristine = False

@@ -39,6 +39,7 @@ from desktop_queue.ui.notifier import Banner, Level, Notifier
 from desktop_queue.ui.panes.dead_letter_pane import DeadLetterPane
 from desktop_queue.ui.panes.metrics_pane import MetricsPane
 from desktop_queue.ui.panes.queue_pane import QueuePane
+from desktop_queue.ui.panes.schedules_pane import SchedulesPane
 from desktop_queue.ui.panes.timeline_pane import TimelinePane
 from desktop_queue.ui.settings import (
     Preferences,
@@ -121,6 +122,8 @@ class MainWindow(QMainWindow):
         self.tabs.setObjectName("paneTabs")
         self.tabs.addTab(self.queue_pane, state_icon("queued"), "Q&ueue")
         self.tabs.addTab(self.dead_pane, state_icon("dead"), "&Dead letters")
+        self.schedules_pane = SchedulesPane(controller.schedules_model, lambda: list(controller.providers))
+        self.tabs.addTab(self.schedules_pane, "Sc&hedules")
         # the charts refresh only while their tab shows, off the GUI thread (core/windowed.py)
         metrics = WindowedMetrics(controller.queue, flow=controller.flow)
         self.metrics_pane = MetricsPane(MetricsSource(metrics, parent=self))

@@ -1,0 +1,221 @@
+"""The Schedules pane and the New dialog's Run control, on a real window."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+
+from desktop_queue.core import FakeClock, Queue
+from desktop_queue.core.schedules import ScheduleBook, Scheduler, new_schedule, result_preview
+from desktop_queue.ui.models.schedules_model import COLUMNS, NOT_CURRENT, SchedulesModel
+from desktop_queue.ui.panes.schedules_pane import ScheduleDialog, SchedulesPane
+
+OK_INPUT = {"prompt": "the morning news", "duration_s": 0}
+BAD_INPUT = {"prompt": "the morning news", "duration_s": 0, "fail_times": 9, "fail_with": "fatal"}
+COL = {key: n for n, (_h, key) in enumerate(COLUMNS)}
+
+
+def cell(model: SchedulesModel, row: int, key: str) -> str:
+    return str(model.index(row, COL[key]).data(Qt.ItemDataRole.DisplayRole))
+
+
+@pytest.fixture
+def pane(session: Any, qtbot: Any) -> SchedulesPane:
+    window = session.window
+    window.tabs.setCurrentWidget(window.schedules_pane)
+    qtbot.waitUntil(window.schedules_pane.isVisible, timeout=3000)
+    pane: SchedulesPane = window.schedules_pane
+    return pane
+
+
+def add_via_dialog(pane: SchedulesPane, name: str, payload: dict[str, Any], cron: str = "0 * * * *") -> None:
+    dialog = pane.add()
+    dialog.name.setText(name)
+    dialog.cron.setText(cron)
+    dialog.tz.setCurrentText("Europe/Berlin")
+    dialog.kind.setCurrentIndex(dialog.kind.findData("demo"))
+    dialog.input.setPlainText(json.dumps(payload))
+    assert "Next run:" in dialog.next_label.text()
+    assert dialog.try_accept()
+
+
+def test_the_model_passes_the_model_tester(qtmodeltester: Any, tmp_path: Path) -> None:
+    clock = FakeClock(start=1_800_000_000.0)
+    queue = Queue.open(tmp_path / "data", clock=clock, background_compaction=False)
+    try:
+        scheduler = Scheduler(queue)
+        for name in ("a", "b"):
+            scheduler.book.add(new_schedule(name, "0 * * * *", "demo", {"prompt": name}, now=clock.now(), tz="UTC"))
+        scheduler.run_now("a")
+        model = SchedulesModel(scheduler, clock.now)
+        model.refresh()
+        assert model.rowCount() == 2 and cell(model, 0, "last") == "queued" and cell(model, 1, "last") == "never ran"
+        qtmodeltester.check(model)
+        scheduler.book.remove("a")
+        scheduler.book.add(new_schedule("c", "5 * * * *", "demo", {}, now=clock.now(), tz="UTC"))
+        model.refresh(force=True)
+        assert [cell(model, r, "name") for r in range(model.rowCount())] == ["b", "c"]
+        qtmodeltester.check(model)
+        scheduler.close()
+    finally:
+        queue.close()
+
+
+def test_add_run_now_and_see_the_result(pane: SchedulesPane, session: Any, qtbot: Any) -> None:
+    add_via_dialog(pane, "news", OK_INPUT)
+    model = pane.model
+    assert model.rowCount() == 1 and cell(model, 0, "name") == "news"
+    assert cell(model, 0, "cron") == "0 * * * * (Europe/Berlin)"
+    assert ":" in cell(model, 0, "next")  # a local time
+    assert pane.select("news") and pane.run_button.isEnabled()
+    job_id = pane.run_now()
+    assert job_id is not None
+    qtbot.waitUntil(lambda: session.queue.get(job_id).state == "succeeded", timeout=10_000)
+    pane.refresh()
+    assert cell(model, 0, "last") == "succeeded"
+    preview = result_preview(session.queue, job_id)
+    assert preview and cell(model, 0, "result") == preview
+    assert NOT_CURRENT not in cell(model, 0, "result")
+
+
+def test_a_failed_run_shows_the_last_good_result_marked_not_current(
+    pane: SchedulesPane, session: Any, qtbot: Any
+) -> None:
+    add_via_dialog(pane, "news", OK_INPUT)
+    pane.select("news")
+    good = pane.run_now()
+    assert good is not None
+    qtbot.waitUntil(lambda: session.queue.get(good).state == "succeeded", timeout=10_000)
+    dialog = pane.edit()
+    assert dialog is not None and dialog.name.text() == "news"
+    dialog.input.setPlainText(json.dumps(BAD_INPUT))
+    assert dialog.try_accept()
+    pane.select("news")
+    bad = pane.run_now()
+    assert bad is not None
+    qtbot.waitUntil(lambda: session.queue.get(bad).state == "dead", timeout=10_000)
+    session.controller.scheduler.tick()  # note how the runs ended (the driver does it every few seconds)
+    pane.refresh()
+    model = pane.model
+    assert cell(model, 0, "last") == "dead"
+    assert cell(model, 0, "result").startswith(f"{NOT_CURRENT} (")
+    preview = result_preview(session.queue, good)
+    assert preview and cell(model, 0, "result").endswith(preview)
+    pane.select("news")
+    assert "Last good result (not current)" in pane.detail.text()
+
+
+def test_disable_enable_and_remove(pane: SchedulesPane, session: Any, prompts: Any) -> None:
+    add_via_dialog(pane, "news", OK_INPUT)
+    pane.select("news")
+    assert pane.toggle_button.text() == "Disa&ble"
+    pane.toggle()
+    model = pane.model
+    assert cell(model, 0, "next") == "paused" and pane.toggle_button.text() == "Ena&ble"
+    assert "paused by a person" in pane.detail.text()
+    pane.toggle()
+    assert cell(model, 0, "next") != "paused"
+    prompts.answer = False
+    pane.remove()
+    assert model.rowCount() == 1
+    prompts.answer = True
+    pane.remove()
+    assert model.rowCount() == 0 and pane.empty.isVisibleTo(pane)
+    assert "Remove the schedule news?" in prompts.confirms[-1]
+
+
+def test_the_dialog_refuses_bad_values_and_stays_open(pane: SchedulesPane) -> None:
+    dialog = pane.add()
+    dialog.name.setText("x")
+    dialog.cron.setText("every hour")
+    assert "not a cron expression" in dialog.next_label.text()
+    assert not dialog.try_accept() and "not a cron expression" in dialog.message.text()
+    dialog.cron.setText("0 * * * *")
+    dialog.input.setPlainText("{oops")
+    assert not dialog.try_accept() and "not valid JSON" in dialog.message.text()
+    dialog.reject()
+    assert pane.model.rowCount() == 0
+
+
+def test_the_window_s_driver_makes_the_job_of_a_due_window(session: Any, qtbot: Any, data_dir: Path) -> None:
+    book = ScheduleBook(data_dir, time.time)
+    # created a minute ago, every minute: the latest window is due and on time
+    schedule = new_schedule("minutely", "* * * * *", "demo", OK_INPUT, now=time.time() - 61, tz="UTC")
+    book.add(dataclasses.replace(schedule))
+    book.close()
+    session.controller.scheduler.min_interval_s = 0  # look on the next tick
+    qtbot.waitUntil(lambda: any(j.title == "minutely" for j in session.queue.list()), timeout=10_000)
+    keys = [j.idempotency_key for j in session.queue.list() if j.title == "minutely"]
+    assert len(keys) == 1 and keys[0].startswith(f"schedule:{schedule.id}:")
+
+
+def test_the_new_dialog_runs_a_job_later(session: Any, qtbot: Any) -> None:
+    window = session.window
+    dialog = window.new_job()
+    dialog.tabs.setCurrentIndex(dialog.JSON_TAB)
+    dialog.editor.setPlainText(json.dumps({"prompt": "later please", "duration_s": 0}))
+    dialog.run_when.set_mode("after")
+    dialog.run_when.after.setText("2x")
+    assert not dialog.try_submit() and "not a duration" in dialog.message.text.text()
+    dialog.run_when.after.setText("1h")
+    before = time.time()
+    assert dialog.try_submit()
+    result = dialog.submit_result
+    assert result is not None
+    job = session.queue.get(result.job.id)
+    assert job.state == "queued" and before + 3599 <= job.run_after <= time.time() + 3601
+    window.refresh()
+    model = session.controller.queue_model
+    qtbot.waitUntil(lambda: model.rowCount() == 1, timeout=3000)
+    texts = [str(model.index(0, c).data()) for c in range(model.columnCount())]
+    assert any(t.startswith("scheduled for ") for t in texts), texts
+
+
+def test_the_new_dialog_at_a_time(session: Any) -> None:
+    dialog = session.window.new_job()
+    dialog.tabs.setCurrentIndex(dialog.JSON_TAB)
+    dialog.editor.setPlainText(json.dumps({"prompt": "at a time", "duration_s": 0}))
+    dialog.run_when.set_mode("at")
+    assert dialog.run_when.at.isVisibleTo(dialog) and not dialog.run_when.after.isVisibleTo(dialog)
+    when = dialog.run_when.at.dateTime().toSecsSinceEpoch()
+    assert dialog.try_submit() and dialog.submit_result is not None
+    assert session.queue.get(dialog.submit_result.job.id).run_after == when
+
+
+def test_schedule_dialog_edits_keep_the_schedule(pane: SchedulesPane) -> None:
+    add_via_dialog(pane, "news", OK_INPUT)
+    entry = pane.model.entry(0)
+    assert entry is not None
+    dialog = ScheduleDialog(["demo"], time.time(), entry, pane)
+    assert dialog.cron.text() == "0 * * * *" and dialog.tz.currentText() == "Europe/Berlin"
+    assert json.loads(dialog.input.toPlainText()) == OK_INPUT
+    dialog.deleteLater()
+
+
+class _Broken:
+    """A scheduler whose every look fails (a newer schedules file, say)."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def maybe_tick(self) -> None:
+        self.looks += 1
+        raise RuntimeError("schedules.json was written by a newer Desktop Queue")
+
+
+def test_a_failing_scheduler_is_said_once_and_jobs_still_run(session: Any, qtbot: Any) -> None:
+    driver = session.controller.driver
+    broken = _Broken()
+    errors: list[str] = []
+    driver.error.connect(errors.append)
+    driver.scheduler = broken
+    job_id = session.queue.submit("demo", {"prompt": "still runs", "duration_s": 0}).job.id
+    qtbot.waitUntil(lambda: session.queue.get(job_id).state == "succeeded", timeout=10_000)
+    qtbot.waitUntil(lambda: broken.looks >= 3, timeout=5000)
+    assert errors == ["schedules: schedules.json was written by a newer Desktop Queue"]
