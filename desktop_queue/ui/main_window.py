@@ -122,12 +122,15 @@ class MainWindow(QMainWindow):
         self.tabs.setObjectName("paneTabs")
         self.tabs.addTab(self.queue_pane, state_icon("queued"), "Q&ueue")
         self.tabs.addTab(self.dead_pane, state_icon("dead"), "&Dead letters")
-        self.schedules_pane = SchedulesPane(controller.schedules_model, lambda: list(controller.providers))
-        self.tabs.addTab(self.schedules_pane, "Sc&hedules")
+        self.schedules_pane: SchedulesPane = SchedulesPane(
+            controller.schedules_model, lambda: list(controller.providers)
+        )
+        self.tabs.addTab(self.schedules_pane, "Sch&edules")
         # the charts refresh only while their tab shows, off the GUI thread (core/windowed.py)
         metrics = WindowedMetrics(controller.queue, flow=controller.flow)
-        self.metrics_pane = MetricsPane(MetricsSource(metrics, parent=self))
-        self.tabs.addTab(self.metrics_pane, "M&etrics")
+        self.metrics_pane: MetricsPane = MetricsPane(MetricsSource(metrics, parent=self))
+        # (no Alt letter: each of M, e, t, r, i, c, s is taken; View → Metrics has Ctrl+Shift+M)
+        self.tabs.addTab(self.metrics_pane, "Metrics")
         self.closed.connect(lambda: self.metrics_pane.source.shutdown(self.shutdown_timeout_ms))
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("mainSplitter")
@@ -645,6 +648,10 @@ class MainWindow(QMainWindow):
         dialog.accepted.connect(lambda: self._preferences_accepted(dialog))
         dialog.open()
         return dialog
+
+    def show_pane(self, pane: QWidget) -> None:
+        """Brings one of the pane tabs (queue, dead letters, schedules, metrics) to the front."""
+        self.tabs.setCurrentWidget(pane)
 
     def show_spend(self) -> SpendDialog:
         """Opens the Spend view (non-modal; one at a time, raised if already open)."""

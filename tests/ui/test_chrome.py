@@ -200,3 +200,15 @@ def test_about_names_the_version_folders_and_qt(session: Any) -> None:
     assert QApplication.clipboard().text() == text
     about = window.action("about")
     assert isinstance(about, QAction) and about.menuRole() == QAction.MenuRole.AboutRole
+
+
+def test_view_menu_brings_the_schedules_and_metrics_panes_forward(qtbot: Any, session: Any) -> None:
+    """The Metrics tab has no Alt letter left (every one of its letters is taken): the View
+    menu and its shortcut reach it, and the Schedules pane, from the keyboard."""
+    window = session.window
+    window.tabs.setCurrentWidget(window.queue_pane)
+    window.action("metrics").trigger()
+    assert window.tabs.currentWidget() is window.metrics_pane
+    window.action("schedules").trigger()
+    assert window.tabs.currentWidget() is window.schedules_pane
+    assert window.action("metrics").shortcut().toString() == "Ctrl+Shift+M"
