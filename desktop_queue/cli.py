@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from desktop_queue import __version__
+from desktop_queue import __version__, cli_pause
 from desktop_queue.core import Job, Queue, QueueError, State, present
 from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError, UnknownKind
 from desktop_queue.core.model import iso
@@ -283,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", choices=["day", "model", "profile"], default="day", help="group by (default: day)")
     p.add_argument("--since", type=_day_arg, default=None, metavar="YYYY-MM-DD", help="from this local day on")
     p.add_argument("--json", action="store_true", help="print JSON")
+    cli_pause.add_parsers(sub)
     return parser
 
 
@@ -1286,6 +1287,7 @@ COMMANDS = {
     "profile": cmd_profile,
     "purge": cmd_purge,
     "retention": cmd_retention,
+    **cli_pause.COMMANDS,
 }
 
 
