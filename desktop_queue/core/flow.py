@@ -82,6 +82,8 @@ WAITING_UNAVAILABLE = "waiting: provider unavailable"
 WAITING_CONCURRENCY = "waiting: concurrency cap"
 #: how every reason for a degraded profile's background job begins
 BACKGROUND_PAUSED = "background jobs paused"
+#: how the reason of a background job held back by the slow start begins
+BACKGROUND_RESUMING = "background jobs resuming"
 
 
 class Degraded(StrEnum):
@@ -107,7 +109,7 @@ def background_reason(profile: str, cause: Degraded | str) -> str:
 
 def resuming_reason(profile: str, cap: int) -> str:
     """``background jobs resuming: openai recovered, 2 at a time for now`` (the slow start)."""
-    return f"background jobs resuming: {profile} recovered, {cap} at a time for now"
+    return f"{BACKGROUND_RESUMING}: {profile} recovered, {cap} at a time for now"
 
 
 # ---------------------------------------------------------------------- records
@@ -1240,9 +1242,6 @@ class FlowControl:
                 offline is not None and offline.probe in (None, job_id) and now >= offline.probe_at
             )
             if not (flow.degraded is Degraded.FAILING and probe_free):
-                if not flow.held_back:
-                    flow.held_back = True
-                    self._emit(flow, FlowEventType.BACKGROUND_PAUSED, now, cause=str(flow.degraded))
                 return background_reason(flow.name, flow.degraded)
             return None
         cap = flow.background_cap(now)
@@ -1298,10 +1297,29 @@ class FlowControl:
         background: bool = False,
     ) -> tuple[str, float] | None:
         """Why ``job_id`` may not start now: (reason, expected wait in s), or None."""
+        blocked = self._why_not(flow, job_id, kind, payload, cost, now, background)
+        if blocked is not None and background and flow.degraded is not None and not flow.held_back:
+            # the first background job held back in this spell: news (whichever reason it gives)
+            flow.held_back = True
+            self._emit(flow, FlowEventType.BACKGROUND_PAUSED, now, cause=str(flow.degraded))
+        return blocked
+
+    def _why_not(
+        self,
+        flow: _ProfileFlow,
+        job_id: str,
+        kind: str,
+        payload: Any,
+        cost: Cost,
+        now: float,
+        background: bool,
+    ) -> tuple[str, float] | None:
         held = self._kind_holds.get(kind) or self._profile_holds.get(flow.name)
         if held is not None:
             return (held if held.startswith("waiting") else f"waiting: {held}"), 0.0
-        if background:
+        if background and flow.degraded in (Degraded.FAILING, Degraded.RATE_LIMITED):
+            # before the breaker's or the rate limit's countdown: a background job does
+            # not start when it ends (interactive work goes first, then the slow start)
             degraded = self._background_blocker(flow, job_id, now)
             if degraded is not None:
                 return degraded, 0.0
@@ -1325,6 +1343,11 @@ class FlowControl:
         wait = flow.rate_wait(cost, now)
         if wait > 0:
             return WAITING_RATE_LIMIT, wait
+        if background:
+            # after the budget's own check: a budget reached says more than one nearly spent
+            degraded = self._background_blocker(flow, job_id, now)
+            if degraded is not None:
+                return degraded, 0.0
         return None
 
     @staticmethod
@@ -1736,6 +1759,7 @@ def _model_of(payload: Any, default: str | None) -> str | None:
 
 __all__ = [
     "BACKGROUND_PAUSED",
+    "BACKGROUND_RESUMING",
     "AdaptiveLimit",
     "BreakerState",
     "CircuitBreaker",

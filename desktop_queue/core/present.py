@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from desktop_queue.core.flow import FlowEvent, FlowEventType, background_reason
+from desktop_queue.core.flow import BACKGROUND_PAUSED, FlowEvent, FlowEventType, background_reason
 from desktop_queue.core.ledger import Budget, format_usd
 from desktop_queue.core.model import Priority, State
 from desktop_queue.core.pause import PauseState
@@ -223,8 +223,8 @@ def background_pause_text(state: PauseState, now: float | None = None) -> str | 
 
 
 def background_pause_reason(state: PauseState) -> str:
-    """A background job's reason while the data dir's switch is on: ``waiting: background work paused (by cli)``."""
-    return f"waiting: background work paused (by {state.by or 'someone'})"
+    """A background job's reason while the data dir's switch is on: ``background jobs paused (by cli)``."""
+    return f"{BACKGROUND_PAUSED} (by {state.by or 'someone'})"
 
 
 #: provider status levels, worst last
