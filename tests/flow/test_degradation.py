@@ -209,6 +209,15 @@ def test_a_budget_nearly_spent_pauses_background_jobs_and_a_new_day_brings_them_
     assert flow.accept(job_bg)
 
 
+def test_a_budget_reached_says_so_rather_than_nearly_spent(tmp_path: Path) -> None:
+    clock = FakeClock()
+    ledger = SpendLedger(tmp_path, clock)
+    flow = make(clock, ledger=ledger, budget=Budget(tokens_per_day=10_000), model="m")
+    spend(ledger, 10_000, "x1")
+    job = bg("b1") | {"input": {"prompt": "hi", "max_tokens": 10, "cost": 10}}
+    assert flow.waiting_reason(job) == "waiting: budget of profile openai reached, 10,000 of 10,000 tokens today"
+
+
 def test_the_budget_reserve_is_configurable(tmp_path: Path) -> None:
     clock = FakeClock()
     ledger = SpendLedger(tmp_path, clock)
