@@ -1031,6 +1031,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     watch.start()
     if not args.json:
         _err(f"working on {resolve_data_dir(args.data_dir)} with {args.concurrency} slot(s) as {driver.worker_id}")
+    cli_pause.note_if_paused(driver.background, _err)
     driver.start()
     app.exec()
     watch.stop()

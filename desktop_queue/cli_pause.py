@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -62,6 +63,16 @@ def _print(state: PauseState, was: PauseState, as_json: bool) -> None:
         print(f"Background work resumed (it was paused by {was.by or 'someone'} at {clock_time(was.at, time.time())})")
     else:
         print("Background work was not paused; background jobs run")
+
+
+def note_if_paused(switch: BackgroundSwitch, err: Callable[[str], None]) -> None:
+    """Tells a starting ``work`` that background work is paused (it would seem to hang on background jobs)."""
+    state = switch.state()
+    if state.problem:
+        err(f"note: {state.problem}")
+    text = background_pause_text(state, time.time())
+    if text is not None:
+        err(f"note: {text}: only interactive jobs run until `desktop-queue resume-background`")
 
 
 def cmd_pause_background(args: argparse.Namespace) -> int:

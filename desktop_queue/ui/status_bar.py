@@ -101,11 +101,17 @@ class StatusBar(QStatusBar):
         self.dead_button.clicked.connect(self.dead_clicked)
         self.addPermanentWidget(self.dead_button)
         #: why background work does not run (the data dir's switch, degraded profiles); hidden while it runs
-        self.background_item, self.background_label = status_item(
-            icon("action-pause"), "Background-lane jobs wait; interactive jobs still run"
-        )
-        self.background_label.setObjectName("backgroundLabel")
+        self.background_item = QWidget()
         self.background_item.setObjectName("backgroundItem")
+        row = QHBoxLayout(self.background_item)
+        row.setContentsMargins(6, 0, 6, 0)
+        row.setSpacing(4)
+        picture = QLabel()
+        picture.setPixmap(icon("action-pause").pixmap(14, 14))
+        self.background_label = ElidedLabel()  # a long reason elides; the tooltip has it whole
+        self.background_label.setObjectName("backgroundLabel")
+        row.addWidget(picture)
+        row.addWidget(self.background_label)
         self.background_item.hide()
         self.insertPermanentWidget(0, self.background_item)
         #: profile -> (item, icon label, text label): one indicator per provider under flow control
@@ -136,6 +142,8 @@ class StatusBar(QStatusBar):
         spacing = 8
         used = self.dead_button.sizeHint().width() + spacing + 24  # and the size grip
         used += sum(item.sizeHint().width() + spacing for item, _p, _l in self.provider_items.values())
+        if not self.background_item.isHidden():
+            used += self.background_item.minimumSizeHint().width() + spacing
         for item in reversed(self._optional):  # the most needed first
             width = item.sizeHint().width() + spacing
             fits = used + width <= self.width()

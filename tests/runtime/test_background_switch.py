@@ -49,13 +49,13 @@ class Worker:
             stderr=subprocess.PIPE,
         )
 
-    def wait_until_working(self, timeout_s: float = 30.0) -> None:
-        """Reads its stderr until it says it is working."""
+    def wait_for(self, marker: bytes, timeout_s: float = 30.0) -> None:
+        """Reads its stderr until it says ``marker``."""
         assert self.process.stderr is not None
         fd = self.process.stderr.fileno()
         seen = b""
         deadline = time.monotonic() + timeout_s
-        while b"working on" not in seen:
+        while marker not in seen:
             left = deadline - time.monotonic()
             assert left > 0, f"the worker did not start: {seen.decode(errors='replace')}"
             ready, _, _ = select.select([fd], [], [], left)
@@ -89,7 +89,7 @@ def test_a_switch_flipped_in_one_process_holds_in_another_and_across_a_restart(
     try:
         first = Worker(data_dir)
         workers.append(first)
-        first.wait_until_working()
+        first.wait_for(b"working on")
 
         paused = dq(data_dir, "pause-background", "--reason", "month-end batch off")
         assert paused.returncode == 0, paused.stderr
@@ -108,7 +108,7 @@ def test_a_switch_flipped_in_one_process_holds_in_another_and_across_a_restart(
         assert again.paused and again.by == "cli" and again.reason == "month-end batch off"
         second = Worker(data_dir)
         workers.append(second)
-        second.wait_until_working()
+        second.wait_for(b"note: Background work paused (by cli, ")  # it says so as it starts
         follow_up = submit(queue, "and one more question", "interactive")
         qtbot.waitUntil(lambda: queue.get(follow_up).state == State.SUCCEEDED, timeout=WAIT_MS)
         assert queue.get(summary).state == State.QUEUED and queue.get(summary).total_attempts == 0

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt, QThreadPool
+from PySide6.QtWidgets import QApplication
 
 from desktop_queue.core import FakeClock, Outcome, Queue, RetryPolicy, RunContext
 from desktop_queue.core.flow import FlowControl, ProfileLimits
@@ -85,6 +86,13 @@ def test_a_switch_flipped_elsewhere_shows_in_the_toggle_and_the_status_bar(
     text = background_text(window) or ""
     assert text.startswith("Background work paused (by cli, ") and text.endswith(": nightly batch off")
     assert "interactive jobs still run" in window.status.background_item.toolTip()
+    elsewhere.set(True, "cli", reason="a long reason " * 12)  # elides: it never widens the window
+    qtbot.waitUntil(lambda: window.status.background_label.text().endswith("a long reason"), timeout=WAIT_MS)
+    window.resize(800, 500)
+    QApplication.processEvents()
+    assert window.size().toTuple() == (800, 500)
+    item = window.status.background_item
+    assert item.isVisibleTo(window) and item.geometry().right() <= window.status.width()
     elsewhere.set(False, "cli")
     qtbot.waitUntil(lambda: not toggle.isChecked() and background_text(window) is None, timeout=WAIT_MS)
 
