@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from desktop_queue.core import FakeClock, Outcome
 from desktop_queue.core.flow import (
@@ -255,6 +257,43 @@ def test_a_job_that_names_no_lane_is_not_held_as_background_work() -> None:
     clock.advance(2)
     unlaned = {"id": "u1", "kind": "openai.chat", "state": "queued", "input": {"cost": 10}}
     assert flow.accept(unlaned)
+
+
+# ---------------------------------------------------------------------- property
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["bg", "fg", "ok", "fail", "throttle", "wait"]), st.integers(0, 7)), max_size=150
+    )
+)
+def test_a_degraded_profile_never_starts_background_work_but_its_probe(ops: list[tuple[str, int]]) -> None:
+    """Property: a background job starts only on a healthy profile (within the slow start), or as the probe."""
+    clock = FakeClock()
+    flow = make(clock, concurrency=4, breaker_threshold=2, breaker_cooldown_s=10, ramp_step_s=5)
+    running: dict[str, dict[str, Any]] = {}
+    for op, n in ops:
+        if op in ("bg", "fg"):
+            job = (bg if op == "bg" else fg)(f"{op}{n}")
+            if job["id"] in running:
+                continue
+            before = flow.snapshot("openai")
+            if flow.accept(job):
+                flow.on_start(job)
+                running[job["id"]] = job
+                if op == "bg":
+                    if before["background"] is not None:
+                        assert before["background"] == "failing" and before["breaker"] == "half_open", before
+                    elif before["background_cap"] is not None:
+                        assert before["background_in_flight"] < before["background_cap"], before
+        elif op in ("ok", "fail", "throttle") and running:
+            job_id = sorted(running)[n % len(running)]
+            outcome = {"ok": OK, "fail": FAIL, "throttle": THROTTLED}[op]
+            flow.on_outcome(running.pop(job_id), outcome)
+        elif op == "wait":
+            clock.advance(n * 3.0)
+        assert flow.snapshot("openai")["in_flight"] == len(running) <= 4
 
 
 # ---------------------------------------------------------------------- two processes
