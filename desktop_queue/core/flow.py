@@ -798,7 +798,8 @@ class _ProfileFlow:
                 self.admitted[job_id].background = True
         degrade = data.get("degrade") or {}
         cause = degrade.get("cause")
-        self.degraded = Degraded(cause) if cause else None
+        # (a cause this version does not know holds nothing back here: it cannot say why)
+        self.degraded = Degraded(cause) if cause in _DEGRADED_WORDS else None
         self.degraded_since = _ut(degrade.get("since"))
         resumed = degrade.get("resumed_at")
         self.resumed_at = float(resumed) if isinstance(resumed, (int, float)) else None
