@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from desktop_queue import __version__, cli_schedule, cli_serve
+from desktop_queue import __version__, cli_pause, cli_schedule, cli_serve
 from desktop_queue.core import Job, Queue, QueueError, State, present
 from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError, UnknownKind
 from desktop_queue.core.model import iso
@@ -303,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", type=_day_arg, default=None, metavar="YYYY-MM-DD", help="from this local day on")
     p.add_argument("--json", action="store_true", help="print JSON")
     cli_serve.add_parser(sub)
+    cli_pause.add_parsers(sub)
     return parser
 
 
@@ -1124,6 +1125,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     watch.start()
     if not args.json:
         _err(f"working on {resolve_data_dir(args.data_dir)} with {args.concurrency} slot(s) as {driver.worker_id}")
+    cli_pause.note_if_paused(driver.background, _err)
     driver.start()
     app.exec()
     watch.stop()
@@ -1384,6 +1386,7 @@ COMMANDS = {
     "retention": cmd_retention,
     "serve": cli_serve.cmd_serve,
     "schedule": lambda args: cli_schedule.run(args),
+    **cli_pause.COMMANDS,
 }
 
 

@@ -20,6 +20,11 @@ differ), so tests can jump it. The pieces:
   jobs wait (their attempts given back) and one probe at a time finds out when it is
   back. Budgets: a job whose estimate would pass the profile's daily or monthly
   budget (against the :class:`~desktop_queue.core.ledger.SpendLedger`) waits.
+- Degradation (:class:`Degradation`): while a profile is failing (breaker not closed,
+  offline), rate-limited (its adaptive limit cut after 429s) or nearly out of budget,
+  its *background-lane* jobs pause (not leased, no attempt spent) so that interactive
+  jobs keep the profile's share; when it recovers they come back a few at a time
+  (slow start), as the breaker's concurrency ramp does.
 - :class:`FlowControl`: the facade the lease driver plugs into
   ``Queue.lease(accept=flow.accept)``; it also says why a job waits
   (:meth:`FlowControl.waiting_reason`) and records provider-level state changes as
@@ -75,6 +80,36 @@ def _ut(value: Any) -> float:
 WAITING_RATE_LIMIT = "waiting: rate limit"
 WAITING_UNAVAILABLE = "waiting: provider unavailable"
 WAITING_CONCURRENCY = "waiting: concurrency cap"
+#: how every reason for a degraded profile's background job begins
+BACKGROUND_PAUSED = "background jobs paused"
+#: how the reason of a background job held back by the slow start begins
+BACKGROUND_RESUMING = "background jobs resuming"
+
+
+class Degraded(StrEnum):
+    """Why a profile's background-lane jobs pause (see :class:`Degradation`)."""
+
+    FAILING = "failing"
+    RATE_LIMITED = "rate_limited"
+    BUDGET_LOW = "budget_low"
+
+
+_DEGRADED_WORDS: dict[str, str] = {
+    Degraded.FAILING: "is failing",
+    Degraded.RATE_LIMITED: "is rate-limited",
+    Degraded.BUDGET_LOW: "budget nearly spent",
+}
+
+
+def background_reason(profile: str, cause: Degraded | str) -> str:
+    """``background jobs paused: openai is failing`` (or ``is rate-limited``, ``budget nearly spent``)."""
+    words = _DEGRADED_WORDS.get(cause, str(cause))  # (a StrEnum's hash is its string's)
+    return f"{BACKGROUND_PAUSED}: {profile} {words}"
+
+
+def resuming_reason(profile: str, cap: int) -> str:
+    """``background jobs resuming: openai recovered, 2 at a time for now`` (the slow start)."""
+    return f"{BACKGROUND_RESUMING}: {profile} recovered, {cap} at a time for now"
 
 
 # ---------------------------------------------------------------------- records
@@ -92,6 +127,8 @@ class FlowEventType(StrEnum):
     RESERVED = "reserved"
     OFFLINE = "offline"
     BACK_ONLINE = "back_online"
+    BACKGROUND_PAUSED = "background_paused"
+    BACKGROUND_RESUMED = "background_resumed"
 
 
 @dataclass(frozen=True)
@@ -582,6 +619,35 @@ class CircuitBreaker:
 
 
 @dataclass(frozen=True)
+class Degradation:
+    """When a profile's background-lane jobs pause, and how they come back.
+
+    Background work is what can wait (summaries, batch runs); a profile in trouble
+    keeps what it still can do for the jobs someone waits for. While a cause holds,
+    the profile's background jobs are not leased (they spend no attempt) and say why;
+    interactive jobs go on under the usual limits. The probe that finds out whether a
+    failing profile is back may be a background job when no interactive job waits:
+    else a queue of background work alone would never learn that it recovered.
+
+    Attributes:
+        on_failing: pause while the breaker is open or half-open, or the profile is offline.
+        on_rate_cut: pause while the adaptive limit is below full after 429s (or the
+            provider's rate limit pauses the profile).
+        budget_reserve: pause while less than this share of any daily or monthly
+            budget is left (0: never; the budget itself still holds every job).
+        ramp_start: background attempts at once when the profile has recovered.
+        ramp_step_s: one more background attempt at once per step, until the
+            profile's concurrency limit (or the breaker's ramp ceiling) is reached.
+    """
+
+    on_failing: bool = True
+    on_rate_cut: bool = True
+    budget_reserve: float = 0.10
+    ramp_start: int = 1
+    ramp_step_s: float = 5.0
+
+
+@dataclass(frozen=True)
 class ProfileLimits:
     """The configured limits of one provider profile.
 
@@ -601,6 +667,7 @@ class ProfileLimits:
         budget: daily and monthly spend limits (None: none).
         model: the model a job that names none runs on (for its price estimate).
         local: the endpoint is on this machine (free unless the user prices it).
+        degradation: when its background jobs pause (see :class:`Degradation`).
     """
 
     rpm: float | None = None
@@ -617,6 +684,7 @@ class ProfileLimits:
     budget: Budget | None = None
     model: str | None = None
     local: bool = False
+    degradation: Degradation = Degradation()
 
 
 @dataclass
@@ -625,6 +693,7 @@ class _Admission:
     at: float
     started: bool = False
     owner: str | None = None  # the process that was admitted (see liveness.this_process)
+    background: bool = False  # a background-lane job (counted against the slow start)
 
 
 @dataclass
@@ -669,6 +738,13 @@ class _ProfileFlow:
         self.reserved: str | None = None
         self.reserved_cost: Cost | None = None
         self.last_prune = -math.inf
+        #: why its background jobs pause now (None: they run), since when
+        self.degraded: Degraded | None = None
+        self.degraded_since = -math.inf
+        #: when the last cause ended: background jobs come back a few at a time from then
+        self.resumed_at: float | None = None
+        #: a background job was held back in this spell (only then is its start and end news)
+        self.held_back = False
 
     def buckets(self) -> list[tuple[TokenBucket, str]]:
         out = []
@@ -693,6 +769,14 @@ class _ProfileFlow:
             if offline is None
             else [offline.since, offline.failures, offline.probe_at, offline.probe, offline.reason],
             "last_prune": _t(self.last_prune),
+            # (keys of their own: a process of an older version reads the rest as before)
+            "degrade": {
+                "cause": None if self.degraded is None else str(self.degraded),
+                "since": _t(self.degraded_since),
+                "resumed_at": self.resumed_at,
+                "held": self.held_back,
+            },
+            "background": sorted(job_id for job_id, a in self.admitted.items() if a.background),
         }
 
     def load(self, data: Mapping[str, Any]) -> None:
@@ -709,6 +793,33 @@ class _ProfileFlow:
         off = data.get("offline")
         self.offline = None if not off else _Offline(float(off[0]), int(off[1]), float(off[2]), off[3], str(off[4]))
         self.last_prune = _ut(data.get("last_prune"))
+        for job_id in data.get("background") or ():
+            if job_id in self.admitted:
+                self.admitted[job_id].background = True
+        degrade = data.get("degrade") or {}
+        cause = degrade.get("cause")
+        # (a cause this version does not know holds nothing back here: it cannot say why)
+        self.degraded = Degraded(cause) if cause in _DEGRADED_WORDS else None
+        self.degraded_since = _ut(degrade.get("since"))
+        resumed = degrade.get("resumed_at")
+        self.resumed_at = float(resumed) if isinstance(resumed, (int, float)) else None
+        self.held_back = degrade.get("held") is True
+
+    def background_cap(self, now: float) -> int | None:
+        """How many background attempts may run at once in the slow start (None: no ramp in effect)."""
+        if self.resumed_at is None:
+            return None
+        policy = self.limits.degradation
+        step = max(policy.ramp_step_s, _EPS)
+        cap = max(1, policy.ramp_start) + int(max(0.0, now - self.resumed_at) // step)
+        full = self.concurrency.limit if self.concurrency.limit is not None else self.breaker.ramp_max
+        if cap >= full:
+            self.resumed_at = None  # fully back
+            return None
+        return cap
+
+    def background_in_flight(self) -> int:
+        return sum(1 for a in self.admitted.values() if a.background)
 
     def concurrency_cap(self, now: float) -> int | None:
         limit = self.concurrency.limit
@@ -749,6 +860,19 @@ def default_profile_of(kind: str, payload: Any) -> str:
     a profile they do not run on).
     """
     return kind.split(".", 1)[0]
+
+
+def _is_background(job: Any) -> bool:
+    """Whether ``job`` (a dict, :class:`Job` or lease) waits in the background lane.
+
+    A job that names no lane is not held back as background work.
+    """
+    if isinstance(job, Mapping):
+        return job.get("priority") == "background"
+    inner = getattr(job, "job", None)
+    if inner is not None and hasattr(inner, "kind"):
+        job = inner
+    return getattr(job, "priority", None) == "background"
 
 
 class _SharedFile:
@@ -1056,6 +1180,75 @@ class FlowControl:
                     del flow.waiters[job_id]
                     if flow.reserved == job_id:
                         flow.reserved, flow.reserved_cost = None, None
+        self._update_degradation(flow, now)
+
+    # ------------------------------------------------------------------ degradation
+
+    def _degradation(self, flow: _ProfileFlow, now: float) -> Degraded | None:
+        """Why the profile's background jobs should pause now (None: they may run)."""
+        policy = flow.limits.degradation
+        if policy.on_failing and (flow.breaker.state is not BreakerState.CLOSED or flow.offline is not None):
+            return Degraded.FAILING
+        if policy.on_rate_cut and (flow.adaptive.scale < 1.0 - _EPS or flow.adaptive.pause_left(now) > 0):
+            return Degraded.RATE_LIMITED
+        if policy.budget_reserve > 0 and self._budget_low(flow, now, policy.budget_reserve):
+            return Degraded.BUDGET_LOW
+        return None
+
+    def _budget_low(self, flow: _ProfileFlow, now: float, reserve: float) -> bool:
+        """True when less than ``reserve`` of any of the profile's budgets is left."""
+        budget = flow.limits.budget
+        if budget is None or self.ledger is None or not budget.is_set():
+            return False
+        day, month = self._spent(flow, now)
+        checks = (
+            (budget.usd_per_day, day.usd),
+            (budget.usd_per_month, month.usd),
+            (budget.tokens_per_day, float(day.tokens)),
+            (budget.tokens_per_month, float(month.tokens)),
+        )
+        return any(limit is not None and limit - used < reserve * limit for limit, used in checks)
+
+    def _update_degradation(self, flow: _ProfileFlow, now: float) -> None:
+        """Notes a change of the profile's degradation (shared by every process) and records it."""
+        cause = self._degradation(flow, now)
+        if cause == flow.degraded:
+            return
+        if cause is not None:
+            if flow.degraded is None:
+                flow.degraded_since = now
+            flow.degraded, flow.resumed_at = cause, None
+            if flow.held_back:  # the reason its waiting jobs give changed
+                self._emit(flow, FlowEventType.BACKGROUND_PAUSED, now, cause=str(cause))
+            return
+        policy = flow.limits.degradation
+        flow.degraded, flow.resumed_at = None, now
+        if not flow.held_back:
+            return  # no background job waited: nothing to tell
+        flow.held_back = False
+        self._emit(
+            flow,
+            FlowEventType.BACKGROUND_RESUMED,
+            now,
+            start=max(1, policy.ramp_start),
+            step_s=policy.ramp_step_s,
+            paused_s=round(now - flow.degraded_since, 3),
+        )
+
+    def _background_blocker(self, flow: _ProfileFlow, job_id: str, now: float) -> str | None:
+        """Why a background job of ``flow`` may not start now for degradation (None: it may)."""
+        if flow.degraded is not None:
+            offline = flow.offline
+            probe_free = (flow.breaker.state is BreakerState.HALF_OPEN and flow.breaker.probe in (None, job_id)) or (
+                offline is not None and offline.probe in (None, job_id) and now >= offline.probe_at
+            )
+            if not (flow.degraded is Degraded.FAILING and probe_free):
+                return background_reason(flow.name, flow.degraded)
+            return None
+        cap = flow.background_cap(now)
+        if cap is not None and flow.background_in_flight() >= cap:
+            return resuming_reason(flow.name, cap)
+        return None
 
     def _give_back(self, flow: _ProfileFlow, job_id: str, now: float) -> None:
         adm = flow.admitted.pop(job_id, None)
@@ -1095,12 +1288,42 @@ class FlowControl:
         return budget_reason(flow.name, budget, day, month, usage.tokens, price)
 
     def _blocker(
-        self, flow: _ProfileFlow, job_id: str, kind: str, payload: Any, cost: Cost, now: float
+        self,
+        flow: _ProfileFlow,
+        job_id: str,
+        kind: str,
+        payload: Any,
+        cost: Cost,
+        now: float,
+        background: bool = False,
     ) -> tuple[str, float] | None:
         """Why ``job_id`` may not start now: (reason, expected wait in s), or None."""
+        blocked = self._why_not(flow, job_id, kind, payload, cost, now, background)
+        if blocked is not None and background and flow.degraded is not None and not flow.held_back:
+            # the first background job held back in this spell: news (whichever reason it gives)
+            flow.held_back = True
+            self._emit(flow, FlowEventType.BACKGROUND_PAUSED, now, cause=str(flow.degraded))
+        return blocked
+
+    def _why_not(
+        self,
+        flow: _ProfileFlow,
+        job_id: str,
+        kind: str,
+        payload: Any,
+        cost: Cost,
+        now: float,
+        background: bool,
+    ) -> tuple[str, float] | None:
         held = self._kind_holds.get(kind) or self._profile_holds.get(flow.name)
         if held is not None:
             return (held if held.startswith("waiting") else f"waiting: {held}"), 0.0
+        if background and flow.degraded in (Degraded.FAILING, Degraded.RATE_LIMITED):
+            # before the breaker's or the rate limit's countdown: a background job does
+            # not start when it ends (interactive work goes first, then the slow start)
+            degraded = self._background_blocker(flow, job_id, now)
+            if degraded is not None:
+                return degraded, 0.0
         offline = flow.offline
         if offline is not None and (offline.probe not in (None, job_id) or now < offline.probe_at):
             return f"waiting: {offline.reason}", max(0.0, offline.probe_at - now)
@@ -1121,6 +1344,11 @@ class FlowControl:
         wait = flow.rate_wait(cost, now)
         if wait > 0:
             return WAITING_RATE_LIMIT, wait
+        if background:
+            # after the budget's own check: a budget reached says more than one nearly spent
+            degraded = self._background_blocker(flow, job_id, now)
+            if degraded is not None:
+                return degraded, 0.0
         return None
 
     @staticmethod
@@ -1177,12 +1405,13 @@ class FlowControl:
             if job_id in flow.admitted:
                 return True
             cost = self._estimator(payload)
-            blocked = self._blocker(flow, job_id, kind, payload, cost, now)
+            background = _is_background(job)
+            blocked = self._blocker(flow, job_id, kind, payload, cost, now, background)
             if blocked is not None:
                 if blocked[0] == WAITING_RATE_LIMIT:
                     self._note_waiting(flow, job_id, cost, now)
                 return False
-            self._admit(flow, job_id, cost, now)
+            self._admit(flow, job_id, cost, now, background)
             return True
 
     def _note_waiting(self, flow: _ProfileFlow, job_id: str, cost: Cost, now: float) -> None:
@@ -1205,7 +1434,7 @@ class FlowControl:
                     delay_s=round(now - waiter.since, 3),
                 )
 
-    def _admit(self, flow: _ProfileFlow, job_id: str, cost: Cost, now: float) -> None:
+    def _admit(self, flow: _ProfileFlow, job_id: str, cost: Cost, now: float, background: bool = False) -> None:
         if flow.breaker.admit(job_id):
             self._emit(flow, FlowEventType.BREAKER_HALF_OPEN, now, reason="probe admitted")
         if flow.offline is not None and flow.offline.probe is None:
@@ -1214,7 +1443,7 @@ class FlowControl:
             bucket.take(cost.requests if unit == "requests" else cost.tokens, now, job_id)
         owner = this_process()
         flow.concurrency.acquire(job_id, owner)
-        flow.admitted[job_id] = _Admission(cost, now, owner=owner)
+        flow.admitted[job_id] = _Admission(cost, now, owner=owner, background=background)
         own = flow.waiters.pop(job_id, None)
         since = own.since if own is not None else now
         for waiter in flow.waiters.values():
@@ -1238,7 +1467,7 @@ class FlowControl:
             now = self.clock.now()
             adm = flow.admitted.get(job_id)
             if adm is None:
-                self._admit(flow, job_id, self._estimator(payload), now)
+                self._admit(flow, job_id, self._estimator(payload), now, _is_background(job))
                 adm = flow.admitted[job_id]
             adm.started = True
 
@@ -1264,6 +1493,7 @@ class FlowControl:
             )
             self._throttled.add(job_id)
             self._emit(flow, FlowEventType.PAUSED, now, retry_after_s=round(pause, 3), throttles=flow.adaptive.streak)
+            self._update_degradation(flow, now)
             return pause
 
     def on_outcome(self, job: Any, outcome: Outcome | None, usage: Mapping[str, Any] | None = None) -> None:
@@ -1288,6 +1518,7 @@ class FlowControl:
             else:
                 self._record(flow, job_id, outcome, usage, now)
                 self._spend(flow, job, payload, outcome, now)
+            self._update_degradation(flow, now)  # (a breaker that opened or closed says so at once)
 
     def _spend(self, flow: _ProfileFlow, job: Any, payload: Any, outcome: Outcome, now: float) -> None:
         """Records what the attempt used in the spend ledger (a failure that reported usage too)."""
@@ -1436,8 +1667,10 @@ class FlowControl:
 
         Returns e.g. ``"waiting: rate limit (~12 s)"``, ``"waiting: provider
         unavailable"``, ``"waiting: concurrency cap"``, ``"waiting: budget of profile
-        openai reached, $4.98 of $5.00 today"`` or a provider's own reason. Backoff and
-        lane order are the queue's business, not flow control's.
+        openai reached, $4.98 of $5.00 today"``, for a background job of a degraded
+        profile ``"background jobs paused: openai is failing"`` (see
+        :class:`Degradation`), or a provider's own reason. Backoff and lane order are
+        the queue's business, not flow control's.
         """
         with self.session():
             job_id, flow, payload = self._flow_of(job)
@@ -1450,7 +1683,7 @@ class FlowControl:
             self._update(flow, now)
             if job_id in flow.admitted:
                 return None
-            blocked = self._blocker(flow, job_id, kind, payload, self._estimator(payload), now)
+            blocked = self._blocker(flow, job_id, kind, payload, self._estimator(payload), now, _is_background(job))
             return None if blocked is None else self._format(*blocked)
 
     def breaker_state(self, profile: str) -> BreakerState | None:
@@ -1479,6 +1712,9 @@ class FlowControl:
                 "concurrency_cap": flow.concurrency_cap(now),
                 "reserved": flow.reserved,
                 "offline": flow.offline.reason if flow.offline is not None else None,
+                "background": None if flow.degraded is None else str(flow.degraded),
+                "background_cap": flow.background_cap(now),
+                "background_in_flight": flow.background_in_flight(),
             }
             for bucket, unit in flow.buckets():
                 out[f"{unit}_spent"] = round(bucket.spent(now), 3)
@@ -1487,6 +1723,26 @@ class FlowControl:
                 day, month = self._spent(flow, now)
                 out["spent_today_usd"], out["spent_today_tokens"] = round(day.usd, 4), day.tokens
                 out["spent_month_usd"], out["spent_month_tokens"] = round(month.usd, 4), month.tokens
+            return out
+
+    def degradations(self) -> dict[str, str]:
+        """Profile -> what its background jobs are told now, for every profile that holds them back.
+
+        ``{"openai": "background jobs paused: openai is failing"}``; a profile in its
+        slow start says ``background jobs resuming: …``. Empty when every profile's
+        background work runs freely.
+        """
+        with self.session():
+            now = self.clock.now()
+            out: dict[str, str] = {}
+            for name, flow in sorted(self._profiles.items()):
+                self._update(flow, now)
+                if flow.degraded is not None:
+                    out[name] = background_reason(name, flow.degraded)
+                else:
+                    cap = flow.background_cap(now)
+                    if cap is not None:
+                        out[name] = resuming_reason(name, cap)
             return out
 
     def drain_events(self) -> list[FlowEvent]:
@@ -1503,17 +1759,22 @@ def _model_of(payload: Any, default: str | None) -> str | None:
 
 
 __all__ = [
+    "BACKGROUND_PAUSED",
+    "BACKGROUND_RESUMING",
     "AdaptiveLimit",
     "BreakerState",
     "CircuitBreaker",
     "ConcurrencyLimit",
     "Cost",
+    "Degradation",
+    "Degraded",
     "FlowControl",
     "FlowEvent",
     "FlowEventType",
     "ProfileLimits",
     "RateLimitInfo",
     "TokenBucket",
+    "background_reason",
     "WAITING_CONCURRENCY",
     "WAITING_RATE_LIMIT",
     "WAITING_UNAVAILABLE",

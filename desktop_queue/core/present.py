@@ -13,9 +13,10 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from desktop_queue.core.flow import FlowEvent, FlowEventType
+from desktop_queue.core.flow import BACKGROUND_PAUSED, FlowEvent, FlowEventType, background_reason
 from desktop_queue.core.ledger import Budget, format_usd
 from desktop_queue.core.model import Priority, State
+from desktop_queue.core.pause import PauseState
 
 #: job dict -> why flow control holds a due job back (e.g. ``FlowControl.waiting_reason``), or None
 HoldReason = Callable[[Mapping[str, Any]], str | None]
@@ -198,9 +199,32 @@ def flow_event_text(event: FlowEvent) -> str:
         return f"{name}: {why}: its jobs wait without spending attempts{probe}"
     if kind == FlowEventType.BACK_ONLINE:
         return f"{name}: back online: its jobs run again"
+    if kind == FlowEventType.BACKGROUND_PAUSED:
+        return f"{background_reason(name, str(detail.get('cause') or 'failing'))}; interactive jobs keep its share"
+    if kind == FlowEventType.BACKGROUND_RESUMED:
+        start, step = detail.get("start"), detail.get("step_s")
+        pace = ""
+        if isinstance(start, int) and isinstance(step, (int, float)):
+            pace = f" slowly ({start} at a time, one more every {float(step):g} s)"
+        return f"{name}: background jobs resume{pace}"
     if kind == FlowEventType.RESERVED:
         return f"{name}: a large job waited too long for its budget; smaller jobs wait until it has started"
     return event.describe()
+
+
+def background_pause_text(state: PauseState, now: float | None = None) -> str | None:
+    """The status bar's ``Background work paused (by cli, 18:20:03)``, or None while it runs."""
+    if not state.paused:
+        return None
+    who = state.by or "someone"
+    when = f", {clock_time(state.at, now)}" if state.at is not None else ""
+    said = f": {state.reason}" if state.reason else ""
+    return f"Background work paused (by {who}{when}){said}"
+
+
+def background_pause_reason(state: PauseState) -> str:
+    """A background job's reason while the data dir's switch is on: ``background jobs paused (by cli)``."""
+    return f"{BACKGROUND_PAUSED} (by {state.by or 'someone'})"
 
 
 #: provider status levels, worst last

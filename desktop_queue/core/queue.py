@@ -10,7 +10,7 @@ import os
 import random
 import secrets
 import socket
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -551,6 +551,7 @@ class Queue:
         lease_s: float | None = None,
         accept: Callable[[JobDict], bool] | None = None,
         kept: bool = False,
+        lanes: Collection[str] | None = None,
     ) -> Lease | None:
         """Leases the next runnable job (interactive lane first, then ``run_after``, then submission order).
 
@@ -571,6 +572,8 @@ class Queue:
                 keeper does): the lease names this process as its holder, and is then
                 reaped only once that process has ended (see :meth:`keep`). Without it a
                 lease is lost when it expires, as a plain lease of a script should be.
+            lanes: only these lanes (None: both); a lane left out is not scanned at all,
+                so a paused background lane costs nothing however long it is.
         """
         who = worker or default_worker_id()
         owner = this_process() if kept else None
@@ -595,6 +598,8 @@ class Queue:
             filtered = records or kinds is not None or accept is not None
             job = None
             for lane in _LANE_ORDER:
+                if lanes is not None and lane not in lanes:
+                    continue
                 job = state.runnable(lane, now, skip if filtered else None)
                 if job is not None:
                     break

@@ -40,7 +40,8 @@ from desktop_queue.core import Lease, Outcome, Queue, RunContext, StaleLease
 from desktop_queue.core.errors import QueueError, StoreError
 from desktop_queue.core.flow import NeedsSession
 from desktop_queue.core.keeper import LeaseKeeper
-from desktop_queue.core.model import ErrorClass
+from desktop_queue.core.model import ErrorClass, Priority
+from desktop_queue.core.pause import BackgroundSwitch
 from desktop_queue.core.present import flow_event_text
 from desktop_queue.core.queue import default_worker_id
 from desktop_queue.core.results import InvalidArtifact
@@ -323,6 +324,9 @@ class LeaseDriver(QObject):
         keeper_tick_s: the longest the lease keeper sleeps between two looks.
         store_retry_s: the first and the longest wait before a commit the store refused
             is tried again (the wait grows between them).
+        background: the data dir's "pause background work" switch, read on every
+            lease (default: the queue's data dir's); while it is on, only interactive
+            jobs are leased.
 
     Signals:
         job_started(str): a job was leased and handed to the pool.
@@ -375,10 +379,12 @@ class LeaseDriver(QObject):
         attempt_timeout_s: float | None = None,
         keeper_tick_s: float = 1.0,
         store_retry_s: tuple[float, float] = STORE_RETRY_S,
+        background: BackgroundSwitch | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
         self.flow = flow
+        self.background = background if background is not None else BackgroundSwitch(queue.data_dir)
         self.lease_s = lease_s
         self.attempt_timeout_s = attempt_timeout_s
         self.keeper = LeaseKeeper(queue, on_lost=self._lost, tick_s=keeper_tick_s)
@@ -625,9 +631,10 @@ class LeaseDriver(QObject):
         """
         if len(self._active) >= self._concurrency:
             return
+        lanes = self._lanes()
         if self.flow is None:
             while len(self._active) < self._concurrency:
-                lease = self.queue.lease(self.worker_id, kinds=kinds, lease_s=self.lease_s, kept=True)
+                lease = self.queue.lease(self.worker_id, kinds=kinds, lease_s=self.lease_s, kept=True, lanes=lanes)
                 if lease is None:
                     return
                 self._store_ok()
@@ -640,7 +647,12 @@ class LeaseDriver(QObject):
         while len(self._active) < self._concurrency:
             try:
                 lease = self.queue.lease(
-                    self.worker_id, kinds=kinds, accept=self.flow.accept_unshared, lease_s=self.lease_s, kept=True
+                    self.worker_id,
+                    kinds=kinds,
+                    accept=self.flow.accept_unshared,
+                    lease_s=self.lease_s,
+                    kept=True,
+                    lanes=lanes,
                 )
             except NeedsSession:
                 break
@@ -655,13 +667,17 @@ class LeaseDriver(QObject):
         with self.flow.session():
             while len(self._active) < self._concurrency:
                 lease = self.queue.lease(
-                    self.worker_id, kinds=kinds, accept=self.flow.accept, lease_s=self.lease_s, kept=True
+                    self.worker_id, kinds=kinds, accept=self.flow.accept, lease_s=self.lease_s, kept=True, lanes=lanes
                 )
                 if lease is None:
                     return
                 self.flow.on_start(lease.job)
                 self._store_ok()
                 self._launch(lease)
+
+    def _lanes(self) -> tuple[str, ...] | None:
+        """The lanes to lease from: interactive only while background work is paused on the data dir."""
+        return (Priority.INTERACTIVE,) if self.background.paused else None
 
     # ------------------------------------------------------------------ a store that refuses
 

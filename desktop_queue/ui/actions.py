@@ -239,6 +239,16 @@ SPECS: tuple[ActionSpec, ...] = (
         enabled_when=when_allowed(Command.STOP_AFTER_CURRENT),
     ),
     ActionSpec(
+        "pause_background",
+        "Pause &background work",
+        "Start no background job in any process on this data dir (kept across restarts); interactive jobs still run",
+        lambda w: w.controller.set_background_paused(w.action("pause_background").isChecked()),
+        icon="action-pause",
+        menu="queue",
+        section=1,
+        checkable=True,
+    ),
+    ActionSpec(
         Command.REFRESH,
         "Re&fresh",
         "Reload the queue now (F5)",
@@ -246,7 +256,7 @@ SPECS: tuple[ActionSpec, ...] = (
         icon="action-refresh",
         shortcut=QKeySequence.StandardKey.Refresh,
         menu="queue",
-        section=1,
+        section=2,
         toolbar=3,
     ),
     # View

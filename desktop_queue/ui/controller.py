@@ -20,8 +20,11 @@ from desktop_queue.core.export import write_export
 from desktop_queue.core.flow import FlowControl
 from desktop_queue.core.ledger import Budget
 from desktop_queue.core.model import Actor, Priority
+from desktop_queue.core.pause import PauseState
 from desktop_queue.core.present import (
     PAUSED,
+    background_pause_reason,
+    background_pause_text,
     now_line,
     priority_reason,
     slot_reason,
@@ -206,6 +209,9 @@ class Controller(QObject):
         self.schedules_model = SchedulesModel(self.scheduler, queue.clock.now, parent=self)
         self.schedules_model.failed.connect(self.failed)
         self.schedules_model.message.connect(self.message)
+        #: the data dir's "pause background work" switch (the driver's: one reading for both)
+        self.background = self.driver.background
+        self._background_state = self.background.state()
         # before the views repaint on the same signal: count the interactive jobs ahead once per refresh
         self.refresher.refreshed.connect(self.update_lanes)
         self.driver.store_unavailable.connect(self.store_unavailable)
@@ -227,8 +233,12 @@ class Controller(QObject):
         Counted only when asked (a background job's "next run" painted, the now line),
         and only over the queued interactive jobs the refresher's tally keeps: a tick
         with nothing on screen to explain costs nothing.
+
+        The background switch is read again here too (another process may have
+        flipped it): once per refresh, not once per painted row.
         """
         self._interactive_ahead = None
+        self._background_state = self.background.state()
 
     @property
     def interactive_ahead(self) -> int:
@@ -246,6 +256,8 @@ class Controller(QObject):
         window's worker, for the kinds it runs: paused, the lane (interactive jobs
         first), every slot busy. A kind only other processes run is not held here.
         """
+        if job.get("priority") == Priority.BACKGROUND and self._background_state.paused:
+            return background_pause_reason(self._background_state)  # every process honours it
         reason = self._flow_reason(job)
         if reason:
             return reason
@@ -651,6 +663,38 @@ class Controller(QObject):
 
     def stop_after_current(self) -> None:
         self.driver.stop_after_current()
+
+    @property
+    def background_state(self) -> PauseState:
+        """The data dir's background switch as last read (once per refresh, and on every flip here)."""
+        return self._background_state
+
+    def set_background_paused(self, paused: bool) -> None:
+        """Pauses (or resumes) background work for every process on the data dir; kept across restarts."""
+        try:
+            self._background_state = self.background.set(paused, str(Actor.USER))
+        except QueueError as exc:
+            self.failed.emit(str(exc))
+            self._background_state = self.background.state()
+            return
+        if paused:
+            self.message.emit("Background work paused for every process on this data dir; interactive jobs still run.")
+        else:
+            self.message.emit("Background work resumed.")
+        self.changed()
+
+    def background_status(self) -> str | None:
+        """What the status bar says about background work: the switch, then each degraded profile (None: it runs)."""
+        parts = []
+        switch = background_pause_text(self._background_state, self.queue.clock.now())
+        if switch is not None:
+            parts.append(switch)
+        if self.flow is not None:
+            try:
+                parts.extend(self.flow.degradations().values())
+            except Exception:  # a status display must never break on a flow-control hiccup
+                log.debug("could not read the degradations", exc_info=True)
+        return "; ".join(parts) or None
 
     def set_concurrency(self, value: int) -> None:
         self.driver.set_concurrency(value)

@@ -441,6 +441,7 @@ class MainWindow(QMainWindow):
 
     def _update_status(self) -> None:
         """The status bar after a refresh tick; widgets are touched only when what they show changed."""
+        self._update_background()
         counts = self._status_counts()
         if counts is None:
             return
@@ -487,6 +488,18 @@ class MainWindow(QMainWindow):
     #: (refresher version, counts) of the last ``Queue.counts()``; what the status bar last showed
     _counts_cache: tuple[int, dict[str, int]] | None = None
     _status_shown: tuple[Any, ...] | None = None
+
+    def _update_background(self) -> None:
+        """The background switch's action and the status bar's word on background work (another process may flip it)."""
+        toggle = self.action("pause_background")
+        paused = self.controller.background_state.paused
+        if toggle.isChecked() != paused:
+            toggle.setChecked(paused)
+        try:
+            text = self.controller.background_status()
+        except Exception:  # a status display must never break the refresh
+            return
+        self.status.show_background(text)
 
     def _update_providers(self) -> None:
         """Refreshes every provider indicator from its profile's real state (computed in core)."""

@@ -1,4 +1,4 @@
-"""The window's status bar: job counts, this window's slots, throughput, dead letters, providers.
+"""The window's status bar: job counts, this window's slots, throughput, dead letters, providers, background work.
 
 It shows what it is given (counts, capacity, each provider's state computed in core)
 and holds no business rule; the window decides when to update it.
@@ -100,6 +100,20 @@ class StatusBar(QStatusBar):
         self.dead_button.setToolTip("Open the dead letters")
         self.dead_button.clicked.connect(self.dead_clicked)
         self.addPermanentWidget(self.dead_button)
+        #: why background work does not run (the data dir's switch, degraded profiles); hidden while it runs
+        self.background_item = QWidget()
+        self.background_item.setObjectName("backgroundItem")
+        row = QHBoxLayout(self.background_item)
+        row.setContentsMargins(6, 0, 6, 0)
+        row.setSpacing(4)
+        picture = QLabel()
+        picture.setPixmap(icon("action-pause").pixmap(14, 14))
+        self.background_label = ElidedLabel()  # a long reason elides; the tooltip has it whole
+        self.background_label.setObjectName("backgroundLabel")
+        row.addWidget(picture)
+        row.addWidget(self.background_label)
+        self.background_item.hide()
+        self.insertPermanentWidget(0, self.background_item)
         #: profile -> (item, icon label, text label): one indicator per provider under flow control
         self.provider_items: dict[str, tuple[ClickableItem, QLabel, QLabel]] = {}
         self._provider_levels: dict[str, str] = {}
@@ -128,6 +142,8 @@ class StatusBar(QStatusBar):
         spacing = 8
         used = self.dead_button.sizeHint().width() + spacing + 24  # and the size grip
         used += sum(item.sizeHint().width() + spacing for item, _p, _l in self.provider_items.values())
+        if not self.background_item.isHidden():
+            used += self.background_item.minimumSizeHint().width() + spacing
         for item in reversed(self._optional):  # the most needed first
             width = item.sizeHint().width() + spacing
             fits = used + width <= self.width()
@@ -166,6 +182,19 @@ class StatusBar(QStatusBar):
         self.dead_button.setStyleSheet(
             "QPushButton { background: #c0392b; color: white; border-radius: 4px; padding: 2px 8px; }" if grown else ""
         )
+
+    def show_background(self, text: str | None) -> None:
+        """``Background work paused (by cli, 18:20:03)``, ``background jobs paused: openai is failing``; None hides it."""
+        shown = text is not None
+        if self.background_label.text() != (text or ""):
+            self.background_label.setText(text or "")
+            self.background_item.setToolTip(
+                (text or "") + "\n\nBackground-lane jobs wait without spending attempts; interactive jobs still run."
+            )
+            self.background_item.setAccessibleName(text or "")
+        if self.background_item.isHidden() == shown:
+            self.background_item.setVisible(shown)
+            self.fit_items()
 
     # ----------------------------------------------------------------- providers
 

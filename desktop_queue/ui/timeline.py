@@ -16,6 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt
 
+from desktop_queue.core.flow import BACKGROUND_PAUSED, BACKGROUND_RESUMING
 from desktop_queue.core.model import Job
 from desktop_queue.core.present import BACKOFF, NOW_PREFIX, PAUSED
 from desktop_queue.core.results import ResultStore
@@ -33,7 +34,7 @@ def now_category(text: str) -> str:
     """The timeline category (card colour) of a now line."""
     if f"({BACKOFF})" in text:
         return "retry"
-    if "waiting:" in text:
+    if "waiting:" in text or BACKGROUND_PAUSED in text or BACKGROUND_RESUMING in text:
         return "throttle"
     return "normal"
 

@@ -115,8 +115,10 @@ def test_the_breaker_reason_wins_over_the_lane() -> None:
         flow.on_start(failing)
         flow.on_outcome(failing, Outcome.failure("retryable", "HTTP 500"))
     hold = first_reason(flow.waiting_reason, lambda j: priority_reason(j, 1))
-    assert now_line(job(), NOW, hold) == "now: waiting: provider unavailable"
-    assert describe_state(job(), NOW, hold) == "waiting: provider unavailable"
+    assert now_line(job(priority="interactive"), NOW, hold) == "now: waiting: provider unavailable"
+    assert describe_state(job(priority="interactive"), NOW, hold) == "waiting: provider unavailable"
+    # a background job waits longer than the breaker: interactive work, then a slow start, goes first
+    assert now_line(job(), NOW, hold) == "now: background jobs paused: openai is failing"
 
 
 def test_provider_status_texts() -> None:
@@ -189,7 +191,7 @@ def test_offline_and_throttle_streaks_show_in_the_provider_status() -> None:
     flow.on_start(probe)
     flow.on_outcome(probe, Outcome.failure("retryable", "cannot connect (ConnectError)", unreachable=True))
     assert provider_status(flow.snapshot("openai")) == ("down", "openai: offline (cannot connect (ConnectError))")
-    assert describe_state(job(), NOW, flow.waiting_reason) == (
+    assert describe_state(job(priority="interactive"), NOW, flow.waiting_reason) == (
         "waiting: profile openai is offline (cannot connect (ConnectError))"
     )
     texts = [flow_event_text(e) for e in flow.drain_events()]

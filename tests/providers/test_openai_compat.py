@@ -339,8 +339,9 @@ def test_queue_429_waits_for_retry_after_slows_other_jobs_and_spends_no_attempt(
     queue = open_queue(providers)
     flow = FlowControl({"openai": ProfileLimits(rpm=600)}, clock=clock)
     server.push("chat", Action.error(429, "Rate limit reached", headers={"Retry-After": "2"}))
-    first = queue.submit("openai.chat", {"prompt": "first job"}, max_attempts=1).job
-    other = queue.submit("openai.chat", {"prompt": "other job"}).job
+    # interactive: a background job would wait for the whole rate (tests/flow/test_degradation.py)
+    first = queue.submit("openai.chat", {"prompt": "first job"}, max_attempts=1, priority="interactive").job
+    other = queue.submit("openai.chat", {"prompt": "other job"}, priority="interactive").job
     _lease, outcome = step(queue, providers, flow)  # type: ignore[misc]
     assert outcome.error_class is ErrorClass.THROTTLED and outcome.retry_after == 2.0
     throttled = queue.get(first.id)
@@ -395,7 +396,8 @@ def test_queue_500_burst_opens_the_breaker_without_spending_attempts(
     untouched = [queue.get(j.id) for j in jobs[5:]]
     assert all(j.attempts == 0 and j.state == State.QUEUED for j in untouched)
     raw = queue.raw_jobs({jobs[6].id})[0] | {"input": {"prompt": "job number 6"}}
-    assert flow.waiting_reason(raw) == "waiting: provider unavailable"
+    assert flow.waiting_reason(raw) == "background jobs paused: openai is failing"
+    assert flow.waiting_reason(raw | {"priority": "interactive"}) == "waiting: provider unavailable"
     clock.advance(20)  # cool-down over: exactly one probe, which succeeds
     assert step(queue, providers, flow) is not None
     assert flow.breaker_state("openai") is BreakerState.CLOSED

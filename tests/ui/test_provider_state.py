@@ -215,7 +215,8 @@ def show(qtbot: Any, window: MainWindow, job_id: str) -> None:
 def test_the_timeline_ends_with_why_a_queued_job_waits(qtbot: Any, open_window: Any, clock: FakeClock) -> None:
     window, flow = open_window(ProfileLimits(breaker_threshold=2, breaker_cooldown_s=30))
     queue = window.controller.queue
-    chat = queue.submit("openai.chat", {"prompt": "a haiku"}, title="chat").job.id
+    # (interactive: a background job says its lane is paused, see test_degradation_ui.py)
+    chat = queue.submit("openai.chat", {"prompt": "a haiku"}, title="chat", priority="interactive").job.id
     show(qtbot, window, chat)
     qtbot.waitUntil(lambda: now_row(window)[0] == "now: ready", timeout=WAIT_MS)
     assert now_row(window)[1] is None  # synthetic: not an event ...

@@ -293,7 +293,8 @@ def test_an_offline_profile_shows_in_the_job_and_the_indicator(qtbot: Any, open_
     window = open_window(limits=ProfileLimits(), lease=False)
     flow = window.controller.flow
     queue = window.controller.queue
-    job_id = queue.submit("openai.chat", {"prompt": "hello"}, title="chat").job.id
+    # (interactive: a background job says its lane is paused, see test_degradation_ui.py)
+    job_id = queue.submit("openai.chat", {"prompt": "hello"}, title="chat", priority="interactive").job.id
     show(qtbot, window, job_id)
     probe = {"id": "probe", "kind": "openai.chat", "input": {"prompt": "p"}, "state": "queued"}
     assert flow.accept(probe)
