@@ -21,7 +21,7 @@ differ), so tests can jump it. The pieces:
   back. Budgets: a job whose estimate would pass the profile's daily or monthly
   budget (against the :class:`~desktop_queue.core.ledger.SpendLedger`) waits.
 - Degradation (:class:`Degradation`): while a profile is failing (breaker not closed,
-  offline), rate-limited (its adaptive limit cut after 429s) or nearly out of budget,
+  offline), paused by a 429 (or its rate-limit headers) or nearly out of budget,
   its *background-lane* jobs pause (not leased, no attempt spent) so that interactive
   jobs keep the profile's share; when it recovers they come back a few at a time
   (slow start), as the breaker's concurrency ramp does.
@@ -631,8 +631,9 @@ class Degradation:
 
     Attributes:
         on_failing: pause while the breaker is open or half-open, or the profile is offline.
-        on_rate_cut: pause while the adaptive limit is below full after 429s (or the
-            provider's rate limit pauses the profile).
+        on_rate_cut: pause while a 429 (or the provider's rate-limit headers) pauses the
+            profile; when the pause ends they come back with the slow start, under the
+            lowered rate both lanes share (interactive jobs are leased first).
         budget_reserve: pause while less than this share of any daily or monthly
             budget is left (0: never; the budget itself still holds every job).
         ramp_start: background attempts at once when the profile has recovered.
@@ -1189,7 +1190,10 @@ class FlowControl:
         policy = flow.limits.degradation
         if policy.on_failing and (flow.breaker.state is not BreakerState.CLOSED or flow.offline is not None):
             return Degraded.FAILING
-        if policy.on_rate_cut and (flow.adaptive.scale < 1.0 - _EPS or flow.adaptive.pause_left(now) > 0):
+        # while the provider's pause lasts; not for the whole slow climb of the cut rate
+        # after it (a minute after one 429): that rate holds both lanes already, and the
+        # lease order puts interactive jobs first within it
+        if policy.on_rate_cut and flow.adaptive.pause_left(now) > 0:
             return Degraded.RATE_LIMITED
         if policy.budget_reserve > 0 and self._budget_low(flow, now, policy.budget_reserve):
             return Degraded.BUDGET_LOW
