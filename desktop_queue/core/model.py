@@ -72,6 +72,8 @@ class EventType(StrEnum):
     RESUMED = "resumed"
     #: a person closed a dead letter without retrying it (the job stays dead, flagged ``resolved_at``)
     RESOLVED = "resolved"
+    #: the repair scan found something wrong with the job (stuck, running long, notice lost)
+    REPAIR_FINDING = "repair_finding"
 
 
 TERMINAL = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})
@@ -127,6 +129,7 @@ DETAIL_KEYS = frozenset(
         "bytes",
         "edited",
         "note",
+        "finding",
     }
 )
 

@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import errno
 import logging
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -323,6 +324,9 @@ class LeaseDriver(QObject):
         keeper_tick_s: the longest the lease keeper sleeps between two looks.
         store_retry_s: the first and the longest wait before a commit the store refused
             is tried again (the wait grows between them).
+        upkeep: an object whose ``tick()`` the driver calls at most every
+            ``upkeep.every_s`` seconds (default 30) from its own tick: the repair scan,
+            the notification outbox and the alerts (:class:`~desktop_queue.core.repair.Upkeep`).
 
     Signals:
         job_started(str): a job was leased and handed to the pool.
@@ -370,8 +374,11 @@ class LeaseDriver(QObject):
         keeper_tick_s: float = 1.0,
         store_retry_s: tuple[float, float] = STORE_RETRY_S,
         parent: QObject | None = None,
+        upkeep: Any = None,
     ) -> None:
         super().__init__(parent)
+        self.upkeep = upkeep
+        self._upkeep_at = -math.inf
         self.flow = flow
         self.lease_s = lease_s
         self.attempt_timeout_s = attempt_timeout_s
@@ -545,12 +552,14 @@ class LeaseDriver(QObject):
             if self._paused:
                 if self._stop_after_current and not self._active:
                     self._stop_after_current = False
+                self._run_upkeep()  # alerts and notices go on while leasing is paused
                 self._emit_idle_if_idle()
                 return
             self._kinds = self._available_kinds()  # once a tick: each provider is asked (a key lookup)
             self._lease_while_capacity(self._kinds)
             if not self._active:
                 self.queue.reap()
+            self._run_upkeep()
             self._emit_idle_if_idle()
         except StoreError as exc:
             # nothing was written: a lease that failed spent no attempt
@@ -561,6 +570,19 @@ class LeaseDriver(QObject):
         finally:
             self._in_tick = False
             self.drain_flow_events()
+
+    def _run_upkeep(self) -> None:
+        """The low-rate work (repair scan, outbox, alerts), at most every ``upkeep.every_s``."""
+        if self.upkeep is None:
+            return
+        now = self.queue.clock.monotonic()
+        if now - self._upkeep_at < float(getattr(self.upkeep, "every_s", 30.0)):
+            return
+        self._upkeep_at = now
+        try:
+            self.upkeep.tick()
+        except Exception as exc:  # upkeep must never stop the leasing
+            log.error("lease driver: upkeep failed: %s", type(exc).__name__)
 
     def _fill(self) -> None:
         """Leases at once into the slots finished attempts freed: the part of a tick they need.
