@@ -260,6 +260,8 @@ class Outbox:
         first = self._version == 0
         self._version = version
         if ids is None or first:
+            if first:
+                self.view()  # the outbox starts now if it did not exist: later endings count
             return self.add_missing(queue)
         if not ids:
             return []
