@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from desktop_queue import __version__
+from desktop_queue import __version__, cli_alerts
 from desktop_queue.core import Job, Queue, QueueError, State, present
 from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError, UnknownKind
 from desktop_queue.core.model import iso
@@ -283,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", choices=["day", "model", "profile"], default="day", help="group by (default: day)")
     p.add_argument("--since", type=_day_arg, default=None, metavar="YYYY-MM-DD", help="from this local day on")
     p.add_argument("--json", action="store_true", help="print JSON")
+    cli_alerts.add_parser(sub)
     return parser
 
 
@@ -990,6 +991,10 @@ def cmd_work(args: argparse.Namespace) -> int:
     # `desktop-queue profile add` or the window's Preferences change the profiles while this
     # worker runs: it follows them (the flags still override the default profile)
     running = {"profiles": profiles}
+    # the repair scan, the notification outbox and the alerts, at a low rate from the driver's tick
+    driver.upkeep = cli_alerts.work_upkeep(
+        queue, driver, flow=flow, budgets=lambda: cli_alerts.budgets_of(running["profiles"])
+    )
 
     def reload_profiles() -> None:
         from desktop_queue.providers.profiles import ProfileFileError, load_profiles
@@ -1034,6 +1039,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     app.exec()
     watch.stop()
     clean = driver.shutdown(timeout_ms=10_000)
+    driver.upkeep.flush()  # what this worker finished is announced (logged) before it exits
     counts = queue.counts()
     try:
         queue.close()
@@ -1286,6 +1292,7 @@ COMMANDS = {
     "profile": cmd_profile,
     "purge": cmd_purge,
     "retention": cmd_retention,
+    "alerts": cli_alerts.run,
 }
 
 

@@ -304,6 +304,18 @@ class Upkeep:
         self.deliver = deliver
         self.last: ScanReport | None = None
 
+    def flush(self) -> list[Notice]:
+        """Feeds and delivers the outbox now (a worker about to exit announces what it finished)."""
+        outbox = self.scan.outbox
+        if outbox is None or self.deliver is None:
+            return []
+        try:
+            outbox.feed(self.scan.queue)
+            return outbox.deliver(self.deliver)
+        except (QueueError, OSError) as exc:
+            log.warning("upkeep: %s", exc)
+            return []
+
     def tick(self) -> list[Transition]:
         """One round: feed and deliver notifications, scan, evaluate the alerts."""
         queue = self.scan.queue
