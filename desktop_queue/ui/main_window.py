@@ -22,8 +22,10 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_queue.core import SubmitResult
+from desktop_queue.core.alerts import FIRED, Transition
 from desktop_queue.core.flow import FlowEventType
 from desktop_queue.core.model import State
+from desktop_queue.core.outbox import Notice
 from desktop_queue.core.paths import config_dir
 from desktop_queue.ui import dialogs, help_menu
 from desktop_queue.ui.actions import ActionRegistry, ActionState
@@ -33,6 +35,7 @@ from desktop_queue.ui.history_actions import HistoryActions, HistoryCommand, his
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.job_tabs import JobTabs
 from desktop_queue.ui.notifier import Banner, Level, Notifier
+from desktop_queue.ui.panes.alerts_pane import AlertRulesDialog, AlertsPane
 from desktop_queue.ui.panes.dead_letter_pane import DeadLetterPane
 from desktop_queue.ui.panes.queue_pane import QueuePane
 from desktop_queue.ui.panes.timeline_pane import TimelinePane
@@ -117,6 +120,8 @@ class MainWindow(QMainWindow):
         self.tabs.setObjectName("paneTabs")
         self.tabs.addTab(self.queue_pane, state_icon("queued"), "Q&ueue")
         self.tabs.addTab(self.dead_pane, state_icon("dead"), "&Dead letters")
+        self.alerts_pane = AlertsPane(controller.alerts.model)
+        self.tabs.addTab(self.alerts_pane, icon("provider-down"), "Al&erts")
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.tabs)
@@ -188,6 +193,9 @@ class MainWindow(QMainWindow):
         controller.failed.connect(lambda m: self.banner.show_message(m, "state-dead"))
         controller.store_unavailable.connect(self._store_unavailable)
         controller.store_available.connect(self._store_available)
+        controller.alerts.transitions.connect(self._alert_transitions)
+        controller.alerts.notices.connect(self._announce_notices)
+        self.alerts_pane.rules_requested.connect(self.edit_alert_rules)
         controller.refresher.follow(self)  # slower while hidden or behind another application
 
         self._restore_state()
@@ -495,6 +503,29 @@ class MainWindow(QMainWindow):
                 self.statusBar().showMessage(f"The provider “{profile}” answers again; its jobs run.", 8000)
             self._breaker_announced.discard(profile)
         self._update_providers()
+
+    def _alert_transitions(self, transitions: list[Transition]) -> None:
+        """An alert fired or cleared (recorded by this or another process): a banner and a notice, once."""
+        for t in transitions:
+            fired = t.kind == FIRED
+            self.banner.show_message(t.describe(), "provider-down" if fired else "provider-ok")
+            self.notifier.notify(t.describe(), Level.WARNING if fired else Level.INFO, 8000 if fired else 5000)
+
+    def _announce_notices(self, notices: list[Notice]) -> None:
+        """Finished jobs from the outbox (each delivered once across processes): one notice for the batch."""
+        if len(notices) <= 2:
+            for notice in notices:
+                self.notifier.notify(notice.text(), Level.WARNING if notice.state == State.DEAD else Level.INFO)
+            return
+        dead = sum(1 for n in notices if n.state == State.DEAD)
+        text = f"{len(notices)} jobs finished" + (f"; {dead} dead-lettered (they wait for you)" if dead else "")
+        self.notifier.notify(text, Level.WARNING if dead else Level.INFO)
+
+    def edit_alert_rules(self) -> AlertRulesDialog:
+        """Opens the alert rules (thresholds, windows, on/off); saved to the config dir."""
+        dialog = AlertRulesDialog({r.name: r for r in self.controller.alerts.rules()}, parent=self)
+        dialog.open()
+        return dialog
 
     def _store_unavailable(self, message: str) -> None:
         self._store_message = message
