@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from desktop_queue.core.errors import StoreError
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.model import State
 from desktop_queue.core.store.fileio import FileLock, atomic_write, make_dirs
@@ -236,6 +237,14 @@ class Outbox:
         atomic_write(self.path, b"".join(orjson.dumps(r) + b"\n" for r in [header, *keep]))
 
     # ------------------------------------------------------------------ adding
+
+    def start(self) -> None:
+        """Creates the outbox if there is none, so that every job that ends from now on is announced.
+
+        Never raises: an outbox that cannot be written now is created by the next feed.
+        """
+        with contextlib.suppress(OSError, StoreError):
+            self.view()
 
     def view(self) -> OutboxView:
         """The outbox as it is now (under the lock: a consistent read)."""

@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import errno
 import logging
-import math
 import threading
 import time
 from collections.abc import Mapping
@@ -378,7 +377,7 @@ class LeaseDriver(QObject):
     ) -> None:
         super().__init__(parent)
         self.upkeep = upkeep
-        self._upkeep_at = -math.inf
+        self._upkeep_at: float | None = None  # the first runs one interval after the first tick
         self.flow = flow
         self.lease_s = lease_s
         self.attempt_timeout_s = attempt_timeout_s
@@ -576,6 +575,9 @@ class LeaseDriver(QObject):
         if self.upkeep is None:
             return
         now = self.queue.clock.monotonic()
+        if self._upkeep_at is None:
+            self._upkeep_at = now  # not at start-up: opening the window does not wait for a scan
+            return
         if now - self._upkeep_at < float(getattr(self.upkeep, "every_s", 30.0)):
             return
         self._upkeep_at = now
