@@ -35,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from desktop_queue.core.errors import QueueError
 from desktop_queue.core.model import EventType, State, events_of
 from desktop_queue.core.paths import config_dir
 from desktop_queue.core.store.fileio import FileLock, atomic_write, make_dirs
@@ -399,7 +400,7 @@ def evaluate(
         now: the time of this evaluation.
     """
     samples = tuple(s for s in (*previous.samples, (now, float(signals.backlog))) if s[0] >= now - 2 * 86_400)
-    samples = samples[-MAX_SAMPLES:]
+    samples = tuple(sorted(samples))[-MAX_SAMPLES:]  # (two processes' scans interleave)
     tracks: dict[str, Track] = {}
     transitions: list[Transition] = []
     seq = previous.seq
@@ -529,8 +530,8 @@ def _budget_shares(flow: Any, budgets: Mapping[str, Any], now: float) -> dict[st
             continue
         try:
             day, month = ledger.spent(profile, "day", now), ledger.spent(profile, "month", now)
-        except (OSError, ValueError):
-            continue
+        except (OSError, ValueError, QueueError):
+            continue  # an unreadable ledger: no budget signal this scan (the spend view says why)
         shares = []
         for limit, used in (
             (budget.usd_per_day, day.usd),
@@ -543,6 +544,32 @@ def _budget_shares(flow: Any, budgets: Mapping[str, Any], now: float) -> dict[st
         if shares:
             out[profile] = round(max(shares), 4)
     return out
+
+
+#: events after which a job waits again; its queue wait counts from when it may run
+_READY_AGAIN = frozenset(
+    {
+        EventType.SUBMITTED,
+        EventType.RETRIED,
+        EventType.RETRY_SCHEDULED,
+        EventType.THROTTLED,
+        EventType.LEASE_EXPIRED,
+        EventType.RELEASED,
+    }
+)
+
+
+def _ready_at(at: float, detail: Mapping[str, Any]) -> float:
+    """When a job may run after an event at ``at``: a backoff, a Retry-After or a later ``run_after``."""
+    ready = at
+    for key in ("delay_s", "retry_after_s"):
+        value = detail.get(key)
+        if isinstance(value, (int, float)):
+            ready = max(ready, at + float(value))
+    run_after = detail.get("run_after")
+    if isinstance(run_after, (int, float)):
+        ready = max(ready, float(run_after))
+    return ready
 
 
 def gather(
@@ -599,11 +626,9 @@ def gather(
             ready = job["created_at"]
             for ev in events_of(job):
                 kind, t = ev["type"], ev["at"]
-                if kind in (EventType.SUBMITTED, EventType.RETRIED, EventType.RETRY_SCHEDULED, EventType.LEASE_EXPIRED):
-                    ready = t + float((ev.get("detail") or {}).get("delay_s") or 0.0)
-                elif kind == EventType.THROTTLED:
-                    ready = t
-                    if t >= since:
+                if kind in _READY_AGAIN:
+                    ready = _ready_at(t, ev.get("detail") or {})
+                    if kind == EventType.THROTTLED and t >= since:
                         throttles.append(t)
                 elif kind == EventType.LEASED and t >= since:
                     waits.append((t, max(0.0, t - ready)))

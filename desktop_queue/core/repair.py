@@ -42,6 +42,8 @@ STUCK_AFTER_S = 600.0
 #: a running job this many times its usual run time (and at least LONG_MIN_S) runs long
 LONG_FACTOR = 3.0
 LONG_MIN_S = 120.0
+#: stuck jobs recorded (and explained) in one scan at most: the rest in the next ones
+MAX_FINDINGS = 100
 
 # finding codes (an event's ``finding``)
 STUCK = "stuck"
@@ -164,14 +166,20 @@ class RepairScan:
         times = self.run_times if self.run_times is not None else run_times_of(self.queue)
         free = self.capacity_free() if self.capacity_free is not None else True
 
-        def fn(st: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        def fn(st: Any) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
             hot = st.hot_jobs()
-            late = []
+            late: list[tuple[float, dict[str, Any]]] = []
+            stuck: list[str] = []
             if free:
                 for job_id in st.ids_in(State.QUEUED):
                     job = hot[job_id]
-                    if job.get("run_after", job["created_at"]) < now - self.stuck_after_s:
-                        late.append({k: v for k, v in job.items() if k not in ("events", "lease_token")})
+                    ready = job.get("run_after", job["created_at"])
+                    if ready >= now - self.stuck_after_s:
+                        continue
+                    stuck.append(job_id)
+                    if not _has_finding(job, STUCK):  # (recorded before: still stuck, nothing new to say)
+                        late.append((ready, {k: v for k, v in job.items() if k not in ("events", "lease_token")}))
+            late.sort(key=lambda pair: pair[0])
             running = [
                 {
                     "id": j["id"],
@@ -180,16 +188,16 @@ class RepairScan:
                     "input": {"model": model_of(j)},
                 }
                 for j in (hot[i] for i in st.ids_in(State.RUNNING))
+                if not _has_finding(j, LONG_RUNNING)
             ]
-            return late, running
+            # a bounded scan: a backlog held by an open breaker is recorded a batch a scan
+            return [job for _ready, job in late[:MAX_FINDINGS]], stuck, running
 
-        late, running = self.queue.store.read(fn)
+        late, stuck, running = self.queue.store.read(fn)
         out: list[tuple[str, str, str, bool]] = []
-        stuck = []
         for job in late:
             overdue = now - job.get("run_after", job["created_at"])
             out.append((job["id"], STUCK, f"queued {overdue:.0f} s past its run time: {self._stuck_reason(job)}", True))
-            stuck.append(job["id"])
         for job in running:
             started = job.get("started_at")
             usual = times.usual(str(job.get("kind") or ""), model_of(job))

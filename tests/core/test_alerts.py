@@ -267,7 +267,12 @@ def test_gather_reads_the_queue_flow_and_spend(tmp_path: Path) -> None:
     assert sig.budgets == {"openai": pytest.approx(0.92)}
     ((job_id, elapsed, usual),) = sig.running
     assert job_id == lease.job_id and elapsed == pytest.approx(30) and usual == 10
-    assert sig.waits  # the leases' waits and the queued jobs' waits so far
+    leased = sorted(round(w, 3) for t, w in sig.waits if t < T0 + 37)
+    # the first lease waited 0 s; the second job (leased at +7 s) waited 7 s from its submission
+    assert leased == [0.0, 7.0]
+    # the two still queued: the throttled one counts from its Retry-After (+6 s), the other from +0
+    waiting = sorted(round(w, 3) for t, w in sig.waits if t == T0 + 37)
+    assert waiting == [31.0, 37.0]
 
 
 # ---------------------------------------------------------------------- the book

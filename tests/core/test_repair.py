@@ -13,6 +13,7 @@ from desktop_queue.core.model import EventType, State
 from desktop_queue.core.outbox import Outbox
 from desktop_queue.core.repair import (
     LONG_RUNNING,
+    MAX_FINDINGS,
     NOTIFICATION_MISSING,
     NOTIFICATION_REQUEUED,
     STUCK,
@@ -165,3 +166,16 @@ def test_upkeep_raises_one_alert_for_stuck_jobs(open_queue: OpenQueue, clock: Fa
     upkeep.tick()
     assert seen == ["fired", "cleared"]
     assert [t.kind for t in book.history().transitions] == ["fired", "cleared"]
+
+
+def test_a_large_stuck_backlog_is_recorded_a_bounded_batch_a_scan(open_queue: OpenQueue, clock: FakeClock) -> None:
+    queue = open_queue()
+    queue.submit_many("demo", [{"i": i} for i in range(MAX_FINDINGS + 20)])
+    clock.advance(700)
+    scan = RepairScan(queue)
+    sizes = []
+    for _ in range(3):
+        report = scan.scan()
+        sizes.append(len(report.findings))
+        assert len(report.stuck) == MAX_FINDINGS + 20  # the alert sees every stuck job at once
+    assert sizes == [MAX_FINDINGS, 20, 0]
