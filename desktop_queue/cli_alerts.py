@@ -210,7 +210,7 @@ def work_upkeep(
 
     def deliver(notices: list[Any]) -> None:
         for notice in notices:
-            say(f"notice: {notice.text()}")
+            say(f"notice: {notice.log_text()}")  # (a title may be a prompt's first line: not logged)
 
     def announce(transitions: list[Transition]) -> None:
         for t in transitions:

@@ -69,8 +69,16 @@ class Notice:
     finished_at: float
 
     def text(self) -> str:
+        """For the window: by title (what the job tables show)."""
         name = self.title or f"{self.kind} job {self.job_id[:8]}"
-        return f"{name}: finished" if self.state == State.SUCCEEDED else f"{name}: dead-lettered (it waits for you)"
+        return f"{name}: {self._ending()}"
+
+    def log_text(self) -> str:
+        """For a log: by id and kind, never the title (a job without one is titled by its prompt)."""
+        return f"job {self.job_id} ({self.kind}): {self._ending()}"
+
+    def _ending(self) -> str:
+        return "finished" if self.state == State.SUCCEEDED else "dead-lettered (it waits for you)"
 
     def to_json(self) -> dict[str, Any]:
         return {
