@@ -21,6 +21,7 @@ from desktop_queue.core.alerts import (
     DEFAULTS,
     EDITABLE,
     FIRED,
+    USES_WINDOW,
     AlertBook,
     Rule,
     RuleError,
@@ -163,7 +164,9 @@ def _settings(rule: Rule) -> str:
     parts = [f"threshold={rule.threshold:g}"]
     if rule.clear_below is not None:
         parts.append(f"clear_below={rule.clear_below:g}")
-    parts += [f"window_s={rule.window_s:g}", f"for_s={rule.for_s:g}", f"clear_s={rule.clear_s:g}"]
+    if rule.name in USES_WINDOW:
+        parts.append(f"window_s={rule.window_s:g}")
+    parts += [f"for_s={rule.for_s:g}", f"clear_s={rule.clear_s:g}"]
     if rule.min_s:
         parts.append(f"min_s={rule.min_s:g}")
     return " ".join(parts)

@@ -68,6 +68,8 @@ BREAKER_OPEN = "breaker_open"
 BUDGET_NEARLY_SPENT = "budget_nearly_spent"
 JOBS_STUCK = "jobs_stuck"
 
+#: the rules that look back over ``window_s`` (the others read the present)
+USES_WINDOW = frozenset({BACKLOG_GROWING, QUEUE_WAIT_P95, DEAD_LETTERS_GROWING, THROTTLE_SPIKE})
 #: the fields a person may change, and what they must be
 EDITABLE = ("threshold", "clear_below", "window_s", "for_s", "clear_s", "min_s")
 
@@ -856,6 +858,7 @@ __all__ = [
     "Signals",
     "Track",
     "Transition",
+    "USES_WINDOW",
     "apply_setting",
     "evaluate",
     "gather",

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop_queue.core.alerts import DEFAULTS, Rule, save_rules
+from desktop_queue.core.alerts import DEFAULTS, USES_WINDOW, Rule, save_rules
 from desktop_queue.core.errors import StoreError
 from desktop_queue.ui.models.alerts_model import AlertsModel
 
@@ -131,6 +131,8 @@ class AlertRulesDialog(QDialog):
                 value = getattr(rule, field_name)
                 spin.setValue(rule.threshold if value is None else float(value))
                 spin.setToolTip(f"{label}: {tip}")
+                # (a rule that reads only the present has no window to set)
+                spin.setEnabled(field_name != "window_s" or rule.name in USES_WINDOW)
                 self.spins[(rule.name, field_name)] = spin
                 grid.addWidget(spin, row, col)
         self.problem = QLabel()
