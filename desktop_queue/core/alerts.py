@@ -772,6 +772,12 @@ class AlertBook:
         }
         atomic_write(self.state_path, orjson.dumps(doc))
 
+    def _mend(self, unlogged: Sequence[Transition]) -> None:
+        """Appends the transitions a crashed update left out of the history (held: the lock)."""
+        if unlogged:
+            logged = {t.id for t in self.history().transitions}
+            self._append([t for t in unlogged if t.id not in logged])
+
     def update(self, rules: Iterable[Rule], signals: Signals, now: float | None = None) -> list[Transition]:
         """Evaluates ``signals`` against the persisted state; records and returns the transitions.
 
@@ -781,9 +787,7 @@ class AlertBook:
         at = signals.at if now is None else now
         with self._locked():
             previous, unlogged = self._read_state()
-            if unlogged:
-                logged = {t.id for t in self.history().transitions}
-                self._append([t for t in unlogged if t.id not in logged])
+            self._mend(unlogged)
             state, transitions = evaluate(rules, signals, previous, at)
             self._write_state(state, transitions)
             self._append(transitions)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from desktop_queue.core import FakeClock, Queue
 from desktop_queue.core.alerts import (
@@ -380,3 +383,68 @@ def test_two_processes_record_each_transition_once(tmp_path: Path) -> None:
     assert kinds == [FIRED, CLEARED] * (len(kinds) // 2) + [FIRED] * (len(kinds) % 2)
     assert kinds.count(FIRED) >= 3  # the signal rose three times in each process's run
     assert [t.id for t in history.transitions] == list(range(1, len(kinds) + 1))
+
+
+class BookMachine(RuleBasedStateMachine):
+    """The book against the pure evaluation, with crashes in the middle of an update.
+
+    A crash after the state write (its transitions listed as unlogged) or after the
+    history append (before the state that says so) must neither lose a transition nor
+    record one twice: the next update, by any process, mends the history.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="alert-book-"))
+        self.book = AlertBook(self.dir)
+        self.now = T0
+        self.ref_state = AlertState()
+        self.ref: list[tuple[int, str]] = []
+        self.mended = True
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _step(self, dt: float, value: int) -> Signals:
+        self.now += dt
+        signals = spike_signals(self.now, value)
+        self.ref_state, transitions = evaluate([SPIKE], signals, self.ref_state, self.now)
+        self.ref += [(t.id, t.kind) for t in transitions]
+        return signals
+
+    @rule(dt=st.floats(min_value=1, max_value=40), value=st.integers(min_value=0, max_value=20))
+    def update(self, dt: float, value: int) -> None:
+        self.book.update([SPIKE], self._step(dt, value))
+        self.mended = True
+
+    @rule(
+        dt=st.floats(min_value=1, max_value=40),
+        value=st.integers(min_value=0, max_value=20),
+        appended=st.booleans(),
+    )
+    def crash_in_an_update(self, dt: float, value: int, appended: bool) -> None:
+        signals = self._step(dt, value)
+        previous, unlogged = self.book._read_state()  # the steps of AlertBook.update, then a crash
+        self.book._mend(unlogged)
+        state, transitions = evaluate([SPIKE], signals, previous, self.now)
+        self.book._write_state(state, transitions)
+        if appended:
+            self.book._append(transitions)  # then the process died before saying so
+        self.mended = False
+
+    @rule()
+    def reopen(self) -> None:
+        self.book = AlertBook(self.dir)  # another process, or this one restarted
+
+    @invariant()
+    def history_matches_the_pure_evaluation(self) -> None:
+        got = [(t.id, t.kind) for t in self.book.history().transitions]
+        if self.mended:
+            assert got == self.ref
+        else:
+            assert got == self.ref[: len(got)]  # a prefix: the rest is listed in the state
+        assert len(got) == len({i for i, _k in got})  # never one transition twice
+
+
+TestBookMachine = BookMachine.TestCase
+TestBookMachine.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
