@@ -188,7 +188,7 @@ def work_upkeep(
     budgets: Callable[[], Mapping[str, Any]] | None = None,
     say: Callable[[str], None] = _err,
 ) -> Any:
-    """The upkeep ``work`` runs: repair scan, outbox (notifications logged), alerts (logged).
+    """The upkeep ``work`` runs: repair scan, outbox (notices logged while no window is open), alerts (logged).
 
     Args:
         queue: the opened queue.
@@ -230,6 +230,7 @@ def work_upkeep(
         budgets=budgets,
         on_transitions=announce,
         deliver=deliver,
+        deliver_when=lambda: not outbox.window_present(),  # an open window shows them on the desktop
     )
 
 

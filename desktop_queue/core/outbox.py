@@ -9,6 +9,8 @@ before announcing loses nothing: whoever looks next adds what is missing.
 Delivery is claim, deliver, acknowledge, every step a line appended under
 ``outbox/.lock``: a deliverer (the window's notifier, ``work``'s log) claims pending
 entries, tells people, then acknowledges them. Two deliverers never claim the same entry.
+While a window is open it holds ``outbox/.window.lock`` and a worker delivers nothing:
+people see the notices on their desktop, not in a log.
 A claim whose holder died before acknowledging is found by the repair scan
 (:meth:`Outbox.stale_claims`) and queued again (:meth:`Outbox.requeue`).
 
@@ -38,6 +40,8 @@ from desktop_queue.core.store.fileio import FileLock, atomic_write, make_dirs
 OUTBOX_DIR = "outbox"
 OUTBOX_FILE = "outbox.jsonl"
 LOCK_FILE = ".lock"
+#: held (shared) by every open window: a worker then leaves the notices to the window
+WINDOW_LOCK = ".window.lock"
 FORMAT = "desktop-queue.outbox"
 SCHEMA_VERSION = 1
 #: the states people are told about
@@ -78,7 +82,7 @@ class Notice:
         return f"job {self.job_id} ({self.kind}): {self._ending()}"
 
     def _ending(self) -> str:
-        return "finished" if self.state == State.SUCCEEDED else "dead-lettered (it waits for you)"
+        return "finished" if self.state == State.SUCCEEDED else "dead-lettered; it waits for you in Dead letters"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -148,6 +152,7 @@ class Outbox:
         self.alive = alive or holder_alive
         self.me = this_process()
         self._version = 0
+        self._window: FileLock | None = None
         self.notices: list[str] = []
 
     # ------------------------------------------------------------------ file
@@ -318,6 +323,41 @@ class Outbox:
             send(notices)
             self.ack(notices)
         return notices
+
+    # ------------------------------------------------------------------ who delivers
+
+    def hold_window(self) -> None:
+        """Says, while this process runs, that a window delivers the notices (desktop notifications).
+
+        An OS lock, released by the OS when the process dies: a worker that finds it held
+        leaves the notices to the window, so that people see them on the desktop rather
+        than in a worker's log.
+        """
+        if self._window is None:
+            make_dirs(self.dir)
+            lock = FileLock(self.dir / WINDOW_LOCK)
+            lock.acquire(exclusive=False)
+            self._window = lock
+
+    def release_window(self) -> None:
+        if self._window is not None:
+            self._window.release()
+            self._window.close()
+            self._window = None
+
+    def window_present(self) -> bool:
+        """Whether a window on this data dir delivers the notices (holds :data:`WINDOW_LOCK`)."""
+        if self._window is not None:
+            return True
+        make_dirs(self.dir)
+        lock = FileLock(self.dir / WINDOW_LOCK)
+        try:
+            free = lock.acquire(exclusive=True, blocking=False)
+            if free:
+                lock.release()
+            return not free
+        finally:
+            lock.close()
 
     # ------------------------------------------------------------------ repair
 

@@ -288,6 +288,8 @@ class Upkeep:
         every_s: the shortest time between two ticks' work.
         on_transitions: told the transitions this tick recorded.
         deliver: sends notifications (None: this process delivers none).
+        deliver_when: asked before delivering (None: always); e.g. a worker delivers only
+            while no window does.
     """
 
     def __init__(
@@ -301,8 +303,10 @@ class Upkeep:
         every_s: float = SCAN_EVERY_S,
         on_transitions: Callable[[list[Transition]], None] | None = None,
         deliver: Callable[[list[Notice]], None] | None = None,
+        deliver_when: Callable[[], bool] | None = None,
     ) -> None:
         self.scan = scan
+        self.deliver_when = deliver_when
         self.book = book
         self.rules = rules or (lambda: load_rules().values())
         self.flow = flow
@@ -312,14 +316,19 @@ class Upkeep:
         self.deliver = deliver
         self.last: ScanReport | None = None
 
+    def _deliver(self, outbox: Outbox) -> list[Notice]:
+        if self.deliver is None or (self.deliver_when is not None and not self.deliver_when()):
+            return []
+        return outbox.deliver(self.deliver)
+
     def flush(self) -> list[Notice]:
-        """Feeds and delivers the outbox now (a worker about to exit announces what it finished)."""
+        """Feeds and delivers the outbox now (a window when jobs changed; a worker about to exit)."""
         outbox = self.scan.outbox
-        if outbox is None or self.deliver is None:
+        if outbox is None:
             return []
         try:
             outbox.feed(self.scan.queue)
-            return outbox.deliver(self.deliver)
+            return self._deliver(outbox)
         except (QueueError, OSError) as exc:
             log.warning("upkeep: %s", exc)
             return []
@@ -332,8 +341,7 @@ class Upkeep:
             outbox = self.scan.outbox
             if outbox is not None:
                 outbox.feed(queue)
-                if self.deliver is not None:
-                    outbox.deliver(self.deliver)
+                self._deliver(outbox)
             self.scan.run_times = run_times_of(queue)
             report = self.scan.scan()
             self.last = report

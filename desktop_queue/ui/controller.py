@@ -213,6 +213,7 @@ class Controller(QObject):
         self.refresher.refreshed.connect(self.update_lanes)
         self.driver.store_unavailable.connect(self.store_unavailable)
         self.driver.store_available.connect(self._store_back)
+        self.refresher.jobs_changed.connect(lambda _ids: self.alerts.deliver_soon())  # finished jobs' notices
         #: bulk actions run here, one at a time, off the GUI thread (never the driver's pool)
         self.bulk_pool = QThreadPool(self)
         self.bulk_pool.setMaxThreadCount(1)

@@ -461,18 +461,11 @@ class MainWindow(QMainWindow):
         self.dead_pane.set_total(dead, counts.get("resolved", 0))
         if self._dead_seen is None or self.tabs.currentWidget() is self.dead_pane:
             self._dead_seen = dead
-        if dead > self._dead_count and self._dead_count_known:
-            self.notifier.notify(
-                f"{dead - self._dead_count} job(s) dead-lettered; they wait for you in Dead letters",
-                Level.WARNING,
-                8000,
-            )
-        self._dead_count_known = True
+        # (a dead letter's notice comes from the outbox: once, whichever process it died in)
         self._dead_count = dead
         status.show_dead(dead, self._dead_seen or 0)
         self.tabs.setTabText(1, f"&Dead letters ({dead})" if dead else "&Dead letters")
 
-    _dead_count_known = False
     #: (refresher version, counts) of the last ``Queue.counts()``; what the status bar last showed
     _counts_cache: tuple[int, dict[str, int]] | None = None
     _status_shown: tuple[Any, ...] | None = None
@@ -515,11 +508,14 @@ class MainWindow(QMainWindow):
         """Finished jobs from the outbox (each delivered once across processes): one notice for the batch."""
         if len(notices) <= 2:
             for notice in notices:
-                self.notifier.notify(notice.text(), Level.WARNING if notice.state == State.DEAD else Level.INFO)
+                dead = notice.state == State.DEAD
+                self.notifier.notify(notice.text(), Level.WARNING if dead else Level.INFO, 8000 if dead else 5000)
             return
-        dead = sum(1 for n in notices if n.state == State.DEAD)
-        text = f"{len(notices)} jobs finished" + (f"; {dead} dead-lettered (they wait for you)" if dead else "")
-        self.notifier.notify(text, Level.WARNING if dead else Level.INFO)
+        dead_n = sum(1 for n in notices if n.state == State.DEAD)
+        text = f"{len(notices)} jobs finished"
+        if dead_n:
+            text += f"; {dead_n} dead-lettered: they wait for you in Dead letters"
+        self.notifier.notify(text, Level.WARNING if dead_n else Level.INFO, 8000 if dead_n else 5000)
 
     def edit_alert_rules(self) -> AlertRulesDialog:
         """Opens the alert rules (thresholds, windows, on/off); saved to the config dir."""

@@ -123,3 +123,17 @@ def test_work_announces_what_it_finished_once(dq: Cli, config_dir: Path) -> None
     assert outbox.view().delivered(f"{job['id']}:1:succeeded")
     again = dq.sub("work", "--until-idle", "--max-seconds", "30", env={"DESKTOP_QUEUE_CONFIG_DIR": str(config_dir)})
     assert again.code == OK and "notice:" not in again.err
+
+
+def test_work_leaves_the_notices_to_an_open_window(dq: Cli, config_dir: Path) -> None:
+    window = Outbox(dq.data_dir, lambda: T0)
+    window.hold_window()  # as an open window does
+    try:
+        job = dq.submit({"prompt": "a haiku", "duration_s": 0.01})
+        env = {"DESKTOP_QUEUE_CONFIG_DIR": str(config_dir)}
+        run = dq.sub("work", "--until-idle", "--max-seconds", "30", env=env)
+        assert run.code == OK, run.err
+        assert "notice:" not in run.err
+        assert [n.job_id for n in window.view().pending()] == [job["id"]]  # the window shows it
+    finally:
+        window.release_window()

@@ -91,7 +91,7 @@ def test_notices_come_from_the_store_and_are_added_once(
     assert {n.state for n in added} == {"succeeded", "dead"}
     assert outbox.feed(queue) == [] and outbox.add_missing(queue) == []
     texts = sorted(n.text() for n in added)
-    assert texts[0] == "job 0: dead-lettered (it waits for you)" and texts[1] == "job 1: finished"
+    assert texts[0] == "job 0: dead-lettered; it waits for you in Dead letters" and texts[1] == "job 1: finished"
 
 
 def test_history_before_the_outbox_is_not_announced(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
@@ -222,3 +222,30 @@ def test_compaction_keeps_what_is_needed(open_queue: OpenQueue, clock: FakeClock
     view = outbox.view()
     assert len(view.pending()) == 2 and sum(e.acked for e in view.entries.values()) == 2
     assert outbox.feed(queue) == [] and outbox.add_missing(queue) == []  # nothing announced again
+
+
+_WINDOW = r"""
+import sys, time
+from desktop_queue.core.outbox import Outbox
+Outbox(sys.argv[1], time.time).hold_window()
+print("holding", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_an_open_window_is_seen_by_other_processes_until_it_dies(data_dir: Path) -> None:
+    outbox = Outbox(data_dir, time.time)
+    assert not outbox.window_present()
+    proc = _spawn(_WINDOW, str(data_dir))
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+        assert outbox.window_present()
+        proc.kill()  # the OS releases the lock of a process that died
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert not outbox.window_present()

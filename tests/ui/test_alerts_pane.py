@@ -124,14 +124,33 @@ def test_the_windows_upkeep_scans_and_raises_alerts(session: Any, qtbot: Any, mo
 
 
 def test_finished_jobs_are_announced_once_by_the_window(session: Any, qtbot: Any) -> None:
+    """A job that ends is announced soon after (no upkeep tick needed), and never again."""
     controller = session.controller
     window = session.window
     job_id = session.queue.submit("demo", {"prompt": "x"}, title="a poem").job.id
     qtbot.waitUntil(lambda: session.queue.get(job_id).state == "succeeded", timeout=5000)
-    with qtbot.waitSignal(controller.alerts.notices, timeout=3000) as blocker:
-        controller.alerts.upkeep.tick()
-    assert [n.job_id for n in blocker.args[0]] == [job_id]
-    assert window.notifier.sent[-1][1] == "a poem: finished"
+    qtbot.waitUntil(lambda: "a poem: finished" in [text for _c, text in window.notifier.sent], timeout=5000)
+    assert controller.alerts.outbox.view().delivered(f"{job_id}:1:succeeded")
     with qtbot.assertNotEmitted(controller.alerts.notices):
         controller.alerts.upkeep.tick()
-        controller.alerts.upkeep.flush()
+        controller.alerts.deliver_now()
+    assert [text for _c, text in window.notifier.sent].count("a poem: finished") == 1
+
+
+def test_a_dead_letter_is_announced_once_whichever_process_it_died_in(session: Any, qtbot: Any, data_dir: Path) -> None:
+    """A job dead-lettered by another process on the data dir reaches this window's notices, once."""
+    from desktop_queue.core import Queue
+    from desktop_queue.core.model import ErrorClass
+    from desktop_queue.core.outcome import Outcome
+
+    session.controller.driver.pause()
+    window = session.window
+    with Queue.open(data_dir) as other:  # (this process, but another queue: as a worker would)
+        job_id = other.submit("demo", {"prompt": "x"}, title="a sketch").job.id
+        lease = other.lease("elsewhere")
+        assert lease is not None and lease.job_id == job_id
+        other.fail(lease, Outcome.failure(ErrorClass.FATAL, "HTTP 400"))
+    expected = "a sketch: dead-lettered; it waits for you in Dead letters"
+    qtbot.waitUntil(lambda: expected in [text for _c, text in window.notifier.sent], timeout=5000)
+    session.controller.alerts.deliver_now()
+    assert [text for _c, text in window.notifier.sent].count(expected) == 1

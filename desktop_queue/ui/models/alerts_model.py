@@ -31,6 +31,8 @@ HISTORY = "history"
 MAX_HISTORY = 500
 #: how often the window looks at the history file for other processes' transitions
 WATCH_MS = 2000
+#: finished jobs are announced this long after a change (a burst of them: one notice)
+DELIVER_MS = 1000
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -156,7 +158,8 @@ class AlertWatch(QObject):
         transitions(list): alert transitions new to this window (from any process),
             oldest first: announce each once.
         notices(list): notifications of finished jobs this window delivers (each
-            :class:`~desktop_queue.core.outbox.Notice` once, across processes).
+            :class:`~desktop_queue.core.outbox.Notice` once, across processes), soon
+            after they finish (see :meth:`deliver_soon`).
         changed(): the model was updated.
     """
 
@@ -181,6 +184,10 @@ class AlertWatch(QObject):
         self.book = AlertBook(data_dir)
         self.outbox = Outbox(data_dir, queue.clock.now)
         self.outbox.start()  # jobs that end while the window is open are announced
+        try:
+            self.outbox.hold_window()  # workers on this data dir leave the notices to this window
+        except OSError:
+            pass  # (a data dir that takes no lock: workers then log the notices themselves)
         self.model = AlertsModel(self)
         self._rules = rules or (lambda: list(load_rules().values()))
         self.upkeep = Upkeep(
@@ -199,6 +206,11 @@ class AlertWatch(QObject):
         self._timer.timeout.connect(self.poll)
         if watch_ms > 0:
             self._timer.start()
+        self._soon = QTimer(self)
+        self._soon.setObjectName("noticeDelivery")
+        self._soon.setSingleShot(True)
+        self._soon.setInterval(DELIVER_MS)
+        self._soon.timeout.connect(self.deliver_now)
         self.reload()
 
     def _recorded(self, _transitions: list[Transition]) -> None:
@@ -232,8 +244,19 @@ class AlertWatch(QObject):
             self.transitions.emit(new)
         return new
 
+    def deliver_soon(self) -> None:
+        """Jobs changed: deliver the notices of those that finished, once a burst settles."""
+        if not self._soon.isActive():
+            self._soon.start()
+
+    def deliver_now(self) -> list[Notice]:
+        """Feeds the outbox from the store's changes and delivers what is pending (once)."""
+        return self.upkeep.flush()
+
     def stop(self) -> None:
         self._timer.stop()
+        self._soon.stop()
+        self.outbox.release_window()
 
 
 __all__ = ["AlertRow", "AlertWatch", "AlertsModel"]
