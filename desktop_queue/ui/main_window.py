@@ -352,6 +352,8 @@ class MainWindow(QMainWindow):
 
     def selection(self) -> list[dict]:
         """The job dicts selected in the visible pane."""
+        if self.tabs.currentWidget() is self.alerts_pane:
+            return []  # (the job actions do not reach through to the hidden queue's selection)
         return self.current_pane().selected()
 
     def _tab_changed(self, _index: int) -> None:

@@ -154,3 +154,14 @@ def test_a_dead_letter_is_announced_once_whichever_process_it_died_in(session: A
     qtbot.waitUntil(lambda: expected in [text for _c, text in window.notifier.sent], timeout=5000)
     session.controller.alerts.deliver_now()
     assert [text for _c, text in window.notifier.sent].count(expected) == 1
+
+
+def test_job_actions_do_not_reach_through_the_alerts_tab(session: Any, qtbot: Any) -> None:
+    window = session.window
+    session.controller.driver.pause()
+    job_id = session.queue.submit("demo", {"prompt": "x"}, title="held").job.id
+    window.refresh()
+    qtbot.waitUntil(lambda: window.queue_pane.select(job_id), timeout=5000)
+    assert [j["id"] for j in window.selection()] == [job_id]
+    window.tabs.setCurrentWidget(window.alerts_pane)
+    assert window.selection() == []
