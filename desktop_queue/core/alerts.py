@@ -11,7 +11,7 @@ Three layers, each testable alone:
 - :func:`gather` builds :class:`Signals` from a queue, flow control and the spend ledger.
   It is the only place that knows where figures come from, so it can later read the
   windowed metrics instead of the hot set.
-- :class:`AlertBook` keeps the state (``alerts.json``) and the history (``alerts.jsonl``,
+- :class:`AlertBook` keeps the state (``alerts-state.json``) and the history (``alerts.jsonl``,
   append-only) in the data dir. :meth:`AlertBook.update` decides under a file lock against
   the persisted state, so that with several processes on one data dir (the window and a
   ``work``) each transition is recorded once.
@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import math
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 
 RULES_FILE = "alerts.json"
 RULES_FORMAT = "desktop-queue.alert-rules"
-STATE_FILE = "alerts.json"
+STATE_FILE = "alerts-state.json"  # (not alerts.json: the config dir may be the data dir)
 STATE_FORMAT = "desktop-queue.alert-state"
 HISTORY_FILE = "alerts.jsonl"
 LOCK_FILE = ".alerts.lock"
@@ -672,7 +673,7 @@ class History:
 class AlertBook:
     """The alert state and history of one data dir, shared by every process on it.
 
-    ``alerts.json`` holds the :class:`AlertState` (written atomically); ``alerts.jsonl``
+    ``alerts-state.json`` holds the :class:`AlertState` (written atomically); ``alerts.jsonl``
     the history, one transition a line, appended and fsynced. Both change only under
     ``.alerts.lock``: a process evaluates against the state as persisted, so that two
     processes scanning at once record each transition once.
@@ -703,20 +704,29 @@ class AlertBook:
 
     def _read_state(self) -> tuple[AlertState, list[Transition]]:
         try:
-            doc = orjson.loads(self.state_path.read_bytes())
+            raw = self.state_path.read_bytes()
         except FileNotFoundError:
             return AlertState(), []
-        except (OSError, orjson.JSONDecodeError) as exc:
-            # the state is derived (tracks restart quiet): keep the damaged file aside, start afresh
-            aside = self.state_path.with_name(f"{STATE_FILE}.corrupt-{int(os.path.getmtime(self.state_path))}")
-            with contextlib.suppress(OSError):
-                os.replace(self.state_path, aside)
-            self.notices.append(f"the alert state was damaged ({exc}); kept aside as {aside.name}, alerts start afresh")
-            return AlertState(), []
-        if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
-            return AlertState(), []
-        unlogged = [Transition.from_json(t) for t in doc.get("unlogged") or ()]
-        return AlertState.from_json(doc.get("state") or {}), unlogged
+        try:
+            doc = orjson.loads(raw)
+            if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
+                raise ValueError("not an alert state file")
+            if int(doc.get("schema_version", 0)) > SCHEMA_VERSION:
+                raise ValueError("written by a newer version")
+            unlogged = [Transition.from_json(t) for t in doc.get("unlogged") or ()]
+            return AlertState.from_json(doc.get("state") or {}), unlogged
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
+            return self._set_aside(exc)
+
+    def _set_aside(self, exc: Exception) -> tuple[AlertState, list[Transition]]:
+        """Keeps a damaged state file aside; alerts start afresh (the state is derived, the history is not)."""
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        aside = self.state_path.with_name(f"{STATE_FILE}.corrupt-{stamp}")
+        with contextlib.suppress(OSError):
+            os.replace(self.state_path, aside)
+        self.notices.append(f"the alert state was damaged ({exc}); kept aside as {aside.name}, alerts start afresh")
+        log.warning("%s", self.notices[-1])
+        return AlertState(), []
 
     def state(self) -> AlertState:
         """The persisted state (what is active now)."""

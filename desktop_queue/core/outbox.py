@@ -184,33 +184,44 @@ class Outbox:
             try:
                 rec = orjson.loads(line)
                 op = rec["op"]
-            except (orjson.JSONDecodeError, KeyError, TypeError):
+                self._apply(view, rec, op)
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 last = n == len(lines) - 1
                 view.notices.append(
                     "the last outbox line was torn (a crash while writing); it was skipped"
                     if last
                     else f"outbox line {n + 1} is damaged; it was skipped"
                 )
-                continue
-            view.lines += 1
-            if op == "header":
-                if int(rec.get("schema_version", 0)) > SCHEMA_VERSION:
-                    raise OSError("the outbox was written by a newer version")
-                view.since = float(rec.get("since") or 0.0)
-            elif op == "add":
-                notice = Notice(**{k: rec[k] for k in ("key", "job_id", "state", "title", "kind", "finished_at")})
-                view.entries.setdefault(notice.key, _Entry(notice))
-            elif (entry := view.entries.get(rec.get("key", ""))) is not None:
-                if op == "claim":
-                    entry.claimed_by, entry.claimed_at = rec.get("by"), rec.get("at")
-                elif op == "ack":
-                    entry.acked = True
-                elif op == "requeue":
-                    entry.claimed_by = entry.claimed_at = None
         for note in view.notices:
             if note not in self.notices:
                 self.notices.append(note)
         return view
+
+    @staticmethod
+    def _apply(view: OutboxView, rec: Mapping[str, Any], op: str) -> None:
+        """One line of the file into ``view`` (raises KeyError/TypeError/ValueError on a malformed one)."""
+        view.lines += 1
+        if op == "header":
+            if int(rec.get("schema_version", 0)) > SCHEMA_VERSION:
+                raise OSError("the outbox was written by a newer version")
+            view.since = float(rec.get("since") or 0.0)
+        elif op == "add":
+            notice = Notice(
+                key=str(rec["key"]),
+                job_id=str(rec["job_id"]),
+                state=str(rec["state"]),
+                title=str(rec.get("title") or ""),
+                kind=str(rec.get("kind") or ""),
+                finished_at=float(rec["finished_at"]),
+            )
+            view.entries.setdefault(notice.key, _Entry(notice))
+        elif (entry := view.entries.get(rec.get("key", ""))) is not None:
+            if op == "claim":
+                entry.claimed_by, entry.claimed_at = rec.get("by"), rec.get("at")
+            elif op == "ack":
+                entry.acked = True
+            elif op == "requeue":
+                entry.claimed_by = entry.claimed_at = None
 
     def _append(self, records: Sequence[Mapping[str, Any]]) -> None:
         if not records:

@@ -448,3 +448,14 @@ class BookMachine(RuleBasedStateMachine):
 
 TestBookMachine = BookMachine.TestCase
 TestBookMachine.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
+
+
+@pytest.mark.parametrize("damage", [b"{not json", b'{"format": "desktop-queue.alert-state", "unlogged": [{"id": 1}]}'])
+def test_a_damaged_state_is_kept_aside_and_alerts_start_afresh(tmp_path: Path, damage: bytes) -> None:
+    book = AlertBook(tmp_path)
+    book.state_path.write_bytes(damage)
+    assert book.update([SPIKE], spike_signals(T0, 15)) == []
+    assert book.notices and "kept aside" in book.notices[0]
+    (aside,) = tmp_path.glob("alerts-state.json.corrupt-*")
+    assert aside.read_bytes() == damage
+    assert [t.kind for t in book.update([SPIKE], spike_signals(T0 + 25, 15))] == [FIRED]

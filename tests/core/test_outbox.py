@@ -249,3 +249,18 @@ def test_an_open_window_is_seen_by_other_processes_until_it_dies(data_dir: Path)
             if stream is not None:
                 stream.close()
     assert not outbox.window_present()
+
+
+def test_a_malformed_line_in_the_middle_is_skipped_with_a_note(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path
+) -> None:
+    queue = open_queue()
+    outbox = Outbox(data_dir, clock.now)
+    outbox.view()
+    with open(outbox.path, "ab") as f:
+        f.write(b'{"op": "add", "key": "x"}\n')  # valid JSON, not a notice
+    clock.advance(1)
+    _finish(queue, 1)
+    assert len(outbox.feed(queue)) == 1
+    view = outbox.view()
+    assert len(view.pending()) == 1 and any("line 2 is damaged" in n for n in view.notices)
