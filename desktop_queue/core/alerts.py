@@ -199,7 +199,7 @@ def _backlog_growth(rule: Rule, samples: Sequence[tuple[float, float]], now: flo
     middle = min(window, key=lambda s: abs(s[0] - (window[0][0] + window[-1][0]) / 2))[1]
     grew = last - first if first <= middle <= last else 0.0
     minutes = round(rule.window_s / 60)
-    return Reading(grew, f"backlog grew from {first:.0f} to {last:.0f} jobs in {minutes} min")
+    return Reading(grew, f"the backlog went from {first:.0f} to {last:.0f} jobs in {minutes} min")
 
 
 def readings(rule: Rule, signals: Signals, samples: Sequence[tuple[float, float]], now: float) -> dict[str, Reading]:
@@ -364,7 +364,7 @@ def _split(key: str) -> tuple[str, str]:
     return rule, subject
 
 
-def _step(rule: Rule, track: Track, reading: Reading | None, now: float) -> tuple[Track, str | None]:
+def _step(rule: Rule, subject: str, track: Track, reading: Reading | None, now: float) -> tuple[Track, str | None]:
     """One (rule, subject)'s next track, and the transition it makes (None: none)."""
     value = reading.value if reading is not None else None
     text = reading.text if reading is not None else track.text
@@ -382,8 +382,25 @@ def _step(rule: Rule, track: Track, reading: Reading | None, now: float) -> tupl
         return Track(True, track.since, None, track.fired_at, text, value), None
     calm = track.calm_since if track.calm_since is not None else now
     if now - calm >= rule.clear_s:
+        if reading is None:  # nothing to read any more: say what is over, not the last reading
+            text = calm_text(rule.name, subject, track.text)
         return Track(False, None, None, None, text, value), CLEARED
     return Track(True, track.since, calm, track.fired_at, text, value), None
+
+
+#: what a cleared alert says when its condition left nothing to read
+_CALM = {
+    BREAKER_OPEN: "profile {subject}: the circuit breaker is closed again",
+    LONG_RUNNING: "no job runs far longer than usual now",
+    QUEUE_WAIT_P95: "no job has waited in the window",
+    BUDGET_NEARLY_SPENT: "profile {subject}: no budget is nearly spent now",
+}
+
+
+def calm_text(rule: str, subject: str, last: str) -> str:
+    """The text of a cleared alert whose subject has no reading now (a breaker closed, a job done)."""
+    template = _CALM.get(rule)
+    return template.format(subject=subject) if template else f"over: {last}"
 
 
 def evaluate(
@@ -415,7 +432,7 @@ def evaluate(
         for key in sorted(keys):
             subject = _split(key)[1]
             old = previous.tracks.get(key, Track())
-            new, kind = _step(rule, old, got.get(subject), now)
+            new, kind = _step(rule, subject, old, got.get(subject), now)
             if kind is not None:
                 seq += 1
                 transitions.append(Transition(seq, rule.name, subject, kind, now, new.text, new.value))

@@ -459,3 +459,12 @@ def test_a_damaged_state_is_kept_aside_and_alerts_start_afresh(tmp_path: Path, d
     (aside,) = tmp_path.glob("alerts-state.json.corrupt-*")
     assert aside.read_bytes() == damage
     assert [t.kind for t in book.update([SPIKE], spike_signals(T0 + 25, 15))] == [FIRED]
+
+
+def test_a_cleared_breaker_alert_says_the_breaker_closed() -> None:
+    rule = dataclasses.replace(DEFAULTS[BREAKER_OPEN], for_s=0, clear_s=0)
+    state, fired = evaluate([rule], Signals(at=T0, breakers={"openai": "open"}), AlertState(), T0)
+    assert [(x.kind, x.subject) for x in fired] == [(FIRED, "openai")]
+    assert fired[0].describe() == "Alert: profile openai: the circuit breaker is open"
+    _state, cleared = evaluate([rule], Signals(at=T0 + 1, breakers={"openai": "closed"}), state, T0 + 1)
+    assert cleared[0].describe() == "Cleared: profile openai: the circuit breaker is closed again"
