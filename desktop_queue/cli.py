@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from desktop_queue import __version__, cli_pause, cli_schedule, cli_serve
+from desktop_queue import __version__, cli_alerts, cli_pause, cli_schedule, cli_serve
 from desktop_queue.core import Job, Queue, QueueError, State, present
 from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError, UnknownKind
 from desktop_queue.core.model import iso
@@ -304,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     cli_serve.add_parser(sub)
     cli_pause.add_parsers(sub)
+    cli_alerts.add_parser(sub)
     return parser
 
 
@@ -1085,6 +1086,10 @@ def cmd_work(args: argparse.Namespace) -> int:
     # `desktop-queue profile add` or the window's Preferences change the profiles while this
     # worker runs: it follows them (the flags still override the default profile)
     running = {"profiles": profiles}
+    # the repair scan, the notification outbox and the alerts, at a low rate from the driver's tick
+    driver.upkeep = cli_alerts.work_upkeep(
+        queue, driver, flow=flow, budgets=lambda: cli_alerts.budgets_of(running["profiles"])
+    )
 
     def reload_profiles() -> None:
         from desktop_queue.providers.profiles import ProfileFileError, load_profiles
@@ -1130,6 +1135,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     app.exec()
     watch.stop()
     clean = driver.shutdown(timeout_ms=10_000)
+    driver.upkeep.flush()  # what this worker finished is announced (logged) before it exits
     counts = queue.counts()
     try:
         queue.close()
@@ -1387,6 +1393,7 @@ COMMANDS = {
     "serve": cli_serve.cmd_serve,
     "schedule": lambda args: cli_schedule.run(args),
     **cli_pause.COMMANDS,
+    "alerts": cli_alerts.run,
 }
 
 

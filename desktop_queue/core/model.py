@@ -74,6 +74,8 @@ class EventType(StrEnum):
     RESOLVED = "resolved"
     #: a verified provider webhook about the job's provider job (see ``core.webhooks``)
     WEBHOOK = "webhook"
+    #: the repair scan found something wrong with the job (stuck, running long, notice lost)
+    REPAIR_FINDING = "repair_finding"
 
 
 TERMINAL = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})
@@ -129,6 +131,7 @@ DETAIL_KEYS = frozenset(
         "bytes",
         "edited",
         "note",
+        "finding",
     }
 )
 

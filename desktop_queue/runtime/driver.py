@@ -327,6 +327,9 @@ class LeaseDriver(QObject):
         background: the data dir's "pause background work" switch, read on every
             lease (default: the queue's data dir's); while it is on, only interactive
             jobs are leased.
+        upkeep: an object whose ``tick()`` the driver calls at most every
+            ``upkeep.every_s`` seconds (default 30) from its own tick: the repair scan,
+            the notification outbox and the alerts (:class:`~desktop_queue.core.repair.Upkeep`).
 
     Signals:
         job_started(str): a job was leased and handed to the pool.
@@ -381,8 +384,11 @@ class LeaseDriver(QObject):
         store_retry_s: tuple[float, float] = STORE_RETRY_S,
         background: BackgroundSwitch | None = None,
         parent: QObject | None = None,
+        upkeep: Any = None,
     ) -> None:
         super().__init__(parent)
+        self.upkeep = upkeep
+        self._upkeep_at: float | None = None  # the first runs one interval after the first tick
         self.flow = flow
         self.background = background if background is not None else BackgroundSwitch(queue.data_dir)
         self.lease_s = lease_s
@@ -560,12 +566,14 @@ class LeaseDriver(QObject):
             if self._paused:
                 if self._stop_after_current and not self._active:
                     self._stop_after_current = False
+                self._run_upkeep()  # alerts and notices go on while leasing is paused
                 self._emit_idle_if_idle()
                 return
             self._kinds = self._available_kinds()  # once a tick: each provider is asked (a key lookup)
             self._lease_while_capacity(self._kinds)
             if not self._active:
                 self.queue.reap()
+            self._run_upkeep()
             self._emit_idle_if_idle()
         except StoreError as exc:
             # nothing was written: a lease that failed spent no attempt
@@ -597,6 +605,22 @@ class LeaseDriver(QObject):
                     log.warning("%s", message)
                     self.error.emit(message)
             self._scheduler_error = said
+
+    def _run_upkeep(self) -> None:
+        """The low-rate work (repair scan, outbox, alerts), at most every ``upkeep.every_s``."""
+        if self.upkeep is None:
+            return
+        now = self.queue.clock.monotonic()
+        if self._upkeep_at is None:
+            self._upkeep_at = now  # not at start-up: opening the window does not wait for a scan
+            return
+        if now - self._upkeep_at < float(getattr(self.upkeep, "every_s", 30.0)):
+            return
+        self._upkeep_at = now
+        try:
+            self.upkeep.tick()
+        except Exception as exc:  # upkeep must never stop the leasing
+            log.error("lease driver: upkeep failed: %s", type(exc).__name__)
 
     def _fill(self) -> None:
         """Leases at once into the slots finished attempts freed: the part of a tick they need.

@@ -39,6 +39,7 @@ from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.providers.setup import apply as apply_profile
 from desktop_queue.providers.setup import reconfigure as reconfigure_profiles
 from desktop_queue.runtime.driver import LeaseDriver
+from desktop_queue.ui.models.alerts_model import AlertWatch
 from desktop_queue.ui.models.dead_letter_model import DeadLetterModel
 from desktop_queue.ui.models.queue_model import QueueModel
 from desktop_queue.ui.models.refresh import RefreshCoordinator
@@ -194,6 +195,15 @@ class Controller(QObject):
         self.queue_model = QueueModel(queue.clock.now, hold=self.hold_reason, parent=self, history=queue)
         self.dead_model = DeadLetterModel(queue.clock.now, parent=self, history=queue)
         self.refresher = RefreshCoordinator(queue, [self.queue_model, self.dead_model], refresh_ms, self)
+        #: the repair scan, the notification outbox and the alerts (the driver ticks them)
+        self.alerts = AlertWatch(
+            queue,
+            providers=self.providers,
+            flow=flow,
+            budgets=lambda: self.budgets,
+            capacity_free=lambda: not self.driver.paused and self.driver.running < self.driver.concurrency,
+            parent=self,
+        )
         self.driver = LeaseDriver(
             queue,
             self.providers,
@@ -202,6 +212,7 @@ class Controller(QObject):
             flow=flow,
             attempt_timeout_s=attempt_timeout_s,
             parent=self,
+            upkeep=self.alerts.upkeep,
         )
         # schedules: evaluated on the driver's tick (whoever else runs them, a window makes one job)
         self.scheduler = Scheduler(queue)
@@ -216,6 +227,7 @@ class Controller(QObject):
         self.refresher.refreshed.connect(self.update_lanes)
         self.driver.store_unavailable.connect(self.store_unavailable)
         self.driver.store_available.connect(self._store_back)
+        self.refresher.jobs_changed.connect(lambda _ids: self.alerts.deliver_soon())  # finished jobs' notices
         #: bulk actions run here, one at a time, off the GUI thread (never the driver's pool)
         self.bulk_pool = QThreadPool(self)
         self.bulk_pool.setMaxThreadCount(1)
@@ -379,6 +391,7 @@ class Controller(QObject):
         if self._shut:
             return True
         self._shut = True
+        self.alerts.stop()
         if self.bulk_task is not None:
             self.bulk_task.cancel()
         self.bulk_pool.waitForDone(timeout_ms)

@@ -22,8 +22,10 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_queue.core import SubmitResult
+from desktop_queue.core.alerts import FIRED, Transition
 from desktop_queue.core.flow import FlowEventType
 from desktop_queue.core.model import State
+from desktop_queue.core.outbox import Notice
 from desktop_queue.core.paths import config_dir
 from desktop_queue.core.windowed import WindowedMetrics
 from desktop_queue.ui import dialogs, help_menu
@@ -36,6 +38,7 @@ from desktop_queue.ui.job_tabs import JobTabs
 from desktop_queue.ui.local_api import LocalApi
 from desktop_queue.ui.models.metrics_model import MetricsSource
 from desktop_queue.ui.notifier import Banner, Level, Notifier
+from desktop_queue.ui.panes.alerts_pane import AlertRulesDialog, AlertsPane
 from desktop_queue.ui.panes.dead_letter_pane import DeadLetterPane
 from desktop_queue.ui.panes.metrics_pane import MetricsPane
 from desktop_queue.ui.panes.queue_pane import QueuePane
@@ -132,6 +135,8 @@ class MainWindow(QMainWindow):
         # (no Alt letter: each of M, e, t, r, i, c, s is taken; View → Metrics has Ctrl+Shift+M)
         self.tabs.addTab(self.metrics_pane, "Metrics")
         self.closed.connect(lambda: self.metrics_pane.source.shutdown(self.shutdown_timeout_ms))
+        self.alerts_pane = AlertsPane(controller.alerts.model)
+        self.tabs.addTab(self.alerts_pane, icon("provider-down"), "&Alerts")
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.tabs)
@@ -207,6 +212,9 @@ class MainWindow(QMainWindow):
         controller.failed.connect(lambda m: self.banner.show_message(m, "state-dead"))
         controller.store_unavailable.connect(self._store_unavailable)
         controller.store_available.connect(self._store_available)
+        controller.alerts.transitions.connect(self._alert_transitions)
+        controller.alerts.notices.connect(self._announce_notices)
+        self.alerts_pane.rules_requested.connect(self.edit_alert_rules)
         controller.refresher.follow(self)  # slower while hidden or behind another application
 
         self._restore_state()
@@ -363,6 +371,8 @@ class MainWindow(QMainWindow):
 
     def selection(self) -> list[dict]:
         """The job dicts selected in the visible pane."""
+        if self.tabs.currentWidget() is self.alerts_pane:
+            return []  # (the job actions do not reach through to the hidden queue's selection)
         return self.current_pane().selected()
 
     def _tab_changed(self, _index: int) -> None:
@@ -473,18 +483,11 @@ class MainWindow(QMainWindow):
         self.dead_pane.set_total(dead, counts.get("resolved", 0))
         if self._dead_seen is None or self.tabs.currentWidget() is self.dead_pane:
             self._dead_seen = dead
-        if dead > self._dead_count and self._dead_count_known:
-            self.notifier.notify(
-                f"{dead - self._dead_count} job(s) dead-lettered; they wait for you in Dead letters",
-                Level.WARNING,
-                8000,
-            )
-        self._dead_count_known = True
+        # (a dead letter's notice comes from the outbox: once, whichever process it died in)
         self._dead_count = dead
         status.show_dead(dead, self._dead_seen or 0)
         self.tabs.setTabText(1, f"&Dead letters ({dead})" if dead else "&Dead letters")
 
-    _dead_count_known = False
     #: (refresher version, counts) of the last ``Queue.counts()``; what the status bar last showed
     _counts_cache: tuple[int, dict[str, int]] | None = None
     _status_shown: tuple[Any, ...] | None = None
@@ -527,6 +530,32 @@ class MainWindow(QMainWindow):
                 self.statusBar().showMessage(f"The provider “{profile}” answers again; its jobs run.", 8000)
             self._breaker_announced.discard(profile)
         self._update_providers()
+
+    def _alert_transitions(self, transitions: list[Transition]) -> None:
+        """An alert fired or cleared (recorded by this or another process): a banner and a notice, once."""
+        for t in transitions:
+            fired = t.kind == FIRED
+            self.banner.show_message(t.describe(), "provider-down" if fired else "provider-ok")
+            self.notifier.notify(t.describe(), Level.WARNING if fired else Level.INFO, 8000 if fired else 5000)
+
+    def _announce_notices(self, notices: list[Notice]) -> None:
+        """Finished jobs from the outbox (each delivered once across processes): one notice for the batch."""
+        if len(notices) <= 2:
+            for notice in notices:
+                dead = notice.state == State.DEAD
+                self.notifier.notify(notice.text(), Level.WARNING if dead else Level.INFO, 8000 if dead else 5000)
+            return
+        dead_n = sum(1 for n in notices if n.state == State.DEAD)
+        text = f"{len(notices)} jobs finished"
+        if dead_n:
+            text += f"; {dead_n} dead-lettered: they wait for you in Dead letters"
+        self.notifier.notify(text, Level.WARNING if dead_n else Level.INFO, 8000 if dead_n else 5000)
+
+    def edit_alert_rules(self) -> AlertRulesDialog:
+        """Opens the alert rules (thresholds, windows, on/off); saved to the config dir."""
+        dialog = AlertRulesDialog({r.name: r for r in self.controller.alerts.rules()}, parent=self)
+        dialog.open()
+        return dialog
 
     def _store_unavailable(self, message: str) -> None:
         self._store_message = message

@@ -1,0 +1,412 @@
+"""The notification outbox: each finished job is announced once, across processes and restarts.
+
+A job that ends (``succeeded`` or ``dead``) gets an entry keyed by ``id:run:state``, so a
+job retried and dead again is announced again, but a job is never announced twice for
+the same ending. Entries are derived from the store (:meth:`Outbox.feed` reads the jobs a
+change touched, :meth:`Outbox.add_missing` the whole hot set), so a process that died
+before announcing loses nothing: whoever looks next adds what is missing.
+
+Delivery is claim, deliver, acknowledge, every step a line appended under
+``outbox/.lock``: a deliverer (the window's notifier, ``work``'s log) claims pending
+entries, tells people, then acknowledges them. Two deliverers never claim the same entry.
+While a window is open it holds ``outbox/.window.lock`` and a worker delivers nothing:
+people see the notices on their desktop, not in a log.
+A claim whose holder died before acknowledging is found by the repair scan
+(:meth:`Outbox.stale_claims`) and queued again (:meth:`Outbox.requeue`).
+
+The file is ``outbox/outbox.jsonl``: a header line (with ``since``: jobs that finished
+before it are never announced: opening an old data dir does not announce its history),
+then ``add`` / ``claim`` / ``ack`` / ``requeue`` lines. A torn last line (a crash while
+appending) is skipped with a note. When it has grown, the file is rewritten atomically
+with only what is still needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from desktop_queue.core.errors import StoreError
+from desktop_queue.core.liveness import holder_alive, this_process
+from desktop_queue.core.model import State
+from desktop_queue.core.store.fileio import FileLock, atomic_write, make_dirs
+
+OUTBOX_DIR = "outbox"
+OUTBOX_FILE = "outbox.jsonl"
+LOCK_FILE = ".lock"
+#: held (shared) by every open window: a worker then leaves the notices to the window
+WINDOW_LOCK = ".window.lock"
+FORMAT = "desktop-queue.outbox"
+SCHEMA_VERSION = 1
+#: the states people are told about
+ANNOUNCED = frozenset({State.SUCCEEDED, State.DEAD})
+#: rewrite the file when it holds this many lines
+COMPACT_LINES = 5000
+#: a claim not acknowledged in this long counts as lost even if its holder lives
+CLAIM_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One notification: a job that ended.
+
+    Attributes:
+        key: ``id:run:state``.
+        job_id: the job.
+        state: ``succeeded`` or ``dead``.
+        title: the job's title (never its input).
+        kind: the job's kind.
+        finished_at: when it ended.
+    """
+
+    key: str
+    job_id: str
+    state: str
+    title: str
+    kind: str
+    finished_at: float
+
+    def text(self) -> str:
+        """For the window: by title (what the job tables show)."""
+        name = self.title or f"{self.kind} job {self.job_id[:8]}"
+        return f"{name}: {self._ending()}"
+
+    def log_text(self) -> str:
+        """For a log: by id and kind, never the title (a job without one is titled by its prompt)."""
+        return f"job {self.job_id} ({self.kind}): {self._ending()}"
+
+    def _ending(self) -> str:
+        return "finished" if self.state == State.SUCCEEDED else "dead-lettered; it waits for you in Dead letters"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "job_id": self.job_id,
+            "state": self.state,
+            "title": self.title,
+            "kind": self.kind,
+            "finished_at": self.finished_at,
+        }
+
+
+def notice_of(job: Mapping[str, Any]) -> Notice | None:
+    """The notice a finished job gets, or None (not an announced ending)."""
+    state = job.get("state")
+    if state not in ANNOUNCED or job.get("finished_at") is None:
+        return None
+    key = f"{job['id']}:{job.get('run', 1)}:{state}"
+    title = str(job.get("title") or "")[:120]
+    return Notice(key, job["id"], str(state), title, str(job.get("kind") or ""), float(job["finished_at"]))
+
+
+@dataclass
+class _Entry:
+    notice: Notice
+    claimed_by: str | None = None
+    claimed_at: float | None = None
+    acked: bool = False
+
+
+@dataclass
+class OutboxView:
+    """The outbox as read: every entry by key, and what was wrong with the file."""
+
+    since: float
+    entries: dict[str, _Entry] = field(default_factory=dict)
+    lines: int = 0
+    notices: list[str] = field(default_factory=list)
+
+    def pending(self) -> list[Notice]:
+        return [e.notice for e in self.entries.values() if not e.acked and e.claimed_by is None]
+
+    def delivered(self, key: str) -> bool:
+        entry = self.entries.get(key)
+        return entry is not None and entry.acked
+
+
+class Outbox:
+    """The outbox of one data dir.
+
+    Args:
+        data_dir: the data directory.
+        now: wall time (the queue's clock in tests).
+        alive: whether a claim holder (``host/pid/start``) still runs (default: the process table).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        now: Callable[[], float],
+        *,
+        alive: Callable[[str], bool | None] | None = None,
+    ) -> None:
+        self.dir = Path(data_dir) / OUTBOX_DIR
+        self.path = self.dir / OUTBOX_FILE
+        self.now = now
+        self.alive = alive or holder_alive
+        self.me = this_process()
+        self._version = 0
+        self._window: FileLock | None = None
+        self.notices: list[str] = []
+
+    # ------------------------------------------------------------------ file
+
+    @contextlib.contextmanager
+    def _locked(self) -> Any:
+        make_dirs(self.dir)
+        lock = FileLock(self.dir / LOCK_FILE)
+        try:
+            with lock.held():
+                yield
+        finally:
+            lock.close()
+
+    def _read(self) -> OutboxView:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            view = OutboxView(self.now())
+            header = {"op": "header", "format": FORMAT, "schema_version": SCHEMA_VERSION, "since": view.since}
+            atomic_write(self.path, orjson.dumps(header) + b"\n")
+            view.lines = 1
+            return view
+        lines = data.split(b"\n")
+        view = OutboxView(0.0)
+        for n, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                rec = orjson.loads(line)
+                op = rec["op"]
+                self._apply(view, rec, op)
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                last = n == len(lines) - 1
+                view.notices.append(
+                    "the last outbox line was torn (a crash while writing); it was skipped"
+                    if last
+                    else f"outbox line {n + 1} is damaged; it was skipped"
+                )
+        for note in view.notices:
+            if note not in self.notices:
+                self.notices.append(note)
+        return view
+
+    @staticmethod
+    def _apply(view: OutboxView, rec: Mapping[str, Any], op: str) -> None:
+        """One line of the file into ``view`` (raises KeyError/TypeError/ValueError on a malformed one)."""
+        view.lines += 1
+        if op == "header":
+            if int(rec.get("schema_version", 0)) > SCHEMA_VERSION:
+                raise OSError("the outbox was written by a newer version")
+            view.since = float(rec.get("since") or 0.0)
+        elif op == "add":
+            notice = Notice(
+                key=str(rec["key"]),
+                job_id=str(rec["job_id"]),
+                state=str(rec["state"]),
+                title=str(rec.get("title") or ""),
+                kind=str(rec.get("kind") or ""),
+                finished_at=float(rec["finished_at"]),
+            )
+            view.entries.setdefault(notice.key, _Entry(notice))
+        elif (entry := view.entries.get(rec.get("key", ""))) is not None:
+            if op == "claim":
+                entry.claimed_by, entry.claimed_at = rec.get("by"), rec.get("at")
+            elif op == "ack":
+                entry.acked = True
+            elif op == "requeue":
+                entry.claimed_by = entry.claimed_at = None
+
+    def _append(self, records: Sequence[Mapping[str, Any]]) -> None:
+        if not records:
+            return
+        payload = b"".join(orjson.dumps(dict(r)) + b"\n" for r in records)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            size = os.fstat(fd).st_size
+            if size:
+                with open(self.path, "rb") as f:
+                    f.seek(size - 1)
+                    if f.read(1) != b"\n":
+                        payload = b"\n" + payload  # end a torn line: it stays one skipped line
+            os.write(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _compact(self, view: OutboxView, hot_ids: set[str] | None) -> None:
+        """Rewrites the file with the entries still needed.
+
+        Acknowledged entries are kept while their job is in the hot set (so the job is
+        not announced again); ``since`` moves past those dropped.
+        """
+        keep: list[dict[str, Any]] = []
+        since = view.since
+        for entry in view.entries.values():
+            if entry.acked and (hot_ids is None or entry.notice.job_id not in hot_ids):
+                since = max(since, entry.notice.finished_at)
+                continue
+            keep.append({"op": "add", **entry.notice.to_json()})
+            if entry.acked:
+                keep.append({"op": "ack", "key": entry.notice.key})
+            elif entry.claimed_by is not None:
+                keep.append({"op": "claim", "key": entry.notice.key, "by": entry.claimed_by, "at": entry.claimed_at})
+        header = {"op": "header", "format": FORMAT, "schema_version": SCHEMA_VERSION, "since": since}
+        atomic_write(self.path, b"".join(orjson.dumps(r) + b"\n" for r in [header, *keep]))
+
+    # ------------------------------------------------------------------ adding
+
+    def start(self) -> None:
+        """Creates the outbox if there is none, so that every job that ends from now on is announced.
+
+        Never raises: an outbox that cannot be written now is created by the next feed.
+        """
+        with contextlib.suppress(OSError, StoreError):
+            self.view()
+
+    def view(self) -> OutboxView:
+        """The outbox as it is now (under the lock: a consistent read)."""
+        with self._locked():
+            return self._read()
+
+    def add(self, jobs: Iterable[Mapping[str, Any]]) -> list[Notice]:
+        """Adds the notices of the finished ``jobs`` not in the outbox yet; returns those added."""
+        candidates = [n for n in (notice_of(j) for j in jobs) if n is not None]
+        if not candidates:
+            return []
+        with self._locked():
+            view = self._read()
+            new = [n for n in candidates if n.key not in view.entries and n.finished_at >= view.since]
+            unique = list({n.key: n for n in new}.values())
+            self._append([{"op": "add", **n.to_json()} for n in unique])
+            return unique
+
+    def feed(self, queue: Any) -> list[Notice]:
+        """Adds the notices of the jobs changed since the last feed (the store's changes feed)."""
+        version, ids = queue.changed_since(self._version)
+        first = self._version == 0
+        self._version = version
+        if ids is None or first:
+            if first:
+                self.view()  # the outbox starts now if it did not exist: later endings count
+            return self.add_missing(queue)
+        if not ids:
+            return []
+        return self.add(queue.raw_jobs(ids))
+
+    def add_missing(self, queue: Any) -> list[Notice]:
+        """Adds a notice for every finished job of the hot set that has none (the repair scan's pass)."""
+        return self.add(queue.raw_jobs())
+
+    # ------------------------------------------------------------------ delivering
+
+    def claim(self, limit: int = 50) -> list[Notice]:
+        """Takes up to ``limit`` pending notices for this process to deliver (oldest first)."""
+        with self._locked():
+            view = self._read()
+            pending = sorted(view.pending(), key=lambda n: n.finished_at)[:limit]
+            now = self.now()
+            self._append([{"op": "claim", "key": n.key, "by": self.me, "at": now} for n in pending])
+            return pending
+
+    def ack(self, notices: Iterable[Notice]) -> None:
+        """Marks ``notices`` delivered."""
+        keys = [n.key for n in notices]
+        if not keys:
+            return
+        with self._locked():
+            self._append([{"op": "ack", "key": k, "at": self.now()} for k in keys])
+
+    def deliver(self, send: Callable[[list[Notice]], None], limit: int = 50) -> list[Notice]:
+        """Claims pending notices, hands them to ``send``, acknowledges them; returns them.
+
+        If ``send`` raises, the claim stays unacknowledged and the repair scan queues the
+        notices again once this process is gone (or the claim is old).
+        """
+        notices = self.claim(limit)
+        if notices:
+            send(notices)
+            self.ack(notices)
+        return notices
+
+    # ------------------------------------------------------------------ who delivers
+
+    def hold_window(self) -> None:
+        """Says, while this process runs, that a window delivers the notices (desktop notifications).
+
+        An OS lock, released by the OS when the process dies: a worker that finds it held
+        leaves the notices to the window, so that people see them on the desktop rather
+        than in a worker's log.
+        """
+        if self._window is None:
+            make_dirs(self.dir)
+            lock = FileLock(self.dir / WINDOW_LOCK)
+            lock.acquire(exclusive=False)
+            self._window = lock
+
+    def release_window(self) -> None:
+        if self._window is not None:
+            self._window.release()
+            self._window.close()
+            self._window = None
+
+    def window_present(self) -> bool:
+        """Whether a window on this data dir delivers the notices (holds :data:`WINDOW_LOCK`)."""
+        if self._window is not None:
+            return True
+        make_dirs(self.dir)
+        lock = FileLock(self.dir / WINDOW_LOCK)
+        try:
+            free = lock.acquire(exclusive=True, blocking=False)
+            if free:
+                lock.release()
+            return not free
+        finally:
+            lock.close()
+
+    # ------------------------------------------------------------------ repair
+
+    def stale_claims(self, timeout_s: float = CLAIM_TIMEOUT_S) -> list[Notice]:
+        """Claimed, never acknowledged, and the claimer is gone (or the claim is older than ``timeout_s``)."""
+        view = self.view()
+        now = self.now()
+        out = []
+        for entry in view.entries.values():
+            if entry.acked or entry.claimed_by is None:
+                continue
+            gone = entry.claimed_by != self.me and self.alive(entry.claimed_by) is False
+            if gone or now - (entry.claimed_at or 0.0) > timeout_s:
+                out.append(entry.notice)
+        return out
+
+    def requeue(self, notices: Iterable[Notice]) -> list[Notice]:
+        """Makes claimed, unacknowledged ``notices`` pending again (checked under the lock)."""
+        wanted = {n.key for n in notices}
+        if not wanted:
+            return []
+        with self._locked():
+            view = self._read()
+            again = [
+                e.notice for k, e in view.entries.items() if k in wanted and not e.acked and e.claimed_by is not None
+            ]
+            self._append([{"op": "requeue", "key": n.key, "at": self.now()} for n in again])
+            return again
+
+    def compact(self, queue: Any = None) -> bool:
+        """Rewrites the file if it has grown past :data:`COMPACT_LINES`; True if it did."""
+        hot = None if queue is None else {j["id"] for j in queue.raw_jobs()}
+        with self._locked():
+            view = self._read()
+            if view.lines < COMPACT_LINES:
+                return False
+            self._compact(view, hot)
+            return True
+
+
+__all__ = ["ANNOUNCED", "Notice", "Outbox", "OutboxView", "notice_of"]

@@ -1,0 +1,266 @@
+"""The notification outbox: every finished job is announced once, across real processes and restarts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from desktop_queue.core import FakeClock, Queue, SystemClock
+from desktop_queue.core.model import ErrorClass
+from desktop_queue.core.outbox import Outbox
+from desktop_queue.core.outcome import Outcome
+from desktop_queue.core.repair import RepairScan
+
+OpenQueue = Callable[..., Queue]
+REPO = Path(__file__).resolve().parents[2]
+
+#: a deliverer: waits for "go", then delivers until the outbox is empty; prints what it delivered
+_DELIVERER = r"""
+import sys, time, orjson
+from desktop_queue.core.outbox import Outbox
+outbox = Outbox(sys.argv[1], time.time)
+print("ready", flush=True)
+sys.stdin.readline()
+got = []
+while outbox.deliver(lambda notices: got.extend(n.key for n in notices), limit=3):
+    pass
+print(orjson.dumps(got).decode(), flush=True)
+"""
+
+#: claims everything, says so, then waits to be killed before it delivers or acknowledges
+_CLAIMER = r"""
+import sys
+from desktop_queue.core.outbox import Outbox
+claimed = Outbox(sys.argv[1], lambda: float(sys.argv[2])).claim()  # the test's clock
+print(len(claimed), flush=True)
+sys.stdin.readline()
+"""
+
+#: finishes every queued job in another process (the window learns of them from the store)
+_FINISHER = r"""
+import sys
+from desktop_queue.core import Queue
+with Queue.open(sys.argv[1]) as q:
+    while (lease := q.lease("other")) is not None:
+        q.complete(lease, {"ok": True})
+print("done", flush=True)
+"""
+
+
+def _spawn(script: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def _finish(queue: Queue, n: int, dead: int = 0) -> list[str]:
+    ids = []
+    for i in range(n):
+        ids.append(queue.submit("demo", {"i": i}, title=f"job {i}").job.id)
+        lease = queue.lease("w")
+        assert lease is not None
+        if i < dead:
+            queue.fail(lease, Outcome.failure(ErrorClass.FATAL, "HTTP 400"))
+        else:
+            queue.complete(lease, {"i": i})
+    return ids
+
+
+def test_notices_come_from_the_store_and_are_added_once(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path
+) -> None:
+    queue = open_queue()
+    outbox = Outbox(data_dir, clock.now)
+    outbox.view()  # the outbox starts here: jobs finished before are not announced
+    clock.advance(1)
+    ids = _finish(queue, 4, dead=1)
+    added = outbox.feed(queue)
+    assert sorted(n.job_id for n in added) == sorted(ids)
+    assert {n.state for n in added} == {"succeeded", "dead"}
+    assert outbox.feed(queue) == [] and outbox.add_missing(queue) == []
+    texts = sorted(n.text() for n in added)
+    assert texts[0] == "job 0: dead-lettered; it waits for you in Dead letters" and texts[1] == "job 1: finished"
+
+
+def test_history_before_the_outbox_is_not_announced(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
+    queue = open_queue()
+    _finish(queue, 2)
+    clock.advance(1)
+    assert Outbox(data_dir, clock.now).feed(queue) == []
+
+
+def test_a_retried_job_is_announced_again_for_its_new_ending(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path
+) -> None:
+    queue = open_queue()
+    outbox = Outbox(data_dir, clock.now)
+    outbox.view()
+    (job_id,) = _finish(queue, 1, dead=1)
+    assert [n.key for n in outbox.feed(queue)] == [f"{job_id}:1:dead"]
+    queue.retry(job_id)
+    lease = queue.lease("w")
+    assert lease is not None
+    queue.complete(lease, {"ok": True})
+    assert [n.key for n in outbox.feed(queue)] == [f"{job_id}:2:succeeded"]
+
+
+def test_two_processes_and_a_restart_deliver_each_notice_once(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path
+) -> None:
+    queue = open_queue()
+    outbox = Outbox(data_dir, clock.now)
+    outbox.view()
+    clock.advance(1)
+    ids = _finish(queue, 20, dead=5)
+    outbox.feed(queue)
+    procs = [_spawn(_DELIVERER, str(data_dir)) for _ in range(2)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        delivered = [orjson.loads(proc.communicate(timeout=60)[0]) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    keys = delivered[0] + delivered[1]
+    assert len(keys) == len(set(keys)) == 20
+    assert {k.split(":")[0] for k in keys} == set(ids)
+    # a restart (a new process's outbox, the same jobs fed again) delivers nothing
+    restarted = Outbox(data_dir, clock.now)
+    assert restarted.feed(queue) == []
+    assert restarted.deliver(lambda notices: None) == []
+
+
+def test_a_claimer_killed_before_delivering_is_repaired_and_delivered_once(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path
+) -> None:
+    queue = open_queue()
+    outbox = Outbox(data_dir, clock.now)
+    outbox.view()
+    clock.advance(1)
+    _finish(queue, 3)
+    outbox.feed(queue)
+    proc = _spawn(_CLAIMER, str(data_dir), str(clock.now()))
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "3"
+        assert outbox.deliver(lambda notices: None) == []  # claimed by the other process
+        assert RepairScan(queue, outbox=outbox).scan().notices_requeued == []  # it still runs
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    report = RepairScan(queue, outbox=outbox).scan()
+    assert len(report.notices_requeued) == 3
+    got: list[str] = []
+    outbox.deliver(lambda notices: got.extend(n.key for n in notices))
+    assert len(got) == 3
+    assert RepairScan(queue, outbox=outbox).scan().notices_requeued == []
+
+
+def test_jobs_finished_by_another_process_reach_this_outbox(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path
+) -> None:
+    queue = open_queue(clock=SystemClock())  # the child runs on the real clock: so do its jobs here
+    outbox = Outbox(data_dir, time.time)
+    outbox.feed(queue)
+    ids = [queue.submit("demo", {"i": i}).job.id for i in range(3)]
+    proc = _spawn(_FINISHER, str(data_dir))
+    out, err = proc.communicate(timeout=60)
+    assert out.strip() == "done", err
+    assert sorted(n.job_id for n in outbox.feed(queue)) == sorted(ids)
+
+
+def test_a_torn_last_line_is_skipped_with_a_note(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
+    queue = open_queue()
+    outbox = Outbox(data_dir, clock.now)
+    outbox.view()
+    clock.advance(1)
+    _finish(queue, 2)
+    outbox.feed(queue)
+    with open(outbox.path, "ab") as f:
+        f.write(b'{"op": "ack", "key": "')  # a crash in the middle of an append
+    view = outbox.view()
+    assert len(view.pending()) == 2
+    assert any("torn" in n for n in view.notices)
+    got: list[str] = []
+    outbox.deliver(lambda notices: got.extend(n.key for n in notices))
+    assert len(got) == 2 and outbox.view().pending() == []
+
+
+def test_compaction_keeps_what_is_needed(open_queue: OpenQueue, clock: FakeClock, data_dir: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import desktop_queue.core.outbox as outbox_mod
+
+    monkeypatch.setattr(outbox_mod, "COMPACT_LINES", 5)
+    queue = open_queue()
+    outbox = Outbox(data_dir, clock.now)
+    outbox.view()
+    clock.advance(1)
+    _finish(queue, 4)
+    outbox.feed(queue)
+    outbox.deliver(lambda notices: None, limit=2)
+    assert outbox.compact(queue)
+    view = outbox.view()
+    assert len(view.pending()) == 2 and sum(e.acked for e in view.entries.values()) == 2
+    assert outbox.feed(queue) == [] and outbox.add_missing(queue) == []  # nothing announced again
+
+
+_WINDOW = r"""
+import sys, time
+from desktop_queue.core.outbox import Outbox
+Outbox(sys.argv[1], time.time).hold_window()
+print("holding", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_an_open_window_is_seen_by_other_processes_until_it_dies(data_dir: Path) -> None:
+    outbox = Outbox(data_dir, time.time)
+    assert not outbox.window_present()
+    proc = _spawn(_WINDOW, str(data_dir))
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+        assert outbox.window_present()
+        proc.kill()  # the OS releases the lock of a process that died
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert not outbox.window_present()
+
+
+def test_a_malformed_line_in_the_middle_is_skipped_with_a_note(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path
+) -> None:
+    queue = open_queue()
+    outbox = Outbox(data_dir, clock.now)
+    outbox.view()
+    with open(outbox.path, "ab") as f:
+        f.write(b'{"op": "add", "key": "x"}\n')  # valid JSON, not a notice
+    clock.advance(1)
+    _finish(queue, 1)
+    assert len(outbox.feed(queue)) == 1
+    view = outbox.view()
+    assert len(view.pending()) == 1 and any("line 2 is damaged" in n for n in view.notices)
