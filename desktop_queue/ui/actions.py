@@ -298,6 +298,15 @@ SPECS: tuple[ActionSpec, ...] = (
         section=1,
     ),
     ActionSpec(
+        "alerts",
+        "&Alerts",
+        "Alerts that fired and cleared (active ones on top), and their rules",
+        lambda w: w.show_pane(w.alerts_pane),
+        shortcut="Ctrl+Shift+A",
+        menu="view",
+        section=1,
+    ),
+    ActionSpec(
         "job_side",
         "Show the &job side",
         "Show or hide the selected job's Timeline, Result and Details beside the tables",

@@ -203,7 +203,7 @@ def test_about_names_the_version_folders_and_qt(session: Any) -> None:
 
 
 def test_view_menu_brings_the_schedules_and_metrics_panes_forward(qtbot: Any, session: Any) -> None:
-    """The Metrics tab has no Alt letter left (every one of its letters is taken): the View
+    """The Metrics and Alerts tabs have no Alt letter left (each of their letters is taken): the View
     menu and its shortcut reach it, and the Schedules pane, from the keyboard."""
     window = session.window
     window.tabs.setCurrentWidget(window.queue_pane)
@@ -211,4 +211,6 @@ def test_view_menu_brings_the_schedules_and_metrics_panes_forward(qtbot: Any, se
     assert window.tabs.currentWidget() is window.metrics_pane
     window.action("schedules").trigger()
     assert window.tabs.currentWidget() is window.schedules_pane
+    window.action("alerts").trigger()
+    assert window.tabs.currentWidget() is window.alerts_pane
     assert window.action("metrics").shortcut().toString() == "Ctrl+Shift+M"
