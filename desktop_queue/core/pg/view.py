@@ -198,7 +198,9 @@ class PgView:
         passes over it instead of waiting, and takes the next one.
         """
         passed: list[str] = []
-        page = 16
+        # a writing scan locks every row it returns: one at a time, or it would hold (and
+        # hide from other workers) a page of jobs it does not take
+        page = 1 if self.write else 16
         while True:
             sql = (
                 _SELECT + " WHERE j.state = 'queued' AND j.priority = %s AND j.run_after <= %s AND NOT (j.id = ANY(%s))"
