@@ -35,9 +35,7 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def open_pg(
-    pg_dsn: str, data_dir: Path, clock: FakeClock, opened_queues: list[Queue]
-) -> Callable[..., Queue]:
+def open_pg(pg_dsn: str, data_dir: Path, clock: FakeClock, opened_queues: list[Queue]) -> Callable[..., Queue]:
     """Opens queues on the test's schema (a fake clock unless given ``clock=``); closed at teardown."""
     from desktop_queue.core.pg import PgBackend
 
@@ -51,3 +49,25 @@ def open_pg(
         return queue
 
     return _open
+
+
+@pytest.fixture
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A server of this test's own (to restart without disturbing the others), stopped after it."""
+    import os
+    import tempfile
+
+    harness = _harness()
+    script = harness._script()
+    if script.find_bin() is None:
+        reason = "PostgreSQL is not installed (no initdb/pg_ctl): cannot start a server to restart"
+        if os.environ.get(harness.ENV_REQUIRE):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    server = script.PgServer(Path(tempfile.mkdtemp(prefix="dq-pg-own-")))
+    server.init()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -254,6 +254,7 @@ class PgBackend:
             except _GONE as exc:
                 if time.monotonic() > deadline:
                     raise StoreError(f"the PostgreSQL queue did not answer: {_reason(exc)}") from None
+                log.debug("retrying a read: %s", exc)
             except psycopg.Error as exc:
                 raise StoreError(f"the PostgreSQL queue refused a read: {_reason(exc)}") from None
             time.sleep(delay)
