@@ -30,6 +30,12 @@ pg_dsn = _harness().pg_dsn
 
 
 @pytest.fixture
+def pg_harness() -> Any:
+    """tests/pg/harness.py (``as_uri``, the server script)."""
+    return _harness()
+
+
+@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 

@@ -119,3 +119,24 @@ def pg_dsn(pg_server: Session, opened_queues: list[Any]) -> Iterator[str]:
                 queue.close()
         with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def as_uri(dsn: str) -> str:
+    """``dsn`` as a ``postgresql://`` URI (what ``--store`` and ``DESKTOP_QUEUE_STORE`` take)."""
+    from urllib.parse import quote, urlencode
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = {k: str(v) for k, v in conninfo_to_dict(dsn).items()}
+    user = quote(params.pop("user", ""), safe="")
+    password = params.pop("password", None)
+    dbname = quote(params.pop("dbname", ""), safe="")
+    auth = f"{user}:{quote(password, safe='')}@" if password else (f"{user}@" if user else "")
+    host = params.get("host", "")
+    netloc = ""
+    if host and not host.startswith("/"):
+        netloc = quote(params.pop("host"), safe="")
+        if "port" in params:
+            netloc += f":{params.pop('port')}"
+    query = urlencode(params, quote_via=quote)
+    return f"postgresql://{auth}{netloc}/{dbname}" + (f"?{query}" if query else "")

@@ -101,6 +101,7 @@ class PgBackend:
         self._pool: ConnectionPool[Any] | None = None
         self._session: Any = None  # autocommit connection: the open lock and the clock
         self._session_lock = threading.Lock()
+        self._local = threading.local()  # .conn: the transaction this thread is in, if any
         self._lock_key = 0
         self.clock = ServerClock(self._server_offset)
 
@@ -198,6 +199,15 @@ class PgBackend:
             raise StoreError("the task store is closed")
         return self._pool.connection(timeout=min(5.0, self.retry_s))
 
+    @contextlib.contextmanager
+    def _active(self, conn: Any) -> Iterator[None]:
+        """Marks ``conn`` as this thread's transaction while the block runs (see :meth:`read`)."""
+        self._local.conn = conn
+        try:
+            yield
+        finally:
+            self._local.conn = None
+
     def commit(self, fn: Callable[[PgView], Change[T]], *, durable: bool = True) -> T:
         """Runs ``fn`` in one transaction, writes its records, commits; returns its value.
 
@@ -209,7 +219,7 @@ class PgBackend:
         while True:
             committing = False
             try:
-                with self._connection() as conn:
+                with self._connection() as conn, self._active(conn):
                     view = PgView(conn, write=True)
                     change = fn(view)
                     view.apply(change.records)
@@ -241,12 +251,20 @@ class PgBackend:
         return self.commit(records, durable=durable)
 
     def read(self, fn: Callable[[PgView], T]) -> T:
-        """Runs ``fn`` in a read-only, repeatable-read transaction (one consistent snapshot)."""
+        """Runs ``fn`` in a read-only, repeatable-read transaction (one consistent snapshot).
+
+        Inside a transaction of this thread (a verb's function asking for a stored result,
+        say), ``fn`` reads in that transaction instead: it sees what the verb sees, and a
+        verb never holds one pooled connection while waiting for a second.
+        """
+        outer = getattr(self._local, "conn", None)
+        if outer is not None:
+            return fn(PgView(outer, write=False))
         deadline = time.monotonic() + self.retry_s
         delay = 0.005
         while True:
             try:
-                with self._connection() as conn:
+                with self._connection() as conn, self._active(conn):
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     value = fn(PgView(conn, write=False))
                     conn.commit()
