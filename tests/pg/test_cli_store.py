@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
