@@ -53,3 +53,20 @@ def test_an_unreachable_store_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert gone.returncode == 1
     lines = gone.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("desktop-queue: cannot connect to the PostgreSQL queue: ")
+
+
+def test_the_json_store_imports_nothing_of_psycopg(tmp_path: Path) -> None:
+    """The default store works without the postgres extra installed: psycopg is imported only for --store."""
+    data = str(tmp_path)
+    submit = ["--data-dir", data, "submit", "demo", "--input", '{"prompt": "hi"}']
+    code = (
+        "import sys\n"
+        "from desktop_queue import cli\n"
+        f"assert cli.main({submit!r}) == 0\n"
+        f"assert cli.main({['--data-dir', data, 'list']!r}) == 0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'psycopg_pool')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DESKTOP_QUEUE_STORE"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
