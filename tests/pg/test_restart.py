@@ -126,3 +126,22 @@ def test_a_verb_waits_out_a_short_outage(restart_queue: Queue, own_server: Any) 
         logger.setLevel(level)
     assert answers == [State.QUEUED]
     assert restart_queue.submit("demo", {"n": 2}).duplicate is False
+
+
+def test_after_a_restart_a_new_opener_is_not_taken_for_the_first(own_server: Any, tmp_path: Path) -> None:
+    """The open lock dies with the server's sessions; a running queue takes it back, so a
+    process opening later does not reconcile (requeue) the jobs that queue still runs."""
+    backend = PgBackend(own_server.dsn)
+    queue = Queue.open(tmp_path / "a", backend=backend, clock=backend.clock)
+    try:
+        assert queue.report.first
+        own_server.restart()
+        queue.submit("demo", {"n": 1})  # its commit finds the server gone, and retries
+        queue.submit("demo", {"n": 2})  # (its clock reading takes the session back)
+        later = PgBackend(own_server.dsn)
+        try:
+            assert later.open().first is False
+        finally:
+            later.close()
+    finally:
+        queue.close()

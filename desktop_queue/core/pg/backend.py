@@ -68,6 +68,11 @@ class ServerClock:
         with self._lock:
             self._offset, self._at = offset, time.monotonic()
 
+    def expire(self) -> None:
+        """Measures again at the next :meth:`now` (the connection it was measured on may be gone)."""
+        with self._lock:
+            self._at = -float("inf")
+
     def now(self) -> float:
         if time.monotonic() - self._at > self._refresh_s:
             try:
@@ -144,7 +149,7 @@ class PgBackend:
             min_size=1,
             max_size=self._pool_size,
             open=False,
-            check=ConnectionPool.check_connection,
+            check=self._check,
             name="desktop-queue",
         )
         try:
@@ -181,16 +186,37 @@ class PgBackend:
     def _server_offset(self) -> float:
         """Server time minus local time, measured on the session connection (reconnected if lost)."""
         with self._session_lock:
-            if self._session is None or self._session.closed or self._session.broken:
-                if self._pool is None:
-                    raise StoreError("the task store is closed")
-                self._session = psycopg.connect(self.dsn, autocommit=True)
-                # (a new session: the open lock of the old one went with it; take it again)
-                self._session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
-            before = time.time()
-            row = self._session.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
-            after = time.time()
+            if self._pool is None:
+                raise StoreError("the task store is closed")
+            try:
+                return self._measure()
+            except psycopg.OperationalError:
+                pass  # (the server restarted, say: the session went with it)
+            with contextlib.suppress(psycopg.Error):
+                self._session.close()
+            self._session = psycopg.connect(self.dsn, autocommit=True)
+            # a new session: the open lock of the old one went with it; hold it again, so
+            # that a later opener does not believe it is the first
+            self._session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
+            return self._measure()
+
+    def _measure(self) -> float:
+        before = time.time()
+        row = self._session.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        after = time.time()
         return float(row[0]) - (before + after) / 2 if row else 0.0
+
+    def _check(self, conn: Any) -> None:
+        """The pool's check of a connection before it hands it out; a dead one also means the session is."""
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            self._lost_server()
+            raise
+
+    def _lost_server(self) -> None:
+        """After a connection was lost: take the session (and its open lock) back at the next clock read."""
+        self.clock.expire()
 
     # ------------------------------------------------------------------ transactions
 
@@ -229,6 +255,7 @@ class PgBackend:
             except _RACES as exc:
                 reason: BaseException = exc
             except _GONE as exc:
+                self._lost_server()
                 if committing:
                     raise StoreError(
                         f"the PostgreSQL server went away while committing ({_reason(exc)}); "
@@ -270,6 +297,7 @@ class PgBackend:
                     conn.commit()
                     return value
             except _GONE as exc:
+                self._lost_server()
                 if time.monotonic() > deadline:
                     raise StoreError(f"the PostgreSQL queue did not answer: {_reason(exc)}") from None
                 log.debug("retrying a read: %s", exc)
