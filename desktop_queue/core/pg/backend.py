@@ -106,6 +106,7 @@ class PgBackend:
         self._pool: ConnectionPool[Any] | None = None
         self._session: Any = None  # autocommit connection: the open lock and the clock
         self._session_lock = threading.Lock()
+        self._session_suspect = False  # see _ensure_session
         self._local = threading.local()  # .conn: the transaction this thread is in, if any
         self._lock_key = 0
         self.clock = ServerClock(self._server_offset)
@@ -149,7 +150,10 @@ class PgBackend:
             min_size=1,
             max_size=self._pool_size,
             open=False,
-            check=self._check,
+            # (no check before handing a connection out: after a failed check the pool waits
+            # a second before the next; a dead one fails the verb's first statement instead,
+            # which then runs again at once on another)
+            configure=self._configure,
             name="desktop-queue",
         )
         try:
@@ -191,14 +195,8 @@ class PgBackend:
             try:
                 return self._measure()
             except psycopg.OperationalError:
-                pass  # (the server restarted, say: the session went with it)
-            with contextlib.suppress(psycopg.Error):
-                self._session.close()
-            self._session = psycopg.connect(self.dsn, autocommit=True)
-            # a new session: the open lock of the old one went with it; hold it again, so
-            # that a later opener does not believe it is the first
-            self._session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
-            return self._measure()
+                self._reconnect_session()  # (the server restarted, say: the session went with it)
+                return self._measure()
 
     def _measure(self) -> float:
         before = time.time()
@@ -206,17 +204,42 @@ class PgBackend:
         after = time.time()
         return float(row[0]) - (before + after) / 2 if row else 0.0
 
-    def _check(self, conn: Any) -> None:
-        """The pool's check of a connection before it hands it out; a dead one also means the session is."""
-        try:
-            ConnectionPool.check_connection(conn)
-        except Exception:
-            self._lost_server()
-            raise
+    def _reconnect_session(self) -> None:
+        """A new session (with the session lock held), holding the open lock again.
 
-    def _lost_server(self) -> None:
-        """After a connection was lost: take the session (and its open lock) back at the next clock read."""
+        The open lock of the old session went with it; without it a later opener would
+        believe it is the first, and reconcile (requeue) jobs this process still runs.
+        """
+        with contextlib.suppress(psycopg.Error):
+            self._session.close()
+        self._session = psycopg.connect(self.dsn, autocommit=True)
+        self._session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
+
+    def _ensure_session(self) -> None:
+        """Takes the session back if a sign says the server may have restarted (see :meth:`_suspect`).
+
+        Called with a working pooled connection in hand: the server is up.
+        """
+        if not self._session_suspect:
+            return
+        with self._session_lock:
+            if not self._session_suspect or self._pool is None:
+                return
+            try:
+                self._session.execute("SELECT 1")
+            except psycopg.OperationalError:
+                self._reconnect_session()
+            self._session_suspect = False
         self.clock.expire()
+
+    def _configure(self, conn: Any) -> None:
+        """The pool made a connection: after the first ones, it replaces a lost one (or grows)."""
+        if self._pool is not None:
+            self._suspect()
+
+    def _suspect(self) -> None:
+        """The server may have restarted: check the session at the next verb."""
+        self._session_suspect = True
 
     # ------------------------------------------------------------------ transactions
 
@@ -246,6 +269,7 @@ class PgBackend:
             committing = False
             try:
                 with self._connection() as conn, self._active(conn):
+                    self._ensure_session()
                     view = PgView(conn, write=True)
                     change = fn(view)
                     view.apply(change.records)
@@ -255,7 +279,7 @@ class PgBackend:
             except _RACES as exc:
                 reason: BaseException = exc
             except _GONE as exc:
-                self._lost_server()
+                self._suspect()
                 if committing:
                     raise StoreError(
                         f"the PostgreSQL server went away while committing ({_reason(exc)}); "
@@ -292,12 +316,13 @@ class PgBackend:
         while True:
             try:
                 with self._connection() as conn, self._active(conn):
+                    self._ensure_session()
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     value = fn(PgView(conn, write=False))
                     conn.commit()
                     return value
             except _GONE as exc:
-                self._lost_server()
+                self._suspect()
                 if time.monotonic() > deadline:
                     raise StoreError(f"the PostgreSQL queue did not answer: {_reason(exc)}") from None
                 log.debug("retrying a read: %s", exc)
