@@ -173,6 +173,11 @@ class PgView:
         return PgJobs(self)
 
     def ids_in(self, state: str) -> Collection[str]:
+        if state == State.RUNNING:
+            # the running jobs are few (one per busy worker slot), and every lease reads each
+            # of them to reap expired ones: read them whole, in one statement
+            rows = self.conn.execute(_SELECT + " WHERE j.state = 'running' ORDER BY j.id").fetchall()
+            return [r[3] if r[3] in self._locked else self._job_of(r)["id"] for r in rows]
         rows = self.conn.execute("SELECT id FROM dq_jobs WHERE state = %s ORDER BY id", (str(state),)).fetchall()
         return [r[0] for r in rows]
 
