@@ -141,6 +141,9 @@ class PgBackend:
             self._lock_key = int(row[0]) if row else 0
             first_row = session.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,)).fetchone()
             first = bool(first_row and first_row[0])
+        except psycopg.Error as exc:
+            session.close()
+            raise StoreError(f"cannot open the PostgreSQL queue: {_reason(exc)}") from None
         except BaseException:
             session.close()
             raise
@@ -159,6 +162,7 @@ class PgBackend:
         try:
             pool.open(wait=True, timeout=10.0)
         except PoolTimeout:
+            pool.close()
             session.close()
             raise StoreError("cannot open connections to the PostgreSQL queue") from None
         self._pool = pool
@@ -173,9 +177,10 @@ class PgBackend:
                 on_first()
         finally:
             with self._session_lock:
-                session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
-                if first:
-                    session.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
+                if self._session is session:  # (else it was lost meanwhile; the new one holds the lock)
+                    session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
+                    if first:
+                        session.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
         return self.report
 
     def close(self) -> None:

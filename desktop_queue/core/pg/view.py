@@ -157,8 +157,14 @@ class PgView:
         return self.read_job(job_id, lock=True)
 
     def holder(self, key: str) -> JobDict | None:
-        held = self.holder_id(key)
-        return None if held is None else self.read_job(held, lock=True)
+        while True:
+            held = self.holder_id(key)
+            if held is None:
+                return None
+            job = self.read_job(held, lock=True)
+            # (the lock may have waited for a transaction that cancelled or purged it: look again)
+            if job is not None and job["key"] == key and job["state"] in LIVE_OR_DONE:
+                return job
 
     def holder_id(self, key: str) -> str | None:
         row = self.conn.execute(
@@ -234,10 +240,7 @@ class PgView:
         answers None (the caller reloads).
         """
         now = self.version
-        if version >= now and version > 0:
-            since = version
-        else:
-            since = max(version, 0)
+        since = max(version, 0)
         purged = self.conn.execute(
             "SELECT EXISTS (SELECT 1 FROM dq_purges WHERE txid >= %s::text::xid8)", (str(since),)
         ).fetchone()
