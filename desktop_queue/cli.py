@@ -24,6 +24,7 @@ import orjson
 
 from desktop_queue import __version__, cli_alerts, cli_pause, cli_schedule, cli_serve
 from desktop_queue.core import Job, Queue, QueueError, State, present
+from desktop_queue.core.backend import STORE_ENV, store_options
 from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError, UnknownKind
 from desktop_queue.core.model import iso
 from desktop_queue.core.paths import data_dir as resolve_data_dir
@@ -49,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir",
         type=_data_dir_arg,
         help="data directory (default: $DESKTOP_QUEUE_DATA_DIR, then the user data dir)",
+    )
+    parser.add_argument(
+        "--store",
+        type=_store_arg,
+        metavar="URI",
+        help="keep the jobs in PostgreSQL (postgresql://...) instead of the data dir (default: $DESKTOP_QUEUE_STORE)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -382,6 +389,12 @@ def _data_dir_arg(text: str) -> str:
     return text
 
 
+def _store_arg(text: str) -> str:
+    if not text.strip().startswith(("postgresql://", "postgres://")):
+        raise argparse.ArgumentTypeError(f"must be a postgresql://... URI, not {text!r}")
+    return text
+
+
 def _day_arg(text: str) -> str:
     from datetime import date
 
@@ -524,7 +537,11 @@ def _open(args: argparse.Namespace, providers: dict[str, Any] | None = None) -> 
         providers = dict(discover())
         # the openai.* kinds of the configured profiles, so that a job naming one is accepted
         providers.update(profile_providers(_load_profiles(), None))
-    queue = Queue.open(resolve_data_dir(args.data_dir), providers)
+    try:
+        store = store_options(getattr(args, "store", None))
+    except ValueError as exc:
+        raise InvalidInput(f"{STORE_ENV}: {exc}") from None
+    queue = Queue.open(resolve_data_dir(args.data_dir), providers, **store)
     for notice in queue.report.notices:
         _err(f"note: {notice}")
     for item in queue.reconciled:
@@ -1368,6 +1385,12 @@ def cmd_retention(args: argparse.Namespace) -> int:
 
 def cmd_gui(args: argparse.Namespace) -> int:
     from desktop_queue.app import main as app_main
+
+    if (getattr(args, "store", None) or os.environ.get(STORE_ENV, "")).strip():
+        # (rather than open the data dir's jobs while the user asked for the shared queue)
+        raise InvalidInput(
+            f"the window does not open a PostgreSQL store yet (--store or {STORE_ENV}); use the commands"
+        )
 
     return app_main(args.data_dir)
 

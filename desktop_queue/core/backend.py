@@ -218,3 +218,39 @@ class Backend(Protocol):
     def archived_result(self, key: str) -> dict[str, Any] | None:
         """The result document of an archived job holding ``key``."""
         ...
+
+
+#: the environment variable that chooses the backend when ``--store`` is not given
+STORE_ENV = "DESKTOP_QUEUE_STORE"
+
+_PG_SCHEMES = ("postgresql://", "postgres://")
+
+
+def store_options(store: str | None = None) -> dict[str, Any]:
+    """The :meth:`Queue.open` keyword arguments for the backend ``store`` names.
+
+    ``store`` (``--store``), else ``$DESKTOP_QUEUE_STORE``: a ``postgresql://`` URI opens
+    the PostgreSQL backend, whose clock is the server's (lease expiry is measured on one
+    timeline for every machine); nothing (or empty) is the JSON store in the data dir.
+    psycopg is imported only for a PostgreSQL store.
+
+    Raises:
+        ValueError: a store that is neither (the message says what is accepted).
+        StoreError: psycopg is not installed.
+    """
+    import os
+
+    from desktop_queue.core.errors import StoreError
+
+    chosen = store if store is not None else os.environ.get(STORE_ENV, "")
+    chosen = chosen.strip()
+    if not chosen:
+        return {}
+    if not chosen.startswith(_PG_SCHEMES):
+        raise ValueError(f"a store is a postgresql://... URI, not {chosen.split('://')[0]!r}")
+    try:
+        from desktop_queue.core.pg import PgBackend
+    except ImportError:
+        raise StoreError("the PostgreSQL store needs psycopg: pip install 'desktop-queue[postgres]'") from None
+    backend = PgBackend(chosen)
+    return {"backend": backend, "clock": backend.clock}

@@ -8,7 +8,9 @@ subprocess it starts.
 
 from __future__ import annotations
 
+import importlib.util
 import random
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,12 +69,33 @@ def queue(open_queue: Callable[..., Queue]) -> Queue:
 
 
 #: every backend the queue's verbs run over (see desktop_queue.core.backend)
-BACKENDS = ("json", "memory")
+BACKENDS = ("json", "memory", "pg")
+
+
+def _pg_harness() -> Any:
+    """tests/pg/harness.py, loaded once for both conftests that use it (one server a session)."""
+    name = "dq_pg_harness"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "pg" / "harness.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+pg_server = _pg_harness().pg_server
+pg_dsn = _pg_harness().pg_dsn
 
 
 @pytest.fixture(params=BACKENDS)
 def any_queue(request: pytest.FixtureRequest, open_queue: Callable[..., Queue]) -> Queue:
-    """A queue over each backend in turn: the JSON store in ``data_dir``, then memory."""
+    """A queue over each backend in turn: the JSON store in ``data_dir``, memory, PostgreSQL
+    (a schema of its own on the session's server; skipped only when PostgreSQL is not installed)."""
     if request.param == "memory":
         return open_queue(backend=MemoryBackend())
+    if request.param == "pg":
+        from desktop_queue.core.pg import PgBackend
+
+        return open_queue(backend=PgBackend(request.getfixturevalue("pg_dsn")))
     return open_queue()

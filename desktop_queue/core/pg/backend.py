@@ -1,0 +1,377 @@
+"""The PostgreSQL backend: :class:`PgBackend` implements :class:`~desktop_queue.core.backend.Backend`.
+
+Each commit is one database transaction over a pooled connection: the verb's function
+reads a :class:`~.view.PgView` (SQL, with row locks), its records become that
+transaction's statements, and the transaction commits with ``synchronous_commit`` on
+(the server's default), so a verb returns only once its change is durable on the server.
+
+A transaction that loses a race is run again from the start, verb function included
+(the functions are pure decisions over what they read, :mod:`desktop_queue.core.decisions`):
+a concurrent change to a job it read without a lock (:class:`~.view.Conflict`), a
+concurrent submission of the same key (the unique index on live keys; the run again
+finds that job and answers ``duplicate``), a deadlock or a lost connection before the
+commit was sent. The pool replaces broken connections, so a server restart costs the
+verbs running at that moment a retry, not an error. A connection lost *while* committing
+is reported (:class:`~desktop_queue.core.errors.StoreError`), never retried blindly:
+the commit may have happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import orjson
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from desktop_queue.core.backend import Change, OpenReport
+from desktop_queue.core.errors import StoreError
+from desktop_queue.core.pg.schema import migrate
+from desktop_queue.core.pg.view import Conflict, PgView
+from desktop_queue.core.records import Record
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: errors after which the whole transaction is run again
+_RACES = (Conflict, pg_errors.UniqueViolation, pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+#: errors that mean the server (or the way to it) is gone for now
+_GONE = (psycopg.OperationalError, PoolTimeout)
+
+
+class ServerClock:
+    """Wall time on the database server's timeline: local time plus the measured offset to ``now()``.
+
+    Lease expiry compares times that different machines wrote; measuring all of them
+    against the server's clock keeps a machine whose clock is off from reaping live
+    leases (or keeping dead ones). The offset is measured at open and again every
+    ``refresh_s``, halfway through the round trip.
+    """
+
+    def __init__(self, measure: Callable[[], float], refresh_s: float = 30.0) -> None:
+        self._measure = measure
+        self._refresh_s = refresh_s
+        self._offset = 0.0
+        self._at = -float("inf")
+        self._lock = threading.Lock()
+
+    def sync(self) -> None:
+        """Measures the offset now (raises what the server does)."""
+        offset = self._measure()
+        with self._lock:
+            self._offset, self._at = offset, time.monotonic()
+
+    def expire(self) -> None:
+        """Measures again at the next :meth:`now` (the connection it was measured on may be gone)."""
+        with self._lock:
+            self._at = -float("inf")
+
+    def now(self) -> float:
+        if time.monotonic() - self._at > self._refresh_s:
+            try:
+                self.sync()
+            except (psycopg.Error, StoreError) as exc:  # (the last offset stays good meanwhile)
+                log.debug("could not measure the server clock: %s", exc)
+        return time.time() + self._offset
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    @property
+    def offset(self) -> float:
+        return self._offset
+
+
+class PgBackend:
+    """Jobs in PostgreSQL, shared by every process (and machine) using the same database and schema.
+
+    Args:
+        dsn: a libpq connection string or URI (``postgresql://user@host/db``).
+        pool_size: connections kept at most (each thread of a worker may use one).
+        retry_s: how long a verb keeps retrying while the server is unreachable.
+    """
+
+    def __init__(self, dsn: str, *, pool_size: int = 8, retry_s: float = 30.0) -> None:
+        self.dsn = dsn
+        self.report = OpenReport(first=False)
+        self.retry_s = retry_s
+        self._pool_size = pool_size
+        self._pool: ConnectionPool[Any] | None = None
+        self._session: Any = None  # autocommit connection: the open lock and the clock
+        self._session_lock = threading.Lock()
+        self._session_suspect = False  # see _ensure_session
+        self._local = threading.local()  # .conn: the transaction this thread is in, if any
+        self._lock_key = 0
+        self.clock = ServerClock(self._server_offset)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def poisoned(self) -> str | None:
+        return None  # (a failed commit is the server's to recover: nothing here to distrust)
+
+    @property
+    def closed(self) -> bool:
+        return self._pool is None
+
+    def open(self, on_first: Callable[[], None] | None = None) -> OpenReport:
+        """Connects, migrates the schema, and runs ``on_first`` if no other process has this queue open.
+
+        Every open holds a shared advisory lock for as long as it is open; the first
+        takes it exclusively while ``on_first`` (reconciliation) runs, so later openers
+        wait for that to finish.
+
+        Raises:
+            StoreError: the server cannot be reached, or its schema is newer than this code.
+        """
+        try:
+            session = psycopg.connect(self.dsn, autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to the PostgreSQL queue: {_reason(exc)}") from None
+        try:
+            found, now = migrate(session)
+            row = session.execute("SELECT hashtext(current_schema() || ':desktop-queue:open')").fetchone()
+            self._lock_key = int(row[0]) if row else 0
+            first_row = session.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,)).fetchone()
+            first = bool(first_row and first_row[0])
+        except psycopg.Error as exc:
+            session.close()
+            raise StoreError(f"cannot open the PostgreSQL queue: {_reason(exc)}") from None
+        except BaseException:
+            session.close()
+            raise
+        self._session = session
+        pool: ConnectionPool[Any] = ConnectionPool(
+            self.dsn,
+            min_size=1,
+            max_size=self._pool_size,
+            open=False,
+            # (no check before handing a connection out: after a failed check the pool waits
+            # a second before the next; a dead one fails the verb's first statement instead,
+            # which then runs again at once on another)
+            configure=self._configure,
+            name="desktop-queue",
+        )
+        try:
+            pool.open(wait=True, timeout=10.0)
+        except PoolTimeout:
+            pool.close()
+            session.close()
+            raise StoreError("cannot open connections to the PostgreSQL queue") from None
+        self._pool = pool
+        self.report = OpenReport(first=first)
+        if found == 0:
+            self.report.notices.append(f"created the PostgreSQL queue (schema version {now})")
+        elif found < now:
+            self.report.notices.append(f"brought the PostgreSQL queue's schema from version {found} to {now}")
+        self.clock.sync()
+        try:
+            if first and on_first is not None:
+                on_first()
+        finally:
+            with self._session_lock:
+                if self._session is session:  # (else it was lost meanwhile; the new one holds the lock)
+                    session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
+                    if first:
+                        session.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
+        return self.report
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        session, self._session = self._session, None
+        if session is not None:
+            with contextlib.suppress(psycopg.Error):
+                session.close()
+
+    def _server_offset(self) -> float:
+        """Server time minus local time, measured on the session connection (reconnected if lost)."""
+        with self._session_lock:
+            if self._pool is None:
+                raise StoreError("the task store is closed")
+            try:
+                return self._measure()
+            except psycopg.OperationalError:
+                self._reconnect_session()  # (the server restarted, say: the session went with it)
+                return self._measure()
+
+    def _measure(self) -> float:
+        before = time.time()
+        row = self._session.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        after = time.time()
+        return float(row[0]) - (before + after) / 2 if row else 0.0
+
+    def _reconnect_session(self) -> None:
+        """A new session (with the session lock held), holding the open lock again.
+
+        The open lock of the old session went with it; without it a later opener would
+        believe it is the first, and reconcile (requeue) jobs this process still runs.
+        """
+        with contextlib.suppress(psycopg.Error):
+            self._session.close()
+        self._session = psycopg.connect(self.dsn, autocommit=True)
+        self._session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
+
+    def _ensure_session(self) -> None:
+        """Takes the session back if a sign says the server may have restarted (see :meth:`_suspect`).
+
+        Called with a working pooled connection in hand: the server is up.
+        """
+        if not self._session_suspect:
+            return
+        with self._session_lock:
+            if not self._session_suspect or self._pool is None:
+                return
+            try:
+                self._session.execute("SELECT 1")
+            except psycopg.OperationalError:
+                self._reconnect_session()
+            self._session_suspect = False
+        self.clock.expire()
+
+    def _configure(self, conn: Any) -> None:
+        """The pool made a connection: after the first ones, it replaces a lost one (or grows)."""
+        if self._pool is not None:
+            self._suspect()
+
+    def _suspect(self) -> None:
+        """The server may have restarted: check the session at the next verb."""
+        self._session_suspect = True
+
+    # ------------------------------------------------------------------ transactions
+
+    def _connection(self) -> Any:
+        if self._pool is None:
+            raise StoreError("the task store is closed")
+        return self._pool.connection(timeout=min(5.0, self.retry_s))
+
+    @contextlib.contextmanager
+    def _active(self, conn: Any) -> Iterator[None]:
+        """Marks ``conn`` as this thread's transaction while the block runs (see :meth:`read`)."""
+        self._local.conn = conn
+        try:
+            yield
+        finally:
+            self._local.conn = None
+
+    def commit(self, fn: Callable[[PgView], Change[T]], *, durable: bool = True) -> T:
+        """Runs ``fn`` in one transaction, writes its records, commits; returns its value.
+
+        ``durable`` is accepted for the protocol: every commit here is durable (the
+        server flushes its WAL before acknowledging), so :meth:`sync` has nothing to do.
+        """
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.005
+        while True:
+            committing = False
+            try:
+                with self._connection() as conn, self._active(conn):
+                    self._ensure_session()
+                    view = PgView(conn, write=True)
+                    change = fn(view)
+                    view.apply(change.records)
+                    committing = True
+                    conn.commit()
+                    return change.value
+            except _RACES as exc:
+                reason: BaseException = exc
+            except _GONE as exc:
+                self._suspect()
+                if committing:
+                    raise StoreError(
+                        f"the PostgreSQL server went away while committing ({_reason(exc)}); "
+                        "the change may or may not have been made"
+                    ) from None
+                reason = exc
+            except psycopg.Error as exc:
+                raise StoreError(f"the PostgreSQL queue refused a change: {_reason(exc)}") from None
+            if time.monotonic() > deadline:
+                raise StoreError(f"the PostgreSQL queue did not take a change in time: {_reason(reason)}")
+            log.debug("retrying a transaction: %s", reason)
+            time.sleep(delay)  # (a race or a restart: let the other side finish)
+            delay = min(delay * 2, 0.5)
+
+    def transact(self, fn: Callable[[PgView], Sequence[Record]], *, durable: bool = True) -> Sequence[Record]:
+        def records(view: PgView) -> Change[Sequence[Record]]:
+            made = fn(view)
+            return Change(made, made)
+
+        return self.commit(records, durable=durable)
+
+    def read(self, fn: Callable[[PgView], T]) -> T:
+        """Runs ``fn`` in a read-only, repeatable-read transaction (one consistent snapshot).
+
+        Inside a transaction of this thread (a verb's function asking for a stored result,
+        say), ``fn`` reads in that transaction instead: it sees what the verb sees, and a
+        verb never holds one pooled connection while waiting for a second.
+        """
+        outer = getattr(self._local, "conn", None)
+        if outer is not None:
+            return fn(PgView(outer, write=False))
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.005
+        while True:
+            try:
+                with self._connection() as conn, self._active(conn):
+                    self._ensure_session()
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    value = fn(PgView(conn, write=False))
+                    conn.commit()
+                    return value
+            except _GONE as exc:
+                self._suspect()
+                if time.monotonic() > deadline:
+                    raise StoreError(f"the PostgreSQL queue did not answer: {_reason(exc)}") from None
+                log.debug("retrying a read: %s", exc)
+            except psycopg.Error as exc:
+                raise StoreError(f"the PostgreSQL queue refused a read: {_reason(exc)}") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def peek(self, fn: Callable[[PgView], T]) -> T:
+        """:meth:`read`: there is no copy in this process that could be older than the server's."""
+        return self.read(fn)
+
+    def sync(self) -> None:
+        """Nothing to do: every commit was durable when it returned."""
+
+    def compact_now(self) -> None:
+        """Nothing to fold: a purge deletes its jobs in its own transaction."""
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[bool]:
+        yield True  # (no maintenance of ours writes files)
+
+    # ------------------------------------------------------------------ results
+
+    def carried_result(self, key: str) -> dict[str, Any] | None:
+        """The result document stored with the success of the job holding ``key``."""
+
+        def fn(view: PgView) -> dict[str, Any] | None:
+            row = view.conn.execute("SELECT doc::text FROM dq_results WHERE key = %s", (key,)).fetchone()
+            if row is None:
+                return None
+            doc: dict[str, Any] = orjson.loads(row[0])
+            return doc
+
+        return self.read(fn)
+
+    def carried_keys(self) -> list[str]:
+        return self.read(lambda view: [r[0] for r in view.conn.execute("SELECT key FROM dq_results").fetchall()])
+
+    def archived_result(self, key: str) -> dict[str, Any] | None:
+        return None  # (no archive: every result is in dq_results)
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying what went wrong (never the DSN: it may hold a password)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

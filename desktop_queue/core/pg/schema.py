@@ -1,0 +1,91 @@
+"""The PostgreSQL schema of the queue, and its migrations, applied when the backend opens.
+
+The applied versions are rows of ``dq_schema``. Opening brings an older schema forward
+one step at a time, each step in the transaction that records it; a schema newer than
+this code knows is refused (as the JSON store refuses a newer snapshot,
+:mod:`desktop_queue.core.store.migrations`), never used as if it were this one.
+
+Every table lives in the connection's current schema (the first of ``search_path``), so
+one database can hold several queues (the tests give each test its own schema).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from desktop_queue.core.errors import StoreError
+
+#: the schema version this code writes
+SCHEMA_VERSION = 1
+
+_V1 = """
+CREATE TABLE dq_jobs (
+    id text PRIMARY KEY,
+    seq bigint NOT NULL,
+    kind text NOT NULL,
+    priority text NOT NULL,
+    key text NOT NULL,
+    state text NOT NULL,
+    run_after double precision NOT NULL DEFAULT 0,
+    lease_expires_at double precision,
+    -- bumped by every update: a transaction that read the job without a row lock writes
+    -- only if no one changed it since (see view.PgView.apply)
+    rev bigint NOT NULL DEFAULT 0,
+    -- the transaction that last wrote the row: what changed_since asks for
+    txid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    -- the whole job (records.JobDict) without its events
+    doc jsonb NOT NULL
+);
+-- invariant 2: at most one live (or succeeded) job per idempotency key
+CREATE UNIQUE INDEX dq_jobs_live_key ON dq_jobs (key) WHERE state IN ('queued', 'running', 'succeeded');
+-- lease: the next runnable job of a lane, in run_after then submission order
+CREATE INDEX dq_jobs_runnable ON dq_jobs (priority, run_after, seq) WHERE state = 'queued';
+CREATE INDEX dq_jobs_state ON dq_jobs (state);
+CREATE INDEX dq_jobs_seq ON dq_jobs (seq);
+CREATE INDEX dq_jobs_txid ON dq_jobs (txid);
+CREATE TABLE dq_events (
+    job_id text NOT NULL REFERENCES dq_jobs (id) ON DELETE CASCADE,
+    n bigserial NOT NULL,
+    doc jsonb NOT NULL,
+    PRIMARY KEY (job_id, n)
+);
+-- result documents, written in the transaction that marks their job succeeded
+CREATE TABLE dq_results (key text PRIMARY KEY, doc jsonb NOT NULL);
+-- purges carried out (changed_since answers "everything" across one)
+CREATE TABLE dq_purges (txid xid8 NOT NULL DEFAULT pg_current_xact_id(), at double precision, filter jsonb NOT NULL);
+CREATE SEQUENCE dq_job_seq;
+CREATE SEQUENCE dq_lease_epoch;
+"""
+
+#: version -> the SQL that lifts the schema from ``version - 1`` to it
+MIGRATIONS: dict[int, str] = {1: _V1}
+
+
+def migrate(conn: Any) -> tuple[int, int]:
+    """Creates or brings forward the schema on ``conn`` (a psycopg connection, not in a transaction).
+
+    Concurrent openers are serialized by a transaction-level advisory lock, so one of
+    them migrates and the others find it done.
+
+    Returns:
+        ``(found, now)``: the version found (0: none) and the version after.
+    Raises:
+        StoreError: the schema is newer than this code (it is left as it is).
+    """
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':desktop-queue:migrate'))")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS dq_schema ("
+            " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        row = conn.execute("SELECT coalesce(max(version), 0) FROM dq_schema").fetchone()
+        found = int(row[0]) if row else 0
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"the PostgreSQL queue has schema version {found}, newer than this version of "
+                f"Desktop Queue knows ({SCHEMA_VERSION}); upgrade Desktop Queue (nothing was changed)"
+            )
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            conn.execute(MIGRATIONS[version])
+            conn.execute("INSERT INTO dq_schema (version) VALUES (%s)", (version,))
+    return found, SCHEMA_VERSION

@@ -1,0 +1,132 @@
+"""Leasing on PostgreSQL: ``FOR UPDATE SKIP LOCKED`` hands each job to one worker, and none waits."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import psycopg
+
+from desktop_queue.core import FakeClock, Queue, State, SystemClock
+from desktop_queue.core.pg.view import PgView
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_job_locked_by_one_transaction_is_passed_over_not_waited_for(
+    open_pg: Callable[..., Queue], pg_dsn: str, clock: FakeClock
+) -> None:
+    queue = open_pg()
+    first = queue.submit("demo", {"n": 1}).job
+    second = queue.submit("demo", {"n": 2}).job
+    with psycopg.connect(pg_dsn) as conn:
+        # another worker's lease transaction, still open, holding the first job
+        held = PgView(conn, write=True).runnable("background", clock.now())
+        assert held is not None and held["id"] == first.id
+        lease = queue.lease("w2")  # would block until the other commits without SKIP LOCKED
+        assert lease is not None and lease.job_id == second.id
+        assert queue.lease("w3") is None  # the only other job is locked: none, at once
+        conn.rollback()
+    again = queue.lease("w3")
+    assert again is not None and again.job_id == first.id
+
+
+def test_two_threads_lease_every_job_exactly_once(open_pg: Callable[..., Queue]) -> None:
+    n = 120
+    submitter = open_pg()
+    ids = {r.job.id for r in submitter.submit_many("demo", [{"i": i} for i in range(n)])}
+    workers = [open_pg() for _ in range(2)]  # two pools: two connections, as two processes would have
+    got: list[list[str]] = [[], []]
+    epochs: list[int] = []
+    barrier = threading.Barrier(2)
+    lock = threading.Lock()
+
+    def work(slot: int) -> None:
+        barrier.wait()
+        queue = workers[slot]
+        while (lease := queue.lease(f"w{slot}")) is not None:
+            got[slot].append(lease.job_id)
+            with lock:
+                epochs.append(lease.epoch)
+            queue.complete(lease, {"by": slot})
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    assert sorted(got[0] + got[1]) == sorted(ids)  # every job, none twice
+    assert not set(got[0]) & set(got[1])
+    assert len(set(epochs)) == n  # every lease its own epoch
+    assert submitter.counts()[State.SUCCEEDED] == n
+    for job_id in ids:
+        job = submitter.get(job_id)
+        assert job.attempts == 1
+        assert [e.type for e in job.events].count("leased") == 1
+
+
+_WORKER = r"""
+import sys, orjson
+from desktop_queue.core import Queue, RetryPolicy
+from desktop_queue.core.pg import PgBackend
+dsn, data_dir, tag = sys.argv[1], sys.argv[2], sys.argv[3]
+backend = PgBackend(dsn)
+q = Queue.open(data_dir, policy=RetryPolicy(lease_s=3600), backend=backend, clock=backend.clock)
+print("ready", flush=True)
+sys.stdin.readline()
+leased = []
+while (lease := q.lease(tag)) is not None:
+    leased.append(lease.job_id)
+    q.complete(lease, {"by": tag})
+q.close()
+print(orjson.dumps(leased).decode(), flush=True)
+"""
+
+
+def test_two_processes_run_every_job_exactly_once(open_pg: Callable[..., Queue], pg_dsn: str, tmp_path: Path) -> None:
+    n = 150
+    queue = open_pg(clock=SystemClock())  # (the workers' clock is the server's: real time)
+    ids = {r.job.id for r in queue.submit_many("demo", [{"i": i} for i in range(n)])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, pg_dsn, str(tmp_path / f"data{i}"), f"p{i}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for i in range(2)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for p in procs:  # both start together: they race for every job
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        runs = [orjson.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in procs)
+    assert sorted(runs[0] + runs[1]) == sorted(ids)
+    assert queue.counts()[State.SUCCEEDED] == n
+
+
+def test_an_expired_lease_is_reaped_by_another_worker(open_pg: Callable[..., Queue], clock: FakeClock) -> None:
+    queue, other = open_pg(), open_pg()
+    job = queue.submit("demo", {"n": 1}, max_attempts=3).job
+    lost = queue.lease("dies", lease_s=30)
+    assert lost is not None
+    clock.advance(31)
+    assert other.reap() == [job.id]
+    taken = other.lease("lives")
+    assert taken is not None and taken.job_id == job.id and taken.epoch > lost.epoch
+    events = [e.type for e in other.get(job.id).events]
+    assert events[-2:] == ["lease_expired", "leased"]

@@ -1,0 +1,83 @@
+"""The PostgreSQL schema: created on first open, left alone on the next, a newer one refused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg
+import pytest
+
+from desktop_queue.core import Queue
+from desktop_queue.core.errors import StoreError
+from desktop_queue.core.pg import SCHEMA_VERSION, PgBackend
+
+
+def _versions(dsn: str) -> list[int]:
+    with psycopg.connect(dsn) as conn:
+        return [r[0] for r in conn.execute("SELECT version FROM dq_schema ORDER BY version").fetchall()]
+
+
+def test_first_open_creates_the_schema_and_says_so(open_pg: Callable[..., Queue], pg_dsn: str) -> None:
+    queue = open_pg()
+    assert queue.report.first
+    assert queue.report.notices == [f"created the PostgreSQL queue (schema version {SCHEMA_VERSION})"]
+    assert _versions(pg_dsn) == list(range(1, SCHEMA_VERSION + 1))
+    job = queue.submit("demo", {"n": 1}).job
+    queue.close()
+
+    again = open_pg()
+    assert again.report.notices == []  # nothing to migrate: nothing said
+    assert again.get(job.id).state == "queued"
+    assert _versions(pg_dsn) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_a_newer_schema_is_refused_and_left_as_it_is(open_pg: Callable[..., Queue], pg_dsn: str) -> None:
+    queue = open_pg()
+    job = queue.submit("demo", {"n": 1}).job
+    queue.close()
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("INSERT INTO dq_schema (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
+
+    backend = PgBackend(pg_dsn)
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer than"):
+        backend.open()
+    assert backend.closed
+    assert _versions(pg_dsn)[-1] == SCHEMA_VERSION + 1
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT state FROM dq_jobs WHERE id = %s", (job.id,)).fetchone()
+    assert row == ("queued",)
+
+
+def test_concurrent_first_opens_migrate_once(pg_dsn: str) -> None:
+    """Two openers at once: one creates the schema, the other waits and finds it made."""
+    import threading
+
+    backends = [PgBackend(pg_dsn) for _ in range(2)]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def open_one(backend: PgBackend) -> None:
+        barrier.wait()
+        try:
+            backend.open()
+        except BaseException as exc:  # (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one, args=(b,)) for b in backends]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    try:
+        assert errors == []
+        assert _versions(pg_dsn) == list(range(1, SCHEMA_VERSION + 1))
+        assert sorted(b.report.first for b in backends) == [False, True]
+    finally:
+        for b in backends:
+            b.close()
+
+
+def test_an_unreachable_server_is_one_clear_error(tmp_path: object) -> None:
+    backend = PgBackend(f"postgresql://postgres@/postgres?host={tmp_path}&port=1&connect_timeout=2")
+    with pytest.raises(StoreError, match="cannot connect to the PostgreSQL queue"):
+        backend.open()
