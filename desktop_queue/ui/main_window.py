@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon
 from PySide6.QtWidgets import (
     QMainWindow,
     QMenu,
@@ -137,7 +137,8 @@ class MainWindow(QMainWindow):
         self.closed.connect(lambda: self.metrics_pane.source.shutdown(self.shutdown_timeout_ms))
         self.alerts_pane: AlertsPane = AlertsPane(controller.alerts.model)
         # (no Alt letter either: each of A, l, e, r, t, s is taken; View → Alerts, Ctrl+Shift+A)
-        self.tabs.addTab(self.alerts_pane, icon("provider-down"), "Alerts")
+        self.tabs.addTab(self.alerts_pane, "Alerts")
+        controller.alerts.changed.connect(self._update_alerts_tab)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.tabs)
@@ -531,6 +532,13 @@ class MainWindow(QMainWindow):
                 self.statusBar().showMessage(f"The provider “{profile}” answers again; its jobs run.", 8000)
             self._breaker_announced.discard(profile)
         self._update_providers()
+
+    def _update_alerts_tab(self) -> None:
+        """The Alerts tab says how many alerts are active, with the warning icon only then."""
+        active = self.controller.alerts.model.active_count()
+        at = self.tabs.indexOf(self.alerts_pane)
+        self.tabs.setTabText(at, f"Alerts ({active})" if active else "Alerts")
+        self.tabs.setTabIcon(at, icon("provider-down") if active else QIcon())
 
     def _alert_transitions(self, transitions: list[Transition]) -> None:
         """An alert fired or cleared (recorded by this or another process): a banner and a notice, once."""

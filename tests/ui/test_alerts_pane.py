@@ -97,12 +97,15 @@ def test_a_transition_raises_one_banner_and_one_notice_whichever_process_recorde
     assert window.banner.isVisible() and "Alert: 12 rate-limit (429)" in window.banner.text.text()
     assert len(window.notifier.sent) == sent_before + 1
     assert window.alerts_pane.model.active_count() == 1
+    tab = window.tabs.indexOf(window.alerts_pane)
+    assert window.tabs.tabText(tab) == "Alerts (1)" and not window.tabs.tabIcon(tab).isNull()
     # looking again announces nothing new
     assert watch.poll() == []
     assert len(window.notifier.sent) == sent_before + 1
     other.update([SPIKE], Signals(at=T0 + 60))
     qtbot.waitUntil(lambda: window.alerts_pane.model.active_count() == 0, timeout=5000)
     assert "Cleared:" in window.banner.text.text()
+    assert window.tabs.tabText(tab) == "Alerts" and window.tabs.tabIcon(tab).isNull()
     assert len(window.notifier.sent) == sent_before + 2
 
 
