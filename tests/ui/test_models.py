@@ -420,3 +420,11 @@ def test_the_queue_delegate_paints_exactly_like_qt_s_own(qtbot: Any, dark: bool)
             )
         images.append(pane.view.viewport().grab().toImage())
     assert images[0] == images[1]
+
+
+def test_every_event_type_has_its_own_label_and_icon() -> None:
+    """A new kind of timeline entry gets words of its own, not its raw type name."""
+    from desktop_queue.core.model import EventType
+    from desktop_queue.ui.models.timeline_model import EVENT_LOOK
+
+    assert set(EventType) - set(EVENT_LOOK) == set()

@@ -42,6 +42,8 @@ EVENT_LOOK: dict[str, tuple[str, str, str]] = {
     EventType.RELEASED: ("normal", "Released (attempt not counted)", "event-info"),
     EventType.RESUMED: ("normal", "Lease renewed after a suspension", "event-info"),
     EventType.RESOLVED: ("success", "Resolved by hand (closed without a retry)", "state-succeeded"),
+    EventType.WEBHOOK: ("normal", "Provider webhook received (verified)", "event-info"),
+    EventType.REPAIR_FINDING: ("throttle", "Repair scan: something is wrong", "event-info"),
 }
 
 #: detail keys shown in the headline rather than in the detail line
