@@ -20,10 +20,8 @@ verb of :class:`~desktop_queue.core.queue.Queue` blocks on a file lock and an fs
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import orjson
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
@@ -48,6 +46,7 @@ from desktop_queue.core.errors import (
 from desktop_queue.core.model import Job, State
 from desktop_queue.core.queue import MAX_INPUT_BYTES, Queue
 from desktop_queue.core.records import JobDict
+from desktop_queue.core.schedules import ScheduleError, Scheduler, entry_json, last_run, result_preview
 from desktop_queue.core.webhooks import Applied, WebhookNotReady, parse_delivery
 
 log = logging.getLogger(__name__)
@@ -58,8 +57,6 @@ ACTOR = "api"
 MAX_BODY_BYTES = 2 * MAX_INPUT_BYTES
 LIST_DEFAULT_LIMIT = 1000
 LIST_MAX_LIMIT = 10_000
-#: the file another module (schedules) keeps in the data dir, read by ``GET /schedules``
-SCHEDULES_FILE = "schedules.json"
 
 #: (status, error code) per engine error, most specific first
 _ERRORS: tuple[tuple[type[QueueError], int, str], ...] = (
@@ -72,6 +69,7 @@ _ERRORS: tuple[tuple[type[QueueError], int, str], ...] = (
     (QueueFull, 429, "queue_full"),
     (WebhookNotReady, 503, "not_ready"),
     (StoreError, 503, "store_unavailable"),
+    (ScheduleError, 503, "store_unavailable"),  # a schedules file this version cannot read
 )
 
 
@@ -131,25 +129,27 @@ def _job_json(job: Job, *, with_events: bool = True, with_input: bool = True, **
     return {**job.to_json(with_events=with_events, with_input=with_input), **extra}
 
 
-def read_schedules(data_dir: Path) -> list[Any]:
-    """The schedules for ``GET /schedules``: ``schedules.json`` of the data dir, [] without one.
-
-    One small function on purpose: it becomes a call of the schedules module's own API
-    when that lands.
+def read_schedules(queue: Queue) -> list[dict[str, Any]]:
+    """The schedules for ``GET /schedules``: what ``schedule list --json`` prints.
 
     Raises:
-        StoreError: the file is there but cannot be read.
+        ScheduleError: the schedules file is from a newer version (a damaged one is set
+            aside by the schedules module and reads as none).
     """
-    path = data_dir / SCHEDULES_FILE
+    scheduler = Scheduler(queue)
     try:
-        doc = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        return []
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise StoreError(f"cannot read {path}: {exc}") from None
-    if isinstance(doc, dict):
-        doc = doc.get("schedules", [])
-    return list(doc) if isinstance(doc, list) else []
+        entries = scheduler.book.load()
+        ids = {i for e in entries for i in (e.state.last_job_id, e.state.last_good_job_id) if i}
+        jobs = scheduler.jobs(ids)
+        now = queue.clock.now()
+        rows = []
+        for entry in entries:
+            row = entry_json(entry, now, jobs)
+            row["last_good_preview"] = result_preview(queue, last_run(entry, jobs).good_job_id)
+            rows.append(row)
+        return rows
+    finally:
+        scheduler.close()
 
 
 def create_app(queue: Queue, token: str, webhooks: Webhooks | None = None) -> FastAPI:
@@ -277,7 +277,7 @@ def create_app(queue: Queue, token: str, webhooks: Webhooks | None = None) -> Fa
 
     @app.get("/schedules", dependencies=auth, summary="The schedules")
     def schedules() -> list[Any]:
-        return read_schedules(queue.data_dir)
+        return read_schedules(queue)
 
     @app.post(
         "/webhooks/{profile}",

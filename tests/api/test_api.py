@@ -218,14 +218,20 @@ def test_stats_counts_per_state(env: Env) -> None:
     assert reply.status == 200 and reply.body["counts"]["queued"] == 1 and reply.body["jobs"] == 1
 
 
-def test_schedules_reads_the_data_dirs_file(env: Env) -> None:
+def test_schedules_are_what_schedule_list_prints(env: Env) -> None:
+    from desktop_queue.core.schedules import ScheduleBook, new_schedule
+
     assert env.client.call("GET", "/schedules").body == []
+    book = ScheduleBook(env.queue.data_dir, env.queue.clock.now)
+    book.add(new_schedule("hourly", "0 * * * *", "demo", {"prompt": "digest"}, now=env.queue.clock.now(), tz="UTC"))
+    book.close()
+    [row] = env.client.call("GET", "/schedules").body
+    assert (row["name"], row["cron"], row["paused"]) == ("hourly", "0 * * * *", False)
+    assert row["next_run"].endswith("Z") or row["next_run"].endswith("+00:00")
     path = env.queue.data_dir / "schedules.json"
-    path.write_text(json.dumps({"schedules": [{"name": "hourly", "cron": "0 * * * *"}]}))
-    assert env.client.call("GET", "/schedules").body == [{"name": "hourly", "cron": "0 * * * *"}]
-    path.write_text("{ broken")
+    path.write_text(json.dumps({"format": "desktop-queue-schedules", "schema_version": 99, "schedules": []}))
     reply = env.client.call("GET", "/schedules")
-    assert reply.status == 503 and reply.body["error"] == "store_unavailable"
+    assert reply.status == 503 and reply.body["error"] == "store_unavailable" and "newer" in reply.body["message"]
 
 
 # ---------------------------------------------------------------------- verbs
