@@ -10,14 +10,15 @@ against the fake OpenAI server on 127.0.0.1, which counts what went over the wir
 3. lease recovery: a worker dies after the provider answered and before its commit: the
    next worker recognises the result (chat) or the provider job (background responses)
    and pays nothing twice;
-4. dead letter: continuous failure ends dead (no endless retries), and a replay is paced
-   by the profile's limits and keeps the history;
+4. dead letter: continuous failure ends dead (no endless retries) with one alert, and a
+   replay is paced by the profile's limits and keeps the history;
 5. webhook replay: the same delivery twice, out of order and late: one state change.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -42,6 +43,8 @@ from fakeserver import Action, FakeOpenAI  # noqa: E402
 from workerproc import env_for, finish, jobs, start_worker, submit, wait_for  # noqa: E402
 
 from desktop_queue.core import Queue, State  # noqa: E402
+from desktop_queue.core.alerts import DEAD_LETTERS_GROWING, DEFAULTS, FIRED, AlertBook  # noqa: E402
+from desktop_queue.core.repair import RepairScan, Upkeep  # noqa: E402
 from desktop_queue.core.store.fileio import FileLock  # noqa: E402
 from desktop_queue.providers import discover  # noqa: E402
 
@@ -213,7 +216,7 @@ def test_drill_3_a_worker_killed_mid_background_response_resumes_the_provider_jo
 
 def test_drill_4_continuous_failure_ends_dead_and_a_replay_is_paced(server: FakeOpenAI, data_dir: Path) -> None:
     """Every call fails (HTTP 500): each job spends its 2 attempts and is dead-lettered, no
-    endless retries. The provider comes back; replaying all the dead letters at once does
+    endless retries, and the dead letters raise one alert. The provider comes back; replaying all the dead letters at once does
     not flood it: the profile's 2 requests a minute hold, and the originals keep their
     whole history."""
     server.outage = (time.monotonic() + 3600, 500)
@@ -227,6 +230,12 @@ def test_drill_4_continuous_failure_ends_dead_and_a_replay_is_paced(server: Fake
     dead = {job.id: job for job in jobs(data_dir)}
     assert {dead[i].state for i in ids} == {State.DEAD}
     assert server.count("chat") == 4, "two attempts each, then no more"
+    # the dead letters raise one alert (the rule's threshold edited to this drill's size)
+    rule = dataclasses.replace(DEFAULTS[DEAD_LETTERS_GROWING], threshold=2)
+    with Queue.open(data_dir, discover()) as queue:
+        upkeep = Upkeep(RepairScan(queue), book=AlertBook(data_dir), rules=lambda: [rule])
+        assert [(t.rule, t.kind) for t in upkeep.tick()] == [(DEAD_LETTERS_GROWING, FIRED)]
+        assert upkeep.tick() == [], "one alert, not one per look"
 
     server.outage = None
     with Queue.open(data_dir, discover()) as queue:
