@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from desktop_queue import __version__, cli_alerts, cli_pause, cli_schedule, cli_serve
+from desktop_queue import __version__, cli_alerts, cli_migrate, cli_pause, cli_schedule, cli_serve
 from desktop_queue.core import Job, Queue, QueueError, State, present
 from desktop_queue.core.backend import STORE_ENV, store_options
 from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError, UnknownKind
@@ -312,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_serve.add_parser(sub)
     cli_pause.add_parsers(sub)
     cli_alerts.add_parser(sub)
+    cli_migrate.add_parser(sub)
     return parser
 
 
@@ -1417,6 +1418,7 @@ COMMANDS = {
     "schedule": lambda args: cli_schedule.run(args),
     **cli_pause.COMMANDS,
     "alerts": cli_alerts.run,
+    "migrate": cli_migrate.run,
 }
 
 
