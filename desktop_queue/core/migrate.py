@@ -198,10 +198,14 @@ def _new_records(jobs: Sequence[JobDict]) -> list[Record]:
 def _write_json(target: Queue, jobs: Sequence[JobDict], results: dict[str, dict[str, Any]]) -> int:
     """One durable commit of the jobs the target lacks; their results written first (as files)."""
     missing = target.store.read(lambda st: [j for j in jobs if not st.exists(j["id"])])
+    written = []
     for job in missing:
         doc = results.get(job["key"])
         if doc is not None and not target.results.has(job["key"]):
-            target.results.write(doc, durable=True)  # (a result before its job's success, as always)
+            target.results.write(doc, durable=False)
+            written.append(job["key"])
+    # a result is durable before its job's success, as always: one flush for the batch's files
+    target.results.make_durable(written)
 
     def fn(st: View) -> Change[int]:
         fresh = [j for j in missing if not st.exists(j["id"])]
