@@ -1387,13 +1387,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
 def cmd_gui(args: argparse.Namespace) -> int:
     from desktop_queue.app import main as app_main
 
-    if (getattr(args, "store", None) or os.environ.get(STORE_ENV, "")).strip():
-        # (rather than open the data dir's jobs while the user asked for the shared queue)
-        raise InvalidInput(
-            f"the window does not open a PostgreSQL store yet (--store or {STORE_ENV}); use the commands"
-        )
-
-    return app_main(args.data_dir)
+    return app_main(args.data_dir, getattr(args, "store", None))
 
 
 COMMANDS = {
