@@ -84,7 +84,8 @@ class _Progress:
             return
         self._last = now
         extra = f" ({skipped:,} there already)" if skipped else ""
-        sys.stderr.write(f"migrate: copied {copied:,} of {total:,} jobs{extra}, {now - self._started:.1f} s\n")
+        then = ", verifying both sides" if done >= total else ""
+        sys.stderr.write(f"migrate: copied {copied:,} of {total:,} jobs{extra}, {now - self._started:.1f} s{then}\n")
         sys.stderr.flush()
 
 

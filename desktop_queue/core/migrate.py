@@ -69,15 +69,17 @@ def describe(location: str) -> str:
     """``location`` for people: a data dir's path, a PostgreSQL URI without its password."""
     if not is_pg(location):
         return str(location)
-    from urllib.parse import urlsplit, urlunsplit
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
     parts = urlsplit(location.strip())
-    if parts.password is None:
-        return location.strip()
-    host = parts.hostname or ""
-    user = parts.username or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    if parts.password is not None:
+        user, _, host = parts.netloc.rpartition("@")
+        parts = parts._replace(netloc=f"{user.partition(':')[0]}:***@{host}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(name == "password" for name, _ in query):
+        hidden = [(name, "***" if name == "password" else value) for name, value in query]
+        parts = parts._replace(query=urlencode(hidden, safe="/*"))
+    return urlunsplit(parts)
 
 
 def open_side(location: str, *, data_dir: Path) -> Queue:

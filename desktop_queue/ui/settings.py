@@ -155,15 +155,27 @@ STORE_PASSWORD_USER = "store:{url}"
 
 
 def split_store_password(url: str) -> tuple[str, str | None]:
-    """A ``postgresql://`` URL without its password, and the password (None: it has none)."""
-    from urllib.parse import urlsplit, urlunsplit
+    """A ``postgresql://`` URL without its password, and the password (None: it has none).
+
+    The password may be in the URL's user part (``user:pw@host``) or its query (``?password=pw``).
+    """
+    from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
     parts = urlsplit(url.strip())
-    if parts.password is None:
+    password = parts.password
+    if password is not None:
+        user, _, host = parts.netloc.rpartition("@")
+        name = user.partition(":")[0]
+        parts = parts._replace(netloc=f"{name}@{host}" if name else host)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(name == "password" for name, _ in query):
+        # (decoded by parse_qsl: encoded again, as a user part's password is)
+        password = password or quote(next(value for name, value in query if name == "password"), safe="")
+        kept = [(name, value) for name, value in query if name != "password"]
+        parts = parts._replace(query=urlencode(kept, safe="/"))
+    if password is None:
         return url.strip(), None
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host)), parts.password
+    return urlunsplit(parts), password
 
 
 def join_store_password(url: str, password: str | None) -> str:

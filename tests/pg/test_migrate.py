@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from desktop_queue.core import FakeClock, Queue, RetryPolicy
-from desktop_queue.core.migrate import TargetNotEmpty, jobs_of, migrate, open_side
+from desktop_queue.core.migrate import TargetNotEmpty, describe, jobs_of, migrate, open_side
 from desktop_queue.core.model import ErrorClass, State
 from desktop_queue.core.outcome import Outcome
 from desktop_queue.core.records import JobDict
@@ -157,6 +157,14 @@ def test_a_non_empty_target_is_refused(tmp_path: Path, pg_dsn: str, pg_harness: 
         assert sum(target.counts().values()) == 1  # nothing was copied
     finally:
         target.close()
+
+
+def test_the_output_never_shows_a_password() -> None:
+    assert describe("postgresql://dq:s3cret@db/q") == "postgresql://dq:***@db/q"
+    assert describe("postgresql://dq@db/q?password=s3cret&sslmode=require") == (
+        "postgresql://dq@db/q?password=***&sslmode=require"
+    )
+    assert describe("/home/me/dq") == "/home/me/dq"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -140,6 +140,10 @@ def test_the_store_preference_keeps_its_password_in_the_keyring(
     monkeypatch.setenv("DESKTOP_QUEUE_STORE", "postgresql://env@/q")
     assert chosen_store() == "postgresql://env@/q"
     assert chosen_store("postgresql://flag@/q") == "postgresql://flag@/q"
+    # a password given as a query parameter goes to the keyring too
+    save_store("postgresql://dq@/queue?host=/run/pg&password=p%26w")
+    assert QSettings(ORGANIZATION, APPLICATION).value("preferences/store") == "postgresql://dq@/queue?host=/run/pg"
+    assert load_store() == "postgresql://dq:p%26w@/queue?host=/run/pg"
 
 
 @pytest.mark.qt_log_ignore(OFFSCREEN_NOISE)
