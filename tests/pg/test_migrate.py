@@ -217,3 +217,44 @@ def test_a_migration_killed_mid_way_is_finished_by_resume(tmp_path: Path, pg_dsn
     assert any("stay files in the data dir" in note for note in report["notes"])
     before, after = _everything(str(source), local), _everything(uri, local)
     assert before == after  # no job twice, none missing, each as it was
+
+
+def test_bad_flags_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    Queue.open(source, background_compaction=False).close()
+    cases = [
+        (
+            ["--from", str(tmp_path / "nowhere"), "--to", str(tmp_path / "t")],
+            "not a data dir (it has no store/ folder)",
+        ),
+        (["--from", str(source), "--to", str(source)], "--from and --to are the same data dir"),
+        (["--from", str(source), "--to", str(tmp_path / "t"), "--batch", "0"], "between 1 and 100000, not 0"),
+        (["--from", str(source)], "the following arguments are required: --to"),
+    ]
+    for args, message in cases:
+        done = _cli("--data-dir", str(tmp_path / "local"), "migrate", *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert message in done.stderr.strip().splitlines()[-1], done.stderr
+    flagged = _cli("--store", "postgresql://x@/y", "migrate", "--from", str(source), "--to", str(tmp_path / "t"))
+    assert flagged.returncode == 2
+    assert flagged.stderr.strip() == "desktop-queue: migrate names its stores with --from and --to, not --store"
+    assert not (tmp_path / "t").exists()  # nothing was made
+
+
+def test_schedules_prices_and_the_ledger_are_copied_into_a_data_dir(tmp_path: Path) -> None:
+    source, target = tmp_path / "source", tmp_path / "target"
+    _history(source, 11)
+    (source / "schedules.json").write_text('{"format": "desktop-queue-schedules", "schedules": []}')
+    (source / "ledger").mkdir()
+    (source / "ledger" / "spend-2026-11.jsonl").write_text('{"at": 1}\n')
+    target.mkdir()
+    (target / "prices.json").write_text("{}")  # the target's own: kept
+    (source / "prices.json").write_text('{"models": {}}')
+    done = _cli("--data-dir", str(tmp_path / "local"), "migrate", "--from", str(source), "--to", str(target))
+    assert done.returncode == 0, done.stderr
+    assert "verified: both sides hold the same jobs" in done.stdout
+    assert (target / "schedules.json").read_bytes() == (source / "schedules.json").read_bytes()
+    assert (target / "ledger" / "spend-2026-11.jsonl").read_text() == '{"at": 1}\n'
+    assert (target / "prices.json").read_text() == "{}"
+    assert "note: kept the target's own prices.json (not overwritten)" in done.stdout
+    assert _everything(str(source), tmp_path / "local") == _everything(str(target), tmp_path / "local")
