@@ -19,8 +19,10 @@ from typing import Any
 from PySide6.QtWidgets import QApplication
 
 from desktop_queue.core import Queue, QueueError, StoreError
+from desktop_queue.core.backend import STORE_ENV, store_options
 from desktop_queue.core.findings import Finding, FindingsLog, describe
 from desktop_queue.core.ledger import Budget
+from desktop_queue.core.migrate import describe as describe_store
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.core.present import reconciliation_summary
 from desktop_queue.core.store.fileio import FileLock
@@ -28,7 +30,13 @@ from desktop_queue.runtime import qtcompat
 from desktop_queue.ui import dialogs
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.main_window import MainWindow
-from desktop_queue.ui.settings import APPLICATION, ORGANIZATION, load_preferences, load_profiles_migrating
+from desktop_queue.ui.settings import (
+    APPLICATION,
+    ORGANIZATION,
+    load_preferences,
+    load_profiles_migrating,
+    load_store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,10 +127,19 @@ def reconciliation_lines(queue: Queue, findings: list[Finding]) -> list[str]:
     return describe(findings, titles, os.getpid(), time.time())
 
 
+def chosen_store(store: str | None = None) -> str:
+    """The store the window opens: ``--store``, else ``$DESKTOP_QUEUE_STORE``, else Preferences' Store
+    (with its password from the OS keyring); "" is the data directory's JSON store."""
+    if store is not None and store.strip():
+        return store.strip()
+    return os.environ.get(STORE_ENV, "").strip() or load_store()
+
+
 def start(
     data_dir: str | Path | None = None,
     providers: Mapping[str, Any] | None = None,
     *,
+    store: str | None = None,
     lease: bool = True,
     refresh_ms: int = 300,
     tick_ms: int = 250,
@@ -133,6 +150,7 @@ def start(
         data_dir: ``--data-dir`` (else ``DESKTOP_QUEUE_DATA_DIR``, else the user data dir).
         providers: kind -> provider (default: every installed provider, the OpenAI-compatible
             kinds configured from Preferences, under flow control).
+        store: ``--store`` (a ``postgresql://`` URL; see :func:`chosen_store`).
         lease: start the lease driver (the screenshot script keeps it off).
         refresh_ms: the views' refresh interval.
         tick_ms: the lease driver's tick.
@@ -179,14 +197,17 @@ def start(
         profile_notices.extend(profiles.notices)
         providers, flow = build(profiles, data_dir=path)
         budgets = {p.name: p.budget() for p in profiles.profiles}
+    location = chosen_store(store)
+    where = f"PostgreSQL store: {describe_store(location)}" if location else f"Data directory: {path}"
     try:
-        queue = Queue.open(path, providers)  # the first opener reconciles orphans here, before any lease
-    except StoreError as exc:
+        # the first opener reconciles orphans here, before any lease
+        queue = Queue.open(path, providers, **store_options(location))
+    except (StoreError, ValueError) as exc:
         lock.release()
         dialogs.show_error(
             None,
             "The job store cannot be opened",
-            f"{exc}\n\nNothing was changed or deleted. Data directory: {path}",
+            f"{exc}\n\nNothing was changed or deleted. {where}",
         )
         return 1
     except QueueError as exc:
@@ -226,14 +247,14 @@ def start(
     return Session(window, controller, queue, lock, lines)
 
 
-def main(data_dir: str | None = None) -> int:
-    """Runs the window until it is closed; the process exit code."""
+def main(data_dir: str | None = None, store: str | None = None) -> int:
+    """Runs the window (on ``store``: see :func:`chosen_store`) until it is closed; the process exit code."""
     qtcompat.install()
     app = QApplication.instance()
     if not isinstance(app, QApplication):
         app = QApplication(sys.argv[:1])
     configure_application(app)
-    session = start(data_dir)
+    session = start(data_dir, store=store)
     if isinstance(session, int):
         return session
     session.window.show()

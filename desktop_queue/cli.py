@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from desktop_queue import __version__, cli_alerts, cli_pause, cli_schedule, cli_serve
+from desktop_queue import __version__, cli_alerts, cli_migrate, cli_pause, cli_schedule, cli_serve
 from desktop_queue.core import Job, Queue, QueueError, State, present
 from desktop_queue.core.backend import STORE_ENV, store_options
 from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError, UnknownKind
@@ -312,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_serve.add_parser(sub)
     cli_pause.add_parsers(sub)
     cli_alerts.add_parser(sub)
+    cli_migrate.add_parser(sub)
     return parser
 
 
@@ -1386,13 +1387,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
 def cmd_gui(args: argparse.Namespace) -> int:
     from desktop_queue.app import main as app_main
 
-    if (getattr(args, "store", None) or os.environ.get(STORE_ENV, "")).strip():
-        # (rather than open the data dir's jobs while the user asked for the shared queue)
-        raise InvalidInput(
-            f"the window does not open a PostgreSQL store yet (--store or {STORE_ENV}); use the commands"
-        )
-
-    return app_main(args.data_dir)
+    return app_main(args.data_dir, getattr(args, "store", None))
 
 
 COMMANDS = {
@@ -1417,6 +1412,7 @@ COMMANDS = {
     "schedule": lambda args: cli_schedule.run(args),
     **cli_pause.COMMANDS,
     "alerts": cli_alerts.run,
+    "migrate": cli_migrate.run,
 }
 
 

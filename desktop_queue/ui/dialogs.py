@@ -1209,6 +1209,7 @@ class PreferencesDialog(QDialog):
             "token in the api-token file of the config folder. Provider webhooks go to /webhooks/PROFILE."
         )
         form.addRow(self.api_enabled)
+        self._add_store_field(form)
         if isinstance(provider, ProfileConfig):
             provider = ProfileSet((provider,), provider.name)
         self.profiles_page = ProfilesPage(provider if provider is not None else load_profiles_migrating())
@@ -1240,6 +1241,76 @@ class PreferencesDialog(QDialog):
         self.setMinimumWidth(max(760, self.sizeHint().width()))
         self.resize(self.minimumWidth(), min(700, max(560, self.sizeHint().height())))
 
+    def _add_store_field(self, form: QFormLayout) -> None:
+        """Store: the data directory (empty, the default) or a PostgreSQL URL, applied at the next start."""
+        from desktop_queue.ui.settings import saved_store_url
+
+        self._saved_store = saved_store_url()
+        self.store = QLineEdit(self._saved_store)
+        self.store.setObjectName("storeField")
+        self.store.setPlaceholderText("the data directory (default), or postgresql://user@host/database")
+        self.store.setToolTip(
+            "Where the jobs are kept. A PostgreSQL queue is shared by every machine that uses it. "
+            "A password in the URL is kept in the OS keyring, never in the settings."
+        )
+        self.store_test = QPushButton("&Test")
+        self.store_test.setToolTip("Connect to this store once, now")
+        self.store_test.clicked.connect(self.test_store)
+        row = QHBoxLayout()
+        row.addWidget(self.store, 1)
+        row.addWidget(self.store_test)
+        form.addRow("&Store:", row)
+        self.store_status = QLabel()
+        self.store_status.setWordWrap(True)
+        form.addRow("", self.store_status)
+        self.store_note = QLabel(
+            "A new store is used when Desktop Queue starts again (restart to switch). "
+            "--store and DESKTOP_QUEUE_STORE, when given, come first. Copy jobs across with "
+            "desktop-queue migrate."
+        )
+        self.store_note.setWordWrap(True)
+        form.addRow("", self.store_note)
+
+    def _store_url(self) -> str:
+        """The Store field's URL, with the saved password when it is the saved store."""
+        from desktop_queue.ui.settings import load_store
+
+        text = self.store.text().strip()
+        return load_store() if text and text == self._saved_store else text
+
+    def test_store(self) -> bool:
+        """Connects to the Store field's store once; says what happened below the field."""
+        from desktop_queue.ui.settings import probe_store
+
+        self.setCursor(Qt.CursorShape.WaitCursor)
+        try:
+            ok, text = probe_store(self._store_url())
+        finally:
+            self.unsetCursor()
+        self.store_status.setText(text[:1].upper() + text[1:])
+        return ok
+
+    def _save_store(self) -> bool:
+        """Saves the Store field if it changed; False (and why, below it) if it cannot be."""
+        from desktop_queue.providers.openai_compat import KeyringUnavailable
+        from desktop_queue.ui.settings import check_store_url, save_store, split_store_password
+
+        text = self.store.text().strip()
+        problem = check_store_url(text)
+        if problem is not None:
+            self.store_status.setText(problem[:1].upper() + problem[1:])
+            return False
+        if text == self._saved_store:
+            return True
+        try:
+            save_store(text)
+        except KeyringUnavailable as exc:
+            self.store_status.setText(str(exc))
+            return False
+        self._saved_store = split_store_password(text)[0]
+        self.store_status.setText("Saved: used when Desktop Queue starts again.")
+        return True
+
     def select_profile(self, name: str) -> bool:
         """Shows the Providers tab with the profile ``name`` selected; False if there is none."""
         self.tabs.setCurrentWidget(self.profiles_page)
@@ -1251,7 +1322,10 @@ class PreferencesDialog(QDialog):
         return self.profiles_page.current_editor()
 
     def accept(self) -> None:
-        """Saves the provider profiles (and keys) first; stays open if they cannot be saved."""
+        """Saves the provider profiles (and keys) and the store first; stays open if they cannot be saved."""
+        if not self._save_store():
+            self.tabs.setCurrentIndex(0)
+            return
         if not self.profiles_page.save():
             self.tabs.setCurrentWidget(self.profiles_page)
             return

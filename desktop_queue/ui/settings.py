@@ -15,6 +15,7 @@ from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from desktop_queue.providers.openai_compat import KEYRING_SERVICE, KeyringUnavailable
 from desktop_queue.providers.profiles import (
     ProfileFileError,
     ProfileSet,
@@ -145,3 +146,119 @@ def clear_window_state(keys: tuple[str, ...]) -> None:
     for key in keys:
         settings.remove(f"window/{key}")
     settings.sync()
+
+
+# ---------------------------------------------------------------------- the store
+
+#: the keyring user of the store's password: ``store:<URL without it>`` (no profile name has a ``:``)
+STORE_PASSWORD_USER = "store:{url}"
+
+
+def split_store_password(url: str) -> tuple[str, str | None]:
+    """A ``postgresql://`` URL without its password, and the password (None: it has none).
+
+    The password may be in the URL's user part (``user:pw@host``) or its query (``?password=pw``).
+    """
+    from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url.strip())
+    password = parts.password
+    if password is not None:
+        user, _, host = parts.netloc.rpartition("@")
+        name = user.partition(":")[0]
+        parts = parts._replace(netloc=f"{name}@{host}" if name else host)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(name == "password" for name, _ in query):
+        # (decoded by parse_qsl: encoded again, as a user part's password is)
+        password = password or quote(next(value for name, value in query if name == "password"), safe="")
+        kept = [(name, value) for name, value in query if name != "password"]
+        parts = parts._replace(query=urlencode(kept, safe="/"))
+    if password is None:
+        return url.strip(), None
+    return urlunsplit(parts), password
+
+
+def join_store_password(url: str, password: str | None) -> str:
+    """``url`` (without a password) with ``password`` put back in (as typed: percent-encoded)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if not password:
+        return url
+    parts = urlsplit(url)
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
+
+
+def check_store_url(url: str) -> str | None:
+    """What is wrong with a Store field's text (None: it is empty, or a PostgreSQL URL)."""
+    text = url.strip()
+    if not text:
+        return None
+    if not text.startswith(("postgresql://", "postgres://")):
+        return "the store is a postgresql://… URL (or empty: the data directory)"
+    if any(ch.isspace() for ch in text):
+        return "a store URL has no spaces"
+    return None
+
+
+def saved_store_url() -> str:
+    """The store chosen in Preferences as saved: without its password ("": the data dir)."""
+    return str(_settings().value("preferences/store", "") or "").strip()
+
+
+def load_store() -> str:
+    """The store chosen in Preferences, its password (if any) taken from the OS keyring ("": the data dir)."""
+    url = saved_store_url()
+    if not url:
+        return ""
+    try:
+        import keyring
+
+        password = keyring.get_password(KEYRING_SERVICE, STORE_PASSWORD_USER.format(url=url))
+    except Exception as exc:  # no usable keyring: connect without it (the server says if it needs one)
+        log.warning("the store's password could not be read from the keyring: %s", type(exc).__name__)
+        password = None
+    return join_store_password(url, password)
+
+
+def save_store(url: str) -> None:
+    """Saves the Preferences store: the URL without its password in QSettings, the password in the keyring.
+
+    Raises:
+        KeyringUnavailable: the URL has a password and no keyring can keep it (nothing is saved:
+            a password is never written to the settings).
+    """
+    bare, password = split_store_password(url)
+    if password:
+        try:
+            import keyring
+
+            keyring.set_password(KEYRING_SERVICE, STORE_PASSWORD_USER.format(url=bare), password)
+        except Exception as exc:
+            raise KeyringUnavailable(
+                f"the store's password could not be saved: no usable OS keyring ({type(exc).__name__}); "
+                "leave it out of the URL (use ~/.pgpass) instead"
+            ) from None
+    settings = _settings()
+    settings.setValue("preferences/store", bare)
+    settings.sync()
+
+
+def probe_store(url: str, timeout_s: int = 5) -> tuple[bool, str]:
+    """Connects to the store ``url`` once: ``(True, "connected to PostgreSQL 16.4")`` or ``(False, why)``."""
+    problem = check_store_url(url)
+    if problem is not None:
+        return False, problem
+    if not url.strip():
+        return True, "the data directory (the default)"
+    try:
+        import psycopg
+    except ImportError:
+        return False, "the PostgreSQL store needs psycopg: pip install 'desktop-queue[postgres]'"
+    try:
+        with psycopg.connect(url.strip(), connect_timeout=timeout_s, autocommit=True) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+    except psycopg.Error as exc:
+        lines = str(exc).strip().splitlines()  # (never the URL: it may hold a password)
+        return False, f"cannot connect: {lines[0] if lines else type(exc).__name__}"
+    return True, f"connected to PostgreSQL {row[0] if row else '?'}"

@@ -70,10 +70,3 @@ def test_the_json_store_imports_nothing_of_psycopg(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
-
-
-def test_the_window_refuses_a_store_it_cannot_open_yet(tmp_path: Path) -> None:
-    """Not the data dir's jobs in place of the shared queue the user asked for: a clear refusal."""
-    done = _run("--data-dir", str(tmp_path), "--store", "postgresql://nobody@/none", "gui")
-    assert done.returncode == 2
-    assert "the window does not open a PostgreSQL store yet" in done.stderr
