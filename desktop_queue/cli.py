@@ -529,7 +529,17 @@ def _submit_input(args: argparse.Namespace) -> Any:
 # ---------------------------------------------------------------------- commands
 
 
-def _open(args: argparse.Namespace, providers: dict[str, Any] | None = None) -> Queue:
+def _store(args: argparse.Namespace) -> dict[str, Any]:
+    """The backend ``--store`` / ``DESKTOP_QUEUE_STORE`` names, as :meth:`Queue.open` arguments."""
+    try:
+        return store_options(getattr(args, "store", None))
+    except ValueError as exc:
+        raise InvalidInput(f"{STORE_ENV}: {exc}") from None
+
+
+def _open(
+    args: argparse.Namespace, providers: dict[str, Any] | None = None, store: dict[str, Any] | None = None
+) -> Queue:
     if providers is None:
         from desktop_queue.providers import discover
         from desktop_queue.providers.setup import profile_providers
@@ -537,10 +547,8 @@ def _open(args: argparse.Namespace, providers: dict[str, Any] | None = None) -> 
         providers = dict(discover())
         # the openai.* kinds of the configured profiles, so that a job naming one is accepted
         providers.update(profile_providers(_load_profiles(), None))
-    try:
-        store = store_options(getattr(args, "store", None))
-    except ValueError as exc:
-        raise InvalidInput(f"{STORE_ENV}: {exc}") from None
+    if store is None:
+        store = _store(args)
     queue = Queue.open(resolve_data_dir(args.data_dir), providers, **store)
     for notice in queue.report.notices:
         _err(f"note: {notice}")
@@ -1045,10 +1053,13 @@ def cmd_work(args: argparse.Namespace) -> int:
     for notice in loaded.notices:
         _err(f"note: {notice}")
     profiles = with_flags(loaded)
-    providers, flow = build(profiles, data_dir=resolve_data_dir(args.data_dir))
+    # a queue on PostgreSQL keeps the limits, breakers and budgets in its database: every
+    # machine's workers share them (the data dir's flow state is only this machine's)
+    store = _store(args)
+    providers, flow = build(profiles, data_dir=resolve_data_dir(args.data_dir), backend=store.get("backend"))
     # after everything that can refuse the arguments: a process has one application object
     app = QCoreApplication.instance() or QCoreApplication([PROG])
-    queue = _open(args, dict(providers))
+    queue = _open(args, dict(providers), store)
     try:
         purged, files = queue.apply_retention()  # a no-op unless a policy was set (see `retention`)
         if purged or files:
@@ -1154,6 +1165,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     clean = driver.shutdown(timeout_ms=10_000)
     driver.upkeep.flush()  # what this worker finished is announced (logged) before it exits
     counts = queue.counts()
+    flow.close()
     try:
         queue.close()
     except QueueError as exc:  # the last sync failed: say so, the exit code tells scripts
