@@ -891,6 +891,12 @@ class SharedState(Protocol):
     :class:`_SharedFile` (``<data dir>/flow/state.json`` under an OS lock) and by
     :class:`desktop_queue.core.pg.flowstate.PgSharedState` (one row locked ``FOR UPDATE``
     in a transaction), with the same semantics.
+
+    A shared state that several machines use may also have ``ended_attempts(job_ids) ->
+    set[str]`` (called inside :meth:`locked`): which of these jobs no longer run under a
+    live lease. Flow control asks it about attempts admitted by processes on other
+    machines, whose liveness this one cannot check (:func:`holder_alive`), so that a
+    machine that died mid-attempt does not hold a concurrency slot for ever.
     """
 
     def locked(self) -> AbstractContextManager[dict[str, Any] | None]:
@@ -1055,6 +1061,8 @@ class FlowControl:
         self._events: deque[FlowEvent] = deque(maxlen=1000)
         self._pending_emit: list[FlowEvent] = []
         self._shared: SharedState | None = _SharedFile(Path(shared_dir)) if shared_dir is not None else shared
+        #: (a store that knows which attempts still hold a live lease: see SharedState)
+        self._ended_elsewhere: Callable[[list[str]], set[str]] | None = getattr(shared, "ended_attempts", None)
         self.ledger = ledger
         self.rng = rng or random.Random()
         self._kind_holds: dict[str, str] = {}
@@ -1224,11 +1232,25 @@ class FlowControl:
             self._emit(flow, FlowEventType.RATE_RECOVERED, now, scale=round(flow.adaptive.scale, 3), was=round(old, 3))
         if now - flow.last_prune >= 5.0:
             flow.last_prune = now
+            elsewhere: list[str] = []
             for job_id, adm in list(flow.admitted.items()):
                 if not adm.started and now - adm.at > self._admission_ttl_s:
                     self._give_back(flow, job_id, now)
                 elif adm.owner is not None and holder_alive(adm.owner) is False:
                     self._give_back(flow, job_id, now)  # its process ended mid-attempt: the slot frees
+                elif (
+                    adm.started
+                    and adm.owner is not None
+                    and self._ended_elsewhere is not None
+                    and holder_alive(adm.owner) is None  # (another machine's process: ask the store)
+                ):
+                    elsewhere.append(job_id)
+            if elsewhere:
+                assert self._ended_elsewhere is not None
+                for job_id in self._ended_elsewhere(elsewhere):
+                    # a machine that died mid-attempt: its slot frees once its job's lease has
+                    # run out; the request it probably sent still counts against the rate
+                    self._give_back(flow, job_id, now, refund=False)
             ttl = max(flow.limits.window_s, flow.limits.aging_s) * 2
             for job_id, waiter in list(flow.waiters.items()):
                 if now - waiter.seen > ttl:
@@ -1308,13 +1330,13 @@ class FlowControl:
             return resuming_reason(flow.name, cap)
         return None
 
-    def _give_back(self, flow: _ProfileFlow, job_id: str, now: float) -> None:
+    def _give_back(self, flow: _ProfileFlow, job_id: str, now: float, refund: bool = True) -> None:
         adm = flow.admitted.pop(job_id, None)
         flow.concurrency.release(job_id)
         flow.breaker.on_abandoned(job_id)
         if flow.offline is not None and flow.offline.probe == job_id:
             flow.offline.probe = None
-        if adm is not None:
+        if adm is not None and refund:
             for bucket, _unit in flow.buckets():
                 bucket.refund(job_id, now)
 

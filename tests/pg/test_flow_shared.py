@@ -209,6 +209,36 @@ def test_a_flow_state_from_a_newer_version_is_refused(pg_dsn: str, links: list[F
         flow.accept(job("j1"))
 
 
+def test_a_machine_that_died_mid_attempt_frees_its_slot_once_its_lease_runs_out(
+    open_pg: Callable[..., Queue], pg_dsn: str, links: list[FlowLink]
+) -> None:
+    """Another machine's process cannot be asked whether it lives: its job's lease in the database tells."""
+    from desktop_queue.core.liveness import this_process
+
+    clock = FakeClock(start=time.time())  # (leases on the server's timeline)
+    queue = open_pg(clock=clock)
+    held, waiting = (queue.submit("demo", {"prompt": p}).job for p in ("held", "waiting"))
+    limits = {"demo": ProfileLimits(concurrency=1)}
+    doomed = FlowControl(limits, clock=clock, shared=PgSharedState(_pg_link(pg_dsn, links)))
+    with doomed.session():
+        lease = queue.lease("doomed", accept=doomed.accept, lease_s=30)
+        assert lease is not None and lease.job_id == held.id
+        doomed.on_start(lease.job)
+    with psycopg.connect(pg_dsn) as conn:  # it ran on another machine (and it dies there now)
+        conn.execute(
+            "UPDATE dq_flow SET doc = replace(doc, %s, 'far-host/4242/1'), version = version + 1",
+            (this_process(),),
+        )
+    survivor = FlowControl(limits, clock=clock, shared=PgSharedState(_pg_link(pg_dsn, links)))
+    candidate = {"id": waiting.id, "kind": "demo", "state": "queued", "input": waiting.input}
+    clock.advance(6.0)
+    assert survivor.waiting_reason(candidate) == "waiting: concurrency cap"  # its lease is live
+    later = open_pg(clock=FakeClock(start=time.time() + 3600))
+    assert later.reap() == [held.id]  # the lease ran out
+    clock.advance(6.0)
+    assert survivor.accept(candidate)  # the dead machine's slot is free
+
+
 # ---------------------------------------------------------------------- the seam: same totals
 
 
@@ -373,6 +403,7 @@ def test_a_server_restart_mid_run_does_not_reset_the_budgets(
     try:
         wait_for(lambda: server.count("chat") == 2, 30, "the budget's two requests")
         own_server.restart()
+        after_restart = _version(dsn)
         # a third worker starts after the restart, as a machine joining would: it too is held
         workers.append(start_worker(dsn, tmp_path / "host2", server, *flags))
         summaries = [finish(w, 60) for w in workers]
@@ -384,3 +415,11 @@ def test_a_server_restart_mid_run_does_not_reset_the_budgets(
     assert server.count("chat") == 2
     assert sum(s["finished"].get("succeeded", 0) for s in summaries) == 2
     assert sorted(states(dsn, tmp_path / "submitter")).count(State.QUEUED) == 3
+    assert _version(dsn) > after_restart  # the workers' sessions went on over new connections
+
+
+def _version(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT version FROM dq_flow WHERE name = 'flow'").fetchone()
+    assert row is not None
+    return int(row[0])

@@ -227,6 +227,28 @@ class PgSharedState:
             # stored version stays the one it read, and its memory (this state) wins next time
             self._pending = (int(row[0]), raw)
 
+    def ended_attempts(self, job_ids: list[str]) -> set[str]:
+        """Of these jobs, those not ``running`` under a lease that is live by the server's clock (inside :meth:`locked`).
+
+        An attempt admitted by a process on another machine is over when its job is:
+        finished, queued again, or still ``running`` on a lease that ran out (its holder
+        stopped renewing: it died, or lost the network). What cannot be asked counts as
+        running (a slot held a little longer, never one freed too soon).
+        """
+        if not self.link.in_transaction or not job_ids:
+            return set()
+        try:
+            with self.link.conn.transaction():  # (a savepoint: a failure here spoils nothing else)
+                rows = self.link.execute(
+                    "SELECT id FROM dq_jobs WHERE id = ANY(%s) AND state = 'running'"
+                    " AND lease_expires_at > extract(epoch FROM clock_timestamp())",
+                    (job_ids,),
+                ).fetchall()
+        except psycopg.Error as exc:
+            log.warning("could not ask which attempts still run: %s", _reason(exc))
+            return set()
+        return set(job_ids) - {str(r[0]) for r in rows}
+
     def close(self) -> None:
         self.link.close()
 
