@@ -742,9 +742,10 @@ def cmd_replay_dry_run(args: argparse.Namespace) -> int:
 
     payload = _parse_json(args.input_json, "--input") if args.input_json is not None else None
     data_dir = resolve_data_dir(args.data_dir)
-    providers, flow = build(_load_profiles(), data_dir=data_dir)
+    store = _store(args)
+    providers, flow = build(_load_profiles(), data_dir=data_dir, backend=store.get("backend"))
     try:
-        with _open(args, dict(providers)) as queue:
+        with _open(args, dict(providers), store) as queue:
             job = queue.get(args.id)
             if not job.is_finished:
                 raise NotAllowed(f"job {job.id} is {job.state}; only finished jobs can be replayed")
@@ -947,9 +948,10 @@ def _stats_window(args: argparse.Namespace) -> int:
     from desktop_queue.core.windowed import WindowedMetrics
     from desktop_queue.providers.setup import build
 
-    providers, flow = build(_load_profiles(), data_dir=resolve_data_dir(args.data_dir))
+    store = _store(args)
+    providers, flow = build(_load_profiles(), data_dir=resolve_data_dir(args.data_dir), backend=store.get("backend"))
     try:
-        with _open(args, dict(providers)) as queue:
+        with _open(args, dict(providers), store) as queue:
             figures = WindowedMetrics(queue, flow=flow).figures(args.window)
     finally:
         flow.close()
@@ -984,12 +986,23 @@ def _stats_window(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _spend_store(args: argparse.Namespace) -> Any:
+    """The spend entries of a queue on PostgreSQL (its database keeps them); None: the data dir's ledger."""
+    backend = _store(args).get("backend")
+    if backend is None:
+        return None
+    from desktop_queue.core.pg.flowstate import flow_storage
+
+    found = flow_storage(backend)
+    return found[1] if found is not None else None
+
+
 def cmd_spend(args: argparse.Namespace) -> int:
     from desktop_queue.core.ledger import PriceTable, SpendLedger, format_usd
     from desktop_queue.core.spend import report_total
 
     # only reads: stored entries carry their cost, so prices.json is not even opened
-    ledger = SpendLedger(resolve_data_dir(args.data_dir), prices=PriceTable())
+    ledger = SpendLedger(resolve_data_dir(args.data_dir), prices=PriceTable(), store=_spend_store(args))
     rows = ledger.report(args.by, since=args.since)
     total = report_total(rows)
     damaged = ledger.damaged_lines()

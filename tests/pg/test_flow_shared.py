@@ -351,13 +351,34 @@ def test_two_workers_on_one_store_keep_one_token_budget_per_day(
     server.usage_tokens = 12
     submit(pg_dsn, tmp_path / "submitter", 5)
     flags = ("--budget-tokens-per-day", "36", "--max-seconds", "8")
-    for worker in _two_workers(_uri(pg_dsn, pg_harness), tmp_path, server, *flags):
+    uri = _uri(pg_dsn, pg_harness)
+    for worker in _two_workers(uri, tmp_path, server, *flags):
         finish(worker, 60)
     assert server.count("chat") == 3
     with psycopg.connect(pg_dsn) as conn:
         row = conn.execute("SELECT count(*), sum(tokens_in + tokens_out) FROM dq_spend").fetchone()
     assert row is not None and (row[0], int(row[1])) == (3, 36)  # the ledger is the database's
     assert not any((tmp_path / f"host{i}" / "ledger").exists() for i in range(2))
+    # `spend` on a third machine reads the same ledger
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "desktop_queue",
+            "--data-dir",
+            str(tmp_path / "host9"),
+            "--store",
+            uri,
+            "spend",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["total"]["tokens"] == 36
 
 
 def test_a_breaker_opened_by_one_worker_holds_the_other(
