@@ -14,6 +14,7 @@ import logging
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -22,6 +23,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers"))
 
@@ -34,6 +37,7 @@ from desktop_queue.core.ledger import SpendLedger, Usage  # noqa: E402
 from desktop_queue.core.pg import PgBackend  # noqa: E402
 from desktop_queue.core.pg.flowstate import FlowLink, PgSharedState  # noqa: E402
 from desktop_queue.core.pg.ledger import PgSpendStore  # noqa: E402
+from desktop_queue.core.pg.schema import migrate  # noqa: E402
 from desktop_queue.providers import discover  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -142,6 +146,72 @@ def test_pg_shared_state_gives_the_same_answers_and_documents_as_the_shared_file
     answers = on_file[0::2]
     assert answers[:3] == [True, True, False]  # (the script does what it says)
     assert "open" in str(answers[4]) and answers[6] is True and answers[7] is False
+
+
+_JOBS = ("j1", "j2", "j3", "j4")
+_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from((0, 1)),
+        st.sampled_from(("accept", "start", "ok", "fail", "throttle", "reason", "advance")),
+        st.sampled_from(_JOBS),
+        st.sampled_from((0.5, 3.0, 11.0, 61.0)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def _play(flows: list[FlowControl], clock: FakeClock, steps: list[Any], look: Callable[[], bytes]) -> list[Any]:
+    seen: list[Any] = []
+    for who, action, job_id, seconds in steps:
+        flow, j = flows[who], job(job_id)
+        if action == "accept":
+            seen.append(flow.accept(j))
+        elif action == "start":
+            seen.append(flow.on_start(j))
+        elif action in ("ok", "fail"):
+            seen.append(flow.on_outcome(j, OK if action == "ok" else FAIL))
+        elif action == "throttle":
+            seen.append(flow.throttle_delay(j, None))
+        elif action == "reason":
+            seen.append(flow.waiting_reason(j))
+        else:
+            clock.advance(seconds)
+        seen.append(look())
+    return seen
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_STEPS)
+def test_any_sequence_of_operations_gives_the_same_documents_in_both(
+    steps: list[Any], pg_dsn: str, tmp_path: Path, links: list[FlowLink]
+) -> None:
+    if len(links) < 2:
+        links.extend(FlowLink(pg_dsn) for _ in range(2))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # a fresh state for each example
+        migrate(conn)
+        conn.execute("UPDATE dq_flow SET doc = NULL, version = version + 1")
+    shared_dir = Path(tempfile.mkdtemp(dir=tmp_path)) / "flow"
+    file_clock, pg_clock = FakeClock(), FakeClock()
+    on_file = _play(
+        [_flow(file_clock, shared_dir=shared_dir) for _ in range(2)],
+        file_clock,
+        steps,
+        lambda: (shared_dir / "state.json").read_bytes() if (shared_dir / "state.json").exists() else b"",
+    )
+    in_db = _play(
+        [_flow(pg_clock, shared=PgSharedState(link)) for link in links[:2]],
+        pg_clock,
+        steps,
+        lambda: _stored_doc_or_empty(pg_dsn),
+    )
+    assert in_db == on_file
+
+
+def _stored_doc_or_empty(dsn: str) -> bytes:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT doc FROM dq_flow WHERE name = 'flow'").fetchone()
+    return b"" if row is None or row[0] is None else str(row[0]).encode()
 
 
 def test_a_session_sees_none_when_nobody_wrote_and_the_doc_when_another_did(pg_dsn: str, links: list[FlowLink]) -> None:
