@@ -350,6 +350,27 @@ def test_the_database_ledger_totals_what_the_json_ledger_does(
     assert in_db.spent("openai", "day", base).unknown_cost is True  # (the unpriced model counts)
 
 
+def test_build_on_a_postgresql_backend_keeps_limits_and_spend_in_the_database(pg_dsn: str, tmp_path: Path) -> None:
+    from desktop_queue.providers.setup import ProfileConfig, build
+
+    backend = PgBackend(pg_dsn)
+    _providers, flow = build([ProfileConfig(rpm=5)], plugins=False, data_dir=tmp_path / "d", backend=backend)
+    try:
+        assert flow.clock is backend.clock  # windows on the server's timeline, not this machine's
+        assert flow.ledger is not None and isinstance(flow.ledger.store, PgSpendStore)
+        assert isinstance(flow._shared, PgSharedState)
+        assert flow.accept({"id": "j1", "kind": "openai.chat", "state": "queued", "input": {"prompt": "x"}})
+    finally:
+        flow.close()
+    assert json.loads(_stored_doc(pg_dsn))["profiles"]["openai"]["admitted"].keys() == {"j1"}
+    assert not (tmp_path / "d" / "flow").exists()
+    _providers, on_files = build([ProfileConfig(rpm=5)], plugins=False, data_dir=tmp_path / "d")
+    try:
+        assert on_files.ledger is not None and on_files.ledger.store is None  # (no backend: the data dir's)
+    finally:
+        on_files.close()
+
+
 # ---------------------------------------------------------------------- real workers
 
 

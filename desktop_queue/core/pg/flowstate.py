@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+import orjson
 import psycopg
 from psycopg.pq import TransactionStatus
 
@@ -181,7 +182,6 @@ class PgSharedState:
         with self.link.lock:
             row = self.link.run(self._select)
             self.link.in_transaction = True
-            committed = False
             try:
                 yield self._decode(row)
             finally:
@@ -210,8 +210,6 @@ class PgSharedState:
 
     def write(self, doc: dict[str, Any]) -> None:
         """Replaces the document in the session's transaction (nothing if it did not change)."""
-        import orjson
-
         raw = orjson.dumps(doc)
         if raw == self.raw:
             return

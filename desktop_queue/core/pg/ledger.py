@@ -101,6 +101,7 @@ class PgSpendStore:
             try:
                 value = self.link.run(first)
             except BaseException:
+                self.link.rollback()  # (whatever broke, the connection is left idle)
                 self._ended(False)
                 raise
             self._ended(self.link.commit())
