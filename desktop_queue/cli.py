@@ -530,7 +530,17 @@ def _submit_input(args: argparse.Namespace) -> Any:
 # ---------------------------------------------------------------------- commands
 
 
-def _open(args: argparse.Namespace, providers: dict[str, Any] | None = None) -> Queue:
+def _store(args: argparse.Namespace) -> dict[str, Any]:
+    """The backend ``--store`` / ``DESKTOP_QUEUE_STORE`` names, as :meth:`Queue.open` arguments."""
+    try:
+        return store_options(getattr(args, "store", None))
+    except ValueError as exc:
+        raise InvalidInput(f"{STORE_ENV}: {exc}") from None
+
+
+def _open(
+    args: argparse.Namespace, providers: dict[str, Any] | None = None, store: dict[str, Any] | None = None
+) -> Queue:
     if providers is None:
         from desktop_queue.providers import discover
         from desktop_queue.providers.setup import profile_providers
@@ -538,10 +548,8 @@ def _open(args: argparse.Namespace, providers: dict[str, Any] | None = None) -> 
         providers = dict(discover())
         # the openai.* kinds of the configured profiles, so that a job naming one is accepted
         providers.update(profile_providers(_load_profiles(), None))
-    try:
-        store = store_options(getattr(args, "store", None))
-    except ValueError as exc:
-        raise InvalidInput(f"{STORE_ENV}: {exc}") from None
+    if store is None:
+        store = _store(args)
     queue = Queue.open(resolve_data_dir(args.data_dir), providers, **store)
     for notice in queue.report.notices:
         _err(f"note: {notice}")
@@ -735,9 +743,10 @@ def cmd_replay_dry_run(args: argparse.Namespace) -> int:
 
     payload = _parse_json(args.input_json, "--input") if args.input_json is not None else None
     data_dir = resolve_data_dir(args.data_dir)
-    providers, flow = build(_load_profiles(), data_dir=data_dir)
+    store = _store(args)
+    providers, flow = build(_load_profiles(), data_dir=data_dir, backend=store.get("backend"))
     try:
-        with _open(args, dict(providers)) as queue:
+        with _open(args, dict(providers), store) as queue:
             job = queue.get(args.id)
             if not job.is_finished:
                 raise NotAllowed(f"job {job.id} is {job.state}; only finished jobs can be replayed")
@@ -940,9 +949,10 @@ def _stats_window(args: argparse.Namespace) -> int:
     from desktop_queue.core.windowed import WindowedMetrics
     from desktop_queue.providers.setup import build
 
-    providers, flow = build(_load_profiles(), data_dir=resolve_data_dir(args.data_dir))
+    store = _store(args)
+    providers, flow = build(_load_profiles(), data_dir=resolve_data_dir(args.data_dir), backend=store.get("backend"))
     try:
-        with _open(args, dict(providers)) as queue:
+        with _open(args, dict(providers), store) as queue:
             figures = WindowedMetrics(queue, flow=flow).figures(args.window)
     finally:
         flow.close()
@@ -977,12 +987,23 @@ def _stats_window(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _spend_store(args: argparse.Namespace) -> Any:
+    """The spend entries of a queue on PostgreSQL (its database keeps them); None: the data dir's ledger."""
+    backend = _store(args).get("backend")
+    if backend is None:
+        return None
+    from desktop_queue.core.pg.flowstate import flow_storage
+
+    found = flow_storage(backend)
+    return found[1] if found is not None else None
+
+
 def cmd_spend(args: argparse.Namespace) -> int:
     from desktop_queue.core.ledger import PriceTable, SpendLedger, format_usd
     from desktop_queue.core.spend import report_total
 
     # only reads: stored entries carry their cost, so prices.json is not even opened
-    ledger = SpendLedger(resolve_data_dir(args.data_dir), prices=PriceTable())
+    ledger = SpendLedger(resolve_data_dir(args.data_dir), prices=PriceTable(), store=_spend_store(args))
     rows = ledger.report(args.by, since=args.since)
     total = report_total(rows)
     damaged = ledger.damaged_lines()
@@ -1046,10 +1067,13 @@ def cmd_work(args: argparse.Namespace) -> int:
     for notice in loaded.notices:
         _err(f"note: {notice}")
     profiles = with_flags(loaded)
-    providers, flow = build(profiles, data_dir=resolve_data_dir(args.data_dir))
+    # a queue on PostgreSQL keeps the limits, breakers and budgets in its database: every
+    # machine's workers share them (the data dir's flow state is only this machine's)
+    store = _store(args)
+    providers, flow = build(profiles, data_dir=resolve_data_dir(args.data_dir), backend=store.get("backend"))
     # after everything that can refuse the arguments: a process has one application object
     app = QCoreApplication.instance() or QCoreApplication([PROG])
-    queue = _open(args, dict(providers))
+    queue = _open(args, dict(providers), store)
     try:
         purged, files = queue.apply_retention()  # a no-op unless a policy was set (see `retention`)
         if purged or files:
@@ -1155,6 +1179,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     clean = driver.shutdown(timeout_ms=10_000)
     driver.upkeep.flush()  # what this worker finished is announced (logged) before it exits
     counts = queue.counts()
+    flow.close()
     try:
         queue.close()
     except QueueError as exc:  # the last sync failed: say so, the exit code tells scripts

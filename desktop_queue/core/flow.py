@@ -29,7 +29,9 @@ differ), so tests can jump it. The pieces:
   ``Queue.lease(accept=flow.accept)``; it also says why a job waits
   (:meth:`FlowControl.waiting_reason`) and records provider-level state changes as
   :class:`FlowEvent` records the caller can log or show. With a shared directory every
-  process on a data dir works on one state (shared/DESIGN.md section 2).
+  process on a data dir works on one state (shared/DESIGN.md section 2); with a
+  :class:`SharedState` of a database (:mod:`desktop_queue.core.pg.flowstate`), every
+  process on every machine using that queue does.
 
 A *profile* is one configured provider endpoint (base URL + key + limits). Limits,
 breaker and adaptive state are kept per profile; a job's profile is the part of its kind
@@ -47,15 +49,16 @@ import random
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from desktop_queue.core.clock import Clock, SystemClock
-from desktop_queue.core.errors import QueueError
+from desktop_queue.core.errors import QueueError, StoreError
 from desktop_queue.core.ledger import Budget, SpendLedger, Spent, budget_reason, estimate_usage, usage_of
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.model import ErrorClass, State
@@ -876,6 +879,64 @@ def _is_background(job: Any) -> bool:
     return getattr(job, "priority", None) == "background"
 
 
+class SharedState(Protocol):
+    """Where the flow state that several processes share is kept: the storage seam of :class:`FlowControl`.
+
+    A :meth:`FlowControl.session` holds :meth:`locked` for its whole length: no other
+    process reads or writes the state meanwhile. What the block gets is the stored
+    document, ``{}`` when there is none (or it is damaged: limits start afresh), or None
+    when no one changed it since this process last read or wrote it (its memory is then
+    current, including a write of its own that failed). Inside, :meth:`write` replaces
+    the document; a write that changes nothing may be skipped. Implemented by
+    :class:`_SharedFile` (``<data dir>/flow/state.json`` under an OS lock) and by
+    :class:`desktop_queue.core.pg.flowstate.PgSharedState` (one row locked ``FOR UPDATE``
+    in a transaction), with the same semantics.
+
+    A shared state that several machines use may also have ``ended_attempts(job_ids) ->
+    set[str]`` (called inside :meth:`locked`): which of these jobs no longer run under a
+    live lease. Flow control asks it about attempts admitted by processes on other
+    machines, whose liveness this one cannot check (:func:`holder_alive`), so that a
+    machine that died mid-attempt does not hold a concurrency slot for ever.
+    """
+
+    def locked(self) -> AbstractContextManager[dict[str, Any] | None]:
+        """Holds the state exclusively; yields the document (see above).
+
+        Raises:
+            ValueError: the document was written by a newer version.
+            StoreError: the state cannot be reached (a database that does not answer).
+        """
+        ...
+
+    def write(self, doc: dict[str, Any]) -> None:
+        """Replaces the document (inside :meth:`locked`).
+
+        Raises:
+            OSError, StoreError: it could not be saved (limits keep working in memory).
+        """
+        ...
+
+    def close(self) -> None: ...
+
+
+def decode_flow_doc(raw: bytes, where: object) -> dict[str, Any]:
+    """The flow state document in ``raw`` (``{}`` if damaged or not one), as every :class:`SharedState` reads it.
+
+    Raises:
+        ValueError: it was written by a newer Desktop Queue.
+    """
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        log.warning("flow state %s is damaged; limits start afresh", where)
+        return {}
+    if not isinstance(doc, dict) or doc.get("format") != FLOW_FORMAT:
+        return {}
+    if doc.get("schema_version", 0) > FLOW_SCHEMA:
+        raise ValueError(f"{where} was written by a newer Desktop Queue")
+    return doc
+
+
 class _SharedFile:
     """The flow state every process on a data dir shares: ``<dir>/state.json``.
 
@@ -899,6 +960,15 @@ class _SharedFile:
     def unlock(self) -> None:
         self._lock.release()
 
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[dict[str, Any] | None]:
+        """:meth:`SharedState.locked`: the directory's lock, then :meth:`read`."""
+        self.lock()
+        try:
+            yield self.read()
+        finally:
+            self.unlock()
+
     def read(self) -> dict[str, Any] | None:
         """The state if another process changed it since this one last read (else None)."""
         try:
@@ -911,16 +981,7 @@ class _SharedFile:
             return None
         raw = self.path.read_bytes()
         self._seen, self.raw = seen, raw
-        try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            log.warning("flow state %s is damaged; limits start afresh", self.path)
-            return {}
-        if not isinstance(doc, dict) or doc.get("format") != FLOW_FORMAT:
-            return {}
-        if doc.get("schema_version", 0) > FLOW_SCHEMA:
-            raise ValueError(f"{self.path} was written by a newer Desktop Queue")
-        return doc
+        return decode_flow_doc(raw, self.path)
 
     def write(self, doc: dict[str, Any]) -> None:
         raw = orjson.dumps(doc)
@@ -966,7 +1027,9 @@ class FlowControl:
         admission_ttl_s: an admission never followed by ``on_start`` is given back
             after this long (the lease commit failed, or another process took the job).
         shared_dir: where the shared state lives (``<data dir>/flow``); None: this
-            process only.
+            process only (unless ``shared`` is given).
+        shared: where the shared state lives, for a store other than the data dir
+            (:class:`desktop_queue.core.pg.flowstate.PgSharedState`); not with ``shared_dir``.
         ledger: the spend ledger budgets are checked against and usage recorded in.
         rng: randomness for the throttle pause's jitter.
     """
@@ -983,7 +1046,10 @@ class FlowControl:
         shared_dir: Path | str | None = None,
         ledger: SpendLedger | None = None,
         rng: random.Random | None = None,
+        shared: SharedState | None = None,
     ) -> None:
+        if shared is not None and shared_dir is not None:
+            raise ValueError("the flow state is shared through a directory or a SharedState, not both")
         self.clock: Clock = clock or SystemClock()
         self._profiles = {name: _ProfileFlow(name, limits) for name, limits in profiles.items()}
         self._profile_of = profile_of or default_profile_of
@@ -994,7 +1060,9 @@ class FlowControl:
         self._depth = 0
         self._events: deque[FlowEvent] = deque(maxlen=1000)
         self._pending_emit: list[FlowEvent] = []
-        self._shared = _SharedFile(Path(shared_dir)) if shared_dir is not None else None
+        self._shared: SharedState | None = _SharedFile(Path(shared_dir)) if shared_dir is not None else shared
+        #: (a store that knows which attempts still hold a live lease: see SharedState)
+        self._ended_elsewhere: Callable[[list[str]], set[str]] | None = getattr(shared, "ended_attempts", None)
         self.ledger = ledger
         self.rng = rng or random.Random()
         self._kind_holds: dict[str, str] = {}
@@ -1019,23 +1087,17 @@ class FlowControl:
             try:
                 if outer:
                     assert self._shared is not None
-                    self._shared.lock()
-                    try:
-                        self._load(self._shared.read())
-                    except BaseException:
-                        self._shared.unlock()
-                        raise
-                try:
-                    yield
-                finally:
-                    if outer:
-                        assert self._shared is not None
+                    with self._shared.locked() as doc:
+                        self._load(doc)
                         try:
-                            self._shared.write(self._dump())
-                        except OSError as exc:  # a full disk: limits keep working in memory
-                            log.warning("could not save the flow state: %s", exc)
+                            yield
                         finally:
-                            self._shared.unlock()
+                            try:
+                                self._shared.write(self._dump())
+                            except (OSError, StoreError) as exc:  # a full disk: limits keep working in memory
+                                log.warning("could not save the flow state: %s", exc)
+                else:
+                    yield
             finally:
                 self._depth -= 1
         self._flush()
@@ -1170,11 +1232,25 @@ class FlowControl:
             self._emit(flow, FlowEventType.RATE_RECOVERED, now, scale=round(flow.adaptive.scale, 3), was=round(old, 3))
         if now - flow.last_prune >= 5.0:
             flow.last_prune = now
+            elsewhere: list[str] = []
             for job_id, adm in list(flow.admitted.items()):
                 if not adm.started and now - adm.at > self._admission_ttl_s:
                     self._give_back(flow, job_id, now)
                 elif adm.owner is not None and holder_alive(adm.owner) is False:
                     self._give_back(flow, job_id, now)  # its process ended mid-attempt: the slot frees
+                elif (
+                    adm.started
+                    and adm.owner is not None
+                    and self._ended_elsewhere is not None
+                    and holder_alive(adm.owner) is None  # (another machine's process: ask the store)
+                ):
+                    elsewhere.append(job_id)
+            if elsewhere:
+                assert self._ended_elsewhere is not None
+                for job_id in self._ended_elsewhere(elsewhere):
+                    # a machine that died mid-attempt: its slot frees once its job's lease has
+                    # run out; the request it probably sent still counts against the rate
+                    self._give_back(flow, job_id, now, refund=False)
             ttl = max(flow.limits.window_s, flow.limits.aging_s) * 2
             for job_id, waiter in list(flow.waiters.items()):
                 if now - waiter.seen > ttl:
@@ -1254,13 +1330,13 @@ class FlowControl:
             return resuming_reason(flow.name, cap)
         return None
 
-    def _give_back(self, flow: _ProfileFlow, job_id: str, now: float) -> None:
+    def _give_back(self, flow: _ProfileFlow, job_id: str, now: float, refund: bool = True) -> None:
         adm = flow.admitted.pop(job_id, None)
         flow.concurrency.release(job_id)
         flow.breaker.on_abandoned(job_id)
         if flow.offline is not None and flow.offline.probe == job_id:
             flow.offline.probe = None
-        if adm is not None:
+        if adm is not None and refund:
             for bucket, _unit in flow.buckets():
                 bucket.refund(job_id, now)
 

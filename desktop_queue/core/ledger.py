@@ -8,7 +8,9 @@
 - :class:`SpendLedger` is the record of what was spent: JSON lines, one file a month
   under ``<data_dir>/ledger/``, appended under an OS lock on the file itself and
   fsynced, shared by every process on the data dir. Totals are cached and only the
-  appended tail is read on each call.
+  appended tail is read on each call. With a :class:`SpendStore` (a queue on
+  PostgreSQL: :class:`desktop_queue.core.pg.ledger.PgSpendStore`) the entries live there
+  instead, shared by every machine on that queue.
 - :func:`budget_reason` decides, purely, whether a job fits a profile's
   :class:`Budget` and says why not.
 """
@@ -26,9 +28,9 @@ import time
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import orjson
@@ -825,6 +827,48 @@ def _local_month(at: float) -> str:
     return datetime.fromtimestamp(at).strftime("%Y-%m")
 
 
+def period_bounds(period: Period, at: float) -> tuple[float, float]:
+    """The instants ``[start, end)`` of the local day or month that contains ``at``.
+
+    What :func:`_local_day` / :func:`_local_month` of an entry's time decide, as a range
+    a database can sum over: an entry at ``t`` is in the period exactly when
+    ``start <= t < end``.
+    """
+    moment = datetime.fromtimestamp(at)
+    if period == "day":
+        first = datetime(moment.year, moment.month, moment.day)
+        after = datetime.combine(first.date() + timedelta(days=1), datetime.min.time())
+    else:
+        first = datetime(moment.year, moment.month, 1)
+        after = datetime(moment.year + 1, 1, 1) if moment.month == 12 else datetime(moment.year, moment.month + 1, 1)
+    return first.timestamp(), after.timestamp()
+
+
+class SpendStore(Protocol):
+    """Where a :class:`SpendLedger` keeps its entries when not in the data dir: the ledger's storage seam.
+
+    Implemented by :class:`desktop_queue.core.pg.ledger.PgSpendStore` (table
+    ``dq_spend``). Entries are never changed once stored; totals are what
+    :meth:`SpendLedger.spent` reports of the JSON files for the same entries.
+    """
+
+    def append(self, entry: LedgerEntry) -> None:
+        """Stores one entry durably.
+
+        Raises:
+            StoreError: it could not be stored (it may or may not have been).
+        """
+        ...
+
+    def totals(self, profile: str, start: float, end: float) -> Spent:
+        """What ``profile`` spent in entries with ``start <= at < end``."""
+        ...
+
+    def entries_since(self, start: float | None) -> list[LedgerEntry]:
+        """Every entry with ``at >= start`` (all with None), oldest first."""
+        ...
+
+
 _READ_CHUNK = 1 << 20
 
 
@@ -846,11 +890,19 @@ class SpendLedger:
         clock: time for entries recorded without ``at`` (default: the system clock).
         prices: prices for entries recorded without ``usd`` (default: the data dir's
             prices.json over the built-in estimates).
+        store: where the entries live instead of ``<data_dir>/ledger`` (a queue on
+            PostgreSQL keeps them in its database; prices stay the data dir's).
     """
 
     def __init__(
-        self, data_dir: str | os.PathLike[str], clock: Clock | None = None, *, prices: PriceTable | None = None
+        self,
+        data_dir: str | os.PathLike[str],
+        clock: Clock | None = None,
+        *,
+        prices: PriceTable | None = None,
+        store: SpendStore | None = None,
     ) -> None:
+        self.store = store
         self.data_dir = Path(data_dir)
         self.dir = self.data_dir / LEDGER_DIR
         self.clock: Clock = clock or SystemClock()
@@ -903,6 +955,9 @@ class SpendLedger:
         entry = LedgerEntry(
             at=when, profile=profile, model=model, kind=kind, usage=usage, usd=cost, job_id=job_id, attempt=attempt
         )
+        if self.store is not None:
+            self.store.append(entry)
+            return entry
         self._append(self.path_for(_local_month(when)), encode_line(entry.to_json()))
         return entry
 
@@ -1045,6 +1100,8 @@ class SpendLedger:
         if period not in ("day", "month"):
             raise ValueError(f"period must be 'day' or 'month', not {period!r}")
         when = self.clock.now() if at is None else at
+        if self.store is not None:
+            return self.store.totals(profile, *period_bounds(period, when))
         name = self.path_for(_local_month(when)).name
         with self._lock:
             state = self._sync(name)
@@ -1064,6 +1121,12 @@ class SpendLedger:
             raise ValueError(f"by must be 'day', 'model' or 'profile', not {by!r}")
         first = _since_day(since)
         groups: dict[str, _Totals] = {}
+        if self.store is not None:
+            for entry in self.entries(since):
+                day = _local_day(entry.at)
+                key = {"day": day, "model": entry.model, "profile": entry.profile}[by]
+                groups.setdefault(key, _Totals()).add(entry)
+            return [{by: key, **groups[key].to_json()} for key in sorted(groups)]
         with self._lock:
             for name in self._names():
                 if first and name < f"spend-{first[:7]}":
@@ -1080,12 +1143,18 @@ class SpendLedger:
 
     def damaged_lines(self) -> int:
         """Lines skipped as torn or damaged in the files read so far (a torn last line included)."""
+        if self.store is not None:
+            return 0  # (a database's rows are whole or absent)
         with self._lock:
             return sum(s.bad_lines for s in self._files.values())
 
     def entries(self, since: str | date | float | None = None) -> Iterable[LedgerEntry]:
         """Every stored entry from ``since`` on, in file order (reads the files; for reports and tests)."""
         first = _since_day(since)
+        if self.store is not None:
+            start = None if first is None else datetime.fromisoformat(first).timestamp()
+            yield from self.store.entries_since(start)
+            return
         for name in self._names():
             if first and name < f"spend-{first[:7]}":
                 continue
@@ -1121,6 +1190,7 @@ __all__ = [
     "Price",
     "PriceTable",
     "SpendLedger",
+    "SpendStore",
     "Spent",
     "Usage",
     "WAITING_BUDGET",
@@ -1128,5 +1198,6 @@ __all__ = [
     "estimate_usage",
     "format_usd",
     "is_local_url",
+    "period_bounds",
     "usage_of",
 ]

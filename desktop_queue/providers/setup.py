@@ -233,6 +233,7 @@ def build(
     *,
     plugins: bool = True,
     data_dir: Path | str | None = None,
+    backend: Any = None,
 ) -> tuple[dict[str, Provider], FlowControl]:
     """The runtime's providers (kind -> provider) and the flow control guarding them.
 
@@ -249,19 +250,34 @@ def build(
             spend ledger (``<data dir>/flow``, ``<data dir>/ledger``); None: limits of
             this process alone and no ledger (tests of one process).
         plugins: also load providers from the ``desktop_queue.providers`` entry points.
+        backend: the queue's backend (``store_options()["backend"]``): a PostgreSQL one
+            keeps the limits, breakers and spend ledger in its database instead, shared by
+            every machine on the queue, on the server's clock (prices stay the data dir's).
 
     Returns:
         (providers, flow): pass both to the lease driver (``LeaseDriver(..., flow=flow)``).
     """
     configs = _configs(profiles)
     shared = Path(data_dir) if data_dir is not None else None
-    flow = FlowControl(
-        {c.name: c.limits() for c in configs},
-        clock=clock,
-        profile_of=profile_of_for(configs[0].name),
-        shared_dir=shared / "flow" if shared is not None else None,
-        ledger=SpendLedger(shared, clock) if shared is not None else None,
-    )
+    in_db = _database_flow(backend)
+    if in_db is not None:
+        state, spend, server_clock = in_db
+        clock = clock or server_clock
+        flow = FlowControl(
+            {c.name: c.limits() for c in configs},
+            clock=clock,
+            profile_of=profile_of_for(configs[0].name),
+            shared=state,
+            ledger=SpendLedger(shared, clock, store=spend) if shared is not None else None,
+        )
+    else:
+        flow = FlowControl(
+            {c.name: c.limits() for c in configs},
+            clock=clock,
+            profile_of=profile_of_for(configs[0].name),
+            shared_dir=shared / "flow" if shared is not None else None,
+            ledger=SpendLedger(shared, clock) if shared is not None else None,
+        )
     flow.hold_unknown_profiles("openai.")  # a job naming a profile not (yet) known here waits
     if plugins:
         found: dict[str, Provider] = dict(discover())
@@ -271,6 +287,15 @@ def build(
         found = builtin_providers()
     found.update(profile_providers(configs, flow))
     return found, flow
+
+
+def _database_flow(backend: Any) -> tuple[Any, Any, Clock] | None:
+    """(shared state, spend store, clock) of a PostgreSQL backend; None for the data dir's files."""
+    if backend is None or not type(backend).__module__.startswith("desktop_queue.core.pg."):
+        return None  # (psycopg is imported only for a PostgreSQL store)
+    from desktop_queue.core.pg.flowstate import flow_storage
+
+    return flow_storage(backend)
 
 
 def _configs(profiles: Sequence[ProfileConfig] | ProfileSet | None) -> list[ProfileConfig]:

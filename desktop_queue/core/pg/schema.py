@@ -16,7 +16,7 @@ from typing import Any
 from desktop_queue.core.errors import StoreError
 
 #: the schema version this code writes
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _V1 = """
 CREATE TABLE dq_jobs (
@@ -57,8 +57,44 @@ CREATE SEQUENCE dq_job_seq;
 CREATE SEQUENCE dq_lease_epoch;
 """
 
+# Flow control shared by every machine on the queue (core/pg/flowstate.py): the flow
+# state document of core/flow.py in one row, locked FOR UPDATE for a session as the JSON
+# path locks flow/state.json; and the spend ledger the budgets are measured against.
+# (numbered 2 on its branch: renumber at merge if another migration took the number)
+_V2_FLOW = """
+CREATE TABLE dq_flow (
+    name text PRIMARY KEY,
+    -- bumped by every write: a process whose last read or write is the current version
+    -- keeps what it holds in memory (the JSON path compares the file's stat)
+    version bigint NOT NULL DEFAULT 0,
+    -- the document's exact bytes (orjson), as the JSON path writes them to the file
+    doc text
+);
+INSERT INTO dq_flow (name) VALUES ('flow');
+CREATE TABLE dq_spend (
+    -- chosen by the writer: an entry whose commit went unanswered is written again, once
+    id text PRIMARY KEY,
+    n bigserial NOT NULL,
+    at double precision NOT NULL,
+    profile text NOT NULL,
+    model text NOT NULL,
+    kind text NOT NULL,
+    tokens_in bigint NOT NULL DEFAULT 0,
+    tokens_out bigint NOT NULL DEFAULT 0,
+    images bigint NOT NULL DEFAULT 0,
+    speech_chars bigint NOT NULL DEFAULT 0,
+    speech_seconds double precision NOT NULL DEFAULT 0,
+    usd double precision,
+    job_id text NOT NULL,
+    attempt integer NOT NULL
+);
+-- a budget's question: what one profile spent between two instants (a local day or month)
+CREATE INDEX dq_spend_profile_at ON dq_spend (profile, at);
+CREATE INDEX dq_spend_at ON dq_spend (at);
+"""
+
 #: version -> the SQL that lifts the schema from ``version - 1`` to it
-MIGRATIONS: dict[int, str] = {1: _V1}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2_FLOW}
 
 
 def migrate(conn: Any) -> tuple[int, int]:
