@@ -179,6 +179,14 @@ def start(
     except OSError as exc:
         dialogs.show_error(None, "Desktop Queue cannot start", f"{path} is not usable: {exc.strerror or exc}.")
         return 1
+    location = chosen_store(store)
+    where = f"PostgreSQL store: {describe_store(location)}" if location else f"Data directory: {path}"
+    try:
+        options = store_options(location)
+    except (StoreError, ValueError) as exc:
+        lock.release()
+        dialogs.show_error(None, "The job store cannot be opened", f"{exc}\n\nNothing was changed or deleted. {where}")
+        return 1
     flow = None
     budgets: dict[str, Budget] = {}
     profiles = None
@@ -195,13 +203,12 @@ def start(
             profiles = environment_profile()
             profile_notices.append(f"{exc}. Provider profiles come from the environment for now.")
         profile_notices.extend(profiles.notices)
-        providers, flow = build(profiles, data_dir=path)
+        # on PostgreSQL the limits, breakers and spend ledger are the database's, shared by every machine
+        providers, flow = build(profiles, data_dir=path, backend=options.get("backend"))
         budgets = {p.name: p.budget() for p in profiles.profiles}
-    location = chosen_store(store)
-    where = f"PostgreSQL store: {describe_store(location)}" if location else f"Data directory: {path}"
     try:
         # the first opener reconciles orphans here, before any lease
-        queue = Queue.open(path, providers, **store_options(location))
+        queue = Queue.open(path, providers, **options)
     except (StoreError, ValueError) as exc:
         lock.release()
         dialogs.show_error(

@@ -170,3 +170,25 @@ def test_the_preferences_store_field_tests_the_url_and_saves_it_for_the_next_sta
     dialog.accept()
     assert dialog.result() == 1
     assert load_store() == uri
+
+
+def test_the_window_on_postgresql_keeps_its_limits_and_spend_in_the_database(
+    qtbot: Any, pg_dsn: str, pg_harness: Any, tmp_path: Path, errors: list[tuple[str, str]]
+) -> None:
+    """Built by the app itself (no providers handed in): the window's flow control and
+    spend ledger are the database's, shared with every machine's workers."""
+    from desktop_queue.app import start
+    from desktop_queue.core.pg.ledger import PgSpendStore
+
+    session = start(tmp_path / "window", None, store=pg_harness.as_uri(pg_dsn), refresh_ms=100, tick_ms=50)
+    assert not isinstance(session, int), errors
+    qtbot.addWidget(session.window)
+    session.window.shutdown_timeout_ms = 3000
+    try:
+        flow = session.controller.flow
+        assert flow is not None and flow.ledger is not None
+        assert isinstance(flow.ledger.store, PgSpendStore)
+        assert not (tmp_path / "window" / "flow" / "state.json").exists()
+    finally:
+        session.window.close()
+        QThreadPool.globalInstance().waitForDone(5000)
