@@ -359,8 +359,65 @@ def unlogged_tables(dsn: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def spawn_group(argv: Sequence[str], specs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+class ServerCpu:
+    """CPU seconds the local server's processes spent, read from the OS (``psutil``).
+
+    A backend ends with its client, so the count is the postmaster's own time, that of
+    its live children, and that of the children it has reaped (``children_user/system``):
+    a backend alive at :meth:`mark` and gone at :meth:`seconds` adds exactly what it
+    spent in between.
+
+    Args:
+        dsn: the server (reached to learn its data directory, whose ``postmaster.pid``
+            names the postmaster).
+    """
+
+    def __init__(self, dsn: str) -> None:
+        import psutil
+        import psycopg
+
+        self.monitor = psycopg.connect(dsn, autocommit=True)
+        row = self.monitor.execute("SHOW data_directory").fetchone()
+        pid = int((Path(str(row[0] if row else "")) / "postmaster.pid").read_text().split()[0])
+        self.postmaster = psutil.Process(pid)
+        self._mark = 0.0
+
+    def _total(self) -> float:
+        import psutil
+
+        t = self.postmaster.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in self.postmaster.children():
+            with contextlib.suppress(psutil.Error):
+                c = child.cpu_times()
+                total += c.user + c.system
+        return float(total)
+
+    def mark(self) -> None:
+        self._mark = self._total()
+
+    def seconds(self) -> float:
+        """CPU since :meth:`mark`, once every other client's backend has gone (up to 10 s)."""
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            row = self.monitor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            ).fetchone()
+            if row is not None and int(row[0]) == 0:
+                break
+            time.sleep(0.01)
+        return self._total() - self._mark
+
+    def close(self) -> None:
+        self.monitor.close()
+
+
+def spawn_group(
+    argv: Sequence[str], specs: Sequence[dict[str, Any]], before_go: Callable[[], None] | None = None
+) -> list[dict[str, Any]]:
     """Runs one worker per spec (``argv`` + ``--worker SPEC``), released together (see ``store.spawn_group``).
+
+    ``before_go`` runs once every worker is ready, just before they are released.
 
     Raises:
         RuntimeError: a worker failed or printed no result.
@@ -382,6 +439,8 @@ def spawn_group(argv: Sequence[str], specs: Sequence[dict[str, Any]]) -> list[di
             if proc.stdout.readline().strip() != store.READY_MARK:
                 proc.wait()
                 raise RuntimeError(f"worker not ready (exit {proc.returncode}): {proc.stderr.read()[-4000:]}")
+        if before_go is not None:
+            before_go()
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
@@ -420,9 +479,19 @@ def run_one(system: str, argv: Sequence[str], spec: dict[str, Any]) -> dict[str,
 
 
 def run_config(
-    system: str, workers: int, config: Config, dsns: dict[str, str], json_dir: Path, round_index: int
+    system: str,
+    workers: int,
+    config: Config,
+    dsns: dict[str, str],
+    json_dir: Path,
+    round_index: int,
+    cpu: ServerCpu | None,
 ) -> dict[str, Any]:
-    """One configuration of one system: ``workers`` processes sharing ``config.jobs`` lifecycles."""
+    """One configuration of one system: ``workers`` processes sharing ``config.jobs`` lifecycles.
+
+    ``cpu`` (None: the server is not on this machine) measures the server's CPU from
+    the release of the workers to the end of their backends.
+    """
     per = [config.jobs // workers + (1 if w < config.jobs % workers else 0) for w in range(workers)]
     tag = f"r{round_index}-n{workers}-{time.time_ns()}"
     if system == "json":
@@ -440,10 +509,12 @@ def run_config(
              "ops": ops, "warmup": config.warmup, "tag": f"{tag}-p{w}"}
             for w, ops in enumerate(per)
         ]  # fmt: skip
-    results = spawn_group(argv, specs)
+    results = spawn_group(argv, specs, before_go=cpu.mark if cpu is not None and system != "json" else None)
+    server_s = cpu.seconds() if cpu is not None and system != "json" else None
     start = min(r["start"] for r in results)
     end = max(r["end"] for r in results)
     return {
+        "server_cpu_seconds": server_s,
         "seconds": end - start,
         "ops": sum(int(r["ops"]) for r in results),
         "cpu_seconds": sum(float(r["cpu_seconds"]) for r in results),
@@ -468,8 +539,50 @@ def bench(config: Config, dsn: str, run_dir: Path) -> dict[str, Any]:
         run_one(
             system, [sys.executable, str(SCRIPT)], {"dsn": dsns[system], "dir": str(run_dir / "setup"), "setup": True}
         )
+    cpu: ServerCpu | None = None
+    try:
+        cpu = ServerCpu(dsn)
+    except Exception as exc:  # (a server elsewhere, or no psutil: its CPU goes unmeasured)
+        store.log(f"  the server's CPU is not measured: {exc}")
     windows: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
+    try:
+        _run_rounds(config, dsns, json_dir, cpu, windows, started)
+    finally:
+        if cpu is not None:
+            cpu.close()
+    figures: dict[str, Any] = {}
+    for key, rounds in windows.items():
+        seconds = sum(r["seconds"] for r in rounds)
+        ops = sum(r["ops"] for r in rounds)
+        client_ms = sum(r["cpu_seconds"] for r in rounds) / ops * 1e3
+        server = [r["server_cpu_seconds"] for r in rounds]
+        server_ms = sum(server) / ops * 1e3 if all(x is not None for x in server) else None
+        total_ms = client_ms if key.startswith("json/") else (None if server_ms is None else client_ms + server_ms)
+        figures[key] = {
+            "seconds": seconds,
+            "ops": ops,
+            "rate": ops / seconds if seconds > 0 else float("nan"),
+            "cpu_ms": client_ms,
+            "server_cpu_ms": server_ms,
+            "total_cpu_ms": total_ms,
+            "empty_polls": sum(r["empty_polls"] for r in rounds),
+            "round_rates": [r["ops"] / r["seconds"] for r in rounds if r["seconds"] > 0],
+            "synchronous_commit": sorted({v for r in rounds for v in r["synchronous_commit"]}),
+        }
+    figures["_unlogged"] = {s: unlogged_tables(dsns[s]) for s in pg_systems}
+    return figures
+
+
+def _run_rounds(
+    config: Config,
+    dsns: dict[str, str],
+    json_dir: Path,
+    cpu: ServerCpu | None,
+    windows: dict[str, list[dict[str, Any]]],
+    started: float,
+) -> None:
+    """Runs every configuration ``config.rounds`` times (columns alternating), adding to ``windows``."""
     for index in range(config.rounds):
         for workers in config.workers:
             for system in config.systems:
@@ -478,23 +591,8 @@ def bench(config: Config, dsn: str, run_dir: Path) -> dict[str, Any]:
                     f"{TITLES[system]}, {workers} worker(s), {config.jobs:,} lifecycles"
                 )
                 windows.setdefault(f"{system}/{workers}", []).append(
-                    run_config(system, workers, config, dsns, json_dir, index)
+                    run_config(system, workers, config, dsns, json_dir, index, cpu)
                 )
-    figures: dict[str, Any] = {}
-    for key, rounds in windows.items():
-        seconds = sum(r["seconds"] for r in rounds)
-        ops = sum(r["ops"] for r in rounds)
-        figures[key] = {
-            "seconds": seconds,
-            "ops": ops,
-            "rate": ops / seconds if seconds > 0 else float("nan"),
-            "cpu_ms": sum(r["cpu_seconds"] for r in rounds) / ops * 1e3,
-            "empty_polls": sum(r["empty_polls"] for r in rounds),
-            "round_rates": [r["ops"] / r["seconds"] for r in rounds if r["seconds"] > 0],
-            "synchronous_commit": sorted({v for r in rounds for v in r["synchronous_commit"]}),
-        }
-    figures["_unlogged"] = {s: unlogged_tables(dsns[s]) for s in pg_systems}
-    return figures
 
 
 def summary_rows(config: Config, figures: dict[str, Any]) -> list[tuple[str, str, str, bool, float, str, float]]:
@@ -511,6 +609,15 @@ def summary_rows(config: Config, figures: dict[str, Any]) -> list[tuple[str, str
             other = figures[f"{peer}/{workers}"]
             rows.append((case, "lifecycles", "jobs/s", True, ours["rate"], TITLES[peer], other["rate"]))
             rows.append((case, "client CPU", "ms/job", False, ours["cpu_ms"], TITLES[peer], other["cpu_ms"]))
+            if ours["server_cpu_ms"] is not None and other["server_cpu_ms"] is not None:
+                rows.append(
+                    (case, "server CPU", "ms/job", False, ours["server_cpu_ms"], TITLES[peer], other["server_cpu_ms"])
+                )
+            if ours["total_cpu_ms"] is not None and other["total_cpu_ms"] is not None:
+                rows.append(
+                    (case, "client + server CPU", "ms/job", False, ours["total_cpu_ms"], TITLES[peer],
+                     other["total_cpu_ms"])
+                )  # fmt: skip
     if len(config.workers) > 1:
         lo, hi = config.workers[0], config.workers[-1]
         for peer in config.systems:
@@ -577,9 +684,10 @@ def format_report(
         lines.append(f"== {workers} worker(s) ==")
         for system in config.systems:
             fig = figures[f"{system}/{workers}"]
+            server = "" if fig["server_cpu_ms"] is None else f" + {fig['server_cpu_ms']:.3f} ms server"
             lines.append(
-                f"  {TITLES[system]:<22} {fig['rate']:8,.0f} lifecycles/s, {fig['cpu_ms']:.3f} ms client CPU per "
-                "lifecycle (rounds: "
+                f"  {TITLES[system]:<22} {fig['rate']:8,.0f} lifecycles/s, CPU per lifecycle {fig['cpu_ms']:.3f} ms "
+                f"client{server} (rounds: "
                 + ", ".join(f"{r:,.0f}" for r in fig["round_rates"])
                 + f"; {fig['empty_polls']} retried leases)"
             )
