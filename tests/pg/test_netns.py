@@ -303,7 +303,11 @@ def server(network: Network, pg_harness_module: Any) -> Iterator[Any]:
         if os.environ.get(pg_harness_module.ENV_REQUIRE):
             pytest.fail(reason)
         pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="dq-pg-netns-"))
+    tmp = Path(tempfile.gettempdir())
+    for left in tmp.glob("dq-pg-netns-*-*"):  # a server of a session killed before its teardown
+        if left.name.split("-")[3].isdigit() and not Path(f"/proc/{left.name.split('-')[3]}").exists():
+            script.PgServer(left).stop()
+    root = Path(tempfile.mkdtemp(prefix=f"dq-pg-netns-{os.getpid()}-"))
     srv = script.PgServer(
         root, port=_free_port(network.server_address), listen=network.server_address, allow=network.subnet
     )
