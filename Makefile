@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test drills lint bench screenshot clean
+.PHONY: run test drills lint bench bench-pg screenshot clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ bench: $(STAMP_TEST)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) benchmarks/store.py $(ARGS)
 	$(PY) benchmarks/lifecycle_cpu.py
+
+# The PostgreSQL backend against procrastinate and pgqueuer on one server (needs PostgreSQL's binaries).
+bench-pg: $(STAMP_TEST)
+	$(PY) -m pip install --quiet -e '.[bench,postgres]'
+	$(PY) benchmarks/pg.py $(ARGS)
 
 screenshot: $(STAMP_RUN)
 	QT_QPA_PLATFORM=offscreen $(PY) scripts/screenshot.py
