@@ -14,6 +14,11 @@ commit was sent. The pool replaces broken connections, so a server restart costs
 verbs running at that moment a retry, not an error. A connection lost *while* committing
 is reported (:class:`~desktop_queue.core.errors.StoreError`), never retried blindly:
 the commit may have happened.
+
+Each open backend is a worker with a heartbeat row (:mod:`.workers`): its leases name the
+row, and the leases of a worker whose row expired are recovered by a live one. A commit
+that changes jobs notifies the queue's channel, and :class:`~.notify.ChangeFeed` tells
+readers of ``changed_since`` when asking the server again is worth it (:mod:`.notify`).
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from desktop_queue.core.backend import Change, OpenReport
+from desktop_queue.core.backend import Change, OpenReport, Orphans
 from desktop_queue.core.errors import StoreError
+from desktop_queue.core.pg import notify as notifying
+from desktop_queue.core.pg import workers
 from desktop_queue.core.pg.schema import migrate
 from desktop_queue.core.pg.view import Conflict, PgView
+from desktop_queue.core.pg.workers import Heartbeat, WorkerId
 from desktop_queue.core.records import Record
 
 log = logging.getLogger(__name__)
@@ -96,19 +104,43 @@ class PgBackend:
         dsn: a libpq connection string or URI (``postgresql://user@host/db``).
         pool_size: connections kept at most (each thread of a worker may use one).
         retry_s: how long a verb keeps retrying while the server is unreachable.
+        host: the machine named in this worker's row (default: this host's name).
+        heartbeat_s: how often the worker row is renewed (and dead workers looked for).
+        worker_ttl_s: how old a worker row may get before its worker counts as dead
+            (by the server's clock) and its leases are recovered.
+        notify: commits notify the queue's channel and a listener follows it (False: readers
+            of ``changed_since`` ask the server every time, and no one is told).
     """
 
-    def __init__(self, dsn: str, *, pool_size: int = 8, retry_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_size: int = 8,
+        retry_s: float = 30.0,
+        host: str | None = None,
+        heartbeat_s: float = workers.HEARTBEAT_S,
+        worker_ttl_s: float = workers.WORKER_TTL_S,
+        notify: bool = True,
+    ) -> None:
         self.dsn = dsn
         self.report = OpenReport(first=False)
         self.retry_s = retry_s
+        self.worker = WorkerId.here(host)
+        self.heartbeat_s = heartbeat_s
+        self.worker_ttl_s = worker_ttl_s
+        self._notify = notify
+        self._channel: str | None = None
+        self.feed: notifying.ChangeFeed | None = None
+        self.heartbeat: Heartbeat | None = None
+        self._recover: Orphans | None = None
+        self._answered: dict[int, int] = {}  # version handed out -> the feed's mark before its read
         self._pool_size = pool_size
         self._pool: ConnectionPool[Any] | None = None
-        self._session: Any = None  # autocommit connection: the open lock and the clock
+        self._session: Any = None  # autocommit connection: the clock
         self._session_lock = threading.Lock()
         self._session_suspect = False  # see _ensure_session
         self._local = threading.local()  # .conn: the transaction this thread is in, if any
-        self._lock_key = 0
         self.clock = ServerClock(self._server_offset)
 
     # ------------------------------------------------------------------ lifecycle
@@ -122,11 +154,12 @@ class PgBackend:
         return self._pool is None
 
     def open(self, on_first: Callable[[], None] | None = None) -> OpenReport:
-        """Connects, migrates the schema, and runs ``on_first`` if no other process has this queue open.
+        """Connects, migrates the schema, registers this worker, and recovers the dead ones' jobs.
 
-        Every open holds a shared advisory lock for as long as it is open; the first
-        takes it exclusively while ``on_first`` (reconciliation) runs, so later openers
-        wait for that to finish.
+        ``on_first`` is not run: on a queue shared by several machines "the first to
+        open it" says nothing about who died. The jobs of workers whose heartbeat row
+        expired are recovered (the function given to :meth:`on_orphans`) before this
+        returns, and from then on by whichever live worker notices first.
 
         Raises:
             StoreError: the server cannot be reached, or its schema is newer than this code.
@@ -137,10 +170,10 @@ class PgBackend:
             raise StoreError(f"cannot connect to the PostgreSQL queue: {_reason(exc)}") from None
         try:
             found, now = migrate(session)
-            row = session.execute("SELECT hashtext(current_schema() || ':desktop-queue:open')").fetchone()
-            self._lock_key = int(row[0]) if row else 0
-            first_row = session.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,)).fetchone()
-            first = bool(first_row and first_row[0])
+            workers.register(session, self.worker)
+            first = not workers.others_alive(session, self.worker, self.worker_ttl_s)
+            if self._notify:
+                self._channel = notifying.channel_of(session)
         except psycopg.Error as exc:
             session.close()
             raise StoreError(f"cannot open the PostgreSQL queue: {_reason(exc)}") from None
@@ -163,6 +196,8 @@ class PgBackend:
             pool.open(wait=True, timeout=10.0)
         except PoolTimeout:
             pool.close()
+            with contextlib.suppress(psycopg.Error):
+                workers.retire(session, self.worker)
             session.close()
             raise StoreError("cannot open connections to the PostgreSQL queue") from None
         self._pool = pool
@@ -172,20 +207,58 @@ class PgBackend:
         elif found < now:
             self.report.notices.append(f"brought the PostgreSQL queue's schema from version {found} to {now}")
         self.clock.sync()
-        try:
-            if first and on_first is not None:
-                on_first()
-        finally:
-            with self._session_lock:
-                if self._session is session:  # (else it was lost meanwhile; the new one holds the lock)
-                    session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
-                    if first:
-                        session.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
+        if self._channel is not None:
+            self.feed = notifying.ChangeFeed(self.dsn, self._channel)
+            self.feed.start()
+        self.recover_dead()
+        self.heartbeat = Heartbeat(self._beat, self._scan, self.heartbeat_s)
+        self.heartbeat.start()
         return self.report
 
+    def on_orphans(self, recover: Orphans) -> None:
+        """Sets what recovers the jobs of dead workers: called with (job id, lease epoch) of each."""
+        self._recover = recover
+
+    def recover_dead(self) -> list[str]:
+        """One recovery pass now: the expired worker rows no other worker is taking, and their jobs.
+
+        Returns:
+            The ids of the worker rows recovered (and deleted).
+        Raises:
+            StoreError: the server refused or is away (the rows stay for a later pass).
+        """
+        try:
+            with self._connection() as conn:
+                return workers.recover_dead(conn, self.worker_ttl_s, self._recover)
+        except psycopg.Error as exc:
+            self._suspect()
+            raise StoreError(f"could not look for dead workers: {_reason(exc)}") from None
+
+    def _scan(self) -> None:
+        if self._pool is not None:
+            self.recover_dead()
+
+    def _beat(self) -> None:
+        """Renews this worker's row; registers it again if a live worker took it for dead."""
+        with self._connection() as conn:
+            if not workers.beat(conn, self.worker):
+                # this process was stopped or cut off for longer than the row lives: its
+                # leases were recovered and their tokens now refuse its late commits
+                log.warning("this worker was taken for dead (its leases were recovered); it registers again")
+                workers.register(conn, self.worker)
+            conn.commit()
+
     def close(self) -> None:
+        heartbeat, self.heartbeat = self.heartbeat, None
+        if heartbeat is not None:
+            heartbeat.stop()
+        feed, self.feed = self.feed, None
+        if feed is not None:
+            feed.stop()
         pool, self._pool = self._pool, None
         if pool is not None:
+            with contextlib.suppress(psycopg.Error, PoolTimeout), pool.connection(timeout=5.0) as conn:
+                workers.retire(conn, self.worker)
             pool.close()
         session, self._session = self._session, None
         if session is not None:
@@ -210,15 +283,10 @@ class PgBackend:
         return float(row[0]) - (before + after) / 2 if row else 0.0
 
     def _reconnect_session(self) -> None:
-        """A new session (with the session lock held), holding the open lock again.
-
-        The open lock of the old session went with it; without it a later opener would
-        believe it is the first, and reconcile (requeue) jobs this process still runs.
-        """
+        """A new session (with the session lock held): the server restarted, say."""
         with contextlib.suppress(psycopg.Error):
             self._session.close()
         self._session = psycopg.connect(self.dsn, autocommit=True)
-        self._session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
 
     def _ensure_session(self) -> None:
         """Takes the session back if a sign says the server may have restarted (see :meth:`_suspect`).
@@ -275,9 +343,11 @@ class PgBackend:
             try:
                 with self._connection() as conn, self._active(conn):
                     self._ensure_session()
-                    view = PgView(conn, write=True)
+                    view = PgView(conn, write=True, worker=self.worker.id)
                     change = fn(view)
                     view.apply(change.records)
+                    if self._channel is not None and view.changed != set():
+                        notifying.send(conn, self._channel, view.changed)
                     committing = True
                     conn.commit()
                     return change.value
@@ -342,6 +412,38 @@ class PgBackend:
 
     def sync(self) -> None:
         """Nothing to do: every commit was durable when it returned."""
+
+    # ------------------------------------------------------------------ the change feed
+
+    def changes(self, version: int) -> tuple[int, set[str] | None]:
+        """``View.changed_since(version)``, without asking the server while the feed says nothing was committed.
+
+        The feed's mark is taken before the read: a commit the read did not see notifies
+        after it, which moves the mark, so the next call reads again.
+        """
+        feed = self.feed
+        mark = feed.mark() if feed is not None else None
+        if mark is not None and self._answered.get(version) == mark:
+            return version, set()
+        now, ids = self.read(lambda view: view.changed_since(version))
+        if mark is not None:
+            if len(self._answered) > 64:  # (a few readers at most: forget the oldest)
+                for old in sorted(self._answered)[:32]:
+                    self._answered.pop(old, None)
+            self._answered[now] = mark
+        return now, ids
+
+    def wait_changes(self, version: int, timeout_s: float) -> bool:
+        """Waits until a commit may have changed jobs after ``version`` (True), or ``timeout_s`` (False).
+
+        Answers True at once when the feed cannot tell (not listening, or ``version`` was
+        not answered by :meth:`changes` here): the caller then reads.
+        """
+        feed = self.feed
+        mark = self._answered.get(version)
+        if feed is None or mark is None or feed.mark() != mark:
+            return True
+        return feed.wait(mark, timeout_s)
 
     def compact_now(self) -> None:
         """Nothing to fold: a purge deletes its jobs in its own transaction."""

@@ -16,7 +16,7 @@ from typing import Any
 from desktop_queue.core.errors import StoreError
 
 #: the schema version this code writes
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _V1 = """
 CREATE TABLE dq_jobs (
@@ -57,8 +57,27 @@ CREATE SEQUENCE dq_job_seq;
 CREATE SEQUENCE dq_lease_epoch;
 """
 
+# version 2: a row per process that has the queue open (:mod:`.workers`), and the worker
+# holding each lease, so that the leases of a worker whose heartbeat stopped are recovered
+# by one of the live ones instead of by "the first process to open the queue"
+_V2 = """
+CREATE TABLE dq_workers (
+    id text PRIMARY KEY,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    -- by the server's clock only: the machines' clocks need not agree
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX dq_workers_heartbeat ON dq_workers (heartbeat_at);
+-- no foreign key: a worker's row goes when its leases are recovered, and a lease it took
+-- is then known stale by its token; until then the row says whether its holder lives
+ALTER TABLE dq_jobs ADD COLUMN worker_id text;
+CREATE INDEX dq_jobs_worker ON dq_jobs (worker_id) WHERE state = 'running';
+"""
+
 #: version -> the SQL that lifts the schema from ``version - 1`` to it
-MIGRATIONS: dict[int, str] = {1: _V1}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
 
 
 def migrate(conn: Any) -> tuple[int, int]:

@@ -82,13 +82,17 @@ class PgView:
         conn: a psycopg connection inside a transaction.
         write: the transaction will write (reads by id lock their rows; the lease scan
             locks the job it takes).
+        worker: the ``dq_workers`` row of this process: a lease written here names it.
     """
 
     archive = None  # (every job stays in the table: there is no separate archive to ask)
 
-    def __init__(self, conn: Any, *, write: bool) -> None:
+    def __init__(self, conn: Any, *, write: bool, worker: str | None = None) -> None:
         self.conn = conn
         self.write = write
+        self.worker = worker
+        #: ids of the jobs :meth:`apply` wrote (None: a purge, "everything"): what the commit notifies
+        self.changed: set[str] | None = set()
         #: id -> (job, rev) of every job read here; a locked id is also in ``_locked``
         self._seen: dict[str, tuple[JobDict, int]] = {}
         self._locked: set[str] = set()
@@ -294,6 +298,13 @@ class PgView:
             ),
         )
         self._events(job["id"], record.get("ev") or ())
+        self._changed(job["id"])
+
+    def _changed(self, job_id: str | None) -> None:
+        if job_id is None:
+            self.changed = None
+        elif self.changed is not None:
+            self.changed.add(job_id)
 
     def _update(self, record: UpdateRecord) -> None:
         job_id = record["id"]
@@ -305,6 +316,10 @@ class PgView:
                 value = changes[column]
                 assignments.append(f"{column} = %s")
                 params.append(value or 0.0 if column == "run_after" else value)
+        if "lease_token" in changes:
+            # a new lease belongs to this process's worker row; a cleared one to no one
+            assignments.append("worker_id = %s")
+            params.append(self.worker if changes["lease_token"] else None)
         sql = f"UPDATE dq_jobs SET {', '.join(assignments)} WHERE id = %s"
         params.append(job_id)
         seen = self._seen.get(job_id)
@@ -317,6 +332,7 @@ class PgView:
         if seen is not None:
             self._seen[job_id] = (seen[0], seen[1] + 1)
         self._events(job_id, record.get("ev") or ())
+        self._changed(job_id)
         doc = record.get("res")
         if isinstance(doc, dict) and isinstance(doc.get("key"), str):
             self.conn.execute(
@@ -346,6 +362,7 @@ class PgView:
                 " AND NOT EXISTS (SELECT 1 FROM dq_jobs j WHERE j.key = r.key AND j.state = 'succeeded')",
                 (keys,),
             )
+        self._changed(None)
         self.conn.execute(
             "INSERT INTO dq_purges (at, filter) VALUES (%s, %s::jsonb)", (record.get("at"), _dumps(record["filter"]))
         )

@@ -1,0 +1,147 @@
+"""Live changes on PostgreSQL: commits ``NOTIFY`` the queue's channel, and a listener wakes whoever waits.
+
+Every commit that writes jobs sends one notification on the queue's channel (one per
+schema: :func:`channel_of`), in its own transaction, so it is delivered only if the
+commit is, and only after it. The payload is the changed job ids, comma-separated, or
+``*`` (a purge, or more ids than fit the server's 8000-byte payload limit): a hint for
+whoever wants it, never the record of what changed (``changed_since`` still reads that
+from the table).
+
+:class:`ChangeFeed` holds one ``LISTEN`` connection per process on a thread of its own.
+Each notification, and each time the connection is lost or made again (notifications
+sent meanwhile are lost), moves its :meth:`~ChangeFeed.mark` on: a reader that took
+the mark *before* reading the table knows, while the mark has not moved, that nothing
+was committed since its read, and need not ask the server again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+log = logging.getLogger(__name__)
+
+#: the server refuses longer payloads (8000 bytes); this leaves room
+PAYLOAD_MAX = 7900
+#: what a payload says when it cannot list the ids: every job may have changed
+EVERYTHING = "*"
+
+
+def channel_of(conn: Any) -> str:
+    """The notification channel of the queue in ``conn``'s current schema (at most 63 bytes)."""
+    row = conn.execute("SELECT 'dq_changes_' || substr(md5(current_schema()), 1, 16)").fetchone()
+    return str(row[0]) if row else "dq_changes"
+
+
+def payload_of(ids: set[str] | None) -> str:
+    """The payload naming ``ids`` (None: everything), within the server's limit."""
+    if ids is None:
+        return EVERYTHING
+    text = ",".join(sorted(ids))
+    return text if len(text.encode()) <= PAYLOAD_MAX else EVERYTHING
+
+
+def send(conn: Any, channel: str, ids: set[str] | None) -> None:
+    """Notifies ``channel`` of ``ids`` in ``conn``'s transaction (delivered when it commits)."""
+    conn.execute("SELECT pg_notify(%s, %s)", (channel, payload_of(ids)))
+
+
+class ChangeFeed:
+    """One ``LISTEN`` connection, made again whenever it is lost, and a mark that moves on each change.
+
+    Args:
+        dsn: the server (the same as the backend's, search path included).
+        channel: what to listen to (:func:`channel_of`).
+        reconnect_s: the pause between two failed attempts to connect.
+        poll_s: how often the listening thread looks up from the connection (to stop).
+    """
+
+    def __init__(self, dsn: str, channel: str, *, reconnect_s: float = 0.5, poll_s: float = 0.5) -> None:
+        self.dsn = dsn
+        self.channel = channel
+        self.reconnect_s = reconnect_s
+        self.poll_s = poll_s
+        self._cond = threading.Condition()
+        self._mark = 0
+        self._connected = False
+        self._connects = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dq-pg-listen", daemon=True)
+
+    # ------------------------------------------------------------------ for readers
+
+    @property
+    def connected(self) -> bool:
+        """Whether the listener is listening now (else the mark says nothing: poll)."""
+        with self._cond:
+            return self._connected
+
+    @property
+    def connects(self) -> int:
+        """How many times the listener connected (1 after the start; more after restarts)."""
+        with self._cond:
+            return self._connects
+
+    def mark(self) -> int | None:
+        """Where the feed is; None while it is not listening (nothing can be told from it)."""
+        with self._cond:
+            return self._mark if self._connected else None
+
+    def wait(self, mark: int | None, timeout_s: float) -> bool:
+        """Waits until the mark moves past ``mark`` (True) or ``timeout_s`` passes (False).
+
+        With ``mark`` None, waits until the feed listens (a reconnection), at most ``timeout_s``.
+        """
+        with self._cond:
+            if mark is None:
+                return self._cond.wait_for(lambda: self._connected, timeout_s)
+            return self._cond.wait_for(lambda: not self._connected or self._mark != mark, timeout_s)
+
+    def wait_connected(self, connects: int, timeout_s: float) -> bool:
+        """Waits until the listener has connected ``connects`` times and listens."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._connected and self._connects >= connects, timeout_s)
+
+    # ------------------------------------------------------------------ the thread
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self.poll_s * 4 + 5)
+
+    def _moved(self, *, connected: bool | None = None) -> None:
+        with self._cond:
+            self._mark += 1
+            if connected is not None:
+                self._connected = connected
+                self._connects += 1 if connected else 0
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    # (anything sent while no one listened is lost: readers look again)
+                    self._moved(connected=True)
+                    while not self._stop.is_set():
+                        # (returns after poll_s without one, to look at the stop flag; a lost
+                        # connection raises)
+                        for _note in conn.notifies(timeout=self.poll_s):
+                            self._moved()
+            except psycopg.Error as exc:
+                log.debug("the change listener lost the server: %s", type(exc).__name__)
+            finally:
+                with self._cond:
+                    if self._connected:
+                        self._connected = False
+                        self._mark += 1
+                        self._cond.notify_all()
+            self._stop.wait(self.reconnect_s)
