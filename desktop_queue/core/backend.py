@@ -235,15 +235,17 @@ class Backend(Protocol):
     def changes(self, version: int) -> tuple[int, set[str] | None]:
         """``View.changed_since(version)`` on an up-to-date view, and that view's version.
 
-        A backend with a change feed (PostgreSQL's ``LISTEN``) answers "nothing" without
-        a read while its feed says nothing was committed since.
+        A backend with a change feed (PostgreSQL's ``LISTEN``) also notes where its feed
+        was before the read, for :meth:`wait_changes`.
         """
         ...
 
     def wait_changes(self, version: int, timeout_s: float) -> bool:
         """Waits until a commit may have changed jobs after ``version`` (True) or ``timeout_s`` passes.
 
-        Without a change feed it answers True at once: the caller reads, at its own pace.
+        ``version`` is one :meth:`changes` answered. A backend with a change feed waits
+        for a notification, asking the server nothing meanwhile; without one it answers
+        True at once: the caller reads, at its own pace.
         """
         ...
 

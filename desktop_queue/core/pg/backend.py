@@ -126,7 +126,7 @@ class PgBackend:
         self.dsn = dsn
         self.report = OpenReport(first=False)
         self.retry_s = retry_s
-        self.worker = WorkerId.here(host)
+        self.worker = WorkerId.here(host, worker_ttl_s)
         self.heartbeat_s = heartbeat_s
         self.worker_ttl_s = worker_ttl_s
         self._notify = notify
@@ -135,6 +135,7 @@ class PgBackend:
         self.heartbeat: Heartbeat | None = None
         self._recover: Orphans | None = None
         self._answered: dict[int, int] = {}  # version handed out -> the feed's mark before its read
+        self._answered_lock = threading.Lock()
         self._pool_size = pool_size
         self._pool: ConnectionPool[Any] | None = None
         self._session: Any = None  # autocommit connection: the clock
@@ -171,7 +172,7 @@ class PgBackend:
         try:
             found, now = migrate(session)
             workers.register(session, self.worker)
-            first = not workers.others_alive(session, self.worker, self.worker_ttl_s)
+            first = not workers.others_alive(session, self.worker)
             if self._notify:
                 self._channel = notifying.channel_of(session)
         except psycopg.Error as exc:
@@ -210,6 +211,9 @@ class PgBackend:
         if self._channel is not None:
             self.feed = notifying.ChangeFeed(self.dsn, self._channel)
             self.feed.start()
+            # (listening before the first read, so that a reader's first version has a mark;
+            # a listener that cannot connect leaves readers polling until it can)
+            self.feed.wait_connected(1, 5.0)
         self.recover_dead()
         self.heartbeat = Heartbeat(self._beat, self._scan, self.heartbeat_s)
         self.heartbeat.start()
@@ -229,7 +233,7 @@ class PgBackend:
         """
         try:
             with self._connection() as conn:
-                return workers.recover_dead(conn, self.worker_ttl_s, self._recover)
+                return workers.recover_dead(conn, self._recover)
         except psycopg.Error as exc:
             self._suspect()
             raise StoreError(f"could not look for dead workers: {_reason(exc)}") from None
@@ -416,31 +420,35 @@ class PgBackend:
     # ------------------------------------------------------------------ the change feed
 
     def changes(self, version: int) -> tuple[int, set[str] | None]:
-        """``View.changed_since(version)``, without asking the server while the feed says nothing was committed.
+        """``View.changed_since(version)``, read from the server (always: a notification may be on its way).
 
-        The feed's mark is taken before the read: a commit the read did not see notifies
-        after it, which moves the mark, so the next call reads again.
+        The feed's mark is taken before the read and kept with the version answered, for
+        :meth:`wait_changes`: a commit that read did not see notifies after it, and moves
+        the mark.
         """
         feed = self.feed
         mark = feed.mark() if feed is not None else None
-        if mark is not None and self._answered.get(version) == mark:
-            return version, set()
         now, ids = self.read(lambda view: view.changed_since(version))
         if mark is not None:
-            if len(self._answered) > 64:  # (a few readers at most: forget the oldest)
-                for old in sorted(self._answered)[:32]:
-                    self._answered.pop(old, None)
-            self._answered[now] = mark
+            with self._answered_lock:
+                if len(self._answered) > 64:  # (a few readers at most: forget the oldest)
+                    for old in sorted(self._answered)[:32]:
+                        self._answered.pop(old, None)
+                self._answered[now] = mark
         return now, ids
 
     def wait_changes(self, version: int, timeout_s: float) -> bool:
         """Waits until a commit may have changed jobs after ``version`` (True), or ``timeout_s`` (False).
 
-        Answers True at once when the feed cannot tell (not listening, or ``version`` was
-        not answered by :meth:`changes` here): the caller then reads.
+        No query while it waits: the listener's notifications wake it. ``timeout_s`` 0
+        asks without waiting (a refresher that skips the server while nothing was
+        notified, at the cost of a notification's delay). Answers True at once when the
+        feed cannot tell: not listening (a lost connection: notifications may have been
+        missed), or ``version`` was not answered by :meth:`changes` here.
         """
         feed = self.feed
-        mark = self._answered.get(version)
+        with self._answered_lock:
+            mark = self._answered.get(version)
         if feed is None or mark is None or feed.mark() != mark:
             return True
         return feed.wait(mark, timeout_s)

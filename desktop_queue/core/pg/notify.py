@@ -17,6 +17,8 @@ was committed since its read, and need not ask the server again.
 from __future__ import annotations
 
 import logging
+import os
+import select
 import threading
 from typing import Any
 
@@ -57,14 +59,17 @@ class ChangeFeed:
         dsn: the server (the same as the backend's, search path included).
         channel: what to listen to (:func:`channel_of`).
         reconnect_s: the pause between two failed attempts to connect.
-        poll_s: how often the listening thread looks up from the connection (to stop).
+        check_s: after this long without a notification the connection is checked with a
+            query (a server gone without closing the connection is noticed then).
     """
 
-    def __init__(self, dsn: str, channel: str, *, reconnect_s: float = 0.5, poll_s: float = 0.5) -> None:
+    def __init__(self, dsn: str, channel: str, *, reconnect_s: float = 0.5, check_s: float = 30.0) -> None:
         self.dsn = dsn
         self.channel = channel
         self.reconnect_s = reconnect_s
-        self.poll_s = poll_s
+        self.check_s = check_s
+        # stop() writes here: the thread waits on the connection's socket and this pipe
+        self._wake_r, self._wake_w = os.pipe()
         self._cond = threading.Condition()
         self._mark = 0
         self._connected = False
@@ -113,8 +118,11 @@ class ChangeFeed:
 
     def stop(self) -> None:
         self._stop.set()
+        os.write(self._wake_w, b"x")
         if self._thread.is_alive():
-            self._thread.join(self.poll_s * 4 + 5)
+            self._thread.join(10)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
     def _moved(self, *, connected: bool | None = None) -> None:
         with self._cond:
@@ -132,9 +140,14 @@ class ChangeFeed:
                     # (anything sent while no one listened is lost: readers look again)
                     self._moved(connected=True)
                     while not self._stop.is_set():
-                        # (returns after poll_s without one, to look at the stop flag; a lost
-                        # connection raises)
-                        for _note in conn.notifies(timeout=self.poll_s):
+                        ready, _, _ = select.select([conn.fileno(), self._wake_r], [], [], self.check_s)
+                        if self._wake_r in ready:
+                            break
+                        if not ready:
+                            conn.execute("SELECT 1")  # (quiet for long: is the server still there?)
+                            continue
+                        # (what arrived, without waiting; a lost connection raises here)
+                        if list(conn.notifies(timeout=0)):  # (all of them: a burst moves the mark once)
                             self._moved()
             except psycopg.Error as exc:
                 log.debug("the change listener lost the server: %s", type(exc).__name__)

@@ -67,7 +67,10 @@ CREATE TABLE dq_workers (
     pid integer NOT NULL,
     started_at timestamptz NOT NULL DEFAULT now(),
     -- by the server's clock only: the machines' clocks need not agree
-    heartbeat_at timestamptz NOT NULL DEFAULT now()
+    heartbeat_at timestamptz NOT NULL DEFAULT now(),
+    -- how long the row may go unrenewed before its worker counts as dead: its own word
+    -- (a worker that beats every 5 s is not judged by another that beats every 0.2 s)
+    ttl_s double precision NOT NULL
 );
 CREATE INDEX dq_workers_heartbeat ON dq_workers (heartbeat_at);
 -- no foreign key: a worker's row goes when its leases are recovered, and a lease it took

@@ -5,7 +5,7 @@ start) and renews the row's ``heartbeat_at`` every few seconds from a thread of 
 (:class:`Heartbeat`); each lease it takes names the row (``dq_jobs.worker_id``). Both
 times are the server's ``now()``, so machines whose clocks disagree agree on who is late.
 
-A row not renewed for ``ttl_s`` belongs to a process that died, was stopped (``SIGSTOP``,
+A row not renewed for its ``ttl_s`` (each worker's own, in its row) belongs to a process that died, was stopped (``SIGSTOP``,
 a laptop lid) or lost the server: whichever live worker notices first takes the row with
 ``FOR UPDATE SKIP LOCKED`` (a second one passes over it rather than waiting), recovers the
 jobs it still holds through the queue's reconciliation, and deletes the row in the same
@@ -46,20 +46,22 @@ class WorkerId:
     host: str
     pid: int
     id: str = field(default="")
+    #: how long its row may go unrenewed before it counts as dead (seconds)
+    ttl_s: float = WORKER_TTL_S
 
     @classmethod
-    def here(cls, host: str | None = None) -> WorkerId:
+    def here(cls, host: str | None = None, ttl_s: float = WORKER_TTL_S) -> WorkerId:
         the_host = host or socket.gethostname().split(".")[0]
         pid = os.getpid()
-        return cls(the_host, pid, f"{the_host}/{pid}/{secrets.token_hex(4)}")
+        return cls(the_host, pid, f"{the_host}/{pid}/{secrets.token_hex(4)}", ttl_s)
 
 
 def register(conn: Any, worker: WorkerId) -> None:
     """Inserts (or, after its recovery, inserts again) the row of ``worker``; ``conn`` commits."""
     conn.execute(
-        "INSERT INTO dq_workers (id, host, pid) VALUES (%s, %s, %s)"
+        "INSERT INTO dq_workers (id, host, pid, ttl_s) VALUES (%s, %s, %s, %s)"
         " ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()",
-        (worker.id, worker.host, worker.pid),
+        (worker.id, worker.host, worker.pid, worker.ttl_s),
     )
 
 
@@ -84,16 +86,16 @@ def retire(conn: Any, worker: WorkerId) -> None:
         conn.execute("DELETE FROM dq_workers WHERE id = %s", (worker.id,))
 
 
-def others_alive(conn: Any, worker: WorkerId, ttl_s: float) -> bool:
+def others_alive(conn: Any, worker: WorkerId) -> bool:
     """Whether another worker's row is fresh (``OpenReport.first`` is the opposite)."""
     row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM dq_workers WHERE id <> %s AND heartbeat_at >= now() - make_interval(secs => %s))",
-        (worker.id, ttl_s),
+        "SELECT EXISTS (SELECT 1 FROM dq_workers WHERE id <> %s AND heartbeat_at >= now() - make_interval(secs => ttl_s))",
+        (worker.id,),
     ).fetchone()
     return bool(row and row[0])
 
 
-def recover_dead(conn: Any, ttl_s: float, recover: Orphans | None) -> list[str]:
+def recover_dead(conn: Any, recover: Orphans | None) -> list[str]:
     """Takes the expired worker rows no one else is taking, recovers their jobs, deletes them.
 
     ``conn`` is a connection of its own, not in a transaction: the rows stay locked (and
@@ -107,9 +109,8 @@ def recover_dead(conn: Any, ttl_s: float, recover: Orphans | None) -> list[str]:
     """
     with conn.transaction():
         rows = conn.execute(
-            "SELECT id FROM dq_workers WHERE heartbeat_at < now() - make_interval(secs => %s)"
-            " ORDER BY id FOR UPDATE SKIP LOCKED",
-            (ttl_s,),
+            "SELECT id FROM dq_workers WHERE heartbeat_at < now() - make_interval(secs => ttl_s)"
+            " ORDER BY id FOR UPDATE SKIP LOCKED"
         ).fetchall()
         dead = [str(r[0]) for r in rows]
         if not dead:
