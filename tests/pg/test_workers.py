@@ -287,3 +287,31 @@ def test_a_stopped_worker_loses_its_jobs_and_its_late_commits_are_refused(
     assert types.count("stale_result") == 2  # its renewal and its late result, each turned away and recorded
     stored: Any = submitter.store.carried_result(done.idempotency_key)
     assert stored is not None and stored.get("result") == {"by": "keeper"}
+
+
+def test_a_server_restart_does_not_make_the_workers_that_could_not_beat_look_dead(
+    own_server: Any, tmp_path: Path
+) -> None:
+    backend = PgBackend(own_server.dsn, heartbeat_s=HEARTBEAT_S, worker_ttl_s=TTL_S, retry_s=60)
+    queue = Queue.open(tmp_path / "live", backend=backend, clock=backend.clock)
+    ghost_ttl_s = 5.0
+    try:
+        heartbeat = backend.heartbeat
+        assert heartbeat is not None
+        # a worker last heard of an hour ago, as if the server had been down all that time
+        with psycopg.connect(own_server.dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO dq_workers (id, host, pid, ttl_s, heartbeat_at)"
+                " VALUES ('far/1/x', 'far', 1, %s, now() - interval '1 hour')",
+                (ghost_ttl_s,),
+            )
+        own_server.restart()
+        beats = heartbeat.beats
+        assert heartbeat.wait_beats(beats + 2, 30)  # (beating again, and looking for the dead)
+        assert _row_after_recovery(own_server.dsn, "far/1/x")  # its time of the outage does not count
+        # once its own ttl has passed with the server up, and it still did not beat, it is dead
+        assert heartbeat.wait_beats(beats + 2 + int(ghost_ttl_s / HEARTBEAT_S) + 5, 60)
+        backend.recover_dead()
+        assert not _row_after_recovery(own_server.dsn, "far/1/x")
+    finally:
+        queue.close()

@@ -214,7 +214,10 @@ class PgBackend:
             # (listening before the first read, so that a reader's first version has a mark;
             # a listener that cannot connect leaves readers polling until it can)
             self.feed.wait_connected(1, 5.0)
-        self.recover_dead()
+        try:
+            self.recover_dead()
+        except StoreError as exc:  # (the heartbeat's passes try again)
+            self.report.notices.append(f"could not recover the jobs of stopped workers yet: {exc}")
         self.heartbeat = Heartbeat(self._beat, self._scan, self.heartbeat_s)
         self.heartbeat.start()
         return self.report

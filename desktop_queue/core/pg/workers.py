@@ -38,6 +38,15 @@ HEARTBEAT_S = 5.0
 #: heartbeats, so a busy server or a short stall costs no one its jobs
 WORKER_TTL_S = 30.0
 
+# A row is dead once it went ttl_s unrenewed *while the server was up*: a worker cannot
+# renew while the server restarts, so the time before the server's start does not count
+# (after a long outage every live worker gets ttl_s to beat again before anyone judges
+# it). A row a closing worker expired on purpose ('-infinity') is dead at once.
+_DEAD = (
+    "(heartbeat_at = '-infinity'"
+    " OR greatest(heartbeat_at, pg_postmaster_start_time()) < now() - make_interval(secs => ttl_s))"
+)
+
 
 @dataclass(frozen=True)
 class WorkerId:
@@ -89,7 +98,7 @@ def retire(conn: Any, worker: WorkerId) -> None:
 def others_alive(conn: Any, worker: WorkerId) -> bool:
     """Whether another worker's row is fresh (``OpenReport.first`` is the opposite)."""
     row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM dq_workers WHERE id <> %s AND heartbeat_at >= now() - make_interval(secs => ttl_s))",
+        f"SELECT EXISTS (SELECT 1 FROM dq_workers WHERE id <> %s AND NOT {_DEAD})",
         (worker.id,),
     ).fetchone()
     return bool(row and row[0])
@@ -108,10 +117,7 @@ def recover_dead(conn: Any, recover: Orphans | None) -> list[str]:
         The ids of the worker rows recovered.
     """
     with conn.transaction():
-        rows = conn.execute(
-            "SELECT id FROM dq_workers WHERE heartbeat_at < now() - make_interval(secs => ttl_s)"
-            " ORDER BY id FOR UPDATE SKIP LOCKED"
-        ).fetchall()
+        rows = conn.execute(f"SELECT id FROM dq_workers WHERE {_DEAD} ORDER BY id FOR UPDATE SKIP LOCKED").fetchall()
         dead = [str(r[0]) for r in rows]
         if not dead:
             return []
