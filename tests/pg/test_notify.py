@@ -119,3 +119,27 @@ def test_a_payload_names_the_changed_jobs_within_the_server_limit(pg_dsn: str) -
         conn.execute("SELECT pg_notify('dq_test', %s)", ("x" * PAYLOAD_MAX,))
         with pytest.raises(psycopg.errors.InvalidParameterValue):
             conn.execute("SELECT pg_notify('dq_test', %s)", ("x" * 8000,))
+
+
+def test_each_change_notifies_its_job_but_a_lease_renewal_alone_does_not(
+    open_pg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from desktop_queue.core import SystemClock
+    from desktop_queue.core.pg import notify
+
+    sent: list[set[str] | None] = []
+    real_send = notify.send
+
+    def send(conn: Any, channel: str, ids: set[str] | None) -> None:
+        sent.append(None if ids is None else set(ids))
+        real_send(conn, channel, ids)
+
+    monkeypatch.setattr(notify, "send", send)
+    queue = open_pg(clock=SystemClock())
+    job_id = queue.submit("demo", {"n": 1}).job.id
+    lease = queue.lease("w")
+    assert lease is not None
+    queue.heartbeat(lease)  # (renewals are many, and show nothing new)
+    queue.complete(lease, {"ok": True})
+    queue.purge_jobs([job_id])
+    assert sent == [{job_id}, {job_id}, {job_id}, None]  # submitted, leased, succeeded; a purge: everything

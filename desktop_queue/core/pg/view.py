@@ -25,6 +25,9 @@ from desktop_queue.core.store.archive import PurgeFilter
 
 LIVE_OR_DONE = (str(State.QUEUED), str(State.RUNNING), str(State.SUCCEEDED))
 
+#: what a lease renewal changes (see :meth:`PgView.apply`: no notification for it alone)
+_RENEWAL = frozenset({"lease_expires_at", "heartbeat_at"})
+
 #: the job fields that also have a column of their own (indexed, or compared in SQL)
 _COLUMNS = ("state", "run_after", "lease_expires_at")
 
@@ -91,7 +94,8 @@ class PgView:
         self.conn = conn
         self.write = write
         self.worker = worker
-        #: ids of the jobs :meth:`apply` wrote (None: a purge, "everything"): what the commit notifies
+        #: ids of the jobs :meth:`apply` changed (None: a purge, "everything"), renewals of a
+        #: lease aside: what the commit notifies
         self.changed: set[str] | None = set()
         #: id -> (job, rev) of every job read here; a locked id is also in ``_locked``
         self._seen: dict[str, tuple[JobDict, int]] = {}
@@ -331,8 +335,10 @@ class PgView:
             raise Conflict(f"job {job_id} changed meanwhile (or is gone)")
         if seen is not None:
             self._seen[job_id] = (seen[0], seen[1] + 1)
-        self._events(job_id, record.get("ev") or ())
-        self._changed(job_id)
+        events = record.get("ev") or ()
+        self._events(job_id, events)
+        if events or not changes.keys() <= _RENEWAL:
+            self._changed(job_id)  # (a lease renewal alone wakes no one: nothing a reader shows moved)
         doc = record.get("res")
         if isinstance(doc, dict) and isinstance(doc.get("key"), str):
             self.conn.execute(
