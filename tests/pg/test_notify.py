@@ -136,10 +136,15 @@ def test_each_change_notifies_its_job_but_a_lease_renewal_alone_does_not(
 
     monkeypatch.setattr(notify, "send", send)
     queue = open_pg(clock=SystemClock())
+    notifier = queue.store.notifier
     job_id = queue.submit("demo", {"n": 1}).job.id
+    assert notifier.flush(10)  # (else the notifier may coalesce two commits' ids into one)
     lease = queue.lease("w")
-    assert lease is not None
+    assert lease is not None and notifier.flush(10)
     queue.heartbeat(lease)  # (renewals are many, and show nothing new)
+    assert notifier.flush(10)
     queue.complete(lease, {"ok": True})
+    assert notifier.flush(10)
     queue.purge_jobs([job_id])
+    assert notifier.flush(10)
     assert sent == [{job_id}, {job_id}, {job_id}, None]  # submitted, leased, succeeded; a purge: everything

@@ -17,7 +17,7 @@ the commit may have happened.
 
 Each open backend is a worker with a heartbeat row (:mod:`.workers`): its leases name the
 row, and the leases of a worker whose row expired are recovered by a live one. A commit
-that changes jobs notifies the queue's channel, and :class:`~.notify.ChangeFeed` tells
+that changes jobs is followed by a notification on the queue's channel, and :class:`~.notify.ChangeFeed` tells
 readers of ``changed_since`` when asking the server again is worth it (:mod:`.notify`).
 """
 
@@ -132,6 +132,7 @@ class PgBackend:
         self._notify = notify
         self._channel: str | None = None
         self.feed: notifying.ChangeFeed | None = None
+        self.notifier: notifying.Notifier | None = None
         self.heartbeat: Heartbeat | None = None
         self._recover: Orphans | None = None
         self._answered: dict[int, int] = {}  # version handed out -> the feed's mark before its read
@@ -209,6 +210,8 @@ class PgBackend:
             self.report.notices.append(f"brought the PostgreSQL queue's schema from version {found} to {now}")
         self.clock.sync()
         if self._channel is not None:
+            self.notifier = notifying.Notifier(self.dsn, self._channel)
+            self.notifier.start()
             self.feed = notifying.ChangeFeed(self.dsn, self._channel)
             self.feed.start()
             # (listening before the first read, so that a reader's first version has a mark;
@@ -259,6 +262,9 @@ class PgBackend:
         heartbeat, self.heartbeat = self.heartbeat, None
         if heartbeat is not None:
             heartbeat.stop()
+        notifier, self.notifier = self.notifier, None
+        if notifier is not None:
+            notifier.stop()  # (what this process committed last is still told)
         feed, self.feed = self.feed, None
         if feed is not None:
             feed.stop()
@@ -353,10 +359,11 @@ class PgBackend:
                     view = PgView(conn, write=True, worker=self.worker.id)
                     change = fn(view)
                     view.apply(change.records)
-                    if self._channel is not None and view.changed != set():
-                        notifying.send(conn, self._channel, view.changed)
                     committing = True
                     conn.commit()
+                    notifier = self.notifier
+                    if notifier is not None and view.changed != set():
+                        notifier.add(view.changed)
                     return change.value
             except _RACES as exc:
                 reason: BaseException = exc

@@ -1,8 +1,9 @@
 """Live changes on PostgreSQL: commits ``NOTIFY`` the queue's channel, and a listener wakes whoever waits.
 
-Every commit that writes jobs sends one notification on the queue's channel (one per
-schema: :func:`channel_of`), in its own transaction, so it is delivered only if the
-commit is, and only after it. The payload is the changed job ids, comma-separated, or
+Every commit that changes jobs is followed by a notification on the queue's channel (one
+per schema: :func:`channel_of`), sent by :class:`Notifier` once the commit returned
+(several commits' ids coalesced into one), so it is delivered only after the change is
+visible. The payload is the changed job ids, comma-separated, or
 ``*`` (a purge, or more ids than fit the server's 8000-byte payload limit): a hint for
 whoever wants it, never the record of what changed (``changed_since`` still reads that
 from the table).
@@ -50,6 +51,102 @@ def payload_of(ids: set[str] | None) -> str:
 def send(conn: Any, channel: str, ids: set[str] | None) -> None:
     """Notifies ``channel`` of ``ids`` in ``conn``'s transaction (delivered when it commits)."""
     conn.execute("SELECT pg_notify(%s, %s)", (channel, payload_of(ids)))
+
+
+class Notifier:
+    """Sends the notifications of this process's commits, after they committed, coalesced, from a thread.
+
+    Not in the committing transaction: a transaction that notifies holds the server's
+    notify lock while its commit is flushed, so notifying commits would reach the disk
+    one at a time instead of sharing flushes. Sent after the commit returned, a
+    notification still reaches listeners only once the change is visible. While one is
+    being sent, the ids of later commits gather into the next (one notification for a
+    burst). If this process dies between a commit and its notification, that wake-up is
+    lost (readers that must not wait for the next one wait with a timeout).
+
+    Args:
+        dsn: the server (the same as the backend's).
+        channel: the queue's channel (:func:`channel_of`).
+        reconnect_s: the pause after a failed send before trying again.
+    """
+
+    def __init__(self, dsn: str, channel: str, *, reconnect_s: float = 0.5) -> None:
+        self.dsn = dsn
+        self.channel = channel
+        self.reconnect_s = reconnect_s
+        self._cond = threading.Condition()
+        self._pending: set[str] | None = set()
+        self._waiting = False  # something is pending (an empty set of ids may not say so)
+        self._sending = False
+        self._sent = 0
+        self._stop = False
+        self._conn: Any = None
+        self._thread = threading.Thread(target=self._run, name="dq-pg-notify", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Sends what is pending, then stops."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg.Error:
+                pass
+
+    def add(self, ids: set[str] | None) -> None:
+        """Notes the ids a commit changed (None: everything), to be sent soon."""
+        with self._cond:
+            if ids is None or self._pending is None:
+                self._pending = None
+            else:
+                self._pending |= ids
+            self._waiting = True
+            self._cond.notify_all()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Waits until everything added so far was sent (False: not within ``timeout_s``)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._waiting and not self._sending, timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._waiting or self._stop)
+                if not self._waiting:
+                    return  # (stopped, nothing left)
+                ids, self._pending, self._waiting = self._pending, set(), False
+                self._sending = True
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = psycopg.connect(self.dsn, autocommit=True)
+                send(self._conn, self.channel, ids)
+            except psycopg.Error as exc:
+                # (its connection went with a server restart, say: the ids go back, to be
+                # sent on a new one; a listener that reconnected before the commit must
+                # still be told)
+                log.debug("a change notification was not sent yet: %s", type(exc).__name__)
+                self._conn = None
+                with self._cond:
+                    self._sending = False
+                    if self._stop:
+                        return
+                    if ids is None or self._pending is None:
+                        self._pending = None
+                    else:
+                        self._pending |= ids
+                    self._waiting = True
+                    self._cond.wait(self.reconnect_s)
+                continue
+            with self._cond:
+                self._sending = False
+                self._sent += 1
+                self._cond.notify_all()
 
 
 class ChangeFeed:
