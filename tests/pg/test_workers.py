@@ -147,9 +147,8 @@ def spawn(pg_dsn: str, tmp_path: Path) -> Iterator[Callable[[str, int], Worker]]
 
     yield _spawn
     for worker in started:
-        with_signal = worker.proc.poll() is None
-        if with_signal:
-            os.kill(worker.proc.pid, signal.SIGCONT)
+        if worker.proc.poll() is None:
+            os.kill(worker.proc.pid, signal.SIGCONT)  # (a test that failed while it was stopped)
         worker.end()
 
 

@@ -249,14 +249,24 @@ class PgBackend:
             self.recover_dead()
 
     def _beat(self) -> None:
-        """Renews this worker's row; registers it again if a live worker took it for dead."""
-        with self._connection() as conn:
-            if not workers.beat(conn, self.worker):
+        """Renews this worker's row; registers it again if a live worker took it for dead.
+
+        On the session connection, not a pooled one: however busy the pool is, the beat
+        does not wait for it (a worker whose threads all wait on the server is alive).
+        """
+        with self._session_lock:
+            if self._pool is None:
+                raise StoreError("the task store is closed")
+            try:
+                alive = workers.beat(self._session, self.worker)
+            except psycopg.OperationalError:
+                self._reconnect_session()  # (the server restarted, say)
+                alive = workers.beat(self._session, self.worker)
+            if not alive:
                 # this process was stopped or cut off for longer than the row lives: its
                 # leases were recovered and their tokens now refuse its late commits
                 log.warning("this worker was taken for dead (its leases were recovered); it registers again")
-                workers.register(conn, self.worker)
-            conn.commit()
+                workers.register(self._session, self.worker)
 
     def close(self) -> None:
         heartbeat, self.heartbeat = self.heartbeat, None
