@@ -244,8 +244,8 @@ class Backend(Protocol):
         """Waits until a commit may have changed jobs after ``version`` (True) or ``timeout_s`` passes.
 
         ``version`` is one :meth:`changes` answered. A backend with a change feed waits
-        for a notification, asking the server nothing meanwhile; without one it answers
-        True at once: the caller reads, at its own pace.
+        for a notification, asking the server nothing meanwhile; without one it waits
+        ``timeout_s`` and answers True: the caller then reads at that pace.
         """
         ...
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
@@ -105,7 +106,8 @@ class MemoryBackend:
         return self.read(lambda state: state.changed_since(version))
 
     def wait_changes(self, version: int, timeout_s: float) -> bool:
-        return True  # (no change feed: the caller reads and paces itself)
+        time.sleep(timeout_s)  # (no change feed: the caller reads at this pace)
+        return True
 
     def sync(self) -> None:
         """Nothing to put on disk."""

@@ -148,3 +148,31 @@ def test_each_change_notifies_its_job_but_a_lease_renewal_alone_does_not(
     queue.purge_jobs([job_id])
     assert notifier.flush(10)
     assert sent == [{job_id}, {job_id}, {job_id}, None]  # submitted, leased, succeeded; a purge: everything
+
+
+def test_a_watcher_hands_over_another_process_s_job_without_polling(
+    pg_dsn: str, tmp_path: Path, opened_queues: list[Queue]
+) -> None:
+    import threading
+
+    from desktop_queue.core.pg.watch import ChangeWatcher
+
+    backend = PgBackend(pg_dsn)
+    window = Queue.open(tmp_path / "window", backend=backend, clock=backend.clock)
+    opened_queues.append(window)
+    seen: list[set[str] | None] = []
+    arrived = threading.Event()
+
+    def on_change(ids: set[str] | None) -> None:
+        seen.append(ids)
+        arrived.set()
+
+    watcher = ChangeWatcher(window, on_change, fallback_s=60.0)  # (no fallback read within the test)
+    assert watcher.start()
+    try:
+        job_id = _submit_elsewhere(pg_dsn, tmp_path / "other")
+        assert arrived.wait(10)
+        assert watcher.reads == 1  # one read, after the notification
+        assert seen[0] is not None and job_id in seen[0]
+    finally:
+        watcher.stop()

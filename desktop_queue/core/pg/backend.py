@@ -462,14 +462,23 @@ class PgBackend:
 
         No query while it waits: the listener's notifications wake it. ``timeout_s`` 0
         asks without waiting (a refresher that skips the server while nothing was
-        notified, at the cost of a notification's delay). Answers True at once when the
-        feed cannot tell: not listening (a lost connection: notifications may have been
-        missed), or ``version`` was not answered by :meth:`changes` here.
+        notified, at the cost of a notification's delay). When the feed cannot tell, it
+        answers True: at once if ``version`` was not answered by :meth:`changes` here
+        (one read makes it known); after waiting (at most ``timeout_s``) for the
+        listener to connect again if it is not listening (notifications may have been
+        missed meanwhile); after ``timeout_s`` without a feed (``notify=False``).
         """
         feed = self.feed
+        if feed is None:
+            time.sleep(timeout_s)
+            return True
         with self._answered_lock:
             mark = self._answered.get(version)
-        if feed is None or mark is None or feed.mark() != mark:
+        current = feed.mark()
+        if current is None:
+            feed.wait(None, timeout_s)
+            return True
+        if mark is None or current != mark:
             return True
         return feed.wait(mark, timeout_s)
 

@@ -1219,7 +1219,8 @@ class Store:
         return self.read(lambda state: state.changed_since(version))
 
     def wait_changes(self, version: int, timeout_s: float) -> bool:
-        return True  # (no change feed: the caller reads and paces itself)
+        time.sleep(timeout_s)  # (no change feed: the caller reads at this pace)
+        return True
 
     def sync(self) -> None:
         """Puts every commit this process has written on disk (a no-op if they are).
