@@ -77,6 +77,8 @@ CREATE INDEX dq_workers_heartbeat ON dq_workers (heartbeat_at);
 -- is then known stale by its token; until then the row says whether its holder lives
 ALTER TABLE dq_jobs ADD COLUMN worker_id text;
 CREATE INDEX dq_jobs_worker ON dq_jobs (worker_id) WHERE state = 'running';
+-- the last purge, for View.version
+CREATE INDEX dq_purges_txid ON dq_purges (txid);
 """
 
 #: version -> the SQL that lifts the schema from ``version - 1`` to it

@@ -132,13 +132,20 @@ class PgView:
 
     @property
     def version(self) -> int:
-        """The oldest transaction still running when this view's snapshot was taken.
+        """A transaction id no job change unseen here is older than (``changed_since`` finds those).
 
-        Every change made by a transaction older than it is visible here, and any other is
-        stamped with a transaction id at least this one (``changed_since`` finds it).
+        The oldest transaction still running when this view's snapshot was taken would
+        do: every change older than it is visible here. But transactions that change no
+        job (heartbeats of the worker rows, notifications) move that on too, and a version
+        should move only with the jobs; so it is the lesser of that and one past the last
+        job change (or purge) seen here: no job change lies between the two.
         """
         if self._version is None:
-            row = self.conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()
+            row = self.conn.execute(
+                "SELECT least(pg_snapshot_xmin(pg_current_snapshot())::text::bigint, 1 + greatest(0,"
+                " (SELECT txid FROM dq_jobs ORDER BY txid DESC LIMIT 1)::text::bigint,"
+                " (SELECT txid FROM dq_purges ORDER BY txid DESC LIMIT 1)::text::bigint))"
+            ).fetchone()
             self._version = int(row[0]) if row else 0
         return self._version
 
