@@ -13,7 +13,8 @@ A database fits the same shape: ``transact`` is one database transaction; the
 :class:`View` it is given reads with row locks (``runnable`` is ``SELECT ... FOR UPDATE
 SKIP LOCKED LIMIT 1`` over the queued jobs of a lane whose ``run_after`` has come), and
 the returned records become the transaction's ``INSERT``/``UPDATE`` statements before it
-commits. ``changed_since`` is what ``LISTEN/NOTIFY`` would feed.
+commits. ``changed_since`` is what ``LISTEN/NOTIFY`` feeds (:meth:`Backend.changes`,
+:meth:`Backend.wait_changes`).
 
 The decisions the verbs make from what they read are pure functions
 (:mod:`.decisions`), so a backend never repeats them.
@@ -30,6 +31,9 @@ from desktop_queue.core.records import JobDict, Record
 from desktop_queue.core.store.archive import ArchivedRow, PurgeFilter, Totals
 
 T = TypeVar("T")
+
+#: what recovers the jobs of workers found dead: called with (job id, lease epoch) of each
+Orphans = Callable[[list[tuple[str, int]]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +221,32 @@ class Backend(Protocol):
 
     def archived_result(self, key: str) -> dict[str, Any] | None:
         """The result document of an archived job holding ``key``."""
+        ...
+
+    def on_orphans(self, recover: Orphans) -> None:
+        """Sets what recovers the leases of a worker found dead while the backend is open.
+
+        For a backend that keeps a heartbeat per worker (PostgreSQL), which reconciles
+        per worker instead of at the first open; the others run ``on_first`` and never
+        call ``recover``.
+        """
+        ...
+
+    def changes(self, version: int) -> tuple[int, set[str] | None]:
+        """``View.changed_since(version)`` on an up-to-date view, and that view's version.
+
+        A backend with a change feed (PostgreSQL's ``LISTEN``) also notes where its feed
+        was before the read, for :meth:`wait_changes`.
+        """
+        ...
+
+    def wait_changes(self, version: int, timeout_s: float) -> bool:
+        """Waits until a commit may have changed jobs after ``version`` (True) or ``timeout_s`` passes.
+
+        ``version`` is one :meth:`changes` answered. A backend with a change feed waits
+        for a notification, asking the server nothing meanwhile; without one it waits
+        ``timeout_s`` and answers True: the caller then reads at that pace.
+        """
         ...
 
 

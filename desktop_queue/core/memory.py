@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from desktop_queue.core.backend import Change, OpenReport
+from desktop_queue.core.backend import Change, OpenReport, Orphans
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.records import PurgeRecord, Record
 from desktop_queue.core.store.archive import PurgeFilter
@@ -97,6 +98,16 @@ class MemoryBackend:
     def peek(self, fn: Callable[[StoreState], T]) -> T:
         with self._lock:
             return fn(self.state)
+
+    def on_orphans(self, recover: Orphans) -> None:
+        """Nothing to set: orphans are reconciled by the first opener (``on_first``)."""
+
+    def changes(self, version: int) -> tuple[int, set[str] | None]:
+        return self.read(lambda state: state.changed_since(version))
+
+    def wait_changes(self, version: int, timeout_s: float) -> bool:
+        time.sleep(timeout_s)  # (no change feed: the caller reads at this pace)
+        return True
 
     def sync(self) -> None:
         """Nothing to put on disk."""

@@ -48,7 +48,7 @@ from desktop_queue.core.model import (
 from desktop_queue.core.outcome import Outcome
 from desktop_queue.core.present import error_signature, error_text
 from desktop_queue.core.preview import replay_title
-from desktop_queue.core.reconcile import Reconciled, reconcile_orphans
+from desktop_queue.core.reconcile import Reconciled, reconcile_jobs, reconcile_orphans
 from desktop_queue.core.records import (
     ErrorDict,
     EventDict,
@@ -224,6 +224,8 @@ class Queue:
     def open(cls, data_dir: Path | str, providers: Mapping[str, Any] | None = None, **kwargs: Any) -> Queue:
         """Opens (creating if needed) the queue; the first process to open it reconciles orphans."""
         queue = cls(data_dir, providers, **kwargs)
+        # (a backend with a row per worker recovers the jobs of the dead ones instead)
+        queue.store.on_orphans(lambda jobs: reconcile_jobs(queue, jobs))
         queue.store.open(on_first=lambda: reconcile_orphans(queue))
         return queue
 
@@ -1336,7 +1338,11 @@ class Queue:
 
     def changed_since(self, version: int) -> tuple[int, set[str] | None]:
         """Catches up, then the ids changed after ``version`` (None: reload everything)."""
-        return self.store.read(lambda st: st.changed_since(version))
+        return self.store.changes(version)
+
+    def wait_changes(self, version: int, timeout_s: float) -> bool:
+        """Waits until another commit may have changed jobs after ``version`` (see :meth:`Backend.wait_changes`)."""
+        return self.store.wait_changes(version, timeout_s)
 
     def raw_jobs(self, ids: set[str] | None = None) -> builtins.list[JobDict]:
         """Shallow copies of the hot set's job dicts without events (for the window's models).

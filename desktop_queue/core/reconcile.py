@@ -64,16 +64,32 @@ def reconcile_orphans(queue: Queue) -> None:
     sweep_results(queue, alone=len(orphans) == len(running))
 
 
-def record_findings(queue: Queue) -> None:
-    """Writes what was decided where the window reads it, whichever process decided it
-    (:mod:`desktop_queue.core.findings`). A failure costs only the message: the events
-    in each job's timeline say the same."""
-    if not queue.reconciled:
+def reconcile_jobs(queue: Queue, jobs: list[tuple[str, int]]) -> None:
+    """Resolves the jobs of a worker found dead (its heartbeat stopped); adds to ``queue.reconciled``.
+
+    Runs for a backend that keeps a row per worker (``Backend.on_orphans``), in whichever
+    live process noticed first. ``jobs`` are (id, lease epoch): a job is changed only while
+    that lease is still its current one (it may have expired and been leased again since).
+    """
+    decided: list[Reconciled] = []
+    for job_id, epoch in jobs:
+        try:
+            decided.append(reconcile_one(queue, job_id, epoch=epoch))
+        except Exception as exc:  # one bad orphan must not stop the others
+            log.error("could not reconcile job %s: %s", job_id, type(exc).__name__)  # no text: invariant 7
+    queue.reconciled.extend(decided)
+    record_findings(queue, decided)
+
+
+def record_findings(queue: Queue, decided: list[Reconciled] | None = None) -> None:
+    """Writes what was decided (``decided``, else all of ``queue.reconciled``) where the window
+    reads it, whichever process decided it (:mod:`desktop_queue.core.findings`). A failure
+    costs only the message: the events in each job's timeline say the same."""
+    found = queue.reconciled if decided is None else decided
+    if not found:
         return
     try:
-        FindingsLog(queue.data_dir).record(
-            ((r.job_id, r.decision, r.reason) for r in queue.reconciled), queue.clock.now()
-        )
+        FindingsLog(queue.data_dir).record(((r.job_id, r.decision, r.reason) for r in found), queue.clock.now())
     except (OSError, StoreError) as exc:
         log.warning("could not record the reconciliation findings: %s", type(exc).__name__)
         queue.report.notices.append(
@@ -118,9 +134,13 @@ def sweep_results(queue: Queue, alone: bool) -> None:
         )
 
 
-def reconcile_one(queue: Queue, job_id: str) -> Reconciled:
-    """Finds out what became of one orphaned job and commits that (see the module's docstring)."""
+def reconcile_one(queue: Queue, job_id: str, *, epoch: int | None = None) -> Reconciled:
+    """Finds out what became of one orphaned job and commits that (see the module's docstring).
+
+    With ``epoch``, the job is changed only while its lease is still that one.
+    """
     job = queue.get(job_id)
+    expected = epoch
     key, epoch = job.idempotency_key, job.lease_epoch
     now = queue.clock.now()
     results = queue.results
@@ -142,7 +162,8 @@ def reconcile_one(queue: Queue, job_id: str) -> Reconciled:
 
     def when_running(build: Callable[[View], _Decided]) -> Callable[[View], _Decided]:
         def fn(state: View) -> _Decided:
-            if state.hot_jobs()[job_id]["state"] != State.RUNNING:
+            raw = state.hot_jobs()[job_id]
+            if raw["state"] != State.RUNNING or (expected is not None and raw.get("lease_epoch") != expected):
                 return Change([], None)  # changed by another process meanwhile
             return build(state)
 

@@ -14,6 +14,11 @@ commit was sent. The pool replaces broken connections, so a server restart costs
 verbs running at that moment a retry, not an error. A connection lost *while* committing
 is reported (:class:`~desktop_queue.core.errors.StoreError`), never retried blindly:
 the commit may have happened.
+
+Each open backend is a worker with a heartbeat row (:mod:`.workers`): its leases name the
+row, and the leases of a worker whose row expired are recovered by a live one. A commit
+that changes jobs is followed by a notification on the queue's channel, and :class:`~.notify.ChangeFeed` tells
+readers of ``changed_since`` when asking the server again is worth it (:mod:`.notify`).
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from desktop_queue.core.backend import Change, OpenReport
+from desktop_queue.core.backend import Change, OpenReport, Orphans
 from desktop_queue.core.errors import StoreError
+from desktop_queue.core.pg import notify as notifying
+from desktop_queue.core.pg import workers
 from desktop_queue.core.pg.schema import migrate
 from desktop_queue.core.pg.view import Conflict, PgView
+from desktop_queue.core.pg.workers import Heartbeat, WorkerId
 from desktop_queue.core.records import Record
 
 log = logging.getLogger(__name__)
@@ -96,19 +104,45 @@ class PgBackend:
         dsn: a libpq connection string or URI (``postgresql://user@host/db``).
         pool_size: connections kept at most (each thread of a worker may use one).
         retry_s: how long a verb keeps retrying while the server is unreachable.
+        host: the machine named in this worker's row (default: this host's name).
+        heartbeat_s: how often the worker row is renewed (and dead workers looked for).
+        worker_ttl_s: how old a worker row may get before its worker counts as dead
+            (by the server's clock) and its leases are recovered.
+        notify: commits notify the queue's channel and a listener follows it (False: readers
+            of ``changed_since`` ask the server every time, and no one is told).
     """
 
-    def __init__(self, dsn: str, *, pool_size: int = 8, retry_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_size: int = 8,
+        retry_s: float = 30.0,
+        host: str | None = None,
+        heartbeat_s: float = workers.HEARTBEAT_S,
+        worker_ttl_s: float = workers.WORKER_TTL_S,
+        notify: bool = True,
+    ) -> None:
         self.dsn = dsn
         self.report = OpenReport(first=False)
         self.retry_s = retry_s
+        self.worker = WorkerId.here(host, worker_ttl_s)
+        self.heartbeat_s = heartbeat_s
+        self.worker_ttl_s = worker_ttl_s
+        self._notify = notify
+        self._channel: str | None = None
+        self.feed: notifying.ChangeFeed | None = None
+        self.notifier: notifying.Notifier | None = None
+        self.heartbeat: Heartbeat | None = None
+        self._recover: Orphans | None = None
+        self._answered: dict[int, int] = {}  # version handed out -> the feed's mark before its read
+        self._answered_lock = threading.Lock()
         self._pool_size = pool_size
         self._pool: ConnectionPool[Any] | None = None
-        self._session: Any = None  # autocommit connection: the open lock and the clock
+        self._session: Any = None  # autocommit connection: the clock
         self._session_lock = threading.Lock()
         self._session_suspect = False  # see _ensure_session
         self._local = threading.local()  # .conn: the transaction this thread is in, if any
-        self._lock_key = 0
         self.clock = ServerClock(self._server_offset)
 
     # ------------------------------------------------------------------ lifecycle
@@ -122,11 +156,12 @@ class PgBackend:
         return self._pool is None
 
     def open(self, on_first: Callable[[], None] | None = None) -> OpenReport:
-        """Connects, migrates the schema, and runs ``on_first`` if no other process has this queue open.
+        """Connects, migrates the schema, registers this worker, and recovers the dead ones' jobs.
 
-        Every open holds a shared advisory lock for as long as it is open; the first
-        takes it exclusively while ``on_first`` (reconciliation) runs, so later openers
-        wait for that to finish.
+        ``on_first`` is not run: on a queue shared by several machines "the first to
+        open it" says nothing about who died. The jobs of workers whose heartbeat row
+        expired are recovered (the function given to :meth:`on_orphans`) before this
+        returns, and from then on by whichever live worker notices first.
 
         Raises:
             StoreError: the server cannot be reached, or its schema is newer than this code.
@@ -137,10 +172,10 @@ class PgBackend:
             raise StoreError(f"cannot connect to the PostgreSQL queue: {_reason(exc)}") from None
         try:
             found, now = migrate(session)
-            row = session.execute("SELECT hashtext(current_schema() || ':desktop-queue:open')").fetchone()
-            self._lock_key = int(row[0]) if row else 0
-            first_row = session.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,)).fetchone()
-            first = bool(first_row and first_row[0])
+            workers.register(session, self.worker)
+            first = not workers.others_alive(session, self.worker)
+            if self._notify:
+                self._channel = notifying.channel_of(session)
         except psycopg.Error as exc:
             session.close()
             raise StoreError(f"cannot open the PostgreSQL queue: {_reason(exc)}") from None
@@ -163,6 +198,8 @@ class PgBackend:
             pool.open(wait=True, timeout=10.0)
         except PoolTimeout:
             pool.close()
+            with contextlib.suppress(psycopg.Error):
+                workers.retire(session, self.worker)
             session.close()
             raise StoreError("cannot open connections to the PostgreSQL queue") from None
         self._pool = pool
@@ -172,20 +209,79 @@ class PgBackend:
         elif found < now:
             self.report.notices.append(f"brought the PostgreSQL queue's schema from version {found} to {now}")
         self.clock.sync()
+        if self._channel is not None:
+            self.notifier = notifying.Notifier(self.dsn, self._channel)
+            self.notifier.start()
+            self.feed = notifying.ChangeFeed(self.dsn, self._channel)
+            self.feed.start()
+            # (listening before the first read, so that a reader's first version has a mark;
+            # a listener that cannot connect leaves readers polling until it can)
+            self.feed.wait_connected(1, 5.0)
         try:
-            if first and on_first is not None:
-                on_first()
-        finally:
-            with self._session_lock:
-                if self._session is session:  # (else it was lost meanwhile; the new one holds the lock)
-                    session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
-                    if first:
-                        session.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
+            self.recover_dead()
+        except StoreError as exc:  # (the heartbeat's passes try again)
+            self.report.notices.append(f"could not recover the jobs of stopped workers yet: {exc}")
+        self.heartbeat = Heartbeat(self._beat, self._scan, self.heartbeat_s)
+        self.heartbeat.start()
         return self.report
 
+    def on_orphans(self, recover: Orphans) -> None:
+        """Sets what recovers the jobs of dead workers: called with (job id, lease epoch) of each."""
+        self._recover = recover
+
+    def recover_dead(self) -> list[str]:
+        """One recovery pass now: the expired worker rows no other worker is taking, and their jobs.
+
+        Returns:
+            The ids of the worker rows recovered (and deleted).
+        Raises:
+            StoreError: the server refused or is away (the rows stay for a later pass).
+        """
+        try:
+            with self._connection() as conn:
+                return workers.recover_dead(conn, self._recover)
+        except psycopg.Error as exc:
+            self._suspect()
+            raise StoreError(f"could not look for dead workers: {_reason(exc)}") from None
+
+    def _scan(self) -> None:
+        if self._pool is not None:
+            self.recover_dead()
+
+    def _beat(self) -> None:
+        """Renews this worker's row; registers it again if a live worker took it for dead.
+
+        On the session connection, not a pooled one: however busy the pool is, the beat
+        does not wait for it (a worker whose threads all wait on the server is alive).
+        """
+        with self._session_lock:
+            if self._pool is None:
+                raise StoreError("the task store is closed")
+            try:
+                alive = workers.beat(self._session, self.worker)
+            except psycopg.OperationalError:
+                self._reconnect_session()  # (the server restarted, say)
+                alive = workers.beat(self._session, self.worker)
+            if not alive:
+                # this process was stopped or cut off for longer than the row lives: its
+                # leases were recovered and their tokens now refuse its late commits
+                log.warning("this worker was taken for dead (its leases were recovered); it registers again")
+                workers.register(self._session, self.worker)
+
     def close(self) -> None:
+        heartbeat, self.heartbeat = self.heartbeat, None
+        if heartbeat is not None:
+            heartbeat.stop()
+        notifier, self.notifier = self.notifier, None
+        if notifier is not None:
+            notifier.stop()  # (what this process committed last is still told)
+        feed, self.feed = self.feed, None
+        if feed is not None:
+            feed.stop()
         pool, self._pool = self._pool, None
         if pool is not None:
+            with contextlib.suppress(psycopg.Error, PoolTimeout), pool.connection(timeout=5.0) as conn:
+                workers.retire(conn, self.worker)
             pool.close()
         session, self._session = self._session, None
         if session is not None:
@@ -210,15 +306,10 @@ class PgBackend:
         return float(row[0]) - (before + after) / 2 if row else 0.0
 
     def _reconnect_session(self) -> None:
-        """A new session (with the session lock held), holding the open lock again.
-
-        The open lock of the old session went with it; without it a later opener would
-        believe it is the first, and reconcile (requeue) jobs this process still runs.
-        """
+        """A new session (with the session lock held): the server restarted, say."""
         with contextlib.suppress(psycopg.Error):
             self._session.close()
         self._session = psycopg.connect(self.dsn, autocommit=True)
-        self._session.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_key,))
 
     def _ensure_session(self) -> None:
         """Takes the session back if a sign says the server may have restarted (see :meth:`_suspect`).
@@ -275,11 +366,14 @@ class PgBackend:
             try:
                 with self._connection() as conn, self._active(conn):
                     self._ensure_session()
-                    view = PgView(conn, write=True)
+                    view = PgView(conn, write=True, worker=self.worker.id)
                     change = fn(view)
                     view.apply(change.records)
                     committing = True
                     conn.commit()
+                    notifier = self.notifier
+                    if notifier is not None and view.changed != set():
+                        notifier.add(view.changed)
                     return change.value
             except _RACES as exc:
                 reason: BaseException = exc
@@ -342,6 +436,51 @@ class PgBackend:
 
     def sync(self) -> None:
         """Nothing to do: every commit was durable when it returned."""
+
+    # ------------------------------------------------------------------ the change feed
+
+    def changes(self, version: int) -> tuple[int, set[str] | None]:
+        """``View.changed_since(version)``, read from the server (always: a notification may be on its way).
+
+        The feed's mark is taken before the read and kept with the version answered, for
+        :meth:`wait_changes`: a commit that read did not see notifies after it, and moves
+        the mark.
+        """
+        feed = self.feed
+        mark = feed.mark() if feed is not None else None
+        now, ids = self.read(lambda view: view.changed_since(version))
+        if mark is not None:
+            with self._answered_lock:
+                if len(self._answered) > 64:  # (a few readers at most: forget the oldest)
+                    for old in sorted(self._answered)[:32]:
+                        self._answered.pop(old, None)
+                self._answered[now] = mark
+        return now, ids
+
+    def wait_changes(self, version: int, timeout_s: float) -> bool:
+        """Waits until a commit may have changed jobs after ``version`` (True), or ``timeout_s`` (False).
+
+        No query while it waits: the listener's notifications wake it. ``timeout_s`` 0
+        asks without waiting (a refresher that skips the server while nothing was
+        notified, at the cost of a notification's delay). When the feed cannot tell, it
+        answers True: at once if ``version`` was not answered by :meth:`changes` here
+        (one read makes it known); after waiting (at most ``timeout_s``) for the
+        listener to connect again if it is not listening (notifications may have been
+        missed meanwhile); after ``timeout_s`` without a feed (``notify=False``).
+        """
+        feed = self.feed
+        if feed is None:
+            time.sleep(timeout_s)
+            return True
+        with self._answered_lock:
+            mark = self._answered.get(version)
+        current = feed.mark()
+        if current is None:
+            feed.wait(None, timeout_s)
+            return True
+        if mark is None or current != mark:
+            return True
+        return feed.wait(mark, timeout_s)
 
     def compact_now(self) -> None:
         """Nothing to fold: a purge deletes its jobs in its own transaction."""

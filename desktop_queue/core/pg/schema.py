@@ -16,7 +16,7 @@ from typing import Any
 from desktop_queue.core.errors import StoreError
 
 #: the schema version this code writes
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = """
 CREATE TABLE dq_jobs (
@@ -60,7 +60,6 @@ CREATE SEQUENCE dq_lease_epoch;
 # Flow control shared by every machine on the queue (core/pg/flowstate.py): the flow
 # state document of core/flow.py in one row, locked FOR UPDATE for a session as the JSON
 # path locks flow/state.json; and the spend ledger the budgets are measured against.
-# (numbered 2 on its branch: renumber at merge if another migration took the number)
 _V2_FLOW = """
 CREATE TABLE dq_flow (
     name text PRIMARY KEY,
@@ -93,8 +92,32 @@ CREATE INDEX dq_spend_profile_at ON dq_spend (profile, at);
 CREATE INDEX dq_spend_at ON dq_spend (at);
 """
 
+# version 3: a row per process that has the queue open (:mod:`.workers`), and the worker
+# holding each lease, so that the leases of a worker whose heartbeat stopped are recovered
+# by one of the live ones instead of by "the first process to open the queue"
+_V3_WORKERS = """
+CREATE TABLE dq_workers (
+    id text PRIMARY KEY,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    -- by the server's clock only: the machines' clocks need not agree
+    heartbeat_at timestamptz NOT NULL DEFAULT now(),
+    -- how long the row may go unrenewed before its worker counts as dead: its own word
+    -- (a worker that beats every 5 s is not judged by another that beats every 0.2 s)
+    ttl_s double precision NOT NULL
+);
+CREATE INDEX dq_workers_heartbeat ON dq_workers (heartbeat_at);
+-- no foreign key: a worker's row goes when its leases are recovered, and a lease it took
+-- is then known stale by its token; until then the row says whether its holder lives
+ALTER TABLE dq_jobs ADD COLUMN worker_id text;
+CREATE INDEX dq_jobs_worker ON dq_jobs (worker_id) WHERE state = 'running';
+-- the last purge, for View.version
+CREATE INDEX dq_purges_txid ON dq_purges (txid);
+"""
+
 #: version -> the SQL that lifts the schema from ``version - 1`` to it
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2_FLOW}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2_FLOW, 3: _V3_WORKERS}
 
 
 def migrate(conn: Any) -> tuple[int, int]:

@@ -25,6 +25,9 @@ from desktop_queue.core.store.archive import PurgeFilter
 
 LIVE_OR_DONE = (str(State.QUEUED), str(State.RUNNING), str(State.SUCCEEDED))
 
+#: what a lease renewal changes (see :meth:`PgView.apply`: no notification for it alone)
+_RENEWAL = frozenset({"lease_expires_at", "heartbeat_at"})
+
 #: the job fields that also have a column of their own (indexed, or compared in SQL)
 _COLUMNS = ("state", "run_after", "lease_expires_at")
 
@@ -82,13 +85,18 @@ class PgView:
         conn: a psycopg connection inside a transaction.
         write: the transaction will write (reads by id lock their rows; the lease scan
             locks the job it takes).
+        worker: the ``dq_workers`` row of this process: a lease written here names it.
     """
 
     archive = None  # (every job stays in the table: there is no separate archive to ask)
 
-    def __init__(self, conn: Any, *, write: bool) -> None:
+    def __init__(self, conn: Any, *, write: bool, worker: str | None = None) -> None:
         self.conn = conn
         self.write = write
+        self.worker = worker
+        #: ids of the jobs :meth:`apply` changed (None: a purge, "everything"), renewals of a
+        #: lease aside: what the commit notifies
+        self.changed: set[str] | None = set()
         #: id -> (job, rev) of every job read here; a locked id is also in ``_locked``
         self._seen: dict[str, tuple[JobDict, int]] = {}
         self._locked: set[str] = set()
@@ -124,13 +132,20 @@ class PgView:
 
     @property
     def version(self) -> int:
-        """The oldest transaction still running when this view's snapshot was taken.
+        """A transaction id no job change unseen here is older than (``changed_since`` finds those).
 
-        Every change made by a transaction older than it is visible here, and any other is
-        stamped with a transaction id at least this one (``changed_since`` finds it).
+        The oldest transaction still running when this view's snapshot was taken would
+        do: every change older than it is visible here. But transactions that change no
+        job (heartbeats of the worker rows, notifications) move that on too, and a version
+        should move only with the jobs; so it is the lesser of that and one past the last
+        job change (or purge) seen here: no job change lies between the two.
         """
         if self._version is None:
-            row = self.conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()
+            row = self.conn.execute(
+                "SELECT least(pg_snapshot_xmin(pg_current_snapshot())::text::bigint, 1 + greatest(0,"
+                " (SELECT txid FROM dq_jobs ORDER BY txid DESC LIMIT 1)::text::bigint,"
+                " (SELECT txid FROM dq_purges ORDER BY txid DESC LIMIT 1)::text::bigint))"
+            ).fetchone()
             self._version = int(row[0]) if row else 0
         return self._version
 
@@ -294,6 +309,13 @@ class PgView:
             ),
         )
         self._events(job["id"], record.get("ev") or ())
+        self._changed(job["id"])
+
+    def _changed(self, job_id: str | None) -> None:
+        if job_id is None:
+            self.changed = None
+        elif self.changed is not None:
+            self.changed.add(job_id)
 
     def _update(self, record: UpdateRecord) -> None:
         job_id = record["id"]
@@ -305,6 +327,10 @@ class PgView:
                 value = changes[column]
                 assignments.append(f"{column} = %s")
                 params.append(value or 0.0 if column == "run_after" else value)
+        if "lease_token" in changes:
+            # a new lease belongs to this process's worker row; a cleared one to no one
+            assignments.append("worker_id = %s")
+            params.append(self.worker if changes["lease_token"] else None)
         sql = f"UPDATE dq_jobs SET {', '.join(assignments)} WHERE id = %s"
         params.append(job_id)
         seen = self._seen.get(job_id)
@@ -316,7 +342,10 @@ class PgView:
             raise Conflict(f"job {job_id} changed meanwhile (or is gone)")
         if seen is not None:
             self._seen[job_id] = (seen[0], seen[1] + 1)
-        self._events(job_id, record.get("ev") or ())
+        events = record.get("ev") or ()
+        self._events(job_id, events)
+        if events or not changes.keys() <= _RENEWAL:
+            self._changed(job_id)  # (a lease renewal alone wakes no one: nothing a reader shows moved)
         doc = record.get("res")
         if isinstance(doc, dict) and isinstance(doc.get("key"), str):
             self.conn.execute(
@@ -346,6 +375,7 @@ class PgView:
                 " AND NOT EXISTS (SELECT 1 FROM dq_jobs j WHERE j.key = r.key AND j.state = 'succeeded')",
                 (keys,),
             )
+        self._changed(None)
         self.conn.execute(
             "INSERT INTO dq_purges (at, filter) VALUES (%s, %s::jsonb)", (record.get("at"), _dumps(record["filter"]))
         )

@@ -75,7 +75,7 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
-from desktop_queue.core.backend import Change, OpenReport
+from desktop_queue.core.backend import Change, OpenReport, Orphans
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.records import (
     JobDict,
@@ -1211,6 +1211,16 @@ class Store:
             self._poison_with(f"could not remove the unsealed {path.name}: {exc.strerror or exc}")
 
     # ----------------------------------------------------------------- durability
+
+    def on_orphans(self, recover: Orphans) -> None:
+        """Nothing to set: orphans are reconciled by the first opener (``on_first``)."""
+
+    def changes(self, version: int) -> tuple[int, set[str] | None]:
+        return self.read(lambda state: state.changed_since(version))
+
+    def wait_changes(self, version: int, timeout_s: float) -> bool:
+        time.sleep(timeout_s)  # (no change feed: the caller reads at this pace)
+        return True
 
     def sync(self) -> None:
         """Puts every commit this process has written on disk (a no-op if they are).

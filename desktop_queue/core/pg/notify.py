@@ -1,0 +1,257 @@
+"""Live changes on PostgreSQL: commits ``NOTIFY`` the queue's channel, and a listener wakes whoever waits.
+
+Every commit that changes jobs is followed by a notification on the queue's channel (one
+per schema: :func:`channel_of`), sent by :class:`Notifier` once the commit returned
+(several commits' ids coalesced into one), so it is delivered only after the change is
+visible. The payload is the changed job ids, comma-separated, or
+``*`` (a purge, or more ids than fit the server's 8000-byte payload limit): a hint for
+whoever wants it, never the record of what changed (``changed_since`` still reads that
+from the table).
+
+:class:`ChangeFeed` holds one ``LISTEN`` connection per process on a thread of its own.
+Each notification, and each time the connection is lost or made again (notifications
+sent meanwhile are lost), moves its :meth:`~ChangeFeed.mark` on: a reader that took
+the mark *before* reading the table knows, while the mark has not moved, that nothing
+was committed since its read, and need not ask the server again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+log = logging.getLogger(__name__)
+
+#: the server refuses longer payloads (8000 bytes); this leaves room
+PAYLOAD_MAX = 7900
+#: what a payload says when it cannot list the ids: every job may have changed
+EVERYTHING = "*"
+
+
+def channel_of(conn: Any) -> str:
+    """The notification channel of the queue in ``conn``'s current schema (at most 63 bytes)."""
+    row = conn.execute("SELECT 'dq_changes_' || substr(md5(current_schema()), 1, 16)").fetchone()
+    return str(row[0]) if row else "dq_changes"
+
+
+def payload_of(ids: set[str] | None) -> str:
+    """The payload naming ``ids`` (None: everything), within the server's limit."""
+    if ids is None:
+        return EVERYTHING
+    text = ",".join(sorted(ids))
+    return text if len(text.encode()) <= PAYLOAD_MAX else EVERYTHING
+
+
+def send(conn: Any, channel: str, ids: set[str] | None) -> None:
+    """Notifies ``channel`` of ``ids`` in ``conn``'s transaction (delivered when it commits)."""
+    conn.execute("SELECT pg_notify(%s, %s)", (channel, payload_of(ids)))
+
+
+class Notifier:
+    """Sends the notifications of this process's commits, after they committed, coalesced, from a thread.
+
+    Not in the committing transaction: a transaction that notifies holds the server's
+    notify lock while its commit is flushed, so notifying commits would reach the disk
+    one at a time instead of sharing flushes. Sent after the commit returned, a
+    notification still reaches listeners only once the change is visible. While one is
+    being sent, the ids of later commits gather into the next (one notification for a
+    burst). If this process dies between a commit and its notification, that wake-up is
+    lost (readers that must not wait for the next one wait with a timeout).
+
+    Args:
+        dsn: the server (the same as the backend's).
+        channel: the queue's channel (:func:`channel_of`).
+        reconnect_s: the pause after a failed send before trying again.
+    """
+
+    def __init__(self, dsn: str, channel: str, *, reconnect_s: float = 0.5) -> None:
+        self.dsn = dsn
+        self.channel = channel
+        self.reconnect_s = reconnect_s
+        self._cond = threading.Condition()
+        self._pending: set[str] | None = set()
+        self._waiting = False  # something is pending (an empty set of ids may not say so)
+        self._sending = False
+        self._sent = 0
+        self._stop = False
+        self._conn: Any = None
+        self._thread = threading.Thread(target=self._run, name="dq-pg-notify", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Sends what is pending, then stops."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg.Error:
+                pass
+
+    def add(self, ids: set[str] | None) -> None:
+        """Notes the ids a commit changed (None: everything), to be sent soon."""
+        with self._cond:
+            if ids is None or self._pending is None:
+                self._pending = None
+            else:
+                self._pending |= ids
+            self._waiting = True
+            self._cond.notify_all()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Waits until everything added so far was sent (False: not within ``timeout_s``)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._waiting and not self._sending, timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._waiting or self._stop)
+                if not self._waiting:
+                    return  # (stopped, nothing left)
+                ids, self._pending, self._waiting = self._pending, set(), False
+                self._sending = True
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = psycopg.connect(self.dsn, autocommit=True)
+                send(self._conn, self.channel, ids)
+            except psycopg.Error as exc:
+                # (its connection went with a server restart, say: the ids go back, to be
+                # sent on a new one; a listener that reconnected before the commit must
+                # still be told)
+                log.debug("a change notification was not sent yet: %s", type(exc).__name__)
+                self._conn = None
+                with self._cond:
+                    self._sending = False
+                    if self._stop:
+                        return
+                    if ids is None or self._pending is None:
+                        self._pending = None
+                    else:
+                        self._pending |= ids
+                    self._waiting = True
+                    self._cond.wait(self.reconnect_s)
+                continue
+            with self._cond:
+                self._sending = False
+                self._sent += 1
+                self._cond.notify_all()
+
+
+class ChangeFeed:
+    """One ``LISTEN`` connection, made again whenever it is lost, and a mark that moves on each change.
+
+    Args:
+        dsn: the server (the same as the backend's, search path included).
+        channel: what to listen to (:func:`channel_of`).
+        reconnect_s: the pause between two failed attempts to connect.
+        check_s: after this long without a notification the connection is checked with a
+            query (a server gone without closing the connection is noticed then).
+    """
+
+    def __init__(self, dsn: str, channel: str, *, reconnect_s: float = 0.5, check_s: float = 30.0) -> None:
+        self.dsn = dsn
+        self.channel = channel
+        self.reconnect_s = reconnect_s
+        self.check_s = check_s
+        # stop() writes here: the thread waits on the connection's socket and this pipe
+        self._wake_r, self._wake_w = os.pipe()
+        self._cond = threading.Condition()
+        self._mark = 0
+        self._connected = False
+        self._connects = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dq-pg-listen", daemon=True)
+
+    # ------------------------------------------------------------------ for readers
+
+    @property
+    def connected(self) -> bool:
+        """Whether the listener is listening now (else the mark says nothing: poll)."""
+        with self._cond:
+            return self._connected
+
+    @property
+    def connects(self) -> int:
+        """How many times the listener connected (1 after the start; more after restarts)."""
+        with self._cond:
+            return self._connects
+
+    def mark(self) -> int | None:
+        """Where the feed is; None while it is not listening (nothing can be told from it)."""
+        with self._cond:
+            return self._mark if self._connected else None
+
+    def wait(self, mark: int | None, timeout_s: float) -> bool:
+        """Waits until the mark moves past ``mark`` (True) or ``timeout_s`` passes (False).
+
+        With ``mark`` None, waits until the feed listens (a reconnection), at most ``timeout_s``.
+        """
+        with self._cond:
+            if mark is None:
+                return self._cond.wait_for(lambda: self._connected, timeout_s)
+            return self._cond.wait_for(lambda: not self._connected or self._mark != mark, timeout_s)
+
+    def wait_connected(self, connects: int, timeout_s: float) -> bool:
+        """Waits until the listener has connected ``connects`` times and listens."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._connected and self._connects >= connects, timeout_s)
+
+    # ------------------------------------------------------------------ the thread
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        os.write(self._wake_w, b"x")
+        if self._thread.is_alive():
+            self._thread.join(10)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def _moved(self, *, connected: bool | None = None) -> None:
+        with self._cond:
+            self._mark += 1
+            if connected is not None:
+                self._connected = connected
+                self._connects += 1 if connected else 0
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    # (anything sent while no one listened is lost: readers look again)
+                    self._moved(connected=True)
+                    while not self._stop.is_set():
+                        ready, _, _ = select.select([conn.fileno(), self._wake_r], [], [], self.check_s)
+                        if self._wake_r in ready:
+                            break
+                        if not ready:
+                            conn.execute("SELECT 1")  # (quiet for long: is the server still there?)
+                            continue
+                        # (what arrived, without waiting; a lost connection raises here)
+                        if list(conn.notifies(timeout=0)):  # (all of them: a burst moves the mark once)
+                            self._moved()
+            except psycopg.Error as exc:
+                log.debug("the change listener lost the server: %s", type(exc).__name__)
+            finally:
+                with self._cond:
+                    if self._connected:
+                        self._connected = False
+                        self._mark += 1
+                        self._cond.notify_all()
+            self._stop.wait(self.reconnect_s)

@@ -1,0 +1,178 @@
+"""Live changes on PostgreSQL: a commit in one process wakes another's change feed, across a server restart.
+
+The waiting side asks the server nothing while it waits (:meth:`Queue.wait_changes`
+blocks on the listener's notifications); these tests count its queries to prove it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from desktop_queue.core import Queue
+from desktop_queue.core.pg import PgBackend
+from desktop_queue.core.pg.notify import EVERYTHING, PAYLOAD_MAX, payload_of
+
+REPO = Path(__file__).resolve().parents[2]
+
+_SUBMIT = r"""
+import sys
+import time
+from desktop_queue.core import Queue
+from desktop_queue.core.pg import PgBackend
+backend = PgBackend(sys.argv[1])
+queue = Queue.open(sys.argv[2], backend=backend, clock=backend.clock)
+job = queue.submit("demo", {"prompt": "from another process"}).job
+print(job.id, time.time(), flush=True)  # (acknowledged: the commit returned)
+queue.close()
+"""
+
+
+def _submit_elsewhere(dsn: str, data: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", _SUBMIT, dsn, str(data)], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()[0]
+
+
+class CountingReads:
+    """Counts the reads a backend makes (each is a round trip to the server)."""
+
+    def __init__(self, backend: PgBackend) -> None:
+        self.count = 0
+        self._read = backend.read
+
+        def read(fn: Any) -> Any:
+            self.count += 1
+            return self._read(fn)
+
+        backend.read = read  # type: ignore[method-assign]
+
+
+def _watch(queue: Queue) -> tuple[int, CountingReads]:
+    version, _ = queue.changed_since(0)
+    return version, CountingReads(queue.store)  # type: ignore[arg-type]
+
+
+def test_a_job_submitted_by_another_process_wakes_the_feed_within_a_second(
+    pg_dsn: str, tmp_path: Path, opened_queues: list[Queue]
+) -> None:
+    backend = PgBackend(pg_dsn)
+    window = Queue.open(tmp_path / "window", backend=backend, clock=backend.clock)
+    opened_queues.append(window)
+    version, reads = _watch(window)
+    assert not window.wait_changes(version, 0)  # nothing notified yet: no need to ask the server
+
+    other = subprocess.Popen(
+        [sys.executable, "-c", _SUBMIT, pg_dsn, str(tmp_path / "other")], stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
+    try:
+        assert window.wait_changes(version, 60)  # (blocks until the other process's commit is notified)
+        woke_at = time.time()
+        assert reads.count == 0  # it waited without asking the server
+        out, _ = other.communicate(timeout=60)
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait(30)
+    job_id, acked_at = out.split()
+    # the same machine's clock in both processes: from the acknowledgement to the wake-up
+    assert woke_at - float(acked_at) < 1.0
+    _, ids = window.changed_since(version)
+    assert ids is not None and job_id in ids
+
+
+def test_notifications_resume_after_a_server_restart(own_server: Any, tmp_path: Path) -> None:
+    backend = PgBackend(own_server.dsn, retry_s=60)
+    window = Queue.open(tmp_path / "window", backend=backend, clock=backend.clock)
+    try:
+        feed = backend.feed
+        assert feed is not None and feed.wait_connected(1, 10)
+        own_server.restart()  # pg_ctl restart -m fast: the listener's connection is cut
+        assert feed.wait_connected(2, 30), "the listener did not reconnect"
+        version, reads = _watch(window)
+        assert not window.wait_changes(version, 0)
+        job_id = _submit_elsewhere(own_server.dsn, tmp_path / "other")
+        assert window.wait_changes(version, 10)
+        assert reads.count == 0
+        _, ids = window.changed_since(version)
+        assert ids is not None and job_id in ids
+    finally:
+        window.close()
+
+
+def test_a_payload_names_the_changed_jobs_within_the_server_limit(pg_dsn: str) -> None:
+    assert payload_of({"b", "a"}) == "a,b"
+    assert payload_of(None) == EVERYTHING
+    many = {f"job-{i:06d}" for i in range(2000)}  # far beyond 8000 bytes
+    assert payload_of(many) == EVERYTHING
+    assert len(payload_of({f"j{i}" for i in range(100)})) <= PAYLOAD_MAX
+    # and the server takes the longest we send
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_notify('dq_test', %s)", ("x" * PAYLOAD_MAX,))
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute("SELECT pg_notify('dq_test', %s)", ("x" * 8000,))
+
+
+def test_each_change_notifies_its_job_but_a_lease_renewal_alone_does_not(
+    open_pg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from desktop_queue.core import SystemClock
+    from desktop_queue.core.pg import notify
+
+    sent: list[set[str] | None] = []
+    real_send = notify.send
+
+    def send(conn: Any, channel: str, ids: set[str] | None) -> None:
+        sent.append(None if ids is None else set(ids))
+        real_send(conn, channel, ids)
+
+    monkeypatch.setattr(notify, "send", send)
+    queue = open_pg(clock=SystemClock())
+    notifier = queue.store.notifier
+    job_id = queue.submit("demo", {"n": 1}).job.id
+    assert notifier.flush(10)  # (else the notifier may coalesce two commits' ids into one)
+    lease = queue.lease("w")
+    assert lease is not None and notifier.flush(10)
+    queue.heartbeat(lease)  # (renewals are many, and show nothing new)
+    assert notifier.flush(10)
+    queue.complete(lease, {"ok": True})
+    assert notifier.flush(10)
+    queue.purge_jobs([job_id])
+    assert notifier.flush(10)
+    assert sent == [{job_id}, {job_id}, {job_id}, None]  # submitted, leased, succeeded; a purge: everything
+
+
+def test_a_watcher_hands_over_another_process_s_job_without_polling(
+    pg_dsn: str, tmp_path: Path, opened_queues: list[Queue]
+) -> None:
+    import threading
+
+    from desktop_queue.core.pg.watch import ChangeWatcher
+
+    backend = PgBackend(pg_dsn)
+    window = Queue.open(tmp_path / "window", backend=backend, clock=backend.clock)
+    opened_queues.append(window)
+    seen: list[set[str] | None] = []
+    arrived = threading.Event()
+
+    def on_change(ids: set[str] | None) -> None:
+        seen.append(ids)
+        arrived.set()
+
+    watcher = ChangeWatcher(window, on_change, fallback_s=60.0)  # (no fallback read within the test)
+    assert watcher.start()
+    try:
+        job_id = _submit_elsewhere(pg_dsn, tmp_path / "other")
+        assert arrived.wait(10)
+        assert watcher.reads == 1  # one read, after the notification
+        assert seen[0] is not None and job_id in seen[0]
+    finally:
+        watcher.stop()
