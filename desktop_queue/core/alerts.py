@@ -39,7 +39,7 @@ import orjson
 from desktop_queue.core.errors import QueueError
 from desktop_queue.core.model import EventType, State, events_of
 from desktop_queue.core.paths import config_dir
-from desktop_queue.core.store.fileio import FileLock, atomic_write, make_dirs
+from desktop_queue.core.store.fileio import atomic_write, locked, make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -709,15 +709,8 @@ class AlertBook:
         self.history_path = self.dir / HISTORY_FILE
         self.notices: list[str] = []
 
-    @contextlib.contextmanager
-    def _locked(self) -> Any:
-        make_dirs(self.dir)
-        lock = FileLock(self.dir / LOCK_FILE)
-        try:
-            with lock.held():
-                yield
-        finally:
-            lock.close()
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.dir / LOCK_FILE)
 
     def _read_state(self) -> tuple[AlertState, list[Transition]]:
         try:

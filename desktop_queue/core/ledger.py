@@ -526,32 +526,27 @@ class PriceTable:
             else:
                 self._user[model] = price
             return
-        make_dirs(self.path.parent)
-        lock = fileio.FileLock(self.path.with_name(f".{PRICES_FILE}.lock"))
-        try:
-            with lock.held():
-                with self._lock:
-                    self._seen = None
-                self.refresh()
-                if self._read_only:
-                    raise StoreError(f"{self.path.name} is from a newer Desktop Queue; it was not changed")
-                user = dict(self._user)
-                if price is None:
-                    user.pop(model, None)
-                else:
-                    user[model] = replace(price, estimate=False)
-                models = {name: user[name].to_json() for name in sorted(user)}
-                doc = {
-                    "format": PRICES_FORMAT,
-                    "schema_version": PRICES_SCHEMA,
-                    "checksum": _checksum(models),
-                    "models": models,
-                }
-                atomic_write(self.path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-                with self._lock:
-                    self._user, self._seen = user, self._stamp()
-        finally:
-            lock.close()
+        with fileio.locked(self.path.with_name(f".{PRICES_FILE}.lock")):
+            with self._lock:
+                self._seen = None
+            self.refresh()
+            if self._read_only:
+                raise StoreError(f"{self.path.name} is from a newer Desktop Queue; it was not changed")
+            user = dict(self._user)
+            if price is None:
+                user.pop(model, None)
+            else:
+                user[model] = replace(price, estimate=False)
+            models = {name: user[name].to_json() for name in sorted(user)}
+            doc = {
+                "format": PRICES_FORMAT,
+                "schema_version": PRICES_SCHEMA,
+                "checksum": _checksum(models),
+                "models": models,
+            }
+            atomic_write(self.path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+            with self._lock:
+                self._user, self._seen = user, self._stamp()
 
 
 # ---------------------------------------------------------------------- budgets

@@ -35,7 +35,7 @@ import orjson
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.model import State
-from desktop_queue.core.store.fileio import FileLock, atomic_write, make_dirs
+from desktop_queue.core.store.fileio import FileLock, atomic_write, locked, make_dirs
 
 OUTBOX_DIR = "outbox"
 OUTBOX_FILE = "outbox.jsonl"
@@ -157,15 +157,8 @@ class Outbox:
 
     # ------------------------------------------------------------------ file
 
-    @contextlib.contextmanager
-    def _locked(self) -> Any:
-        make_dirs(self.dir)
-        lock = FileLock(self.dir / LOCK_FILE)
-        try:
-            with lock.held():
-                yield
-        finally:
-            lock.close()
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.dir / LOCK_FILE)
 
     def _read(self) -> OutboxView:
         try:

@@ -30,7 +30,7 @@ import orjson
 
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import StoreError
-from desktop_queue.core.store.fileio import FileLock, atomic_write, make_dirs
+from desktop_queue.core.store.fileio import atomic_write, locked
 
 log = logging.getLogger(__name__)
 
@@ -176,39 +176,34 @@ class BackgroundSwitch:
             StoreError: the file is from a newer version (never overwritten), or cannot
                 be written (the switch is then unchanged).
         """
-        make_dirs(self.path.parent)
-        lock = FileLock(self.path.with_name(f".{PAUSE_FILE}.lock"))
-        try:
-            with lock.held():
-                if (self.state().problem or "").startswith(f"{self.path.name} was written by a newer"):
-                    raise StoreError(f"{self.path.name} is from a newer Desktop Queue; it was not changed")
-                reason = reason.strip()[:MAX_REASON] if reason and reason.strip() else None
-                current = self.state()
-                if current.paused == paused and reason in (None, current.reason) and not current.problem:
-                    return current
-                new = PauseState(
-                    paused=paused,
-                    by=by,
-                    where=where or f"{socket.gethostname().split('.')[0]}:{os.getpid()}",
-                    at=self.clock.now(),
-                    reason=reason,
-                )
-                body = new.to_json()
-                doc = {
-                    "format": PAUSE_FORMAT,
-                    "schema_version": PAUSE_SCHEMA,
-                    "checksum": _checksum(body),
-                    "state": body,
-                }
-                try:
-                    atomic_write(self.path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-                except OSError as exc:
-                    raise StoreError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
-                with self._lock:
-                    self._seen = None  # read back on the next look (its stamp is the file's)
-                    self._state = new
-        finally:
-            lock.close()
+        with locked(self.path.with_name(f".{PAUSE_FILE}.lock")):
+            if (self.state().problem or "").startswith(f"{self.path.name} was written by a newer"):
+                raise StoreError(f"{self.path.name} is from a newer Desktop Queue; it was not changed")
+            reason = reason.strip()[:MAX_REASON] if reason and reason.strip() else None
+            current = self.state()
+            if current.paused == paused and reason in (None, current.reason) and not current.problem:
+                return current
+            new = PauseState(
+                paused=paused,
+                by=by,
+                where=where or f"{socket.gethostname().split('.')[0]}:{os.getpid()}",
+                at=self.clock.now(),
+                reason=reason,
+            )
+            body = new.to_json()
+            doc = {
+                "format": PAUSE_FORMAT,
+                "schema_version": PAUSE_SCHEMA,
+                "checksum": _checksum(body),
+                "state": body,
+            }
+            try:
+                atomic_write(self.path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+            except OSError as exc:
+                raise StoreError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+            with self._lock:
+                self._seen = None  # read back on the next look (its stamp is the file's)
+                self._state = new
         return new
 
 

@@ -181,6 +181,22 @@ else:
         return functools.partial(fcntl.flock, fd, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Holds an exclusive :class:`FileLock` on ``path`` (its folder made if missing) for a block.
+
+    For a read-change-write of one small file shared by processes; the lock file is
+    opened for the block and closed after it.
+    """
+    make_dirs(path.parent)
+    lock = FileLock(path)
+    try:
+        with lock.held():
+            yield
+    finally:
+        lock.close()
+
+
 class FileLock:
     """An OS advisory lock on a file; released by the OS when the process dies.
 
