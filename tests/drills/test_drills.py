@@ -40,7 +40,15 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "providers"))
 
 from fakeserver import Action, FakeOpenAI  # noqa: E402
-from workerproc import env_for, finish, jobs, start_worker, submit, wait_for  # noqa: E402
+from workerproc import (  # noqa: E402
+    env_for,
+    finish,
+    jobs,
+    server,  # noqa: F401  (a fixture)
+    start_worker,
+    submit,
+    wait_for,
+)
 
 from desktop_queue.core import Queue, State  # noqa: E402
 from desktop_queue.core.alerts import DEAD_LETTERS_GROWING, DEFAULTS, FIRED, AlertBook  # noqa: E402
@@ -53,21 +61,6 @@ pytestmark = [
     pytest.mark.drill,
     pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals"),
 ]
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI()
-    fake.start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
 
 
 @pytest.fixture

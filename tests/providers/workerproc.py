@@ -13,16 +13,28 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fakeserver import FakeOpenAI
 
 from desktop_queue.core import Queue
 from desktop_queue.providers import discover
 
 KEY = "sk-test-paid-once-0123456789"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAI]:
+    """The fake OpenAI server on 127.0.0.1 (any key), for the workers to call."""
+    fake = FakeOpenAI()
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
 
 
 def env_for(server: FakeOpenAI) -> dict[str, str]:

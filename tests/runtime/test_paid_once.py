@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,27 +20,19 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers"))
 
 from fakeserver import FakeOpenAI  # noqa: E402
-from workerproc import finish, jobs, start_worker, submit, wait_for  # noqa: E402
+from workerproc import (  # noqa: E402
+    finish,
+    jobs,
+    server,  # noqa: F401  (a fixture)
+    start_worker,
+    submit,
+    wait_for,
+)
 
 from desktop_queue.core import Queue, State  # noqa: E402
 from desktop_queue.providers import discover  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI()
-    fake.start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
 
 
 # ---------------------------------------------------------------------- slow answers
