@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from PySide6.QtCore import QThreadPool
 
-from desktop_queue.core import Outcome, RunContext
+from desktop_queue.core import FakeClock, Outcome, Queue, RetryPolicy, RunContext
+from desktop_queue.core.flow import FlowControl, ProfileLimits
 from desktop_queue.providers.demo import DemoProvider
+from desktop_queue.ui.controller import Controller
+from desktop_queue.ui.main_window import MainWindow
 
 #: the offscreen platform warns about this on every top-level show; it is not our bug
 OFFSCREEN_NOISE = r"This plugin does not support propagateSizeHints\(\)"
@@ -125,3 +129,53 @@ def no_desktop_notifications(monkeypatch: pytest.MonkeyPatch) -> None:
     from desktop_queue.ui import notifier
 
     monkeypatch.setattr(notifier, "find_notify_send", lambda: None)
+
+
+# ---------------------------------------------------------------------- a window with flow control
+
+
+class IdleChat:
+    """Stands in for ``openai.chat`` (the windows of these tests never run it)."""
+
+    kind = "openai.chat"
+    version = "1"
+
+    def validate(self, payload: Any) -> None:
+        return None
+
+    def run(self, job: Any, context: RunContext) -> Outcome:
+        return Outcome.success({"text": "unused"})
+
+    def classify(self, error: BaseException) -> Outcome:
+        return Outcome.failure("retryable", type(error).__name__)
+
+
+@pytest.fixture
+def flow_window(
+    qtbot: Any, data_dir: Path, clock: FakeClock, prompts: Any
+) -> Iterator[Callable[..., tuple[MainWindow, FlowControl]]]:
+    """Opens a window whose controller has flow control on the fake clock (the driver does not lease)."""
+    opened: list[tuple[MainWindow, Queue]] = []
+
+    def open_(limits: ProfileLimits, *, concurrency: int = 4) -> tuple[MainWindow, FlowControl]:
+        queue = Queue.open(
+            data_dir,
+            {"demo": DemoProvider(tick_s=0.01), "openai.chat": IdleChat()},
+            policy=RetryPolicy(base_s=600.0, cap_s=600.0),
+            rng=random.Random(3),
+        )
+        flow = FlowControl({"openai": limits}, clock=clock)
+        controller = Controller(queue, queue.providers, concurrency=concurrency, refresh_ms=40, tick_ms=40, flow=flow)
+        window = MainWindow(controller)
+        controller.setParent(window)
+        qtbot.addWidget(window)
+        controller.start(lease=False)
+        window.show()
+        opened.append((window, queue))
+        return window, flow
+
+    yield open_
+    for window, queue in opened:
+        window.close()
+        queue.close()
+    assert QThreadPool.globalInstance().waitForDone(5000)

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import Qt, QThreadPool
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from desktop_queue.core import FakeClock, Outcome, Queue, RetryPolicy, RunContext
+from desktop_queue.core import FakeClock, Outcome
 from desktop_queue.core.flow import FlowControl, ProfileLimits
 from desktop_queue.core.pause import BackgroundSwitch
-from desktop_queue.providers.demo import DemoProvider
-from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.main_window import MainWindow
 
 WAIT_MS = 5000
@@ -100,56 +96,9 @@ def test_a_switch_flipped_elsewhere_shows_in_the_toggle_and_the_status_bar(
 # ---------------------------------------------------------------------- a degraded profile
 
 
-class IdleChat:
-    """Stands in for ``openai.chat`` (the window never runs it here: it does not lease)."""
-
-    kind = "openai.chat"
-    version = "1"
-
-    def validate(self, payload: Any) -> None:
-        return None
-
-    def run(self, job: Any, context: RunContext) -> Outcome:
-        return Outcome.success({"text": "unused"})
-
-    def classify(self, error: BaseException) -> Outcome:
-        return Outcome.failure("retryable", type(error).__name__)
-
-
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-@pytest.fixture
-def open_window(
-    qtbot: Any, data_dir: Path, clock: FakeClock, prompts: Any
-) -> Iterator[Callable[[ProfileLimits], tuple[MainWindow, FlowControl]]]:
-    """A window whose controller has flow control on the fake clock (its driver does not lease)."""
-    opened: list[tuple[MainWindow, Queue]] = []
-
-    def open_(limits: ProfileLimits) -> tuple[MainWindow, FlowControl]:
-        queue = Queue.open(
-            data_dir,
-            {"demo": DemoProvider(tick_s=0.01), "openai.chat": IdleChat()},
-            policy=RetryPolicy(base_s=600.0, cap_s=600.0),
-            rng=random.Random(3),
-        )
-        flow = FlowControl({"openai": limits}, clock=clock)
-        controller = Controller(queue, queue.providers, refresh_ms=40, tick_ms=40, flow=flow)
-        window = MainWindow(controller)
-        controller.setParent(window)
-        qtbot.addWidget(window)
-        controller.start(lease=False)
-        window.show()
-        opened.append((window, queue))
-        return window, flow
-
-    yield open_
-    for window, queue in opened:
-        window.close()
-        queue.close()
-    assert QThreadPool.globalInstance().waitForDone(5000)
 
 
 def attempt(flow: FlowControl, job_id: str, outcome: Outcome) -> None:
@@ -160,9 +109,9 @@ def attempt(flow: FlowControl, job_id: str, outcome: Outcome) -> None:
 
 
 def test_a_failing_profile_pauses_its_background_jobs_in_the_status_bar_and_their_reasons(
-    qtbot: Any, open_window: Any, clock: FakeClock
+    qtbot: Any, flow_window: Any, clock: FakeClock
 ) -> None:
-    window, flow = open_window(ProfileLimits(breaker_threshold=2, breaker_cooldown_s=10, concurrency=2))
+    window, flow = flow_window(ProfileLimits(breaker_threshold=2, breaker_cooldown_s=10, concurrency=2))
     queue = window.controller.queue
     summary = queue.submit("openai.chat", {"prompt": "summarise"}, title="bg").job.id
     question = queue.submit("openai.chat", {"prompt": "answer"}, title="fg", priority="interactive").job.id
@@ -181,8 +130,8 @@ def test_a_failing_profile_pauses_its_background_jobs_in_the_status_bar_and_thei
     qtbot.waitUntil(lambda: next_run(window, summary) == "ready", timeout=WAIT_MS)
 
 
-def test_the_switch_and_a_degraded_profile_are_both_said(qtbot: Any, open_window: Any, data_dir: Path) -> None:
-    window, flow = open_window(ProfileLimits(breaker_threshold=1))
+def test_the_switch_and_a_degraded_profile_are_both_said(qtbot: Any, flow_window: Any, data_dir: Path) -> None:
+    window, flow = flow_window(ProfileLimits(breaker_threshold=1))
     BackgroundSwitch(data_dir).set(True, "cli")
     attempt(flow, "down", Outcome.failure("retryable", "HTTP 503"))
     qtbot.waitUntil(

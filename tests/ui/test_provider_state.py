@@ -7,19 +7,16 @@ the driver's ``flow_event`` signal and its refresh timer.
 
 from __future__ import annotations
 
-import random
 import re
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import Qt, QThreadPool
+from PySide6.QtCore import Qt
 
-from desktop_queue.core import FakeClock, Outcome, Queue, RetryPolicy, RunContext
+from desktop_queue.core import FakeClock, Outcome, Queue
 from desktop_queue.core.flow import FlowControl, ProfileLimits
 from desktop_queue.providers.demo import DemoProvider
-from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.main_window import MainWindow
 from desktop_queue.ui.models import TimelineRole
 from desktop_queue.ui.timeline import LiveTimelineModel
@@ -27,56 +24,9 @@ from desktop_queue.ui.timeline import LiveTimelineModel
 WAIT_MS = 3000
 
 
-class IdleChat:
-    """Stands in for ``openai.chat`` (the window never runs it in these tests)."""
-
-    kind = "openai.chat"
-    version = "1"
-
-    def validate(self, payload: Any) -> None:
-        return None
-
-    def run(self, job: Any, context: RunContext) -> Outcome:
-        return Outcome.success({"text": "unused"})
-
-    def classify(self, error: BaseException) -> Outcome:
-        return Outcome.failure("retryable", type(error).__name__)
-
-
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-@pytest.fixture
-def open_window(
-    qtbot: Any, data_dir: Path, clock: FakeClock, prompts: Any
-) -> Iterator[Callable[..., tuple[MainWindow, FlowControl]]]:
-    """Opens a window whose controller has flow control on the fake clock (the driver does not lease)."""
-    opened: list[tuple[MainWindow, Queue]] = []
-
-    def open_(limits: ProfileLimits, *, concurrency: int = 4) -> tuple[MainWindow, FlowControl]:
-        queue = Queue.open(
-            data_dir,
-            {"demo": DemoProvider(tick_s=0.01), "openai.chat": IdleChat()},
-            policy=RetryPolicy(base_s=600.0, cap_s=600.0),
-            rng=random.Random(3),
-        )
-        flow = FlowControl({"openai": limits}, clock=clock)
-        controller = Controller(queue, queue.providers, concurrency=concurrency, refresh_ms=40, tick_ms=40, flow=flow)
-        window = MainWindow(controller)
-        controller.setParent(window)
-        qtbot.addWidget(window)
-        controller.start(lease=False)
-        window.show()
-        opened.append((window, queue))
-        return window, flow
-
-    yield open_
-    for window, queue in opened:
-        window.close()
-        queue.close()
-    assert QThreadPool.globalInstance().waitForDone(5000)
 
 
 def fail(flow: FlowControl, job_id: str, error_class: str = "retryable", **kwargs: Any) -> None:
@@ -100,9 +50,9 @@ def indicator(window: MainWindow, profile: str = "openai") -> tuple[str, str]:
 
 
 def test_a_breaker_opening_shows_in_the_status_bar_and_is_announced_once(
-    qtbot: Any, open_window: Any, clock: FakeClock
+    qtbot: Any, flow_window: Any, clock: FakeClock
 ) -> None:
-    window, flow = open_window(ProfileLimits(breaker_threshold=3, breaker_cooldown_s=25))
+    window, flow = flow_window(ProfileLimits(breaker_threshold=3, breaker_cooldown_s=25))
     driver = window.controller.driver
     qtbot.waitUntil(lambda: indicator(window)[0] == "openai: ok", timeout=WAIT_MS)
     assert window.status.provider_items["openai"][0].isVisible()
@@ -162,9 +112,9 @@ def test_a_breaker_opening_shows_in_the_status_bar_and_is_announced_once(
 
 
 def test_a_rate_limit_lowers_the_indicator_and_lists_the_events_in_its_tooltip(
-    qtbot: Any, open_window: Any, clock: FakeClock
+    qtbot: Any, flow_window: Any, clock: FakeClock
 ) -> None:
-    window, flow = open_window(ProfileLimits(rpm=600))
+    window, flow = flow_window(ProfileLimits(rpm=600))
     driver = window.controller.driver
     fail(flow, "throttled-1", "throttled", retry_after=3.0)
     kinds: list[str] = []
@@ -212,8 +162,8 @@ def show(qtbot: Any, window: MainWindow, job_id: str) -> None:
     )
 
 
-def test_the_timeline_ends_with_why_a_queued_job_waits(qtbot: Any, open_window: Any, clock: FakeClock) -> None:
-    window, flow = open_window(ProfileLimits(breaker_threshold=2, breaker_cooldown_s=30))
+def test_the_timeline_ends_with_why_a_queued_job_waits(qtbot: Any, flow_window: Any, clock: FakeClock) -> None:
+    window, flow = flow_window(ProfileLimits(breaker_threshold=2, breaker_cooldown_s=30))
     queue = window.controller.queue
     # (interactive: a background job says its lane is paused, see test_degradation_ui.py)
     chat = queue.submit("openai.chat", {"prompt": "a haiku"}, title="chat", priority="interactive").job.id
@@ -247,9 +197,9 @@ def test_the_timeline_ends_with_why_a_queued_job_waits(qtbot: Any, open_window: 
 
 
 def test_the_now_line_names_the_rate_limit_and_the_concurrency_cap(
-    qtbot: Any, open_window: Any, clock: FakeClock
+    qtbot: Any, flow_window: Any, clock: FakeClock
 ) -> None:
-    window, flow = open_window(ProfileLimits(rpm=1, concurrency=1))
+    window, flow = flow_window(ProfileLimits(rpm=1, concurrency=1))
     queue = window.controller.queue
     chat = queue.submit("openai.chat", {"prompt": "waits"}, title="chat").job.id
     show(qtbot, window, chat)
@@ -264,8 +214,8 @@ def test_the_now_line_names_the_rate_limit_and_the_concurrency_cap(
     qtbot.waitUntil(lambda: now_row(window)[0] == "now: waiting: rate limit (~12 s)", timeout=WAIT_MS)
 
 
-def test_a_background_job_behind_interactive_ones_says_lower_priority(qtbot: Any, open_window: Any) -> None:
-    window, _flow = open_window(ProfileLimits(), concurrency=1)
+def test_a_background_job_behind_interactive_ones_says_lower_priority(qtbot: Any, flow_window: Any) -> None:
+    window, _flow = flow_window(ProfileLimits(), concurrency=1)
     queue = window.controller.queue
     background = queue.submit("demo", {"prompt": "later"}, title="bg", priority="background").job.id
     for n in range(2):
