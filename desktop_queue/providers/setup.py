@@ -260,24 +260,17 @@ def build(
     configs = _configs(profiles)
     shared = Path(data_dir) if data_dir is not None else None
     in_db = _database_flow(backend)
-    if in_db is not None:
-        state, spend, server_clock = in_db
-        clock = clock or server_clock
-        flow = FlowControl(
-            {c.name: c.limits() for c in configs},
-            clock=clock,
-            profile_of=profile_of_for(configs[0].name),
-            shared=state,
-            ledger=SpendLedger(shared, clock, store=spend) if shared is not None else None,
-        )
-    else:
-        flow = FlowControl(
-            {c.name: c.limits() for c in configs},
-            clock=clock,
-            profile_of=profile_of_for(configs[0].name),
-            shared_dir=shared / "flow" if shared is not None else None,
-            ledger=SpendLedger(shared, clock) if shared is not None else None,
-        )
+    # on a PostgreSQL store the shared state and the ledger's entries are the database's
+    state, spend, server_clock = in_db if in_db is not None else (None, None, None)
+    clock = clock or server_clock
+    flow = FlowControl(
+        {c.name: c.limits() for c in configs},
+        clock=clock,
+        profile_of=profile_of_for(configs[0].name),
+        shared=state,
+        shared_dir=shared / "flow" if shared is not None and state is None else None,
+        ledger=SpendLedger(shared, clock, store=spend) if shared is not None else None,
+    )
     flow.hold_unknown_profiles("openai.")  # a job naming a profile not (yet) known here waits
     if plugins:
         found: dict[str, Provider] = dict(discover())
