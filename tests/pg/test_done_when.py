@@ -10,6 +10,11 @@ The windows' fallback timer is an hour: what one window shows of the other's job
 by the change feed (``LISTEN/NOTIFY``). Their own workers are paused (the toolbar's
 Pause), so that the job runs on the work host, as a team whose render box does the
 work would have it; after the work host is killed, one window resumes and takes over.
+
+For a look at the windows: ``Xvfb :91 -screen 0 1280x800x24 &``, then run this test with
+``DQ_DONE_WHEN_DISPLAY=:91 DQ_DONE_WHEN_SHOTS=/tmp``: the windows open on that display
+(``xcb``) and ``import -window root`` takes ``/tmp/pglive-*.png`` when window b shows
+each timeline.
 """
 
 from __future__ import annotations
@@ -236,6 +241,16 @@ def machines(network: Network, server: Any, pg_harness_module: Any, tmp_path: Pa
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+def _shot(name: str) -> None:
+    """A screenshot of the display the windows are on, when a person asked for one (``$DQ_DONE_WHEN_SHOTS``)."""
+    folder = os.environ.get("DQ_DONE_WHEN_SHOTS")
+    display = os.environ.get("DQ_DONE_WHEN_DISPLAY")
+    if folder and display:
+        path = Path(folder) / f"pglive-{name}.png"
+        subprocess.run(["import", "-display", display, "-window", "root", str(path)], check=True, timeout=60)
+        print(f"screenshot: {path}")
+
+
 def _named(host: str, pid: int) -> str:
     return f"{host} (pid {pid})"
 
@@ -276,6 +291,7 @@ def test_two_windows_and_a_worker_on_three_machines_share_one_queue(
         text = "\n".join(shown["rows"])
         assert f"leased by {ran}" in text and f"completed by {ran}" in text, text
         assert f"attempt 1 on {ran}" in shown["heading"], shown["heading"]
+        _shot("ran-on-hostc")
         print(f"window b showed window a's job {seen['t'] - made['t']:.3f} s after its commit; timeline:\n{text}")
 
         # 2. the work host dies mid-run (SIGKILL of its processes): nothing is lost
@@ -310,6 +326,7 @@ def test_two_windows_and_a_worker_on_three_machines_share_one_queue(
         shown = b.wait(lambda i: i.get("event") == "timeline" and i.get("id") == long_id, 30, "the second timeline")
         text = "\n".join(shown["rows"])
         assert f"the lease of {ran}" in text and f"completed by {desk_a.name} (pid " in text, text
+        _shot("recovered-on-hosta")
         print(f"after the work host was killed:\n{text}")
         # nothing lost anywhere: both jobs succeeded, each key once
         jobs = queue.list(with_events=True)
