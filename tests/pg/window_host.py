@@ -9,8 +9,8 @@ the lease driver, the change feed), shows it (offscreen, or on a display), and t
   ``app_state`` (whether the application is in front: the window reads the store when
   it comes to the front, so the test lets that happen first), and
   ``state`` each time a job's row in the window's queue model shows a new state (with
-  ``by_feed``: whether the refresh that showed it was the one the change feed's signal
-  triggers, and the watcher's counters);
+  ``by_feed``: whether the refresh that showed it read a change the change feed told
+  of, and the watcher's counters);
 * reads one JSON command per line from stdin, run on the GUI thread through the window's
   own paths: ``pause`` / ``resume`` (the toolbar's actions), ``submit`` (the controller's
   verb, as the Submit dialog calls it), ``timeline`` (the queue pane selects the job and
@@ -55,19 +55,6 @@ class Bridge(QObject):
         self.shown: dict[str, str] = {}
         self.command.connect(self.run, Qt.ConnectionType.QueuedConnection)
         self.controller.refresher.jobs_changed.connect(self.jobs_changed)
-        # which refresh showed a change: the one the change feed's signal triggers, or another
-        refresher = self.controller.refresher
-        self.by_feed = False
-        real = refresher._fed_refresh
-
-        def fed_refresh() -> None:
-            self.by_feed = True
-            try:
-                real()
-            finally:
-                self.by_feed = False
-
-        refresher._fed_refresh = fed_refresh  # type: ignore[method-assign]
 
     @Slot(object)
     def jobs_changed(self, ids: set[str] | None) -> None:
@@ -88,7 +75,7 @@ class Bridge(QObject):
                     fed=refresher.fed_refreshes,
                     following=refresher.following,
                     watcher_reads=refresher.watcher.reads if refresher.watcher is not None else None,
-                    by_feed=self.by_feed,
+                    by_feed=refresher.last_fed,
                 )
 
     @Slot(object)

@@ -121,6 +121,22 @@ def test_the_refresh_timer_only_moves_the_clock_on_while_the_feed_runs(
     assert reads[0] >= 1
 
 
+def test_a_window_behind_another_application_still_shows_a_change_within_a_second(qtbot: Any, session: Any) -> None:
+    """Visible but not in front (a second screen): the feed costs a read per change, not per tick."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    from desktop_queue.ui.models.refresh import UNFOCUSED_MS, Pace
+
+    refresher = session.controller.refresher
+    _wait_following(qtbot, refresher)
+    QApplication.instance().applicationStateChanged.emit(Qt.ApplicationState.ApplicationInactive)  # type: ignore[union-attr]
+    assert refresher.pace == Pace.UNFOCUSED and refresher.timer.interval() == UNFOCUSED_MS
+    job_id = _submit_elsewhere(session.queue.data_dir, "seen from behind")
+    qtbot.waitUntil(lambda: session.controller.queue_model.row_of(job_id) is not None, timeout=LIVE_MS)
+    assert refresher.last_fed
+
+
 def test_without_its_watcher_the_timer_reads_the_store_again(qtbot: Any, session: Any) -> None:
     """The safety net: a watcher whose thread has ended leaves the window polling, not blind."""
     refresher = session.controller.refresher

@@ -7,7 +7,8 @@ Its pace follows the window: every 300 ms while the application is in front, eve
 **Live** (the window's way, :func:`desktop_queue.app.start`): a
 :class:`~desktop_queue.core.pg.watch.ChangeWatcher` follows the store's change feed on a
 thread of its own (on PostgreSQL ``LISTEN``: no query while nothing changes) and its
-signal makes the GUI thread read what changed at once. The timer then only moves the
+signal makes the GUI thread read what changed at once (a visible window, at most once
+per focused interval; a hidden one at its next tick). The timer then only moves the
 clock on ("retrying in 12 s", the status bar), asking the store nothing; it reads the
 store itself only every :data:`FALLBACK_MS`, or on every tick again if the watcher's
 thread has died.
@@ -98,10 +99,13 @@ class RefreshCoordinator(QObject):
         self.live = live
         self.fallback_ms = fallback_ms
         self.watcher: ChangeWatcher | None = None
-        #: refreshes the feed triggered (for tests and the status of the feed)
+        #: refreshes that read a change the feed told of (for tests and the status of the feed)
         self.fed_refreshes = 0
+        #: whether the latest refresh read a change the feed told of (else: a tick, a verb, a show)
+        self.last_fed = False
         self._read_at = 0.0  # (monotonic) the last time the store was read
         self._due = False  # a feed refresh is posted and has not run yet
+        self._dirty = False  # the feed told of a change no refresh has read yet
         # (emitted on the watcher's thread; queued: the slot runs on the GUI thread)
         self.fed.connect(self._on_fed, Qt.ConnectionType.QueuedConnection)
         self.queue = queue
@@ -124,7 +128,10 @@ class RefreshCoordinator(QObject):
         self.timer.start()
         if self.live and self.watcher is None:
             self.watcher = ChangeWatcher(
-                self.queue, self._from_thread, fallback_s=self.fallback_ms / 1000, on_ready=lambda: self._from_thread(None)
+                self.queue,
+                self._from_thread,
+                fallback_s=self.fallback_ms / 1000,
+                on_ready=lambda: self._from_thread(None),
             )
             self.watcher.start(timeout_s=0)  # (not waiting: its first read is on its thread, then a refresh)
 
@@ -148,21 +155,31 @@ class RefreshCoordinator(QObject):
 
     @Slot(object)
     def _on_fed(self, _ids: object) -> None:
-        # coalesced: a burst of wake-ups queued before the refresh ran makes one read
-        if self._due or self.watcher is None:
+        """Something changed elsewhere: read it now, at most once per focused interval.
+
+        A visible window reads at once (focused or not: it may be on a second screen),
+        but not more often than its focused interval, however fast the changes come (a
+        burst of wake-ups makes one read). A hidden window only notes it: its next tick
+        (every :data:`HIDDEN_MS`) reads, and showing it reads at once.
+        """
+        if self.watcher is None:
             return
+        self._dirty = True
+        if self._due or self.pace == Pace.HIDDEN:
+            return
+        gap_ms = self.intervals[Pace.FOCUSED] - (time.monotonic() - self._read_at) * 1000
         self._due = True
-        QTimer.singleShot(0, self, self._fed_refresh)
+        QTimer.singleShot(max(0, int(gap_ms)), self, self._fed_refresh)
 
     def _fed_refresh(self) -> None:
         self._due = False
-        self.fed_refreshes += 1
-        self.refresh()
+        if self._dirty:  # (else another refresh read it meanwhile)
+            self.refresh()
 
     @Slot()
     def _tick(self) -> None:
-        """The timer: a refresh, or (live, the feed alive, the fallback not due) only the clock moving on."""
-        if not self.following or (time.monotonic() - self._read_at) * 1000 >= self.fallback_ms:
+        """The timer: a refresh, or (live, the feed alive, nothing noted, the fallback not due) only the clock moving on."""
+        if not self.following or self._dirty or (time.monotonic() - self._read_at) * 1000 >= self.fallback_ms:
             self.refresh()
             return
         for model in self.models:
@@ -236,6 +253,9 @@ class RefreshCoordinator(QObject):
     def refresh(self) -> None:
         """One coalesced update: what changed since the last version, and nothing else."""
         self._read_at = time.monotonic()
+        self.last_fed = self._dirty
+        self.fed_refreshes += self._dirty
+        self._dirty = False  # (a wake-up that comes during this read marks it again)
         try:
             if self.version < 0:
                 self.version = self.queue.refresh()
