@@ -30,6 +30,7 @@ from desktop_queue.runtime import qtcompat
 from desktop_queue.ui import dialogs
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.main_window import MainWindow
+from desktop_queue.ui.models.refresh import FALLBACK_MS
 from desktop_queue.ui.settings import (
     APPLICATION,
     ORGANIZATION,
@@ -143,6 +144,8 @@ def start(
     lease: bool = True,
     refresh_ms: int = 300,
     tick_ms: int = 250,
+    live: bool = True,
+    fallback_ms: int = FALLBACK_MS,
 ) -> Session | int:
     """Opens the data directory and the window (not yet shown); an exit code if it cannot.
 
@@ -154,6 +157,10 @@ def start(
         lease: start the lease driver (the screenshot script keeps it off).
         refresh_ms: the views' refresh interval.
         tick_ms: the lease driver's tick.
+        live: the window learns of changes from the store's change feed (on PostgreSQL
+            ``LISTEN/NOTIFY``), read on a thread of its own; its refresh timer then asks
+            the store nothing (see :mod:`desktop_queue.ui.models.refresh`).
+        fallback_ms: live: how often the window reads the store all the same (a safety net).
     """
     qtcompat.install()
     path = resolve_data_dir(data_dir)
@@ -238,6 +245,8 @@ def start(
         budgets=budgets,
         attempt_timeout_s=prefs.attempt_timeout_s,
         profiles=profiles,
+        live=live,
+        fallback_ms=fallback_ms,
     )
     if profiles is not None and profiles.path is not None:
         controller.watch_profiles(profiles.path)  # `desktop-queue profile add` reaches this window too

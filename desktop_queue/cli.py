@@ -462,6 +462,8 @@ def _print_job(
     print(f"kind      {job.kind}  priority {job.priority}")
     print(f"attempts  {job.attempts}/{job.max_attempts} this run (run {job.run}), {job.total_attempts} in all")
     print(f"key       {job.idempotency_key} ({job.key_source})")
+    if ran_on := present.ran_on_text(job.events):
+        print(f"ran on    {ran_on}")
     print(f"created   {iso(job.created_at)}")
     if job.last_error:
         status = f" HTTP {job.last_error['status']}" if job.last_error.get("status") else ""
@@ -482,11 +484,9 @@ def _print_job(
         return
     print("timeline")
     for ev in job.events:
-        who = f" {ev.worker}" if ev.worker else ""
+        who = present.event_who(ev.type, ev.actor, ev.worker)  # "leased by render-box (pid 4123)"
         detail = "  ".join(f"{k}={v}" for k, v in ev.detail.items())
-        print(
-            f"  {iso(ev.at)}  {ev.type:<16} attempt {ev.attempt} epoch {ev.epoch:<4} by {ev.actor}{who}  {detail}".rstrip()
-        )
+        print(f"  {iso(ev.at)}  {ev.type:<16} attempt {ev.attempt} epoch {ev.epoch:<4} {who}  {detail}".rstrip())
 
 
 def _job_json(job: Job, **extra: Any) -> dict[str, Any]:

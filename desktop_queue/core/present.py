@@ -348,6 +348,72 @@ def seconds(value: float | None) -> str:
     return f"{value / 86400:.1f} d"
 
 
+def worker_name(worker: str | None) -> str | None:
+    """The machine and process a worker id names, for people: ``render-box (pid 4123)``.
+
+    A worker id is ``host:pid`` (:func:`desktop_queue.core.queue.default_worker_id`);
+    another shape (a name a caller chose) is shown as it is; None or "" is None.
+    """
+    if not worker:
+        return None
+    host, sep, pid = worker.rpartition(":")
+    if sep and host and pid.isdigit():
+        return f"{host} (pid {pid})"
+    return worker
+
+
+#: event type -> what its worker did, before the worker's name ("leased by render-box (pid 4123)")
+_WORKER_DID = {
+    "leased": "leased by",
+    "succeeded": "completed by",
+    "retry_scheduled": "failed on",
+    "throttled": "throttled on",
+    "dead_lettered": "failed on",
+    "released": "released by",
+    "resumed": "renewed by",
+    "provider_job": "started by",
+    "lease_expired": "the lease of",
+    "stale_result": "late result from",
+}
+
+
+def event_who(kind: str, actor: str, worker: str | None) -> str:
+    """Who an event names, for people: the machine and process that ran the attempt, else the actor.
+
+    ``leased by render-box (pid 4123)``, ``completed by render-box (pid 4123)``,
+    ``failed on render-box (pid 4123)``; an event without a worker (submitted, cancelled)
+    says who asked: ``by user``, ``by cli``. A person's verb on a job a worker held names
+    both: ``by user, on render-box (pid 4123)``.
+    """
+    name = worker_name(worker)
+    if name is None:
+        return f"by {actor}"
+    if actor and actor != "system":
+        return f"by {actor}, on {name}"
+    return f"{_WORKER_DID.get(kind, 'on')} {name}"
+
+
+def attempt_hosts(events: Iterable[Mapping[str, Any] | Any]) -> list[tuple[int, str]]:
+    """(attempt, worker name) of each lease in ``events`` (dicts or :class:`~desktop_queue.core.model.Event`), in order."""
+    out: list[tuple[int, str]] = []
+    for event in events:
+        get = event.get if isinstance(event, Mapping) else lambda key, e=event: getattr(e, key, None)
+        if get("type") != "leased":
+            continue
+        name = worker_name(get("worker"))
+        if name is not None:
+            out.append((int(get("attempt") or 0), name))
+    return out
+
+
+def ran_on_text(events: Iterable[Mapping[str, Any] | Any]) -> str | None:
+    """Where a job's attempts ran: ``attempt 1 on render-box (pid 4123), attempt 2 on hostb (pid 77)``; None: nowhere yet."""
+    hosts = attempt_hosts(events)
+    if not hosts:
+        return None
+    return ", ".join(f"attempt {attempt} on {name}" for attempt, name in hosts)
+
+
 def clock_time(ts: float | None, now: float | None = None) -> str:
     """Local time of day for today's timestamps, date and time for older ones."""
     if ts is None:

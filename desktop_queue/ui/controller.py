@@ -42,7 +42,7 @@ from desktop_queue.runtime.driver import LeaseDriver
 from desktop_queue.ui.models.alerts_model import AlertWatch
 from desktop_queue.ui.models.dead_letter_model import DeadLetterModel
 from desktop_queue.ui.models.queue_model import QueueModel
-from desktop_queue.ui.models.refresh import RefreshCoordinator
+from desktop_queue.ui.models.refresh import FALLBACK_MS, RefreshCoordinator
 from desktop_queue.ui.models.schedules_model import SchedulesModel
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,9 @@ class Controller(QObject):
         profiles: the provider profiles as configured (None: every profile flow
             control knows counts as configured).
         parent: the Qt parent.
+        live: the views follow the store's change feed (a watcher thread; the refresh
+            timer then only moves the clock on) instead of reading the store every tick.
+        fallback_ms: live: the views read the store at least this often all the same.
 
     Why a queued job waits (the queue pane's "next run" and the timeline's now line)
     comes from :meth:`hold_reason`: flow control first (offline, no key, breaker,
@@ -181,6 +184,8 @@ class Controller(QObject):
         attempt_timeout_s: float | None = None,
         profiles: ProfileSet | None = None,
         parent: QObject | None = None,
+        live: bool = False,
+        fallback_ms: int = FALLBACK_MS,
     ) -> None:
         super().__init__(parent)
         self.queue = queue
@@ -194,7 +199,9 @@ class Controller(QObject):
         # archived jobs come from the queue's history, a page at a time as the views scroll
         self.queue_model = QueueModel(queue.clock.now, hold=self.hold_reason, parent=self, history=queue)
         self.dead_model = DeadLetterModel(queue.clock.now, parent=self, history=queue)
-        self.refresher = RefreshCoordinator(queue, [self.queue_model, self.dead_model], refresh_ms, self)
+        self.refresher = RefreshCoordinator(
+            queue, [self.queue_model, self.dead_model], refresh_ms, self, live=live, fallback_ms=fallback_ms
+        )
         #: the repair scan, the notification outbox and the alerts (the driver ticks them)
         self.alerts = AlertWatch(
             queue,

@@ -192,3 +192,57 @@ def test_the_window_on_postgresql_keeps_its_limits_and_spend_in_the_database(
     finally:
         session.window.close()
         QThreadPool.globalInstance().waitForDone(5000)
+
+
+#: an hour: no fallback read happens within the test (a job that shows came by the feed)
+NEVER_MS = 3_600_000
+
+
+@pytest.mark.qt_log_ignore(OFFSCREEN_NOISE)
+def test_the_window_shows_another_connections_job_within_a_second_by_listen_notify(
+    qtbot: Any, pg_dsn: str, pg_harness: Any, tmp_path: Path, errors: list[tuple[str, str]]
+) -> None:
+    """The window's refresh follows LISTEN/NOTIFY: no store read while nothing happens, a job at once."""
+    import threading
+
+    from desktop_queue.app import start
+    from desktop_queue.core import Queue
+    from desktop_queue.core.pg import PgBackend
+
+    session = start(
+        tmp_path / "window", {"demo": DemoProvider()}, store=pg_harness.as_uri(pg_dsn),
+        lease=False, refresh_ms=50, fallback_ms=NEVER_MS,
+    )  # fmt: skip
+    assert not isinstance(session, int), errors
+    qtbot.addWidget(session.window)
+    session.window.shutdown_timeout_ms = 3000
+    other = Queue.open(tmp_path / "other", {"demo": DemoProvider()}, backend=PgBackend(pg_dsn))
+    try:
+        session.window.show()
+        refresher = session.controller.refresher
+        qtbot.waitUntil(lambda: refresher.following and refresher.fed_refreshes >= 1, timeout=WAIT_MS)
+        watcher = refresher.watcher
+        assert watcher is not None
+        gui, reads, real = threading.get_ident(), [0], session.queue.changed_since
+
+        def counted(version: int) -> tuple[int, set[str] | None]:
+            reads[0] += threading.get_ident() == gui
+            return real(version)
+
+        session.queue.changed_since = counted  # type: ignore[method-assign]
+        ticks = [0]
+        refresher.refreshed.connect(lambda: ticks.__setitem__(0, ticks[0] + 1))
+        # (the start-up's own reads settle first: the notices' outbox reads once after the first refresh)
+        qtbot.waitUntil(lambda: ticks[0] >= 40, timeout=WAIT_MS)  # (past DELIVER_MS)
+        reads[0], ticks[0], watcher_reads = 0, 0, watcher.reads
+        qtbot.waitUntil(lambda: ticks[0] >= 20, timeout=WAIT_MS)  # a second of 50 ms ticks
+        assert (reads[0], watcher.reads - watcher_reads) == (0, 0), "no query while nothing changed"
+        # another connection (another process's, or machine's) submits: shown within a second
+        job_id = other.submit("demo", {"prompt": "from another connection", "duration_s": 0}).job.id
+        model = session.controller.queue_model
+        qtbot.waitUntil(lambda: model.row_of(job_id) is not None, timeout=1000)
+        assert watcher.reads - watcher_reads >= 1 and reads[0] >= 1  # one read each for it, by the feed
+    finally:
+        other.close()
+        session.close()
+    assert QThreadPool.globalInstance().waitForDone(5000)

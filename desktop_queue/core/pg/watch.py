@@ -1,76 +1,12 @@
-"""A thread that follows the queue's changes and calls back with the changed ids: what a view or a driver plugs in.
+"""Where :class:`~desktop_queue.core.watch.ChangeWatcher` was first defined (kept for its importers).
 
-:class:`ChangeWatcher` waits on :meth:`Queue.wait_changes` (on PostgreSQL: the listener's
-notifications, no query while nothing happens), then reads :meth:`Queue.changed_since`
-once and hands the ids to its callback, on its own thread: a Qt adapter forwards them
-with a queued signal (workers never touch widgets). ``fallback_s`` bounds how long a
-change can go unseen when its notification was lost (its process died between the
-commit and the notification, say): then it reads anyway.
+The watcher works on every backend (``Queue.wait_changes``), so it lives in
+:mod:`desktop_queue.core.watch`, which imports no psycopg: the window follows the JSON
+store with it too, without the ``postgres`` extra installed.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from desktop_queue.core.watch import ChangeWatcher
 
-from desktop_queue.core.errors import QueueError
-
-if TYPE_CHECKING:
-    from desktop_queue.core.queue import Queue
-
-log = logging.getLogger(__name__)
-
-
-class ChangeWatcher:
-    """Calls ``on_change(ids)`` (None: reload everything) after each change another commit made.
-
-    Args:
-        queue: the queue to follow.
-        on_change: called on the watcher's thread with the changed ids.
-        fallback_s: read at least this often, notification or not.
-    """
-
-    def __init__(self, queue: Queue, on_change: Callable[[set[str] | None], None], *, fallback_s: float = 5.0) -> None:
-        self.queue = queue
-        self.on_change = on_change
-        self.fallback_s = fallback_s
-        self.reads = 0  # how many times it asked the store what changed
-        self._stop = threading.Event()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="dq-change-watcher", daemon=True)
-
-    def start(self, timeout_s: float = 30.0) -> bool:
-        """Starts following; returns once the starting version is known (False: not within ``timeout_s``)."""
-        self._thread.start()
-        return self._started.wait(timeout_s)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(self.fallback_s + 10)
-
-    def _run(self) -> None:
-        version = -1
-        quiet_s = 0.0
-        step_s = min(0.5, self.fallback_s)  # (wakes at least this often to look at the stop flag)
-        while not self._stop.is_set():
-            try:
-                if version < 0:
-                    version = self.queue.refresh()
-                    version, _ = self.queue.changed_since(version)  # (a version the feed knows)
-                    self._started.set()
-                    continue
-                if not self.queue.wait_changes(version, step_s):
-                    quiet_s += step_s
-                    if quiet_s < self.fallback_s:
-                        continue
-                quiet_s = 0.0
-                self.reads += 1
-                version, ids = self.queue.changed_since(version)
-                if ids is None or ids:
-                    self.on_change(ids)
-            except QueueError as exc:  # (the store is away: try again after a pause)
-                log.debug("the change watcher could not read: %s", exc)
-                self._stop.wait(1.0)
+__all__ = ["ChangeWatcher"]

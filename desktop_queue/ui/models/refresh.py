@@ -3,10 +3,21 @@
 Its pace follows the window: every 300 ms while the application is in front, every
 2 s while another application is, every 5 s while the window is hidden or minimised
 (the tray's notices still come), and at once when it comes back.
+
+**Live** (the window's way, :func:`desktop_queue.app.start`): a
+:class:`~desktop_queue.core.pg.watch.ChangeWatcher` follows the store's change feed on a
+thread of its own (on PostgreSQL ``LISTEN``: no query while nothing changes) and its
+signal makes the GUI thread read what changed at once (a visible window, at most once
+per focused interval; a hidden one at its next tick). The timer then only moves the
+clock on ("retrying in 12 s", the status bar), asking the store nothing; it reads the
+store itself only every :data:`FALLBACK_MS`, or on every tick again if the watcher's
+thread has died.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
@@ -17,7 +28,10 @@ from PySide6.QtWidgets import QWidget
 
 from desktop_queue.core import Queue, QueueError
 from desktop_queue.core.present import JobTally
+from desktop_queue.core.watch import ChangeWatcher
 from desktop_queue.ui.models.job_table import JobTableModel
+
+log = logging.getLogger(__name__)
 
 
 class Pace(StrEnum):
@@ -32,6 +46,11 @@ class Pace(StrEnum):
 UNFOCUSED_MS = 2000
 #: refresh interval while the window is hidden (in the tray) or minimised
 HIDDEN_MS = 5000
+#: live: how often the window reads the store although the feed told it nothing. A safety
+#: net only: a change's wake-up is lost only when its process died between the commit and
+#: the notification (a lost listener connection is noticed by the feed, which then reads);
+#: 30 s bounds such a change's delay at one cheap read per window per 30 s.
+FALLBACK_MS = 30_000
 
 _WINDOW_EVENTS = frozenset({QEvent.Type.Show, QEvent.Type.Hide, QEvent.Type.WindowStateChange})
 
@@ -49,21 +68,46 @@ class RefreshCoordinator(QObject):
         models: the job table models to keep up to date.
         interval_ms: the refresh interval while the window is in front (250-500 ms).
         parent: the Qt parent.
+        live: follow the store's change feed (see the module's docstring) instead of
+            reading the store on every tick.
+        fallback_ms: live: read the store at least this often all the same.
 
     Signals:
         jobs_changed(object): the set of job ids that changed (None: everything was reloaded).
         refreshed(): a refresh tick ran (the clock moved on).
         error(str): the store could not be read.
+        fed(object): (internal) the watcher's thread saw changes (ids, None: anything);
+            delivered on the GUI thread, where it triggers a refresh.
     """
 
     jobs_changed = Signal(object)
     refreshed = Signal()
     error = Signal(str)
+    fed = Signal(object)
 
     def __init__(
-        self, queue: Queue, models: list[JobTableModel], interval_ms: int = 300, parent: QObject | None = None
+        self,
+        queue: Queue,
+        models: list[JobTableModel],
+        interval_ms: int = 300,
+        parent: QObject | None = None,
+        *,
+        live: bool = False,
+        fallback_ms: int = FALLBACK_MS,
     ) -> None:
         super().__init__(parent)
+        self.live = live
+        self.fallback_ms = fallback_ms
+        self.watcher: ChangeWatcher | None = None
+        #: refreshes that read a change the feed told of (for tests and the status of the feed)
+        self.fed_refreshes = 0
+        #: whether the latest refresh read a change the feed told of (else: a tick, a verb, a show)
+        self.last_fed = False
+        self._read_at = 0.0  # (monotonic) the last time the store was read
+        self._due = False  # a feed refresh is posted and has not run yet
+        self._dirty = False  # the feed told of a change no refresh has read yet
+        # (emitted on the watcher's thread; queued: the slot runs on the GUI thread)
+        self.fed.connect(self._on_fed, Qt.ConnectionType.QueuedConnection)
         self.queue = queue
         self.models = list(models)
         self.tally = JobTally()
@@ -76,15 +120,71 @@ class RefreshCoordinator(QObject):
         self.timer = QTimer(self)
         self.timer.setObjectName("refreshTimer")
         self.timer.setInterval(interval_ms)
-        self.timer.timeout.connect(self.refresh)
+        self.timer.timeout.connect(self._tick)
 
     def start(self) -> None:
-        """Loads everything once, then polls."""
+        """Loads everything once, then polls (live: follows the change feed, and ticks)."""
         self.refresh()
         self.timer.start()
+        if self.live and self.watcher is None:
+            self.watcher = ChangeWatcher(
+                self.queue,
+                self._from_thread,
+                fallback_s=self.fallback_ms / 1000,
+                on_ready=lambda: self._from_thread(None),
+            )
+            self.watcher.start(timeout_s=0)  # (not waiting: its first read is on its thread, then a refresh)
 
     def stop(self) -> None:
         self.timer.stop()
+        watcher, self.watcher = self.watcher, None
+        if watcher is not None and not watcher.stop(timeout_s=2.0):
+            log.debug("the change watcher is still in a read; it ends with the process")
+
+    @property
+    def following(self) -> bool:
+        """Whether the change feed's watcher runs (live and alive)."""
+        return self.watcher is not None and self.watcher.alive
+
+    def _from_thread(self, ids: set[str] | None) -> None:
+        """The watcher's callback, on its thread: hands the change to the GUI thread."""
+        try:
+            self.fed.emit(ids)
+        except RuntimeError:  # (the window is gone: nothing to tell)
+            pass
+
+    @Slot(object)
+    def _on_fed(self, _ids: object) -> None:
+        """Something changed elsewhere: read it now, at most once per focused interval.
+
+        A visible window reads at once (focused or not: it may be on a second screen),
+        but not more often than its focused interval, however fast the changes come (a
+        burst of wake-ups makes one read). A hidden window only notes it: its next tick
+        (every :data:`HIDDEN_MS`) reads, and showing it reads at once.
+        """
+        if self.watcher is None:
+            return
+        self._dirty = True
+        if self._due or self.pace == Pace.HIDDEN:
+            return
+        gap_ms = self.intervals[Pace.FOCUSED] - (time.monotonic() - self._read_at) * 1000
+        self._due = True
+        QTimer.singleShot(max(0, int(gap_ms)), self, self._fed_refresh)
+
+    def _fed_refresh(self) -> None:
+        self._due = False
+        if self._dirty:  # (else another refresh read it meanwhile)
+            self.refresh()
+
+    @Slot()
+    def _tick(self) -> None:
+        """The timer: a refresh, or (live, the feed alive, nothing noted, the fallback not due) only the clock moving on."""
+        if not self.following or self._dirty or (time.monotonic() - self._read_at) * 1000 >= self.fallback_ms:
+            self.refresh()
+            return
+        for model in self.models:
+            model.tick()
+        self.refreshed.emit()
 
     def soon(self) -> None:
         """Refreshes as soon as the event loop is free (after a verb of this window)."""
@@ -152,6 +252,10 @@ class RefreshCoordinator(QObject):
     @Slot()
     def refresh(self) -> None:
         """One coalesced update: what changed since the last version, and nothing else."""
+        self._read_at = time.monotonic()
+        self.last_fed = self._dirty
+        self.fed_refreshes += self._dirty
+        self._dirty = False  # (a wake-up that comes during this read marks it again)
         try:
             if self.version < 0:
                 self.version = self.queue.refresh()

@@ -9,7 +9,7 @@ from PySide6.QtCore import QAbstractListModel, QObject, Qt, Signal
 
 from desktop_queue.core import Job
 from desktop_queue.core.model import Event, EventType
-from desktop_queue.core.present import clock_time, seconds
+from desktop_queue.core.present import clock_time, event_who, seconds
 from desktop_queue.ui.icons import icon
 from desktop_queue.ui.models.columns import _ROOT, AnyIndex
 
@@ -74,8 +74,8 @@ def event_headline(event: Event, now: float | None = None) -> str:
 
 
 def event_detail(event: Event) -> str:
-    """``by system on host:42 · lease_s 30 · error …``."""
-    who = f"by {event.actor}" + (f" on {event.worker}" if event.worker else "")
+    """``leased by render-box (pid 4123) · lease: 30 s · error …`` (who: :func:`~desktop_queue.core.present.event_who`)."""
+    who = event_who(event.type, event.actor, event.worker)
     extra = []
     for key, value in event.detail.items():
         if key in _HIDDEN_DETAIL:

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_queue.core.present import attempt_hosts
 from desktop_queue.ui.elided import ElidedLabel
 from desktop_queue.ui.icons import icon
 from desktop_queue.ui.models.timeline_model import TimelineModel, TimelineRole
@@ -257,7 +258,12 @@ class TimelinePane(QWidget):
             self.heading.setText("Select a job to see its timeline")
         else:
             note = self.model.result_note if isinstance(self.model, LiveTimelineModel) else None
-            self.heading.setText(f"{job.title}  ·  job {job.id}  ·  {job.state}" + (f"  ·  {note}" if note else ""))
+            hosts = attempt_hosts(job.events)
+            # the machine of the latest attempt: on a shared queue it may be any of them
+            where = f"  ·  attempt {hosts[-1][0]} on {hosts[-1][1]}" if hosts else ""
+            self.heading.setText(
+                f"{job.title}  ·  job {job.id}  ·  {job.state}{where}" + (f"  ·  {note}" if note else "")
+            )
         self.heading.setToolTip(self.heading.text())
 
     def _clicked(self, index: QModelIndex) -> None:
