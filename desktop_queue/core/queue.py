@@ -158,6 +158,13 @@ def _event_dict(
 _KEPT: set[str] = set()
 
 
+def _reap_candidates(state: View, now: float) -> Collection[str]:
+    """The running jobs whose lease may have expired by ``now``: every running one, unless the
+    view finds the expired ones itself (``expired_leases``: PostgreSQL asks an index)."""
+    expired = getattr(state, "expired_leases", None)
+    return cast(Collection[str], expired(now)) if expired is not None else state.ids_in(State.RUNNING)
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
 
@@ -590,8 +597,7 @@ class Queue:
 
         def fn(state: View) -> Change[tuple[str, str, int, float, int] | None]:
             now = self.clock.now()
-            # only a running job's lease can have expired: none running, nothing to reap
-            records = self._reap_records(state, now) if state.ids_in(State.RUNNING) else []
+            records = self._reap_records(state, now)
             reaped.clear()
             if records:
                 reaped.update(r["id"] for r in records)
@@ -1043,7 +1049,7 @@ class Queue:
 
     def _reap_records(self, state: View, now: float) -> list[UpdateRecord]:
         records: list[UpdateRecord] = []
-        for job_id in list(state.ids_in(State.RUNNING)):
+        for job_id in list(_reap_candidates(state, now)):
             job = state.hot_jobs()[job_id]
             expires = job.get("lease_expires_at")
             if expires is None or expires >= now:

@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 import psycopg
@@ -359,6 +359,7 @@ class PgBackend:
         ``durable`` is accepted for the protocol: every commit here is durable (the
         server flushes its WAL before acknowledging), so :meth:`sync` has nothing to do.
         """
+        self._local.after = None
         deadline = time.monotonic() + self.retry_s
         delay = 0.005
         while True:
@@ -371,6 +372,7 @@ class PgBackend:
                     view.apply(change.records)
                     committing = True
                     conn.commit()
+                    self._local.after = view.after_images()
                     notifier = self.notifier
                     if notifier is not None and view.changed != set():
                         notifier.add(view.changed)
@@ -410,13 +412,13 @@ class PgBackend:
         outer = getattr(self._local, "conn", None)
         if outer is not None:
             return fn(PgView(outer, write=False))
+        self._local.after = None
         deadline = time.monotonic() + self.retry_s
         delay = 0.005
         while True:
             try:
-                with self._connection() as conn, self._active(conn):
+                with self._connection() as conn, self._active(conn), _read_only(conn):
                     self._ensure_session()
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     value = fn(PgView(conn, write=False))
                     conn.commit()
                     return value
@@ -431,7 +433,20 @@ class PgBackend:
             delay = min(delay * 2, 0.5)
 
     def peek(self, fn: Callable[[PgView], T]) -> T:
-        """:meth:`read`: there is no copy in this process that could be older than the server's."""
+        """:meth:`read`, or, right after a commit of this thread, what that commit left.
+
+        A verb answers with the job it just changed (``Queue._view``): the commit's
+        after-images (:meth:`PgView.after_images`) are those jobs as the database held
+        them at the commit, so the first peek after it reads them instead of the server,
+        provided it asks for nothing else. Anything later, or anything else, reads.
+        """
+        after = getattr(self._local, "after", None)
+        self._local.after = None
+        if after and getattr(self._local, "conn", None) is None:
+            try:
+                return fn(cast(PgView, _Committed(after)))
+            except _NotKept:
+                pass
         return self.read(fn)
 
     def sync(self) -> None:
@@ -494,20 +509,90 @@ class PgBackend:
     def carried_result(self, key: str) -> dict[str, Any] | None:
         """The result document stored with the success of the job holding ``key``."""
 
-        def fn(view: PgView) -> dict[str, Any] | None:
-            row = view.conn.execute("SELECT doc::text FROM dq_results WHERE key = %s", (key,)).fetchone()
-            if row is None:
-                return None
-            doc: dict[str, Any] = orjson.loads(row[0])
-            return doc
+        row = self._select_one("SELECT doc::text FROM dq_results WHERE key = %s", (key,))
+        if row is None:
+            return None
+        doc: dict[str, Any] = orjson.loads(row[0])
+        return doc
 
-        return self.read(fn)
+    def _select_one(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        """One row of one statement, outside a transaction (one statement is its own snapshot).
+
+        :meth:`read` for a single statement, without the round trips of a transaction
+        around it: asked before every completion (:meth:`carried_result`).
+        """
+        outer = getattr(self._local, "conn", None)
+        if outer is not None:
+            found: tuple[Any, ...] | None = outer.execute(sql, params).fetchone()
+            return found
+        self._local.after = None
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.005
+        while True:
+            try:
+                with self._connection() as conn:
+                    self._ensure_session()
+                    conn.autocommit = True
+                    try:
+                        row: tuple[Any, ...] | None = conn.execute(sql, params).fetchone()
+                        return row
+                    finally:
+                        with contextlib.suppress(psycopg.Error):
+                            conn.autocommit = False
+            except _GONE as exc:
+                self._suspect()
+                if time.monotonic() > deadline:
+                    raise StoreError(f"the PostgreSQL queue did not answer: {_reason(exc)}") from None
+                log.debug("retrying a read: %s", exc)
+            except psycopg.Error as exc:
+                raise StoreError(f"the PostgreSQL queue refused a read: {_reason(exc)}") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def carried_keys(self) -> list[str]:
         return self.read(lambda view: [r[0] for r in view.conn.execute("SELECT key FROM dq_results").fetchall()])
 
     def archived_result(self, key: str) -> dict[str, Any] | None:
         return None  # (no archive: every result is in dq_results)
+
+
+class _NotKept(Exception):
+    """A peek asked for something the last commit's after-images do not hold: it reads."""
+
+
+class _Committed:
+    """The view :meth:`PgBackend.peek` gives right after a commit: the jobs that commit left, nothing else."""
+
+    archive = None  # (as PgView: every job stays in the table)
+
+    def __init__(self, jobs: dict[str, Any]) -> None:
+        self._jobs = jobs
+
+    def job(self, job_id: str) -> Any:
+        found = self._jobs.get(job_id)
+        if found is None:
+            raise _NotKept(job_id)
+        return found
+
+    hot = job
+
+    def __getattr__(self, name: str) -> Any:
+        raise _NotKept(name)
+
+
+@contextlib.contextmanager
+def _read_only(conn: Any) -> Iterator[None]:
+    """The transaction ``conn`` begins is repeatable read and read only (said in its ``BEGIN``)."""
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+    try:
+        yield
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.rollback()  # (a read that raised: the pool would, but not before this)
+            conn.isolation_level = None
+            conn.read_only = None
 
 
 def _reason(exc: BaseException) -> str:
