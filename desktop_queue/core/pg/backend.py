@@ -39,7 +39,7 @@ from desktop_queue.core.backend import Change, OpenReport, Orphans
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.pg import notify as notifying
 from desktop_queue.core.pg import workers
-from desktop_queue.core.pg.schema import migrate
+from desktop_queue.core.pg.schema import migrate, opening_lock
 from desktop_queue.core.pg.view import Conflict, PgView
 from desktop_queue.core.pg.workers import Heartbeat, WorkerId
 from desktop_queue.core.records import Record
@@ -131,7 +131,9 @@ class PgBackend:
         self.worker_ttl_s = worker_ttl_s
         self._notify = notify
         self._channel: str | None = None
-        self.feed: notifying.ChangeFeed | None = None
+        self._feed: notifying.ChangeFeed | None = None
+        self._feed_lock = threading.Lock()
+        self._listening = False  # a feed may start (open, with notifications on)
         self.notifier: notifying.Notifier | None = None
         self.heartbeat: Heartbeat | None = None
         self._recover: Orphans | None = None
@@ -172,8 +174,12 @@ class PgBackend:
             raise StoreError(f"cannot connect to the PostgreSQL queue: {_reason(exc)}") from None
         try:
             found, now = migrate(session)
-            workers.register(session, self.worker)
-            first = not workers.others_alive(session, self.worker)
+            with session.transaction():
+                # (two openers at once: one registers and looks before the other does, so
+                # exactly one of them finds no one else alive)
+                opening_lock(session)
+                workers.register(session, self.worker)
+                first = not workers.others_alive(session, self.worker)
             if self._notify:
                 self._channel = notifying.channel_of(session)
         except psycopg.Error as exc:
@@ -212,11 +218,8 @@ class PgBackend:
         if self._channel is not None:
             self.notifier = notifying.Notifier(self.dsn, self._channel)
             self.notifier.start()
-            self.feed = notifying.ChangeFeed(self.dsn, self._channel)
-            self.feed.start()
-            # (listening before the first read, so that a reader's first version has a mark;
-            # a listener that cannot connect leaves readers polling until it can)
-            self.feed.wait_connected(1, 5.0)
+            with self._feed_lock:
+                self._listening = True
         try:
             self.recover_dead()
         except StoreError as exc:  # (the heartbeat's passes try again)
@@ -275,7 +278,9 @@ class PgBackend:
         notifier, self.notifier = self.notifier, None
         if notifier is not None:
             notifier.stop()  # (what this process committed last is still told)
-        feed, self.feed = self.feed, None
+        with self._feed_lock:
+            feed, self._feed = self._feed, None
+            self._listening = False  # (none starts after this)
         if feed is not None:
             feed.stop()
         pool, self._pool = self._pool, None
@@ -365,7 +370,7 @@ class PgBackend:
         while True:
             committing = False
             try:
-                with self._connection() as conn, self._active(conn):
+                with self._connection() as conn, self._active(conn), conn.pipeline():
                     self._ensure_session()
                     view = PgView(conn, write=True, worker=self.worker.id)
                     change = fn(view)
@@ -417,7 +422,7 @@ class PgBackend:
         delay = 0.005
         while True:
             try:
-                with self._connection() as conn, self._active(conn), _read_only(conn):
+                with self._connection() as conn, self._active(conn), _read_only(conn), conn.pipeline():
                     self._ensure_session()
                     value = fn(PgView(conn, write=False))
                     conn.commit()
@@ -453,6 +458,28 @@ class PgBackend:
         """Nothing to do: every commit was durable when it returned."""
 
     # ------------------------------------------------------------------ the change feed
+
+    @property
+    def feed(self) -> notifying.ChangeFeed | None:
+        """The listener of the queue's channel, started the first time anyone asks for it.
+
+        Only a reader of changes (the window, a watcher: :meth:`changes`,
+        :meth:`wait_changes`) needs one: a process that only runs jobs never listens, so
+        the server does not deliver it every other worker's notifications, nor does it
+        wake for them. The listener connects before the first read that takes its mark,
+        so that a reader's first version has one (a listener that cannot connect leaves
+        readers polling until it can). None: notifications are off, or the backend is closed.
+        """
+        feed = self._feed
+        if feed is not None or not self._listening:
+            return feed
+        with self._feed_lock:
+            if self._feed is None and self._listening and self._channel is not None:
+                feed = notifying.ChangeFeed(self.dsn, self._channel)
+                feed.start()
+                feed.wait_connected(1, 5.0)
+                self._feed = feed
+            return self._feed
 
     def changes(self, version: int) -> tuple[int, set[str] | None]:
         """``View.changed_since(version)``, read from the server (always: a notification may be on its way).

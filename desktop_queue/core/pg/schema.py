@@ -121,8 +121,19 @@ CREATE INDEX dq_purges_txid ON dq_purges (txid);
 # (they are as many as busy workers, and each lease asked). The hot tables take an update
 # (or a new row) per step of every job: vacuumed and analysed after a few percent changed
 # rather than the default fifth, so that dead row versions and stale statistics do not
-# pile up between two runs of autovacuum on a busy queue.
+# pile up between two runs of autovacuum on a busy queue. dq_expect_one lets an update
+# check in SQL that it changed its one row (a lost race otherwise), so that the
+# transaction's writes can be sent with its COMMIT instead of waiting for each answer: a
+# race aborts the transaction as a serialization failure, which the backend runs again.
 _V4_EXPIRY = """
+CREATE FUNCTION dq_expect_one(n bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    IF n <> 1 THEN
+        RAISE EXCEPTION 'a job changed meanwhile (or is gone)' USING ERRCODE = 'serialization_failure';
+    END IF;
+    RETURN n;
+END
+$$;
 CREATE INDEX dq_jobs_lease_expiry ON dq_jobs (lease_expires_at) WHERE state = 'running';
 ALTER TABLE dq_jobs SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 ALTER TABLE dq_events SET (autovacuum_vacuum_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05);
@@ -145,7 +156,7 @@ def migrate(conn: Any) -> tuple[int, int]:
         StoreError: the schema is newer than this code (it is left as it is).
     """
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':desktop-queue:migrate'))")
+        opening_lock(conn)
         conn.execute(
             "CREATE TABLE IF NOT EXISTS dq_schema ("
             " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
@@ -161,3 +172,8 @@ def migrate(conn: Any) -> tuple[int, int]:
             conn.execute(MIGRATIONS[version])
             conn.execute("INSERT INTO dq_schema (version) VALUES (%s)", (version,))
     return found, SCHEMA_VERSION
+
+
+def opening_lock(conn: Any) -> None:
+    """Takes the queue's opening lock until ``conn``'s transaction ends (openers take turns)."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':desktop-queue:migrate'))")

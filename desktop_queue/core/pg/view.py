@@ -18,8 +18,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from typing import Any, cast
 
 import orjson
+from psycopg import errors as pg_errors
 
-from desktop_queue.core.model import State
+from desktop_queue.core.model import Priority, State
 from desktop_queue.core.records import BatchRecord, JobDict, NewRecord, PurgeRecord, Record, UpdateRecord
 from desktop_queue.core.store.archive import PurgeFilter
 
@@ -53,7 +54,25 @@ _RUNNABLE_LOCK = (
     + _RUNNABLE_WHERE
     + (" FOR UPDATE OF j SKIP LOCKED")
 )
+_LANES = tuple(str(p) for p in Priority)
+_EXPIRED = (
+    "SELECT array(SELECT id FROM dq_jobs WHERE state = 'running' AND lease_expires_at < %s ORDER BY id)"
+    + "".join(
+        f", EXISTS (SELECT 1 FROM dq_jobs WHERE state = 'queued' AND priority = '{lane}' AND run_after <= %s)"
+        for lane in _LANES
+    )
+)
 _SEQ = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM dq_job_seq"
+# the states spelled out as the unique index's predicate is: a parameter there (state =
+# ANY(%s)) makes the prepared plan unable to use that index, and every submission would
+# read every live job
+_HOLDER = (
+    "SELECT (SELECT id FROM dq_jobs WHERE key = %s AND state IN ("
+    + ", ".join(f"'{s}'" for s in LIVE_OR_DONE)
+    + ") LIMIT 1), ("
+    + _SEQ
+    + ")"
+)
 
 # a job's new events, appended in the order given (one statement, whatever their number)
 _EVENTS_OF = (
@@ -156,6 +175,10 @@ class PgView:
         #: a lease epoch reserved by the lease scan, handed out by the next :attr:`epoch`
         self._epoch: int | None = None
         self._purged = False
+        #: (now, lanes with no job due at now) as :meth:`expired_leases` found them
+        self._empty_lanes: tuple[float, set[str]] | None = None
+        #: new jobs, and the statements that gave them their submission number
+        self._numbered: list[tuple[JobDict, Any]] = []
 
     # ------------------------------------------------------------------ reading jobs
 
@@ -248,10 +271,7 @@ class PgView:
 
     def holder_id(self, key: str) -> str | None:
         # (with the submission number: a submission asks for both, one round trip)
-        row = self.conn.execute(
-            "SELECT (SELECT id FROM dq_jobs WHERE key = %s AND state = ANY(%s) LIMIT 1), (" + _SEQ + ")",
-            (key, list(LIVE_OR_DONE)),
-        ).fetchone()
+        row = self.conn.execute(_HOLDER, (key,)).fetchone()
         if row is None:
             return None
         if self._seq is None:
@@ -270,11 +290,16 @@ class PgView:
         The partial index on the expiry of running jobs answers it without reading the
         running jobs themselves (schema version 4): a lease no longer costs a read of every
         busy worker's job. The jobs found are read (unlocked, rev-checked) by the reaper.
+
+        The same round trip asks which lanes have a job due at ``now`` (the lease scans
+        them next): a lane found empty is not scanned (:meth:`runnable`). A job that
+        becomes due in between is taken by the next lease, as if it had come a moment later.
         """
-        rows = self.conn.execute(
-            "SELECT id FROM dq_jobs WHERE state = 'running' AND lease_expires_at < %s ORDER BY id", (now,)
-        ).fetchall()
-        return [r[0] for r in rows]
+        row = self.conn.execute(_EXPIRED, (now, now, now)).fetchone()
+        if row is None:
+            return []
+        self._empty_lanes = (now, {lane for lane, due in zip(_LANES, row[1:], strict=True) if not due})
+        return list(row[0])
 
     def ids_in(self, state: str) -> Collection[str]:
         rows = self.conn.execute("SELECT id FROM dq_jobs WHERE state = %s ORDER BY id", (str(state),)).fetchall()
@@ -301,6 +326,8 @@ class PgView:
         A writing view takes it with ``FOR UPDATE SKIP LOCKED``: a concurrent lease
         passes over it instead of waiting, and takes the next one.
         """
+        if self._empty_lanes is not None and now <= self._empty_lanes[0] and lane in self._empty_lanes[1]:
+            return None
         passed: list[str] = []
         # a writing scan locks every row it returns: one at a time, or it would hold (and
         # hide from other workers) a page of jobs it does not take
@@ -368,7 +395,7 @@ class PgView:
         job.pop("events", None)
         events = _dumps(list(record.get("ev") or ()))
         doc = _dumps(job)
-        row = self.conn.execute(
+        cursor = self.conn.execute(
             _INSERT,
             (
                 job["id"],
@@ -381,11 +408,11 @@ class PgView:
                 doc,
                 events,
             ),
-        ).fetchone()
+        )
         after = cast(JobDict, orjson.loads(doc))
-        after["seq"] = int(row[0]) if row else job["seq"]
         after["events"] = events
         self._after[job["id"]] = after
+        self._numbered.append((after, cursor))  # (its number is read once the statement ran)
         self._changed(job["id"])
 
     def _changed(self, job_id: str | None) -> None:
@@ -430,9 +457,12 @@ class PgView:
                 " ON CONFLICT (key) DO UPDATE SET doc = EXCLUDED.doc RETURNING 1)"
             )
             params.extend((doc["key"], _dumps(doc)))
-        row = self.conn.execute(sql + " SELECT count(*) FROM u", params).fetchone()
-        if row is None or int(row[0]) != 1:
-            raise Conflict(f"job {job_id} changed meanwhile (or is gone)")
+        # (the check is the server's: in a pipelined transaction the statement goes with the
+        # COMMIT, and a lost race aborts the transaction instead of being seen here)
+        try:
+            self.conn.execute(sql + " SELECT dq_expect_one(count(*)) FROM u", params)
+        except pg_errors.SerializationFailure:
+            raise Conflict(f"job {job_id} changed meanwhile (or is gone)") from None
         base = self._after.get(job_id) or (seen[0] if seen is not None else None)
         if seen is not None:
             self._seen[job_id] = (seen[0], seen[1] + 1)
@@ -455,6 +485,11 @@ class PgView:
         the transaction committed, these are the jobs as the database holds them at that
         commit, so the verb's answer needs no second read (:meth:`PgBackend.peek`).
         """
+        for job, cursor in self._numbered:
+            row = cursor.fetchone()
+            if row is not None:
+                job["seq"] = int(row[0])
+        self._numbered.clear()
         if self._purged:
             return {}
         images = {job_id: self._seen[job_id][0] for job_id in self._locked if job_id in self._seen}
