@@ -370,13 +370,16 @@ class PgBackend:
         while True:
             committing = False
             try:
-                with self._connection() as conn, self._active(conn), conn.pipeline():
+                with self._connection() as conn, self._active(conn):
                     self._ensure_session()
                     view = PgView(conn, write=True, worker=self.worker.id)
-                    change = fn(view)
-                    view.apply(change.records)
-                    committing = True
-                    conn.commit()
+                    with conn.pipeline():
+                        change = fn(view)
+                        view.apply(change.records)
+                        committing = True
+                        # (sent with the writes; the end of the pipeline waits for all of
+                        # them at once, and raises what any of them met: then no COMMIT ran)
+                        conn.execute("COMMIT")
                     self._local.after = view.after_images()
                     notifier = self.notifier
                     if notifier is not None and view.changed != set():
@@ -422,10 +425,11 @@ class PgBackend:
         delay = 0.005
         while True:
             try:
-                with self._connection() as conn, self._active(conn), _read_only(conn), conn.pipeline():
+                with self._connection() as conn, self._active(conn), _read_only(conn):
                     self._ensure_session()
-                    value = fn(PgView(conn, write=False))
-                    conn.commit()
+                    with conn.pipeline():
+                        value = fn(PgView(conn, write=False))
+                        conn.execute("COMMIT")  # (answered with the pipeline's end)
                     return value
             except _GONE as exc:
                 self._suspect()
