@@ -165,6 +165,13 @@ def _reap_candidates(state: View, now: float) -> Collection[str]:
     return cast(Collection[str], expired(now)) if expired is not None else state.ids_in(State.RUNNING)
 
 
+def _taken(state: View, job_id: str) -> bool:
+    """Whether a new random job id is already taken: asked, unless the view's insert refuses a
+    taken id itself (``refuses_taken_ids``: PostgreSQL's primary key; the verb then runs
+    again and draws another)."""
+    return not getattr(state, "refuses_taken_ids", False) and state.exists(job_id)
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
 
@@ -389,7 +396,7 @@ class Queue:
                         "wait for one to start or submit it as background"
                     )
             job_id = secrets.token_hex(5)
-            while state.exists(job_id) or (batch is not None and job_id in batch.ids):
+            while _taken(state, job_id) or (batch is not None and job_id in batch.ids):
                 job_id = secrets.token_hex(5)
             job: JobDict = {
                 "id": job_id,

@@ -24,7 +24,7 @@ from desktop_queue.core.pg.view import _HOLDER
 
 #: what one submit + lease + complete may cost at most on the pooled connection (it cost
 #: 37 statements in 40 waits before schema version 4: see benchmarks/pg.py)
-MAX_STATEMENTS = 15  # BEGIN and COMMIT of three transactions included
+MAX_STATEMENTS = 14  # BEGIN and COMMIT of three transactions included
 MAX_SYNCS = 7
 
 
@@ -168,3 +168,19 @@ def test_the_key_look_up_uses_the_unique_index_with_a_prepared_plan(open_pg: Cal
         conn.execute(f"PREPARE holder(text) AS {text}")
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN EXECUTE holder('k')").fetchall())
     assert "dq_jobs_live_key" in plan, plan
+
+
+def test_a_taken_random_id_fails_the_insert_and_is_drawn_again(
+    open_pg: Callable[..., Queue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submission does not ask whether its random id is free: the primary key answers, and it draws again."""
+    from desktop_queue.core import queue as queue_module
+
+    queue = open_pg()
+    first = queue.submit("demo", {"n": 1}).job
+    drawn = iter([first.id, "f00dfeed01"])
+    monkeypatch.setattr(queue_module.secrets, "token_hex", lambda _n: next(drawn))
+    second = queue.submit("demo", {"n": 2}).job
+    assert second.id == "f00dfeed01"
+    assert queue.get(first.id).input == {"n": 1}  # (untouched)
+    assert sorted(j.id for j in queue.list()) == sorted([first.id, second.id])

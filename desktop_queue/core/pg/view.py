@@ -155,6 +155,9 @@ class PgView:
     """
 
     archive = None  # (every job stays in the table: there is no separate archive to ask)
+    #: a new job whose random id is taken fails its insert (the primary key), and the
+    #: backend runs the verb again, which draws another: a submission need not ask first
+    refuses_taken_ids = True
 
     def __init__(self, conn: Any, *, write: bool, worker: str | None = None) -> None:
         self.conn = conn
