@@ -55,12 +55,19 @@ _RUNNABLE_LOCK = (
     + (" FOR UPDATE OF j SKIP LOCKED")
 )
 _LANES = tuple(str(p) for p in Priority)
-_EXPIRED = (
-    "SELECT array(SELECT id FROM dq_jobs WHERE state = 'running' AND lease_expires_at < %s ORDER BY id)"
-    + "".join(
-        f", EXISTS (SELECT 1 FROM dq_jobs WHERE state = 'queued' AND priority = '{lane}' AND run_after <= %s)"
+_EXPIRED = "SELECT array(SELECT id FROM dq_jobs WHERE state = 'running' AND lease_expires_at < %s ORDER BY id)"
+# the first job due in lane order that no one holds, locked: the id chosen (and locked)
+# lane by lane, the row read and locked again by the outer query, so that a row changed
+# and committed meanwhile is read as it now is and still checked to be queued
+_PICK = (
+    _SELECT.replace(" FROM dq_jobs j", ", nextval('dq_lease_epoch') FROM dq_jobs j")
+    + " WHERE j.state = 'queued' AND j.id = coalesce("
+    + ", ".join(
+        f"(SELECT id FROM dq_jobs WHERE state = 'queued' AND priority = '{lane}' AND run_after <= %s"
+        " ORDER BY run_after, seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
         for lane in _LANES
     )
+    + ") FOR UPDATE OF j"
 )
 _SEQ = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM dq_job_seq"
 # the states spelled out as the unique index's predicate is: a parameter there (state =
@@ -178,8 +185,9 @@ class PgView:
         #: a lease epoch reserved by the lease scan, handed out by the next :attr:`epoch`
         self._epoch: int | None = None
         self._purged = False
-        #: (now, lanes with no job due at now) as :meth:`expired_leases` found them
-        self._empty_lanes: tuple[float, set[str]] | None = None
+        #: (now, the job locked for the lease scan or None) as :meth:`expired_leases` took it
+        self._pick: tuple[float, JobDict | None] | None = None
+        self._picked_epoch: int | None = None
         #: new jobs, and the statements that gave them their submission number
         self._numbered: list[tuple[JobDict, Any]] = []
 
@@ -294,15 +302,26 @@ class PgView:
         running jobs themselves (schema version 4): a lease no longer costs a read of every
         busy worker's job. The jobs found are read (unlocked, rev-checked) by the reaper.
 
-        The same round trip asks which lanes have a job due at ``now`` (the lease scans
-        them next): a lane found empty is not scanned (:meth:`runnable`). A job that
-        becomes due in between is taken by the next lease, as if it had come a moment later.
+        A writing view also takes, in the same round trip, the job the lease scans for
+        next: the first one due at ``now``, in lane order, that no other transaction holds
+        (``FOR UPDATE SKIP LOCKED``, as :meth:`runnable`), which :meth:`runnable` then hands
+        out instead of asking again. Found none: every lane is empty for this transaction
+        (a job that becomes due in between is taken by the next lease, as if it came a
+        moment later). A job taken this way and not leased (another lane asked for, a
+        filter that passes over it) stays locked until this transaction ends, as one that
+        :meth:`runnable` passes over does.
         """
-        row = self.conn.execute(_EXPIRED, (now, now, now)).fetchone()
-        if row is None:
-            return []
-        self._empty_lanes = (now, {lane for lane, due in zip(_LANES, row[1:], strict=True) if not due})
-        return list(row[0])
+        expired = self.conn.execute(_EXPIRED, (now,))
+        picked = self.conn.execute(_PICK, (now, now)) if self.write else None
+        row = expired.fetchone()
+        if picked is not None:
+            found = picked.fetchone()
+            job = self._job_of(found) if found is not None else None
+            if job is not None and found is not None:
+                self._locked.add(job["id"])
+                self._picked_epoch = int(found[4])
+            self._pick = (now, job)
+        return list(row[0]) if row is not None else []
 
     def ids_in(self, state: str) -> Collection[str]:
         rows = self.conn.execute("SELECT id FROM dq_jobs WHERE state = %s ORDER BY id", (str(state),)).fetchall()
@@ -329,9 +348,19 @@ class PgView:
         A writing view takes it with ``FOR UPDATE SKIP LOCKED``: a concurrent lease
         passes over it instead of waiting, and takes the next one.
         """
-        if self._empty_lanes is not None and now <= self._empty_lanes[0] and lane in self._empty_lanes[1]:
-            return None
         passed: list[str] = []
+        if self._pick is not None and self.write and now <= self._pick[0]:
+            picked = self._pick[1]
+            if picked is None:
+                return None  # (none due in any lane that no one holds: see expired_leases)
+            if picked["priority"] == lane:
+                self._pick = None
+                self._epoch = self._picked_epoch
+                if skip is None or not skip(picked):
+                    return picked
+                passed.append(picked["id"])
+            elif _LANES.index(str(picked["priority"])) > _LANES.index(str(lane)):
+                return None  # (the first lane held nothing free: the pick came from a later one)
         # a writing scan locks every row it returns: one at a time, or it would hold (and
         # hide from other workers) a page of jobs it does not take
         page = 1 if self.write else 16
