@@ -22,9 +22,10 @@ from desktop_queue.core import FakeClock, Queue, State
 from desktop_queue.core.pg import PgBackend
 from desktop_queue.core.pg.view import _HOLDER
 
-#: what one submit + lease + complete may cost at most on the pooled connection (it cost
-#: 37 statements in 40 waits before schema version 4: see benchmarks/pg.py)
-MAX_STATEMENTS = 14  # BEGIN and COMMIT of three transactions included
+#: what one submit + lease + complete may cost at most on the pooled connection (before
+#: schema version 4: 37 statements and 44 waits there, and 3 more statements on a
+#: connection of the notifier's own)
+MAX_STATEMENTS = 17  # BEGIN, COMMIT and the change notification of three transactions included
 #: ``Sync`` and ``Flush`` messages: the points where the client may wait for the server
 #: (a pipelined transaction sends BEGIN's Sync without waiting for it)
 MAX_WAITS = 13
@@ -186,3 +187,29 @@ def test_a_taken_random_id_fails_the_insert_and_is_drawn_again(
     assert second.id == "f00dfeed01"
     assert queue.get(first.id).input == {"n": 1}  # (untouched)
     assert sorted(j.id for j in queue.list()) == sorted([first.id, second.id])
+
+
+def test_a_commit_notifies_after_it_in_the_same_round_trip_and_a_failed_one_does_not(
+    open_pg: Callable[..., Queue], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notification goes after the COMMIT (its own implicit transaction): none for a commit that failed,
+    and a notification that fails does not make a made change look failed."""
+    from desktop_queue.core.pg import notify
+
+    queue = open_pg()
+    backend = queue.store
+    assert isinstance(backend, PgBackend) and backend._channel is not None
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {backend._channel}")
+        job = queue.submit("demo", {"n": 1}).job
+        told = list(listener.notifies(timeout=5, stop_after=1))
+        assert [n.payload for n in told] == [job.id]
+        # a notification the server refuses (too long): the submission is still made and answered
+        monkeypatch.setattr(notify, "payload_of", lambda ids: "x" * 9000)
+        second = queue.submit("demo", {"n": 2}).job
+        assert queue.get(second.id).state == State.QUEUED
+        # a verb that commits nothing tells no one
+        monkeypatch.undo()
+        with pytest.raises(Exception, match="different input"):
+            queue.submit("demo", {"n": 3}, key=job.idempotency_key)
+        assert list(listener.notifies(timeout=0.5, stop_after=1)) == []

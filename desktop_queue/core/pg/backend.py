@@ -216,8 +216,10 @@ class PgBackend:
             self.report.notices.append(f"brought the PostgreSQL queue's schema from version {found} to {now}")
         self.clock.sync()
         if self._channel is not None:
+            # (not started: each commit notifies on its own connection, see commit(); a
+            # Notifier sending from a thread of its own cost each lifecycle a millisecond
+            # of this process's time, and three more transactions of the server's)
             self.notifier = notifying.Notifier(self.dsn, self._channel)
-            self.notifier.start()
             with self._feed_lock:
                 self._listening = True
         try:
@@ -373,17 +375,29 @@ class PgBackend:
                 with self._connection() as conn, self._active(conn):
                     self._ensure_session()
                     view = PgView(conn, write=True, worker=self.worker.id)
-                    with conn.pipeline():
-                        change = fn(view)
-                        view.apply(change.records)
-                        committing = True
-                        # (sent with the writes; the end of the pipeline waits for all of
-                        # them at once, and raises what any of them met: then no COMMIT ran)
-                        conn.execute("COMMIT")
+                    done: Any = None
+                    try:
+                        with conn.pipeline():
+                            change = fn(view)
+                            view.apply(change.records)
+                            committing = True
+                            # (sent with the writes; the end of the pipeline waits for all of
+                            # them at once, and raises what any of them met: then no COMMIT ran)
+                            done = conn.execute("COMMIT")
+                            if self._channel is not None and view.changed != set():
+                                # after the COMMIT, in the same round trip: a transaction of
+                                # its own (implicit, ended by the pipeline's sync), so the
+                                # listeners are told once the change is visible, and the
+                                # commit holds no notify lock while it is flushed (nor is one
+                                # sent if it failed)
+                                notifying.send(conn, self._channel, view.changed)
+                    except psycopg.Error as exc:
+                        if not _succeeded(done):
+                            raise
+                        # the change is made: only its notification failed (readers see the
+                        # change at their next read, as after a lost notification)
+                        log.warning("a change notification was not sent: %s", _reason(exc))
                     self._local.after = view.after_images()
-                    notifier = self.notifier
-                    if notifier is not None and view.changed != set():
-                        notifier.add(view.changed)
                     return change.value
             except _RACES as exc:
                 reason: BaseException = exc
@@ -585,6 +599,12 @@ class PgBackend:
 
     def archived_result(self, key: str) -> dict[str, Any] | None:
         return None  # (no archive: every result is in dq_results)
+
+
+def _succeeded(cursor: Any) -> bool:
+    """Whether the statement of ``cursor`` (a pipelined COMMIT) ran and succeeded."""
+    result = getattr(cursor, "pgresult", None)
+    return result is not None and result.status == psycopg.pq.ExecStatus.COMMAND_OK
 
 
 class _NotKept(Exception):
