@@ -135,6 +135,14 @@ BEGIN
 END
 $$;
 CREATE INDEX dq_jobs_lease_expiry ON dq_jobs (lease_expires_at) WHERE state = 'running';
+-- every job's step moves its row out of and into indexes (state and txid change: no
+-- update is a HOT one), so the hot table keeps only the indexes a step needs: the running
+-- jobs, as few as busy workers, are found by worker through the expiry index; a state's
+-- jobs through its partial index (queued: dq_jobs_runnable, running: the expiry index,
+-- succeeded: most of the table, read whole), the dead and cancelled ones through this one
+DROP INDEX dq_jobs_worker;
+DROP INDEX dq_jobs_state;
+CREATE INDEX dq_jobs_stopped ON dq_jobs (state) WHERE state IN ('dead', 'cancelled');
 ALTER TABLE dq_jobs SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 ALTER TABLE dq_events SET (autovacuum_vacuum_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05);
 ALTER TABLE dq_results SET (autovacuum_vacuum_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05);

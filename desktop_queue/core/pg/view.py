@@ -69,6 +69,9 @@ _PICK = (
     )
     + ") FOR UPDATE OF j"
 )
+# the state spelled out, so that the prepared plan can use the partial index of that state
+# (schema version 4 keeps no index over every job's state)
+_IDS_IN = {str(s): f"SELECT id FROM dq_jobs WHERE state = '{s}' ORDER BY id" for s in State}
 _SEQ = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM dq_job_seq"
 # the states spelled out as the unique index's predicate is: a parameter there (state =
 # ANY(%s)) makes the prepared plan unable to use that index, and every submission would
@@ -324,8 +327,10 @@ class PgView:
         return list(row[0]) if row is not None else []
 
     def ids_in(self, state: str) -> Collection[str]:
-        rows = self.conn.execute("SELECT id FROM dq_jobs WHERE state = %s ORDER BY id", (str(state),)).fetchall()
-        return [r[0] for r in rows]
+        sql = _IDS_IN.get(str(state))
+        if sql is None:  # (not a state: none is in it)
+            return []
+        return [r[0] for r in self.conn.execute(sql).fetchall()]
 
     def purged(self, job: JobDict) -> bool:
         return False  # (a purge deletes the rows it matches in its own transaction)
