@@ -158,6 +158,20 @@ def _event_dict(
 _KEPT: set[str] = set()
 
 
+def _reap_candidates(state: View, now: float) -> Collection[str]:
+    """The running jobs whose lease may have expired by ``now``: every running one, unless the
+    view finds the expired ones itself (``expired_leases``: PostgreSQL asks an index)."""
+    expired = getattr(state, "expired_leases", None)
+    return cast(Collection[str], expired(now)) if expired is not None else state.ids_in(State.RUNNING)
+
+
+def _taken(state: View, job_id: str) -> bool:
+    """Whether a new random job id is already taken: asked, unless the view's insert refuses a
+    taken id itself (``refuses_taken_ids``: PostgreSQL's primary key; the verb then runs
+    again and draws another)."""
+    return not getattr(state, "refuses_taken_ids", False) and state.exists(job_id)
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
 
@@ -382,7 +396,7 @@ class Queue:
                         "wait for one to start or submit it as background"
                     )
             job_id = secrets.token_hex(5)
-            while state.exists(job_id) or (batch is not None and job_id in batch.ids):
+            while _taken(state, job_id) or (batch is not None and job_id in batch.ids):
                 job_id = secrets.token_hex(5)
             job: JobDict = {
                 "id": job_id,
@@ -590,8 +604,7 @@ class Queue:
 
         def fn(state: View) -> Change[tuple[str, str, int, float, int] | None]:
             now = self.clock.now()
-            # only a running job's lease can have expired: none running, nothing to reap
-            records = self._reap_records(state, now) if state.ids_in(State.RUNNING) else []
+            records = self._reap_records(state, now)
             reaped.clear()
             if records:
                 reaped.update(r["id"] for r in records)
@@ -1043,7 +1056,7 @@ class Queue:
 
     def _reap_records(self, state: View, now: float) -> list[UpdateRecord]:
         records: list[UpdateRecord] = []
-        for job_id in list(state.ids_in(State.RUNNING)):
+        for job_id in list(_reap_candidates(state, now)):
             job = state.hot_jobs()[job_id]
             expires = job.get("lease_expires_at")
             if expires is None or expires >= now:

@@ -81,3 +81,28 @@ def test_an_unreachable_server_is_one_clear_error(tmp_path: object) -> None:
     backend = PgBackend(f"postgresql://postgres@/postgres?host={tmp_path}&port=1&connect_timeout=2")
     with pytest.raises(StoreError, match="cannot connect to the PostgreSQL queue"):
         backend.open()
+
+
+def test_a_version_3_queue_is_brought_to_version_4_with_its_jobs(open_pg: Callable[..., Queue], pg_dsn: str) -> None:
+    """Version 4 adds the index the reaper asks (and the check of pipelined writes) to a queue in use."""
+    from desktop_queue.core.pg.schema import MIGRATIONS
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # a queue as version 3 made it
+        conn.execute(
+            "CREATE TABLE dq_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version in (1, 2, 3):
+            conn.execute(MIGRATIONS[version])
+            conn.execute("INSERT INTO dq_schema (version) VALUES (%s)", (version,))
+    queue = open_pg()
+    assert queue.report.notices == [f"brought the PostgreSQL queue's schema from version 3 to {SCHEMA_VERSION}"]
+    assert _versions(pg_dsn) == list(range(1, SCHEMA_VERSION + 1))
+    with psycopg.connect(pg_dsn) as conn:
+        index = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'dq_jobs_lease_expiry'"
+        ).fetchone()
+    assert index is not None and "WHERE (state = 'running'::text)" in index[0]
+    job = queue.submit("demo", {"n": 1}).job
+    lease = queue.lease("w")
+    assert lease is not None and lease.job_id == job.id
+    assert queue.complete(lease, {"ok": True}).state == "succeeded"

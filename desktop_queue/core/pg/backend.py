@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 import psycopg
@@ -39,7 +39,7 @@ from desktop_queue.core.backend import Change, OpenReport, Orphans
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.pg import notify as notifying
 from desktop_queue.core.pg import workers
-from desktop_queue.core.pg.schema import migrate
+from desktop_queue.core.pg.schema import migrate, opening_lock
 from desktop_queue.core.pg.view import Conflict, PgView
 from desktop_queue.core.pg.workers import Heartbeat, WorkerId
 from desktop_queue.core.records import Record
@@ -131,7 +131,9 @@ class PgBackend:
         self.worker_ttl_s = worker_ttl_s
         self._notify = notify
         self._channel: str | None = None
-        self.feed: notifying.ChangeFeed | None = None
+        self._feed: notifying.ChangeFeed | None = None
+        self._feed_lock = threading.Lock()
+        self._listening = False  # a feed may start (open, with notifications on)
         self.notifier: notifying.Notifier | None = None
         self.heartbeat: Heartbeat | None = None
         self._recover: Orphans | None = None
@@ -172,8 +174,12 @@ class PgBackend:
             raise StoreError(f"cannot connect to the PostgreSQL queue: {_reason(exc)}") from None
         try:
             found, now = migrate(session)
-            workers.register(session, self.worker)
-            first = not workers.others_alive(session, self.worker)
+            with session.transaction():
+                # (two openers at once: one registers and looks before the other does, so
+                # exactly one of them finds no one else alive)
+                opening_lock(session)
+                workers.register(session, self.worker)
+                first = not workers.others_alive(session, self.worker)
             if self._notify:
                 self._channel = notifying.channel_of(session)
         except psycopg.Error as exc:
@@ -210,13 +216,12 @@ class PgBackend:
             self.report.notices.append(f"brought the PostgreSQL queue's schema from version {found} to {now}")
         self.clock.sync()
         if self._channel is not None:
+            # (not started: each commit notifies on its own connection, see commit(); a
+            # Notifier sending from a thread of its own cost each lifecycle a millisecond
+            # of this process's time, and three more transactions of the server's)
             self.notifier = notifying.Notifier(self.dsn, self._channel)
-            self.notifier.start()
-            self.feed = notifying.ChangeFeed(self.dsn, self._channel)
-            self.feed.start()
-            # (listening before the first read, so that a reader's first version has a mark;
-            # a listener that cannot connect leaves readers polling until it can)
-            self.feed.wait_connected(1, 5.0)
+            with self._feed_lock:
+                self._listening = True
         try:
             self.recover_dead()
         except StoreError as exc:  # (the heartbeat's passes try again)
@@ -275,7 +280,9 @@ class PgBackend:
         notifier, self.notifier = self.notifier, None
         if notifier is not None:
             notifier.stop()  # (what this process committed last is still told)
-        feed, self.feed = self.feed, None
+        with self._feed_lock:
+            feed, self._feed = self._feed, None
+            self._listening = False  # (none starts after this)
         if feed is not None:
             feed.stop()
         pool, self._pool = self._pool, None
@@ -359,6 +366,7 @@ class PgBackend:
         ``durable`` is accepted for the protocol: every commit here is durable (the
         server flushes its WAL before acknowledging), so :meth:`sync` has nothing to do.
         """
+        self._local.after = None
         deadline = time.monotonic() + self.retry_s
         delay = 0.005
         while True:
@@ -367,13 +375,29 @@ class PgBackend:
                 with self._connection() as conn, self._active(conn):
                     self._ensure_session()
                     view = PgView(conn, write=True, worker=self.worker.id)
-                    change = fn(view)
-                    view.apply(change.records)
-                    committing = True
-                    conn.commit()
-                    notifier = self.notifier
-                    if notifier is not None and view.changed != set():
-                        notifier.add(view.changed)
+                    done: Any = None
+                    try:
+                        with conn.pipeline():
+                            change = fn(view)
+                            view.apply(change.records)
+                            committing = True
+                            # (sent with the writes; the end of the pipeline waits for all of
+                            # them at once, and raises what any of them met: then no COMMIT ran)
+                            done = conn.execute("COMMIT")
+                            if self._channel is not None and view.changed != set():
+                                # after the COMMIT, in the same round trip: a transaction of
+                                # its own (implicit, ended by the pipeline's sync), so the
+                                # listeners are told once the change is visible, and the
+                                # commit holds no notify lock while it is flushed (nor is one
+                                # sent if it failed)
+                                notifying.send(conn, self._channel, view.changed)
+                    except psycopg.Error as exc:
+                        if not _succeeded(done):
+                            raise
+                        # the change is made: only its notification failed (readers see the
+                        # change at their next read, as after a lost notification)
+                        log.warning("a change notification was not sent: %s", _reason(exc))
+                    self._local.after = view.after_images()
                     return change.value
             except _RACES as exc:
                 reason: BaseException = exc
@@ -410,15 +434,16 @@ class PgBackend:
         outer = getattr(self._local, "conn", None)
         if outer is not None:
             return fn(PgView(outer, write=False))
+        self._local.after = None
         deadline = time.monotonic() + self.retry_s
         delay = 0.005
         while True:
             try:
-                with self._connection() as conn, self._active(conn):
+                with self._connection() as conn, self._active(conn), _read_only(conn):
                     self._ensure_session()
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    value = fn(PgView(conn, write=False))
-                    conn.commit()
+                    with conn.pipeline():
+                        value = fn(PgView(conn, write=False))
+                        conn.execute("COMMIT")  # (answered with the pipeline's end)
                     return value
             except _GONE as exc:
                 self._suspect()
@@ -431,13 +456,48 @@ class PgBackend:
             delay = min(delay * 2, 0.5)
 
     def peek(self, fn: Callable[[PgView], T]) -> T:
-        """:meth:`read`: there is no copy in this process that could be older than the server's."""
+        """:meth:`read`, or, right after a commit of this thread, what that commit left.
+
+        A verb answers with the job it just changed (``Queue._view``): the commit's
+        after-images (:meth:`PgView.after_images`) are those jobs as the database held
+        them at the commit, so the first peek after it reads them instead of the server,
+        provided it asks for nothing else. Anything later, or anything else, reads.
+        """
+        after = getattr(self._local, "after", None)
+        self._local.after = None
+        if after and getattr(self._local, "conn", None) is None:
+            try:
+                return fn(cast(PgView, _Committed(after)))
+            except _NotKept:
+                pass
         return self.read(fn)
 
     def sync(self) -> None:
         """Nothing to do: every commit was durable when it returned."""
 
     # ------------------------------------------------------------------ the change feed
+
+    @property
+    def feed(self) -> notifying.ChangeFeed | None:
+        """The listener of the queue's channel, started the first time anyone asks for it.
+
+        Only a reader of changes (the window, a watcher: :meth:`changes`,
+        :meth:`wait_changes`) needs one: a process that only runs jobs never listens, so
+        the server does not deliver it every other worker's notifications, nor does it
+        wake for them. The listener connects before the first read that takes its mark,
+        so that a reader's first version has one (a listener that cannot connect leaves
+        readers polling until it can). None: notifications are off, or the backend is closed.
+        """
+        feed = self._feed
+        if feed is not None or not self._listening:
+            return feed
+        with self._feed_lock:
+            if self._feed is None and self._listening and self._channel is not None:
+                feed = notifying.ChangeFeed(self.dsn, self._channel)
+                feed.start()
+                feed.wait_connected(1, 5.0)
+                self._feed = feed
+            return self._feed
 
     def changes(self, version: int) -> tuple[int, set[str] | None]:
         """``View.changed_since(version)``, read from the server (always: a notification may be on its way).
@@ -494,20 +554,96 @@ class PgBackend:
     def carried_result(self, key: str) -> dict[str, Any] | None:
         """The result document stored with the success of the job holding ``key``."""
 
-        def fn(view: PgView) -> dict[str, Any] | None:
-            row = view.conn.execute("SELECT doc::text FROM dq_results WHERE key = %s", (key,)).fetchone()
-            if row is None:
-                return None
-            doc: dict[str, Any] = orjson.loads(row[0])
-            return doc
+        row = self._select_one("SELECT doc::text FROM dq_results WHERE key = %s", (key,))
+        if row is None:
+            return None
+        doc: dict[str, Any] = orjson.loads(row[0])
+        return doc
 
-        return self.read(fn)
+    def _select_one(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        """One row of one statement, outside a transaction (one statement is its own snapshot).
+
+        :meth:`read` for a single statement, without the round trips of a transaction
+        around it: asked before every completion (:meth:`carried_result`).
+        """
+        outer = getattr(self._local, "conn", None)
+        if outer is not None:
+            found: tuple[Any, ...] | None = outer.execute(sql, params).fetchone()
+            return found
+        self._local.after = None
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.005
+        while True:
+            try:
+                with self._connection() as conn:
+                    self._ensure_session()
+                    conn.autocommit = True
+                    try:
+                        row: tuple[Any, ...] | None = conn.execute(sql, params).fetchone()
+                        return row
+                    finally:
+                        with contextlib.suppress(psycopg.Error):
+                            conn.autocommit = False
+            except _GONE as exc:
+                self._suspect()
+                if time.monotonic() > deadline:
+                    raise StoreError(f"the PostgreSQL queue did not answer: {_reason(exc)}") from None
+                log.debug("retrying a read: %s", exc)
+            except psycopg.Error as exc:
+                raise StoreError(f"the PostgreSQL queue refused a read: {_reason(exc)}") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def carried_keys(self) -> list[str]:
         return self.read(lambda view: [r[0] for r in view.conn.execute("SELECT key FROM dq_results").fetchall()])
 
     def archived_result(self, key: str) -> dict[str, Any] | None:
         return None  # (no archive: every result is in dq_results)
+
+
+def _succeeded(cursor: Any) -> bool:
+    """Whether the statement of ``cursor`` (a pipelined COMMIT) ran and succeeded."""
+    result = getattr(cursor, "pgresult", None)
+    return result is not None and result.status == psycopg.pq.ExecStatus.COMMAND_OK
+
+
+class _NotKept(Exception):
+    """A peek asked for something the last commit's after-images do not hold: it reads."""
+
+
+class _Committed:
+    """The view :meth:`PgBackend.peek` gives right after a commit: the jobs that commit left, nothing else."""
+
+    archive = None  # (as PgView: every job stays in the table)
+
+    def __init__(self, jobs: dict[str, Any]) -> None:
+        self._jobs = jobs
+
+    def job(self, job_id: str) -> Any:
+        found = self._jobs.get(job_id)
+        if found is None:
+            raise _NotKept(job_id)
+        return found
+
+    hot = job
+
+    def __getattr__(self, name: str) -> Any:
+        raise _NotKept(name)
+
+
+@contextlib.contextmanager
+def _read_only(conn: Any) -> Iterator[None]:
+    """The transaction ``conn`` begins is repeatable read and read only (said in its ``BEGIN``)."""
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+    try:
+        yield
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.rollback()  # (a read that raised: the pool would, but not before this)
+            conn.isolation_level = None
+            conn.read_only = None
 
 
 def _reason(exc: BaseException) -> str:

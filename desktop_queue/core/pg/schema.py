@@ -16,7 +16,7 @@ from typing import Any
 from desktop_queue.core.errors import StoreError
 
 #: the schema version this code writes
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _V1 = """
 CREATE TABLE dq_jobs (
@@ -116,8 +116,40 @@ CREATE INDEX dq_jobs_worker ON dq_jobs (worker_id) WHERE state = 'running';
 CREATE INDEX dq_purges_txid ON dq_purges (txid);
 """
 
+# version 4: what a lease asks of the running jobs is only "whose lease has expired?": an
+# index over the expiry of running jobs answers that without reading every running job
+# (they are as many as busy workers, and each lease asked). The hot tables take an update
+# (or a new row) per step of every job: vacuumed and analysed after a few percent changed
+# rather than the default fifth, so that dead row versions and stale statistics do not
+# pile up between two runs of autovacuum on a busy queue. dq_expect_one lets an update
+# check in SQL that it changed its one row (a lost race otherwise), so that the
+# transaction's writes can be sent with its COMMIT instead of waiting for each answer: a
+# race aborts the transaction as a serialization failure, which the backend runs again.
+_V4_EXPIRY = """
+CREATE FUNCTION dq_expect_one(n bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    IF n <> 1 THEN
+        RAISE EXCEPTION 'a job changed meanwhile (or is gone)' USING ERRCODE = 'serialization_failure';
+    END IF;
+    RETURN n;
+END
+$$;
+CREATE INDEX dq_jobs_lease_expiry ON dq_jobs (lease_expires_at) WHERE state = 'running';
+-- every job's step moves its row out of and into indexes (state and txid change: no
+-- update is a HOT one), so the hot table keeps only the indexes a step needs: the running
+-- jobs, as few as busy workers, are found by worker through the expiry index; a state's
+-- jobs through its partial index (queued: dq_jobs_runnable, running: the expiry index,
+-- succeeded: most of the table, read whole), the dead and cancelled ones through this one
+DROP INDEX dq_jobs_worker;
+DROP INDEX dq_jobs_state;
+CREATE INDEX dq_jobs_stopped ON dq_jobs (state) WHERE state IN ('dead', 'cancelled');
+ALTER TABLE dq_jobs SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+ALTER TABLE dq_events SET (autovacuum_vacuum_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05);
+ALTER TABLE dq_results SET (autovacuum_vacuum_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05);
+"""
+
 #: version -> the SQL that lifts the schema from ``version - 1`` to it
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2_FLOW, 3: _V3_WORKERS}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2_FLOW, 3: _V3_WORKERS, 4: _V4_EXPIRY}
 
 
 def migrate(conn: Any) -> tuple[int, int]:
@@ -132,7 +164,7 @@ def migrate(conn: Any) -> tuple[int, int]:
         StoreError: the schema is newer than this code (it is left as it is).
     """
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':desktop-queue:migrate'))")
+        opening_lock(conn)
         conn.execute(
             "CREATE TABLE IF NOT EXISTS dq_schema ("
             " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
@@ -148,3 +180,8 @@ def migrate(conn: Any) -> tuple[int, int]:
             conn.execute(MIGRATIONS[version])
             conn.execute("INSERT INTO dq_schema (version) VALUES (%s)", (version,))
     return found, SCHEMA_VERSION
+
+
+def opening_lock(conn: Any) -> None:
+    """Takes the queue's opening lock until ``conn``'s transaction ends (openers take turns)."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':desktop-queue:migrate'))")

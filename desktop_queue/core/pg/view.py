@@ -18,8 +18,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from typing import Any, cast
 
 import orjson
+from psycopg import errors as pg_errors
 
-from desktop_queue.core.model import State
+from desktop_queue.core.model import Priority, State
 from desktop_queue.core.records import BatchRecord, JobDict, NewRecord, PurgeRecord, Record, UpdateRecord
 from desktop_queue.core.store.archive import PurgeFilter
 
@@ -40,12 +41,87 @@ _SELECT = (
 )
 
 
+_RUNNABLE_WHERE = (
+    " WHERE j.state = 'queued' AND j.priority = %s AND j.run_after <= %s AND NOT (j.id = ANY(%s))"
+    " ORDER BY j.run_after, j.seq LIMIT %s"
+)
+_RUNNABLE = _SELECT + _RUNNABLE_WHERE
+# the writing scan reserves the lease epoch of the job it locks in the same round trip (a
+# sequence: unique and increasing across every transaction, as View.epoch asks; an epoch
+# reserved for a job then passed over is simply never used)
+_RUNNABLE_LOCK = (
+    _SELECT.replace(" FROM dq_jobs j", ", nextval('dq_lease_epoch') FROM dq_jobs j")
+    + _RUNNABLE_WHERE
+    + (" FOR UPDATE OF j SKIP LOCKED")
+)
+_LANES = tuple(str(p) for p in Priority)
+_EXPIRED = "SELECT array(SELECT id FROM dq_jobs WHERE state = 'running' AND lease_expires_at < %s ORDER BY id)"
+# the first job due in lane order that no one holds, locked: the id chosen (and locked)
+# lane by lane, the row read and locked again by the outer query, so that a row changed
+# and committed meanwhile is read as it now is and still checked to be queued
+_PICK = (
+    _SELECT.replace(" FROM dq_jobs j", ", nextval('dq_lease_epoch') FROM dq_jobs j")
+    + " WHERE j.state = 'queued' AND j.id = coalesce("
+    + ", ".join(
+        f"(SELECT id FROM dq_jobs WHERE state = 'queued' AND priority = '{lane}' AND run_after <= %s"
+        " ORDER BY run_after, seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
+        for lane in _LANES
+    )
+    + ") FOR UPDATE OF j"
+)
+# the state spelled out, so that the prepared plan can use the partial index of that state
+# (schema version 4 keeps no index over every job's state)
+_IDS_IN = {str(s): f"SELECT id FROM dq_jobs WHERE state = '{s}' ORDER BY id" for s in State}
+_SEQ = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM dq_job_seq"
+# the states spelled out as the unique index's predicate is: a parameter there (state =
+# ANY(%s)) makes the prepared plan unable to use that index, and every submission would
+# read every live job
+_HOLDER = (
+    "SELECT (SELECT id FROM dq_jobs WHERE key = %s AND state IN ("
+    + ", ".join(f"'{s}'" for s in LIVE_OR_DONE)
+    + ") LIMIT 1), ("
+    + _SEQ
+    + ")"
+)
+
+# a job's new events, appended in the order given (one statement, whatever their number)
+_EVENTS_OF = (
+    "INSERT INTO dq_events (job_id, doc) SELECT {job}, x.doc"
+    " FROM {source} CROSS JOIN LATERAL jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS x(doc, n) ORDER BY x.n"
+    " RETURNING 1"
+)
+
+# a new job, its submission number from the sequence (not from what the verb read: two
+# concurrent submissions must not share one, and the document must say the same), and its
+# events, in one statement
+_INSERT = (
+    "WITH s AS (SELECT nextval('dq_job_seq') AS seq),"
+    " j AS (INSERT INTO dq_jobs (id, seq, kind, priority, key, state, run_after, lease_expires_at, doc)"
+    " SELECT %s, s.seq, %s, %s, %s, %s, %s, %s, %s::jsonb || jsonb_build_object('seq', s.seq) FROM s RETURNING id, seq),"
+    " e AS (" + _EVENTS_OF.format(job="j.id", source="j") + ")"
+    " SELECT seq FROM j"
+)
+
+
 class Conflict(Exception):
     """A job changed after this transaction read it without a lock: run the verb again."""
 
 
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
+
+
+def _appended(old: Any, new: list[Any], new_text: str | None) -> Any:
+    """A job's events (JSON text as read, or already parsed) with ``new`` appended."""
+    if new_text is None:
+        return old if old is not None else "[]"
+    if isinstance(old, list):
+        return [*old, *orjson.loads(new_text)]
+    if isinstance(old, bytes):
+        old = old.decode()
+    if not isinstance(old, str) or old.strip() in ("", "[]"):
+        return new_text
+    return old.rstrip()[:-1] + "," + new_text[1:]
 
 
 class PgJobs(Mapping[str, JobDict]):
@@ -89,6 +165,9 @@ class PgView:
     """
 
     archive = None  # (every job stays in the table: there is no separate archive to ask)
+    #: a new job whose random id is taken fails its insert (the primary key), and the
+    #: backend runs the verb again, which draws another: a submission need not ask first
+    refuses_taken_ids = True
 
     def __init__(self, conn: Any, *, write: bool, worker: str | None = None) -> None:
         self.conn = conn
@@ -101,6 +180,19 @@ class PgView:
         self._seen: dict[str, tuple[JobDict, int]] = {}
         self._locked: set[str] = set()
         self._version: int | None = None
+        #: id -> the job as this transaction leaves it, for each job it wrote from a known
+        #: state (see :meth:`after_images`)
+        self._after: dict[str, JobDict] = {}
+        #: read with the key look-up a submission makes (see :meth:`holder_id`)
+        self._seq: int | None = None
+        #: a lease epoch reserved by the lease scan, handed out by the next :attr:`epoch`
+        self._epoch: int | None = None
+        self._purged = False
+        #: (now, the job locked for the lease scan or None) as :meth:`expired_leases` took it
+        self._pick: tuple[float, JobDict | None] | None = None
+        self._picked_epoch: int | None = None
+        #: new jobs, and the statements that gave them their submission number
+        self._numbered: list[tuple[JobDict, Any]] = []
 
     # ------------------------------------------------------------------ reading jobs
 
@@ -151,9 +243,16 @@ class PgView:
 
     @property
     def seq(self) -> int:
-        """The highest submission number given out (a new job's own is taken when it is inserted)."""
-        row = self.conn.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM dq_job_seq").fetchone()
-        return int(row[0]) if row else 0
+        """The highest submission number given out (a new job's own is taken when it is inserted).
+
+        Read once per transaction, with the key look-up when a submission made one: the
+        sequence moves under every transaction anyway, and the number a verb puts in a
+        new job is replaced by the sequence's own when the row is inserted.
+        """
+        if self._seq is None:
+            row = self.conn.execute(_SEQ).fetchone()
+            self._seq = int(row[0]) if row else 0
+        return self._seq
 
     @property
     def epoch(self) -> int:
@@ -162,6 +261,9 @@ class PgView:
         The lease verb reads ``epoch + 1`` as its new lease's epoch; a sequence makes
         that strictly increasing and unique across every concurrent transaction.
         """
+        reserved, self._epoch = self._epoch, None
+        if reserved is not None:
+            return reserved - 1  # (taken with the job the lease scan locked: one round trip less)
         row = self.conn.execute("SELECT nextval('dq_lease_epoch') - 1").fetchone()
         return int(row[0]) if row else 0
 
@@ -182,10 +284,13 @@ class PgView:
                 return job
 
     def holder_id(self, key: str) -> str | None:
-        row = self.conn.execute(
-            "SELECT id FROM dq_jobs WHERE key = %s AND state = ANY(%s) LIMIT 1", (key, list(LIVE_OR_DONE))
-        ).fetchone()
-        return None if row is None else str(row[0])
+        # (with the submission number: a submission asks for both, one round trip)
+        row = self.conn.execute(_HOLDER, (key,)).fetchone()
+        if row is None:
+            return None
+        if self._seq is None:
+            self._seq = int(row[1])
+        return None if row[0] is None else str(row[0])
 
     def exists(self, job_id: str) -> bool:
         return self.conn.execute("SELECT 1 FROM dq_jobs WHERE id = %s", (job_id,)).fetchone() is not None
@@ -193,14 +298,39 @@ class PgView:
     def hot_jobs(self) -> PgJobs:
         return PgJobs(self)
 
+    def expired_leases(self, now: float) -> list[str]:
+        """Ids of the running jobs whose lease expired before ``now`` (what a lease reaps first).
+
+        The partial index on the expiry of running jobs answers it without reading the
+        running jobs themselves (schema version 4): a lease no longer costs a read of every
+        busy worker's job. The jobs found are read (unlocked, rev-checked) by the reaper.
+
+        A writing view also takes, in the same round trip, the job the lease scans for
+        next: the first one due at ``now``, in lane order, that no other transaction holds
+        (``FOR UPDATE SKIP LOCKED``, as :meth:`runnable`), which :meth:`runnable` then hands
+        out instead of asking again. Found none: every lane is empty for this transaction
+        (a job that becomes due in between is taken by the next lease, as if it came a
+        moment later). A job taken this way and not leased (another lane asked for, a
+        filter that passes over it) stays locked until this transaction ends, as one that
+        :meth:`runnable` passes over does.
+        """
+        expired = self.conn.execute(_EXPIRED, (now,))
+        picked = self.conn.execute(_PICK, (now, now)) if self.write else None
+        row = expired.fetchone()
+        if picked is not None:
+            found = picked.fetchone()
+            job = self._job_of(found) if found is not None else None
+            if job is not None and found is not None:
+                self._locked.add(job["id"])
+                self._picked_epoch = int(found[4])
+            self._pick = (now, job)
+        return list(row[0]) if row is not None else []
+
     def ids_in(self, state: str) -> Collection[str]:
-        if state == State.RUNNING:
-            # the running jobs are few (one per busy worker slot), and every lease reads each
-            # of them to reap expired ones: read them whole, in one statement
-            rows = self.conn.execute(_SELECT + " WHERE j.state = 'running' ORDER BY j.id").fetchall()
-            return [r[3] if r[3] in self._locked else self._job_of(r)["id"] for r in rows]
-        rows = self.conn.execute("SELECT id FROM dq_jobs WHERE state = %s ORDER BY id", (str(state),)).fetchall()
-        return [r[0] for r in rows]
+        sql = _IDS_IN.get(str(state))
+        if sql is None:  # (not a state: none is in it)
+            return []
+        return [r[0] for r in self.conn.execute(sql).fetchall()]
 
     def purged(self, job: JobDict) -> bool:
         return False  # (a purge deletes the rows it matches in its own transaction)
@@ -224,19 +354,30 @@ class PgView:
         passes over it instead of waiting, and takes the next one.
         """
         passed: list[str] = []
+        if self._pick is not None and self.write and now <= self._pick[0]:
+            picked = self._pick[1]
+            if picked is None:
+                return None  # (none due in any lane that no one holds: see expired_leases)
+            if picked["priority"] == lane:
+                self._pick = None
+                self._epoch = self._picked_epoch
+                if skip is None or not skip(picked):
+                    return picked
+                passed.append(picked["id"])
+            elif _LANES.index(str(picked["priority"])) > _LANES.index(str(lane)):
+                return None  # (the first lane held nothing free: the pick came from a later one)
         # a writing scan locks every row it returns: one at a time, or it would hold (and
         # hide from other workers) a page of jobs it does not take
         page = 1 if self.write else 16
         while True:
-            sql = (
-                _SELECT + " WHERE j.state = 'queued' AND j.priority = %s AND j.run_after <= %s AND NOT (j.id = ANY(%s))"
-                " ORDER BY j.run_after, j.seq LIMIT %s" + (" FOR UPDATE OF j SKIP LOCKED" if self.write else "")
-            )
-            rows = self.conn.execute(sql, (str(lane), now, passed, page)).fetchall()
+            rows = self.conn.execute(
+                _RUNNABLE_LOCK if self.write else _RUNNABLE, (str(lane), now, passed, page)
+            ).fetchall()
             for row in rows:
                 job = self._job_of(row)
                 if self.write:
                     self._locked.add(job["id"])
+                    self._epoch = int(row[4])
                 if skip is not None and skip(job):
                     passed.append(job["id"])
                     continue
@@ -289,26 +430,26 @@ class PgView:
     def _insert(self, record: NewRecord) -> None:
         job: dict[str, Any] = dict(record["job"])
         job.pop("events", None)
-        row = self.conn.execute("SELECT nextval('dq_job_seq')").fetchone()
-        # the submission number comes from the sequence, not from what the verb read: two
-        # concurrent submissions must not share one
-        job["seq"] = int(row[0]) if row else job["seq"]
-        self.conn.execute(
-            "INSERT INTO dq_jobs (id, seq, kind, priority, key, state, run_after, lease_expires_at, doc)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb)",
+        events = _dumps(list(record.get("ev") or ()))
+        doc = _dumps(job)
+        cursor = self.conn.execute(
+            _INSERT,
             (
                 job["id"],
-                job["seq"],
                 job["kind"],
                 job["priority"],
                 job["key"],
                 job.get("state", State.QUEUED),
                 job.get("run_after") or 0.0,
                 job.get("lease_expires_at"),
-                _dumps(job),
+                doc,
+                events,
             ),
         )
-        self._events(job["id"], record.get("ev") or ())
+        after = cast(JobDict, orjson.loads(doc))
+        after["events"] = events
+        self._after[job["id"]] = after
+        self._numbered.append((after, cursor))  # (its number is read once the statement ran)
         self._changed(job["id"])
 
     def _changed(self, job_id: str | None) -> None:
@@ -318,10 +459,12 @@ class PgView:
             self.changed.add(job_id)
 
     def _update(self, record: UpdateRecord) -> None:
+        """One statement: the row (rev-checked if it was read without a lock), its events, its result."""
         job_id = record["id"]
         changes: dict[str, Any] = dict(record.get("set") or {})
+        set_text = _dumps(changes)
         assignments = ["doc = doc || %s::jsonb", "rev = rev + 1", "txid = pg_current_xact_id()"]
-        params: list[Any] = [_dumps(changes)]
+        params: list[Any] = [set_text]
         for column in _COLUMNS:
             if column in changes:
                 value = changes[column]
@@ -331,34 +474,64 @@ class PgView:
             # a new lease belongs to this process's worker row; a cleared one to no one
             assignments.append("worker_id = %s")
             params.append(self.worker if changes["lease_token"] else None)
-        sql = f"UPDATE dq_jobs SET {', '.join(assignments)} WHERE id = %s"
+        sql = f"WITH u AS (UPDATE dq_jobs SET {', '.join(assignments)} WHERE id = %s"
         params.append(job_id)
         seen = self._seen.get(job_id)
         if seen is not None and job_id not in self._locked:
             sql += " AND rev = %s"
             params.append(seen[1])
-        done = self.conn.execute(sql, params)
-        if done.rowcount != 1:
-            raise Conflict(f"job {job_id} changed meanwhile (or is gone)")
-        if seen is not None:
-            self._seen[job_id] = (seen[0], seen[1] + 1)
-        events = record.get("ev") or ()
-        self._events(job_id, events)
-        if events or not changes.keys() <= _RENEWAL:
-            self._changed(job_id)  # (a lease renewal alone wakes no one: nothing a reader shows moved)
+        sql += " RETURNING id)"
+        events = list(record.get("ev") or ())
+        events_text = _dumps(events) if events else None
+        if events_text is not None:
+            sql += ", e AS (" + _EVENTS_OF.format(job="u.id", source="u") + ")"
+            params.append(events_text)
         doc = record.get("res")
         if isinstance(doc, dict) and isinstance(doc.get("key"), str):
-            self.conn.execute(
-                "INSERT INTO dq_results (key, doc) VALUES (%s, %s::jsonb)"
-                " ON CONFLICT (key) DO UPDATE SET doc = EXCLUDED.doc",
-                (doc["key"], _dumps(doc)),
+            # the result in the statement (so the transaction) of its job's success
+            sql += (
+                ", r AS (INSERT INTO dq_results (key, doc) SELECT %s, %s::jsonb FROM u"
+                " ON CONFLICT (key) DO UPDATE SET doc = EXCLUDED.doc RETURNING 1)"
             )
+            params.extend((doc["key"], _dumps(doc)))
+        # (the check is the server's: in a pipelined transaction the statement goes with the
+        # COMMIT, and a lost race aborts the transaction instead of being seen here)
+        try:
+            self.conn.execute(sql + " SELECT dq_expect_one(count(*)) FROM u", params)
+        except pg_errors.SerializationFailure:
+            raise Conflict(f"job {job_id} changed meanwhile (or is gone)") from None
+        base = self._after.get(job_id) or (seen[0] if seen is not None else None)
+        if seen is not None:
+            self._seen[job_id] = (seen[0], seen[1] + 1)
+        if base is not None:
+            # (what the row now holds: the document read, with this change merged in as
+            # ``doc || change`` merges it, and the events appended)
+            after = cast(JobDict, {**base, **orjson.loads(set_text)})
+            after["events"] = _appended(base.get("events"), events, events_text)
+            self._after[job_id] = after
+        else:
+            self._after.pop(job_id, None)
+        if events or not changes.keys() <= _RENEWAL:
+            self._changed(job_id)  # (a lease renewal alone wakes no one: nothing a reader shows moved)
 
-    def _events(self, job_id: str, events: Iterable[Any]) -> None:
-        rows = [(job_id, _dumps(ev)) for ev in events]
-        if rows:
-            with self.conn.cursor() as cur:
-                cur.executemany("INSERT INTO dq_events (job_id, doc) VALUES (%s, %s::jsonb)", rows)
+    def after_images(self) -> dict[str, JobDict]:
+        """The jobs as this transaction leaves them: each one it wrote, and each one it locked.
+
+        A job written from what this transaction read of it (locked, or checked by its
+        rev) is that with the change applied; a job locked and left alone is as read. Once
+        the transaction committed, these are the jobs as the database holds them at that
+        commit, so the verb's answer needs no second read (:meth:`PgBackend.peek`).
+        """
+        for job, cursor in self._numbered:
+            row = cursor.fetchone()
+            if row is not None:
+                job["seq"] = int(row[0])
+        self._numbered.clear()
+        if self._purged:
+            return {}
+        images = {job_id: self._seen[job_id][0] for job_id in self._locked if job_id in self._seen}
+        images.update(self._after)
+        return images
 
     def _purge(self, record: PurgeRecord) -> None:
         purge = PurgeFilter.from_json(record["filter"])
@@ -376,6 +549,7 @@ class PgView:
                 (keys,),
             )
         self._changed(None)
+        self._purged = True  # (what it deleted must not be answered from this transaction)
         self.conn.execute(
             "INSERT INTO dq_purges (at, filter) VALUES (%s, %s::jsonb)", (record.get("at"), _dumps(record["filter"]))
         )

@@ -1,0 +1,215 @@
+"""What a job's lifecycle costs the server: statements and round trips, counted on the wire.
+
+libpq's trace of the backend's one pooled connection lists every protocol message the
+client sends (``Execute``: a statement; ``Sync`` and ``Flush``: the end of a batch the client may
+then wait for) and every one it receives (``DataRow``: a row). The counts are behaviour, not timing:
+a change that brings a statement or a wait back fails here, whatever the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import pq
+
+from desktop_queue.core import FakeClock, Queue, State
+from desktop_queue.core.pg import PgBackend
+from desktop_queue.core.pg.view import _HOLDER
+
+#: what one submit + lease + complete may cost at most on the pooled connection (before
+#: schema version 4: 37 statements and 44 waits there, and 3 more statements on a
+#: connection of the notifier's own)
+MAX_STATEMENTS = 17  # BEGIN, COMMIT and the change notification of three transactions included
+#: ``Sync`` and ``Flush`` messages: the points where the client may wait for the server
+#: (a pipelined transaction sends BEGIN's Sync without waiting for it)
+MAX_WAITS = 13
+
+
+class Wire:
+    """Counts the protocol messages of ``backend``'s pooled connection while :meth:`tracing`."""
+
+    def __init__(self, backend: PgBackend, path: Path) -> None:
+        self.backend = backend
+        self.path = path
+
+    @contextlib.contextmanager
+    def tracing(self) -> Iterator[Counter[str]]:
+        counts: Counter[str] = Counter()
+        pool = self.backend._pool
+        assert pool is not None
+        with open(self.path, "w") as fh:
+            with pool.connection() as conn:
+                conn.pgconn.trace(fh.fileno())
+                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+            try:
+                yield counts
+            finally:
+                with pool.connection() as conn:
+                    conn.pgconn.untrace()
+        for line in self.path.read_text(errors="replace").splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 3 and parts[0] in ("F", "B"):
+                counts[f"{parts[0]} {parts[2]}"] += 1
+
+
+@pytest.fixture
+def traced(open_pg: Callable[..., Queue], pg_dsn: str, tmp_path: Path) -> tuple[Queue, Wire]:
+    # one pooled connection: every verb's statements go over it (the session and the
+    # notifier have connections of their own, and are not counted)
+    backend = PgBackend(pg_dsn, pool_size=1)
+    queue = open_pg(backend=backend)
+    return queue, Wire(backend, tmp_path / "trace.txt")
+
+
+def _lifecycle(queue: Queue, n: int) -> None:
+    queue.submit("demo", {"n": n})
+    lease = queue.lease("w")
+    assert lease is not None
+    queue.complete(lease, {"answer": n})
+
+
+def test_a_lifecycle_costs_few_statements_and_waits(traced: tuple[Queue, Wire]) -> None:
+    queue, wire = traced
+    for n in range(6):  # (psycopg prepares a statement on its fifth use: past that)
+        _lifecycle(queue, n)
+    rounds = 5
+    with wire.tracing() as counts:
+        for n in range(rounds):
+            _lifecycle(queue, 100 + n)
+    assert counts["F Execute"] >= 3 * rounds, counts  # (the trace sees them: at least each verb's write)
+    assert counts["F Execute"] + counts["F Query"] <= MAX_STATEMENTS * rounds, counts
+    assert counts["F Sync"] + counts["F Flush"] + counts["F Query"] <= MAX_WAITS * rounds, counts
+    assert queue.counts()[State.SUCCEEDED] == 6 + rounds
+
+
+def test_a_lease_reads_no_running_job_but_its_own(
+    traced: tuple[Queue, Wire], clock: FakeClock, open_pg: Callable[..., Queue]
+) -> None:
+    """The reaper asks an index for expired leases: 30 busy workers cost a lease nothing more."""
+    queue, wire = traced
+
+    def one_lease(n: int) -> Counter[str]:
+        queue.submit("demo", {"lease": n})
+        with wire.tracing() as counts:
+            assert queue.lease("w") is not None
+        return counts
+
+    for n in range(6):
+        one_lease(n)
+    alone = one_lease(10)
+    others = open_pg()
+    for n in range(30):
+        others.submit("demo", {"held": n})
+        assert others.lease("other") is not None  # running, and not expired
+    assert queue.counts()[State.RUNNING] == 7 + 30
+    busy = one_lease(11)
+    assert alone["B DataRow"] > 0
+    assert busy["B DataRow"] == alone["B DataRow"], (alone, busy)
+    assert busy["F Execute"] == alone["F Execute"]
+    # and an expired one is still found and reaped by the next lease
+    clock.advance(10_000)
+    reaper = one_lease(12)
+    assert queue.counts()[State.RUNNING] == 1  # all reaped, the new one leased
+    assert reaper["F Execute"] > busy["F Execute"]  # (reading and requeueing them)
+
+
+def test_the_answer_of_a_verb_is_the_job_as_committed(traced: tuple[Queue, Wire]) -> None:
+    """Submit, lease and complete answer from their commit (no read after it), and say what a read says."""
+    queue, wire = traced
+    for n in range(6):
+        _lifecycle(queue, n)
+    with wire.tracing() as counts:
+        submitted = queue.submit("demo", {"n": 1000}, title="t").job
+    assert counts["F Sync"] <= 2  # (BEGIN's and the commit's: no read transaction after it)
+    assert submitted == queue.get(submitted.id)
+    lease = queue.lease("w")
+    assert lease is not None and lease.job == queue.get(lease.job_id)
+    assert lease.job.state == State.RUNNING and lease.job.attempts == 1
+    done = queue.complete(lease, {"answer": 1})
+    assert done == queue.get(done.id)
+    assert [e.type for e in done.events] == ["submitted", "leased", "succeeded"]
+    again = queue.submit("demo", {"n": 1000})  # the duplicate: answered from the job it locked
+    assert again.duplicate and again.job == queue.get(done.id)
+    assert again.result is not None and again.result["result"] == {"answer": 1}
+
+
+def test_a_race_lost_in_a_pipelined_commit_runs_the_verb_again(open_pg: Callable[..., Queue], pg_dsn: str) -> None:
+    """A rev-checked write is checked by the server (the write goes with the COMMIT): a lost race reruns."""
+    from desktop_queue.core.backend import Change
+    from desktop_queue.core.records import UpdateRecord
+
+    queue = open_pg()
+    job = queue.submit("demo", {"n": 1}).job
+    runs: list[int] = []
+
+    def fn(view: Any) -> Change[int]:
+        runs.append(1)
+        view.hot_jobs()[job.id]  # read without a lock...
+        if len(runs) == 1:  # ...and changed by someone else before this commits
+            with psycopg.connect(pg_dsn, autocommit=True) as other:
+                other.execute("UPDATE dq_jobs SET rev = rev + 1 WHERE id = %s", (job.id,))
+        record: UpdateRecord = {"op": "upd", "id": job.id, "set": {"title": f"run {len(runs)}"}, "ev": []}
+        return Change([record], len(runs))
+
+    assert queue.store.commit(fn) == 2
+    assert queue.get(job.id).title == "run 2"
+
+
+def test_the_key_look_up_uses_the_unique_index_with_a_prepared_plan(open_pg: Callable[..., Queue], pg_dsn: str) -> None:
+    """A submission's key look-up must not read every live job once its plan is generic."""
+    open_pg().submit("demo", {"n": 1})
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("SET enable_seqscan = off")  # (a tiny table: still, which index?)
+        text = _HOLDER.replace("%s", "$1")
+        conn.execute(f"PREPARE holder(text) AS {text}")
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN EXECUTE holder('k')").fetchall())
+    assert "dq_jobs_live_key" in plan, plan
+
+
+def test_a_taken_random_id_fails_the_insert_and_is_drawn_again(
+    open_pg: Callable[..., Queue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submission does not ask whether its random id is free: the primary key answers, and it draws again."""
+    from desktop_queue.core import queue as queue_module
+
+    queue = open_pg()
+    first = queue.submit("demo", {"n": 1}).job
+    drawn = iter([first.id, "f00dfeed01"])
+    monkeypatch.setattr(queue_module.secrets, "token_hex", lambda _n: next(drawn))
+    second = queue.submit("demo", {"n": 2}).job
+    assert second.id == "f00dfeed01"
+    assert queue.get(first.id).input == {"n": 1}  # (untouched)
+    assert sorted(j.id for j in queue.list()) == sorted([first.id, second.id])
+
+
+def test_a_commit_notifies_after_it_in_the_same_round_trip_and_a_failed_one_does_not(
+    open_pg: Callable[..., Queue], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notification goes after the COMMIT (its own implicit transaction): none for a commit that failed,
+    and a notification that fails does not make a made change look failed."""
+    from desktop_queue.core.pg import notify
+
+    queue = open_pg()
+    backend = queue.store
+    assert isinstance(backend, PgBackend) and backend._channel is not None
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {backend._channel}")
+        job = queue.submit("demo", {"n": 1}).job
+        told = list(listener.notifies(timeout=5, stop_after=1))
+        assert [n.payload for n in told] == [job.id]
+        # a notification the server refuses (too long): the submission is still made and answered
+        monkeypatch.setattr(notify, "payload_of", lambda ids: "x" * 9000)
+        second = queue.submit("demo", {"n": 2}).job
+        assert queue.get(second.id).state == State.QUEUED
+        # a verb that commits nothing tells no one
+        monkeypatch.undo()
+        with pytest.raises(Exception, match="different input"):
+            queue.submit("demo", {"n": 3}, key=job.idempotency_key)
+        assert list(listener.notifies(timeout=0.5, stop_after=1)) == []
