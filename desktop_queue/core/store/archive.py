@@ -48,7 +48,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 import zstandard
@@ -78,6 +78,23 @@ INLINE_RESULT_MAX = 1 << 20
 _BUCKET_BASE = math.log(1.02)
 #: a title search reads this many of the newest archived jobs before asking the trigram index
 SCAN_FIRST = 20_000
+
+
+#: how many times an index step that found the index busy is tried, and the pause before
+#: the n-th retry (n times this)
+BUSY_TRIES = 8
+BUSY_PAUSE_S = 0.01
+_busy_pause = time.sleep  # (looked up at each call: tests replace it)
+_T = TypeVar("_T")
+
+
+def _busy(exc: sqlite3.DatabaseError) -> bool:
+    """Whether an SQLite error is SQLITE_BUSY or SQLITE_LOCKED (a lock held elsewhere), not damage."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (5, 6)  # (extended codes keep the primary one in the low byte)
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("database is locked" in text or "busy" in text)
 
 
 def as_hot(job: JobDict) -> JobDict:
@@ -555,6 +572,27 @@ class Archive:
         self._db, self._db_ino = db, (st.st_dev, st.st_ino)
         return db
 
+    def _while_busy(self, step: Callable[[], _T]) -> _T:
+        """Runs ``step``, again while the index is busy (another connection's lock), up to :data:`BUSY_TRIES` times.
+
+        Busy is not damage: SQLite's busy timeout does not cover every case (a connection
+        whose read snapshot went stale when it came to write, as happens when several
+        processes create a new index at once), and resetting the index there would delete
+        the files other processes are using.
+        """
+        for attempt in range(1, BUSY_TRIES + 1):
+            try:
+                return step()
+            except sqlite3.DatabaseError as exc:
+                if not _busy(exc) or attempt == BUSY_TRIES:
+                    raise
+                log.info("the archive index is busy (%s); trying again", exc)
+                _busy_pause(BUSY_PAUSE_S * attempt)
+        raise AssertionError("unreachable")  # (the loop returns or raises)
+
+    def _busy_error(self, exc: sqlite3.DatabaseError) -> StoreError:
+        return StoreError(f"the archive index {self.index_path} stayed busy: {exc}; try again")
+
     def _reset_index(self, why: str) -> None:
         """Deletes a damaged index (it is rebuilt from the segments right after)."""
         if self._db is not None:
@@ -572,8 +610,10 @@ class Archive:
         and forgets those that are gone."""
         with self._lock:
             try:
-                self._catch_up()
+                self._while_busy(self._catch_up)
             except sqlite3.DatabaseError as exc:
+                if _busy(exc):
+                    raise self._busy_error(exc) from exc
                 self._reset_index(str(exc))
                 self._catch_up()
 
@@ -701,8 +741,10 @@ class Archive:
                     return []
                 self.catch_up()
             try:
-                return self._connect().execute(sql, tuple(args)).fetchall()
+                return self._while_busy(lambda: self._connect().execute(sql, tuple(args)).fetchall())
             except sqlite3.DatabaseError as exc:
+                if _busy(exc):
+                    raise self._busy_error(exc) from exc
                 self._reset_index(str(exc))
                 self._catch_up()
                 return self._connect().execute(sql, tuple(args)).fetchall()
