@@ -854,7 +854,8 @@ class Queue:
         now = self.clock.now()
         key = lease.job.idempotency_key
         ref = self.results.ref_for(key)
-        existing = self.results.get(key)
+        # (as in stored_result: while the lease's job holds the key, no archived job can hold a result for it)
+        existing = self.results.get(key, archived=self.store.peek(lambda state: state.holder_id(key)) != lease.job_id)
         pending = None
         if existing is not None:
             # a result committed earlier for this key (reused): never produced twice
