@@ -249,6 +249,12 @@ class GroupSync:
             return False
         # (the locks by hand, not held(): a generator-based context costs a microsecond here)
         with self._threads:
+            if self.covers(gen, end):
+                # a thread of this process synced while this one waited for it: no need to
+                # queue for the file lock behind every other process's syncer
+                with self._counting:
+                    self.skipped += 1
+                return False
             self._lock.lock_exclusive()
             try:
                 return self._sync_locked(gen, end, fd)
