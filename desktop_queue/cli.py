@@ -1041,9 +1041,12 @@ def cmd_work(args: argparse.Namespace) -> int:
         name: getattr(args, name)
         for name in ("budget_usd_per_day", "budget_usd_per_month", "budget_tokens_per_day", "budget_tokens_per_month")
     }
+    from desktop_queue.core.schedules import Scheduler
+    from desktop_queue.providers.setup import ProfileConfig, build
+
+    # Qt last: once PySide6 is imported it reads the source of every module imported after it
     from PySide6.QtCore import QCoreApplication, QTimer
 
-    from desktop_queue.providers.setup import ProfileConfig, build
     from desktop_queue.runtime import LeaseDriver
 
     # the flags override the default profile's own settings (the file is not changed)
@@ -1088,8 +1091,6 @@ def cmd_work(args: argparse.Namespace) -> int:
         lease_s=args.lease_s,
         attempt_timeout_s=args.attempt_timeout,
     )
-    from desktop_queue.core.schedules import Scheduler
-
     driver.scheduler = Scheduler(queue)  # every worker evaluates the schedules; keys make it once
     # what this worker's attempts ended in: a job queued again (retry, throttle, given
     # back) is not finished, and is counted apart

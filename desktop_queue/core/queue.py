@@ -1373,6 +1373,11 @@ class Queue:
         """When the earliest queued job becomes runnable (wall time), or None if none is queued."""
         return self.store.read(lambda st: st.next_wake())
 
+    def waiting_kinds(self, kinds: Iterable[str]) -> set[str]:
+        """Which of ``kinds`` have a queued job (due or not): one consistent read."""
+        wanted = list(kinds)
+        return self.store.read(lambda st: {kind for kind in wanted if st.queued_of_kinds((kind,))})
+
     def is_idle(self) -> bool:
         """No job queued or running."""
         return self.store.read(lambda st: not st.ids_in(State.QUEUED) and not st.ids_in(State.RUNNING))

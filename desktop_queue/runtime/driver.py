@@ -770,10 +770,17 @@ class LeaseDriver(QObject):
         window why they wait.
         """
         kinds = set()
-        for kind, provider in self.providers.items():
-            ask = getattr(provider, "unavailable_reason", None)
+        asks = {k: a for k, p in self.providers.items() if callable(a := getattr(p, "unavailable_reason", None))}
+        # a check can be slow (the first keyring look-up loads every keyring backend, and
+        # one of them runs a compiler to find a library): only kinds that have a queued
+        # job are asked; the others are not leased from until a tick finds one of theirs
+        waiting = self.queue.waiting_kinds(asks) if asks else set()
+        for kind in self.providers:
+            ask = asks.get(kind)
             reason = None
-            if callable(ask):
+            if ask is not None:
+                if kind not in waiting:
+                    continue
                 try:
                     reason = ask()
                 except Exception as exc:  # a provider's check must not stop the driver
