@@ -1044,11 +1044,6 @@ def cmd_work(args: argparse.Namespace) -> int:
     from desktop_queue.core.schedules import Scheduler
     from desktop_queue.providers.setup import ProfileConfig, build
 
-    # Qt last: once PySide6 is imported it reads the source of every module imported after it
-    from PySide6.QtCore import QCoreApplication, QTimer
-
-    from desktop_queue.runtime import LeaseDriver
-
     # the flags override the default profile's own settings (the file is not changed)
     overrides: dict[str, Any] = {
         "rpm": args.rpm,
@@ -1074,6 +1069,12 @@ def cmd_work(args: argparse.Namespace) -> int:
     # machine's workers share them (the data dir's flow state is only this machine's)
     store = _store(args)
     providers, flow = build(profiles, data_dir=resolve_data_dir(args.data_dir), backend=store.get("backend"))
+    # Qt after the rest: once PySide6 is imported, its feature hook reads the source of
+    # every module imported after it
+    from PySide6.QtCore import QCoreApplication, QTimer
+
+    from desktop_queue.runtime import LeaseDriver
+
     # after everything that can refuse the arguments: a process has one application object
     app = QCoreApplication.instance() or QCoreApplication([PROG])
     queue = _open(args, dict(providers), store)
