@@ -879,7 +879,11 @@ class Queue:
         return self._complete_looked_up(lease, result, reused)
 
     def complete_many(
-        self, done: Sequence[tuple[Lease, Any, dict[str, Any] | None]], *, durable: bool = True
+        self,
+        done: Sequence[tuple[Lease, Any, dict[str, Any] | None]],
+        *,
+        durable: bool = True,
+        pending: bool = True,
     ) -> builtins.list[Job | QueueError]:
         """:meth:`complete` of several attempts (``(lease, result, document)`` each) in one commit.
 
@@ -888,6 +892,8 @@ class Queue:
         the others go through :meth:`complete` one by one. With ``durable=False`` the
         commit is written (every process sees it) but not synced: the caller syncs
         (:meth:`sync`) before it reports anything that depends on it surviving a power cut.
+        ``pending=False`` says that no document was kept as a pending result
+        (:meth:`ResultStore.put_pending`): there is then none to remove.
 
         Returns:
             For each attempt, in order: the job, or what its commit raised: a
@@ -934,7 +940,8 @@ class Queue:
             jobs = self.store.peek(lambda state: [Job.from_dict(self._find(state, job_id)) for job_id in ids])
             for i, job in zip(made, jobs, strict=True):
                 lease = done[i][0]
-                self.results.drop_pending(lease.job.idempotency_key, lease.epoch)  # the journal record carries it
+                if pending:
+                    self.results.drop_pending(lease.job.idempotency_key, lease.epoch)  # the record carries it
                 answers[i] = job
         for i, how in decided.items():
             if isinstance(how, StaleLease):

@@ -84,8 +84,10 @@ class RunReport:
     outcome: Outcome
     cancelled: bool
     reused: bool = False
-    #: the result document kept when the provider answered (None: none could be kept)
+    #: the result document made when the provider answered (None: none could be made)
     document: dict[str, Any] | None = None
+    #: the document was kept on disk as a pending result (see ``ResultStore.put_pending``)
+    pending: bool = False
     committed: str | None = None
     commit_error: QueueError | None = None
 
@@ -189,9 +191,18 @@ class JobRunnable(QRunnable):
     """Runs one leased attempt on a pool thread and reports its outcome to the driver.
 
     Its first act is :meth:`Queue.sync <desktop_queue.core.Queue.sync>`: the driver
-    commits leases and the successes they follow without waiting for the disk, and
-    one ``fsync`` here (shared by the attempts that start together) makes them all
-    durable before anything is paid for. The driver commits every outcome.
+    commits leases (and the free successes they follow) without waiting for the disk,
+    and one ``fsync`` here, shared by the attempts that start together, makes them
+    durable before anything is paid for.
+
+    A paid success (a provider without ``paid = False``) is committed here, on the
+    pool thread, the moment the provider answers, after its answer was kept as a
+    pending result: its durable commit is the slow part of a finished attempt, and
+    the pool's threads share theirs (group commit) where the driver's thread would
+    make one after the other. The driver commits everything else: the successes of
+    free providers in one commit per batch of reports (see
+    :meth:`LeaseDriver._complete_batch`), failures, retries, give-backs, attempts told
+    to stop.
 
     Args:
         queue: the engine (thread-safe).
@@ -201,6 +212,8 @@ class JobRunnable(QRunnable):
         cancel: set to ask the provider to stop.
         stopping: set with ``cancel`` when the job was not cancelled (shutdown, lost lease).
         timeout_s: the attempt's timeout, handed to the provider.
+        keeper: renews the lease; told to stop before a paid success is committed, as
+            the driver does before its commits (None: the driver's commit tells it).
     """
 
     def __init__(
@@ -212,6 +225,7 @@ class JobRunnable(QRunnable):
         cancel: threading.Event,
         stopping: threading.Event | None = None,
         timeout_s: float | None = None,
+        keeper: LeaseKeeper | None = None,
     ) -> None:
         super().__init__()
         self.setAutoDelete(True)
@@ -222,6 +236,7 @@ class JobRunnable(QRunnable):
         self._cancel = cancel
         self._stopping = stopping or threading.Event()
         self._timeout_s = timeout_s
+        self._keeper = keeper
         self._partial_at: float | None = None
 
     def _partial(self, text: str) -> None:
@@ -243,13 +258,31 @@ class JobRunnable(QRunnable):
         self._queue.record_provider_job(self._lease, provider_job_id)
 
     def run(self) -> None:
-        self._relay.put(self._attempt())
+        report = self._attempt()
+        if report.outcome.ok and not report.cancelled and (report.reused or getattr(self._provider, "paid", True)):
+            # a paid (or already stored) answer: committed, durably, at once. An attempt
+            # told to stop (cancelled, timed out, lease lost, shutdown) is the driver's to
+            # settle: it knows why
+            self._complete(report)
+        self._relay.put(report)
+
+    def _complete(self, report: RunReport) -> None:
+        """Commits a success under the lease; the driver is told what came of it."""
+        if self._keeper is not None:
+            self._keeper.remove(report.lease)  # no renewal may race the commit (and be refused)
+        try:
+            report.committed = self._queue.complete(
+                report.lease, report.outcome.result, reused=report.reused, document=report.document
+            ).state
+        except QueueError as exc:  # a stale lease, a store that refuses: the driver decides
+            report.commit_error = exc
 
     def _attempt(self) -> RunReport:
         lease = self._lease
         job = lease.job
         reused = False
         document = None
+        pending = False
         try:
             # the lease, and the successes committed with it, were written without waiting
             # for the disk: put them there first, before anything is paid for (invariant
@@ -302,6 +335,7 @@ class JobRunnable(QRunnable):
                             epoch=lease.epoch,
                             produced_at=time.time(),
                         )
+                        pending = True
                     except (StoreError, OSError) as exc:
                         # the answer is paid for all the same: the driver keeps it in memory
                         # until its commit (which carries it) goes through
@@ -312,7 +346,10 @@ class JobRunnable(QRunnable):
             # the type only: an exception's text may quote the prompt (invariant 7)
             log.error("attempt of %s crashed: %s", job.id, type(exc).__name__)
             outcome = Outcome.failure(ErrorClass.RETRYABLE, f"worker error: {type(exc).__name__}")
-        return RunReport(lease, outcome, self._cancel.is_set(), reused, document if outcome.ok else None)
+        ok = outcome.ok
+        return RunReport(
+            lease, outcome, self._cancel.is_set(), reused, document if ok else None, pending=pending and ok
+        )
 
 
 class LeaseDriver(QObject):
@@ -890,7 +927,7 @@ class LeaseDriver(QObject):
         self._active[lease.job_id] = active
         self.keeper.add(lease, self.lease_s or self.queue.lease_length(lease.job.kind))
         runnable = JobRunnable(
-            self.queue, provider, lease, self._relay, active.cancel, active.stopping, active.timeout_s
+            self.queue, provider, lease, self._relay, active.cancel, active.stopping, active.timeout_s, self.keeper
         )
         self._launched = True
         self._was_idle = False
@@ -929,9 +966,10 @@ class LeaseDriver(QObject):
     def _complete_batch(self, reports: list[RunReport]) -> bool:
         """Commits the plain successes among ``reports`` in one commit, not waiting for the disk.
 
-        A plain success is one whose attempt is still this driver's, not timed out and
-        not told to stop; its report then carries its new state (or what its commit
-        raised), which :meth:`_commit` hands on. The commit is durable once the next
+        A plain success is a free provider's (a paid one's runnable committed it) whose
+        attempt is still this driver's, not timed out and not told to stop; its report
+        then carries its new state (or what its commit raised), which :meth:`_commit`
+        hands on. The commit is durable once the next
         attempt to start has synced (or the sync the caller starts when none does).
 
         Returns:
@@ -939,8 +977,8 @@ class LeaseDriver(QObject):
         """
         plain = []
         for report in reports:
-            if not report.outcome.ok or report.cancelled or report.committed is not None:
-                continue
+            if not report.outcome.ok or report.cancelled or report.committed is not None or report.commit_error:
+                continue  # (a paid success its runnable committed, or tried to)
             active = self._active.get(report.lease.job_id)
             if active is None or active.lease.token != report.lease.token or active.timed_out:
                 continue
@@ -951,21 +989,18 @@ class LeaseDriver(QObject):
             self.keeper.remove(report.lease)  # no renewal may race the commit (and be refused)
         try:
             answers = self.queue.complete_many(
-                [(r.lease, r.outcome.result, r.document) for r in plain if not r.reused], durable=False
+                [(r.lease, r.outcome.result, r.document) for r in plain],
+                durable=False,
+                pending=any(r.pending for r in plain),
             )
         except QueueError as exc:  # a store that refuses: each is settled (and held) on its own
             for report in plain:
-                if not report.reused:
-                    report.commit_error = exc
-            answers = []
-        fresh = iter(answers)
-        for report in plain:
-            if report.reused:
-                continue  # (a stored result: committed by _commit, as it always was)
-            answer = next(fresh, None)
+                report.commit_error = exc
+            return False
+        for report, answer in zip(plain, answers, strict=True):
             if isinstance(answer, QueueError):
                 report.commit_error = answer
-            elif answer is not None:
+            else:
                 report.committed = answer.state
         return bool(answers)
 
