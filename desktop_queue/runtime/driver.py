@@ -468,6 +468,8 @@ class LeaseDriver(QObject):
         self._relay.partial.connect(self._keep_partial)
         self._relay.sync_failed.connect(self._sync_failed)
         self._launched = False  # whether an attempt started since the last batch of reports
+        #: the attempts of a batch whose successes were committed, until they are settled
+        self._early: dict[str, _Active] = {}
         #: the latest streamed text of each running attempt that streams (until it ends)
         self._partials: dict[str, str] = {}
         self.scheduler: Any = None
@@ -942,6 +944,10 @@ class LeaseDriver(QObject):
             return
         self._launched = False
         unsynced = self._complete_batch(reports)
+        if self._early:
+            # the committed successes' slots are leased into before anyone is told of
+            # them: the new attempts' first act, the sync, overlaps what follows
+            self._fill_early()
         flow = self.flow
         governed = flow is not None and any(flow.governs(r.lease.job) for r in reports)
         # one look at the shared flow state for the whole batch, if any of it needs one
@@ -1002,6 +1008,8 @@ class LeaseDriver(QObject):
                 report.commit_error = answer
             else:
                 report.committed = answer.state
+                # its slot is free now; _on_finished finds the attempt here
+                self._early[report.lease.job_id] = self._active.pop(report.lease.job_id)
         return bool(answers)
 
     @Slot(object)
@@ -1018,14 +1026,33 @@ class LeaseDriver(QObject):
         """The text streamed so far by ``job_id``'s running attempt, or None (for a view opened mid-stream)."""
         return self._partials.get(job_id)
 
+    def _fill_early(self) -> None:
+        """:meth:`_fill` of the slots a batch's committed successes freed, before they are settled.
+
+        Only on the fast path (kinds known, not paused, stopping or refused by the
+        store); otherwise the fill after the settling decides. Nothing is said about
+        being idle here: the batch's attempts have not been told of yet.
+        """
+        if self._stopping or self._kinds is None or self._paused or self._store_down is not None:
+            return
+        try:
+            self._lease_while_capacity(self._kinds)
+        except StoreError as exc:
+            self._store_failed(exc)
+        except QueueError as exc:
+            log.error("lease driver: %s", exc)
+            self.error.emit(str(exc))
+
     def _on_finished(self, report: RunReport) -> None:
         lease = report.lease
         self._partials.pop(lease.job_id, None)
-        active = self._active.get(lease.job_id)
-        if active is not None and active.lease.token == lease.token:
-            del self._active[lease.job_id]
-        else:
-            active = None
+        active = self._early.pop(lease.job_id, None)  # (committed in the batch: its slot was freed then)
+        if active is None:
+            active = self._active.get(lease.job_id)
+            if active is not None and active.lease.token == lease.token:
+                del self._active[lease.job_id]
+            else:
+                active = None
         if active is not None and active.timed_out and report.committed is None:
             # already failed as a timeout: whatever came back is a stale holder's
             if not self._holds(lease):  # (that failure still waits for the store: its lease stays kept)
