@@ -669,9 +669,39 @@ class Queue:
         if n <= 1:
             one = self.lease(worker, kinds=kinds, lease_s=lease_s, accept=accept, kept=kept, lanes=lanes)
             return [one] if one is not None else []
-        who = worker or default_worker_id()
-        owner = this_process() if kept else None
-        taken: set[str] = set()
+        return self.complete_and_lease(
+            (), n, worker=worker, kinds=kinds, lease_s=lease_s, accept=accept, kept=kept, lanes=lanes
+        )[1]
+
+    def _lease_records(
+        self,
+        state: View,
+        n: int,
+        busy: Collection[str],
+        *,
+        who: str,
+        owner: str | None,
+        kinds: set[str] | None,
+        lease_s: float | None,
+        accept: Callable[[JobDict], bool] | None,
+        kept: bool,
+        lanes: Collection[str] | None,
+    ) -> tuple[builtins.list[Record], builtins.list[tuple[str, str, int, float, int]]]:
+        """The records of :meth:`lease_many` in ``state``: reaps, then up to ``n`` leases.
+
+        ``busy``: jobs the same commit settles otherwise (neither reaped nor leased).
+        """
+        now = self.clock.now()
+        records: builtins.list[Record] = []
+        taken: set[str] = set(busy)
+        if state.ids_in(State.RUNNING):
+            for record in self._reap_records(state, now):
+                if record["id"] not in taken:
+                    records.append(record)
+                    taken.add(record["id"])
+        leased: builtins.list[tuple[str, str, int, float, int]] = []
+        if n <= 0 or (kinds is not None and not state.queued_of_kinds(kinds)):
+            return records, leased
 
         def skip(job: JobDict) -> bool:
             if job["id"] in taken:  # (leased in this commit: the view applies it only after)
@@ -680,62 +710,42 @@ class Queue:
                 return True
             return accept is not None and not accept(job)
 
-        def fn(state: View) -> Change[builtins.list[tuple[str, str, int, float, int]]]:
-            now = self.clock.now()
-            records: builtins.list[Record] = []
-            reaped = self._reap_records(state, now) if state.ids_in(State.RUNNING) else []
-            records.extend(reaped)
-            taken.clear()
-            taken.update(r["id"] for r in reaped)
-            leased: builtins.list[tuple[str, str, int, float, int]] = []
-            if kinds is not None and not state.queued_of_kinds(kinds):
-                return Change(records, leased)
-            epoch = 0
-            while len(leased) < n:
-                job = None
-                for lane in _LANE_ORDER:
-                    if lanes is not None and lane not in lanes:
-                        continue
-                    job = state.runnable(lane, now, skip)
-                    if job is not None:
-                        break
-                if job is None:
+        epoch = 0
+        while len(leased) < n:
+            job = None
+            for lane in _LANE_ORDER:
+                if lanes is not None and lane not in lanes:
+                    continue
+                job = state.runnable(lane, now, skip)
+                if job is not None:
                     break
-                taken.add(job["id"])
-                token = secrets.token_urlsafe(24)
-                # a backend whose epoch reserves a new one at each read (a sequence) or not
-                epoch = max(state.epoch + 1, epoch + 1)
-                attempts = job["attempts"] + 1
-                length = self.lease_length(job["kind"]) if lease_s is None else lease_s
-                expires = now + length
-                changes: JobChanges = {
-                    "state": State.RUNNING,
-                    "attempts": attempts,
-                    "total_attempts": job.get("total_attempts", 0) + 1,
-                    "lease_token": token,
-                    "lease_epoch": epoch,
-                    "lease_expires_at": expires,
-                    "lease_owner": owner,
-                    "worker": who,
-                    "started_at": now,
-                    "updated_at": now,
-                }
-                event = _event_dict(EventType.LEASED, now, attempts, epoch, who, Actor.SYSTEM, {"lease_s": length})
-                records.append(self._upd(job["id"], changes, event))
-                if kept:
-                    _KEPT.add(token)  # before the commit: no other thread of ours may reap it meanwhile
-                leased.append((job["id"], token, epoch, expires, attempts))
-            return Change(records, leased)
-
-        leased = self.store.commit(fn, durable=False)
-        if not leased:
-            return []
-        ids = [item[0] for item in leased]
-        jobs = self.store.peek(lambda state: [Job.from_dict(self._find(state, job_id)) for job_id in ids])
-        return [
-            Lease(job_id=job_id, token=token, epoch=epoch, expires_at=expires, attempt=attempt, worker=who, job=job)
-            for (job_id, token, epoch, expires, attempt), job in zip(leased, jobs, strict=True)
-        ]
+            if job is None:
+                break
+            taken.add(job["id"])
+            token = secrets.token_urlsafe(24)
+            # a backend whose epoch reserves a new one at each read (a sequence) or not
+            epoch = max(state.epoch + 1, epoch + 1)
+            attempts = job["attempts"] + 1
+            length = self.lease_length(job["kind"]) if lease_s is None else lease_s
+            expires = now + length
+            changes: JobChanges = {
+                "state": State.RUNNING,
+                "attempts": attempts,
+                "total_attempts": job.get("total_attempts", 0) + 1,
+                "lease_token": token,
+                "lease_epoch": epoch,
+                "lease_expires_at": expires,
+                "lease_owner": owner,
+                "worker": who,
+                "started_at": now,
+                "updated_at": now,
+            }
+            event = _event_dict(EventType.LEASED, now, attempts, epoch, who, Actor.SYSTEM, {"lease_s": length})
+            records.append(self._upd(job["id"], changes, event))
+            if kept:
+                _KEPT.add(token)  # before the commit: no other thread of ours may reap it meanwhile
+            leased.append((job["id"], token, epoch, expires, attempts))
+        return records, leased
 
     def _current(self, state: View, lease: Lease) -> JobDict:
         job = state.hot(lease.job_id)
@@ -903,8 +913,33 @@ class Queue:
         Raises:
             StoreError: the one commit was refused: nothing was changed.
         """
+        return self.complete_and_lease(done, 0, durable=durable, pending=pending)[0]
+
+    def complete_and_lease(
+        self,
+        done: Sequence[tuple[Lease, Any, dict[str, Any] | None]],
+        n: int,
+        *,
+        worker: str | None = None,
+        kinds: set[str] | None = None,
+        lease_s: float | None = None,
+        accept: Callable[[JobDict], bool] | None = None,
+        kept: bool = False,
+        lanes: Collection[str] | None = None,
+        durable: bool = True,
+        pending: bool = True,
+    ) -> tuple[builtins.list[Job | QueueError], builtins.list[Lease]]:
+        """:meth:`complete_many` of ``done`` and :meth:`lease_many` of ``n`` in one commit.
+
+        What a worker does when attempts end and their slots are to be filled again:
+        one journal write, one sync. The leases never take or reap a job of ``done``.
+        An exception from ``accept`` writes nothing, the successes neither.
+
+        Returns:
+            ``complete_many``'s answers and ``lease_many``'s leases.
+        """
         now = self.clock.now()
-        kept: dict[int, tuple[str, str, dict[str, Any]]] = {}
+        kept_docs: dict[int, tuple[str, str, dict[str, Any]]] = {}
         for i, (lease, _result, doc) in enumerate(done):
             key = lease.job.idempotency_key
             if (
@@ -913,13 +948,17 @@ class Queue:
                 and doc.get("job_id") == lease.job_id
                 and doc.get("epoch") == lease.epoch
             ):
-                kept[i] = (key, self.results.ref_for(key), doc)
-        answers: dict[int, Job | QueueError] = {}
+                kept_docs[i] = (key, self.results.ref_for(key), doc)
+        who = worker or default_worker_id()
+        owner = this_process() if kept else None
+        busy = {lease.job_id for lease, _result, _doc in done}
 
-        def fn(state: View) -> Change[dict[int, StaleLease | bool]]:
+        def fn(
+            state: View,
+        ) -> Change[tuple[dict[int, StaleLease | bool], builtins.list[tuple[str, str, int, float, int]]]]:
             records: builtins.list[Record] = []
             decided: dict[int, StaleLease | bool] = {}
-            for i, (key, ref, doc) in kept.items():
+            for i, (key, ref, doc) in kept_docs.items():
                 lease = done[i][0]
                 try:
                     job = self._current(state, lease)
@@ -931,18 +970,39 @@ class Queue:
                     continue
                 records.append(self._success_record(job, lease, ref, now, doc, reused=False))
                 decided[i] = True
-            return Change(records, decided)
+            leased: builtins.list[tuple[str, str, int, float, int]] = []
+            if n > 0:
+                more, leased = self._lease_records(
+                    state,
+                    n,
+                    busy,
+                    who=who,
+                    owner=owner,
+                    kinds=kinds,
+                    lease_s=lease_s,
+                    accept=accept,
+                    kept=kept,
+                    lanes=lanes,
+                )
+                records.extend(more)
+            return Change(records, (decided, leased))
 
-        decided = self.store.commit(fn, durable=durable) if kept else {}
+        decided: dict[int, StaleLease | bool] = {}
+        leased: builtins.list[tuple[str, str, int, float, int]] = []
+        if kept_docs or n > 0:
+            # (leases alone need no sync here: the caller syncs before it calls a provider)
+            decided, leased = self.store.commit(fn, durable=durable and bool(kept_docs))
+        answers: dict[int, Job | QueueError] = {}
         made = [i for i, how in decided.items() if how is True]
-        if made:
-            ids = [done[i][0].job_id for i in made]
-            jobs = self.store.peek(lambda state: [Job.from_dict(self._find(state, job_id)) for job_id in ids])
-            for i, job in zip(made, jobs, strict=True):
-                lease = done[i][0]
-                if pending:
-                    self.results.drop_pending(lease.job.idempotency_key, lease.epoch)  # the record carries it
-                answers[i] = job
+        ids = [done[i][0].job_id for i in made] + [item[0] for item in leased]
+        jobs = (
+            self.store.peek(lambda state: [Job.from_dict(self._find(state, job_id)) for job_id in ids]) if ids else []
+        )
+        for i, job in zip(made, jobs, strict=False):
+            lease = done[i][0]
+            if pending:
+                self.results.drop_pending(lease.job.idempotency_key, lease.epoch)  # the record carries it
+            answers[i] = job
         for i, how in decided.items():
             if isinstance(how, StaleLease):
                 lease = done[i][0]
@@ -961,7 +1021,11 @@ class Queue:
                 except QueueError as exc:
                     answer = exc
             out.append(answer)
-        return out
+        leases = [
+            Lease(job_id=job_id, token=token, epoch=epoch, expires_at=expires, attempt=attempt, worker=who, job=job)
+            for (job_id, token, epoch, expires, attempt), job in zip(leased, jobs[len(made) :], strict=True)
+        ]
+        return out, leases
 
     def _complete_kept(self, lease: Lease, key: str, doc: dict[str, Any]) -> Job | None:
         """:meth:`complete` with the attempt's own kept document; None when the job no longer holds its key."""

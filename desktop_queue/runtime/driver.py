@@ -944,10 +944,6 @@ class LeaseDriver(QObject):
             return
         self._launched = False
         unsynced = self._complete_batch(reports)
-        if self._early:
-            # the committed successes' slots are leased into before anyone is told of
-            # them: the new attempts' first act, the sync, overlaps what follows
-            self._fill_early()
         flow = self.flow
         governed = flow is not None and any(flow.governs(r.lease.job) for r in reports)
         # one look at the shared flow state for the whole batch, if any of it needs one
@@ -993,12 +989,10 @@ class LeaseDriver(QObject):
             return False
         for report in plain:
             self.keeper.remove(report.lease)  # no renewal may race the commit (and be refused)
+        done = [(r.lease, r.outcome.result, r.document) for r in plain]
+        pending = any(r.pending for r in plain)
         try:
-            answers = self.queue.complete_many(
-                [(r.lease, r.outcome.result, r.document) for r in plain],
-                durable=False,
-                pending=any(r.pending for r in plain),
-            )
+            answers, leases = self._complete_and_lease(done, len(plain), pending)
         except QueueError as exc:  # a store that refuses: each is settled (and held) on its own
             for report in plain:
                 report.commit_error = exc
@@ -1010,6 +1004,14 @@ class LeaseDriver(QObject):
                 report.committed = answer.state
                 # its slot is free now; _on_finished finds the attempt here
                 self._early[report.lease.job_id] = self._active.pop(report.lease.job_id)
+        if leases:
+            # started before anyone is told of the batch: the new attempts' first act,
+            # the sync (which makes this commit durable), overlaps what follows
+            self._store_ok()
+            for lease in leases:
+                if self.flow is not None:
+                    self.flow.on_start(lease.job)
+                self._launch(lease)
         return bool(answers)
 
     @Slot(object)
@@ -1026,22 +1028,39 @@ class LeaseDriver(QObject):
         """The text streamed so far by ``job_id``'s running attempt, or None (for a view opened mid-stream)."""
         return self._partials.get(job_id)
 
-    def _fill_early(self) -> None:
-        """:meth:`_fill` of the slots a batch's committed successes freed, before they are settled.
+    def _complete_and_lease(
+        self, done: list[tuple[Lease, Any, dict[str, Any] | None]], freed: int, pending: bool
+    ) -> tuple[list[Any], list[Lease]]:
+        """Commits ``done`` and, on the fast path, leases into the slots they free, in one commit.
 
-        Only on the fast path (kinds known, not paused, stopping or refused by the
-        store); otherwise the fill after the settling decides. Nothing is said about
-        being idle here: the batch's attempts have not been told of yet.
+        The fast path is :meth:`_fill`'s (kinds known, not paused, stopping or refused by
+        the store). A job flow control governs needs its shared state, which is not
+        taken here: the successes are then committed alone and the fill that follows
+        the settling leases (inside a session).
+
+        Raises:
+            StoreError: the store refused: nothing was written.
         """
-        if self._stopping or self._kinds is None or self._paused or self._store_down is not None:
-            return
-        try:
-            self._lease_while_capacity(self._kinds)
-        except StoreError as exc:
-            self._store_failed(exc)
-        except QueueError as exc:
-            log.error("lease driver: %s", exc)
-            self.error.emit(str(exc))
+        kinds = self._kinds
+        fast = not (self._stopping or kinds is None or self._paused or self._store_down is not None)
+        n = self._concurrency - len(self._active) + freed if fast else 0
+        if n > 0:
+            try:
+                return self.queue.complete_and_lease(
+                    done,
+                    n,
+                    worker=self.worker_id,
+                    kinds=kinds,
+                    lease_s=self.lease_s,
+                    accept=self.flow.accept_unshared if self.flow is not None else None,
+                    kept=True,
+                    lanes=self._lanes(),
+                    durable=False,
+                    pending=pending,
+                )
+            except NeedsSession:
+                pass
+        return self.queue.complete_many(done, durable=False, pending=pending), []
 
     def _on_finished(self, report: RunReport) -> None:
         lease = report.lease

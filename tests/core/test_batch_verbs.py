@@ -118,3 +118,25 @@ def test_complete_many_without_a_document_goes_through_complete(any_queue: Queue
     [again] = queue.complete_many([(lease, {"text": "twice"}, document(queue, lease, "twice"))])
     assert isinstance(again, StaleLease)
     assert queue.results.get(lease.job.idempotency_key)["result"] == {"text": "looked up"}
+
+
+def test_complete_and_lease_settles_and_refills_in_one_commit_never_reaping_what_it_settles(
+    any_queue: Queue, clock: Any
+) -> None:
+    queue = any_queue
+    ids = submit(queue, 3)
+    leases = queue.lease_many("w", 2)
+    # both leases expired (a plain lease is lost when it expires): a lease scan would reap
+    # them, but this commit settles them, so they are neither reaped nor leased again
+    clock.advance(queue.policy.lease_s + 1)
+
+    answers, more = queue.complete_and_lease(
+        [(lease, {"text": "done"}, document(queue, lease, "done")) for lease in leases], 5, worker="w"
+    )
+
+    assert [a.state for a in answers if not isinstance(a, QueueError)] == [State.SUCCEEDED] * 2
+    assert [lease.job_id for lease in more] == [ids[2]]
+    assert more[0].epoch > max(lease.epoch for lease in leases)
+    for job_id in ids[:2]:
+        assert [e.type for e in queue.get(job_id).events] == ["submitted", "leased", "succeeded"]
+    assert queue.get(ids[2]).state == State.RUNNING

@@ -71,17 +71,18 @@ def test_successes_reported_together_are_committed_in_one_commit_then_synced(
     driver = make_driver({"demo": provider}, concurrency=3, tick_ms=NEVER_MS)
     batches: list[int] = []
     synced_after: list[bool] = []
-    complete_many, sync = queue.complete_many, queue.sync
+    complete_and_lease, sync = queue.complete_and_lease, queue.sync
 
-    def counting_complete_many(done: Any, **kwargs: Any) -> Any:
-        batches.append(len(done))
-        return complete_many(done, **kwargs)
+    def counting_complete_and_lease(done: Any, n: int, **kwargs: Any) -> Any:
+        if done:  # (lease_many is this verb without successes)
+            batches.append(len(done))
+        return complete_and_lease(done, n, **kwargs)
 
     def watching_sync() -> None:
         sync()
         synced_after.append(bool(batches) and threading.current_thread() is not threading.main_thread())
 
-    monkeypatch.setattr(queue, "complete_many", counting_complete_many)
+    monkeypatch.setattr(queue, "complete_and_lease", counting_complete_and_lease)
     monkeypatch.setattr(queue, "sync", watching_sync)
     finished: list[tuple[str, str]] = []
     driver.job_finished.connect(lambda job_id, state: finished.append((job_id, state)))
@@ -184,3 +185,32 @@ def test_a_provider_is_asked_whether_it_can_run_only_when_its_kind_has_work(
         driver.tick()
     assert provider.asked == 1
     assert queue.get(job_id).state == State.SUCCEEDED
+
+
+def test_a_batch_of_successes_and_the_leases_into_their_slots_share_one_commit(
+    qtbot: Any, queue: Queue, make_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [queue.submit("demo", instant(f"job {i}")).job.id for i in range(4)]
+    driver = make_driver({"demo": CountingDemo()}, concurrency=2, tick_ms=NEVER_MS)
+    calls: list[tuple[list[str], list[str]]] = []
+    complete_and_lease = queue.complete_and_lease
+
+    def spy(done: Any, n: int, **kwargs: Any) -> Any:
+        answers, leases = complete_and_lease(done, n, **kwargs)
+        if done:  # (lease_many is this verb without successes)
+            calls.append(([lease.job_id for lease, _r, _d in done], [lease.job_id for lease in leases]))
+        return answers, leases
+
+    monkeypatch.setattr(queue, "complete_and_lease", spy)
+    finished: list[str] = []
+    driver.job_finished.connect(lambda job_id, state: finished.append(job_id))
+
+    driver.tick()  # the first two leased; both report before the loop runs
+    assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
+    qtbot.waitUntil(lambda: len(finished) == len(ids), timeout=WAIT_MS)
+
+    # the two successes and the two leases into their slots: one commit
+    assert sorted(calls[0][0]) == sorted(ids[:2]) and calls[0][1] == ids[2:]
+    assert [queue.get(i).state for i in ids] == [State.SUCCEEDED] * len(ids)
+    for job_id in ids:
+        assert [e.type for e in queue.get(job_id).events] == ["submitted", "leased", "succeeded"]
