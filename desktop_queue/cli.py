@@ -1041,8 +1041,10 @@ def cmd_work(args: argparse.Namespace) -> int:
         name: getattr(args, name)
         for name in ("budget_usd_per_day", "budget_usd_per_month", "budget_tokens_per_day", "budget_tokens_per_month")
     }
-    from desktop_queue.core.schedules import Scheduler
+    from PySide6.QtCore import QCoreApplication, QTimer
+
     from desktop_queue.providers.setup import ProfileConfig, build
+    from desktop_queue.runtime import LeaseDriver
 
     # the flags override the default profile's own settings (the file is not changed)
     overrides: dict[str, Any] = {
@@ -1069,12 +1071,6 @@ def cmd_work(args: argparse.Namespace) -> int:
     # machine's workers share them (the data dir's flow state is only this machine's)
     store = _store(args)
     providers, flow = build(profiles, data_dir=resolve_data_dir(args.data_dir), backend=store.get("backend"))
-    # Qt after the rest: once PySide6 is imported, its feature hook reads the source of
-    # every module imported after it
-    from PySide6.QtCore import QCoreApplication, QTimer
-
-    from desktop_queue.runtime import LeaseDriver
-
     # after everything that can refuse the arguments: a process has one application object
     app = QCoreApplication.instance() or QCoreApplication([PROG])
     queue = _open(args, dict(providers), store)
@@ -1092,6 +1088,8 @@ def cmd_work(args: argparse.Namespace) -> int:
         lease_s=args.lease_s,
         attempt_timeout_s=args.attempt_timeout,
     )
+    from desktop_queue.core.schedules import Scheduler
+
     driver.scheduler = Scheduler(queue)  # every worker evaluates the schedules; keys make it once
     # what this worker's attempts ended in: a job queued again (retry, throttle, given
     # back) is not finished, and is counted apart
