@@ -657,6 +657,109 @@ class Queue:
             job=self._view(job_id),
         )
 
+    def lease_many(
+        self,
+        worker: str | None,
+        n: int,
+        *,
+        kinds: set[str] | None = None,
+        lease_s: float | None = None,
+        accept: Callable[[JobDict], bool] | None = None,
+        kept: bool = False,
+        lanes: Collection[str] | None = None,
+    ) -> builtins.list[Lease]:
+        """:meth:`lease` of up to ``n`` jobs in one commit: the next ``n`` it would lease one by one.
+
+        Each lease is what :meth:`lease` makes (its own unpredictable token, a strictly
+        increasing epoch, ``attempts`` counted, the ``leased`` event); one journal write
+        carries them all, so one :meth:`sync` makes them durable together. ``accept`` is
+        asked in lease order and must take its own answers into account (flow control's
+        does: an accepted job is admitted at once). An exception from it writes nothing.
+
+        Returns:
+            The leases, in the order they were taken (empty: nothing runnable).
+        """
+        if n <= 1:
+            one = self.lease(worker, kinds=kinds, lease_s=lease_s, accept=accept, kept=kept, lanes=lanes)
+            return [one] if one is not None else []
+        return self.complete_and_lease(
+            (), n, worker=worker, kinds=kinds, lease_s=lease_s, accept=accept, kept=kept, lanes=lanes
+        )[1]
+
+    def _lease_records(
+        self,
+        state: View,
+        n: int,
+        busy: Collection[str],
+        *,
+        who: str,
+        owner: str | None,
+        kinds: set[str] | None,
+        lease_s: float | None,
+        accept: Callable[[JobDict], bool] | None,
+        kept: bool,
+        lanes: Collection[str] | None,
+    ) -> tuple[builtins.list[Record], builtins.list[tuple[str, str, int, float, int]]]:
+        """The records of :meth:`lease_many` in ``state``: reaps, then up to ``n`` leases.
+
+        ``busy``: jobs the same commit settles otherwise (neither reaped nor leased).
+        """
+        now = self.clock.now()
+        records: builtins.list[Record] = []
+        taken: set[str] = set(busy)
+        if state.ids_in(State.RUNNING):
+            for record in self._reap_records(state, now):
+                if record["id"] not in taken:
+                    records.append(record)
+                    taken.add(record["id"])
+        leased: builtins.list[tuple[str, str, int, float, int]] = []
+        if n <= 0 or (kinds is not None and not state.queued_of_kinds(kinds)):
+            return records, leased
+
+        def skip(job: JobDict) -> bool:
+            if job["id"] in taken:  # (leased in this commit: the view applies it only after)
+                return True
+            if kinds is not None and job["kind"] not in kinds:
+                return True
+            return accept is not None and not accept(job)
+
+        epoch = 0
+        while len(leased) < n:
+            job = None
+            for lane in _LANE_ORDER:
+                if lanes is not None and lane not in lanes:
+                    continue
+                job = state.runnable(lane, now, skip)
+                if job is not None:
+                    break
+            if job is None:
+                break
+            taken.add(job["id"])
+            token = secrets.token_urlsafe(24)
+            # a backend whose epoch reserves a new one at each read (a sequence) or not
+            epoch = max(state.epoch + 1, epoch + 1)
+            attempts = job["attempts"] + 1
+            length = self.lease_length(job["kind"]) if lease_s is None else lease_s
+            expires = now + length
+            changes: JobChanges = {
+                "state": State.RUNNING,
+                "attempts": attempts,
+                "total_attempts": job.get("total_attempts", 0) + 1,
+                "lease_token": token,
+                "lease_epoch": epoch,
+                "lease_expires_at": expires,
+                "lease_owner": owner,
+                "worker": who,
+                "started_at": now,
+                "updated_at": now,
+            }
+            event = _event_dict(EventType.LEASED, now, attempts, epoch, who, Actor.SYSTEM, {"lease_s": length})
+            records.append(self._upd(job["id"], changes, event))
+            if kept:
+                _KEPT.add(token)  # before the commit: no other thread of ours may reap it meanwhile
+            leased.append((job["id"], token, epoch, expires, attempts))
+        return records, leased
+
     def _current(self, state: View, lease: Lease) -> JobDict:
         job = state.hot(lease.job_id)
         if job is None or job["state"] != State.RUNNING or job.get("lease_token") != lease.token:
@@ -797,6 +900,145 @@ class Queue:
             if done is not None:
                 return done
         return self._complete_looked_up(lease, result, reused)
+
+    def complete_many(
+        self,
+        done: Sequence[tuple[Lease, Any, dict[str, Any] | None]],
+        *,
+        durable: bool = True,
+        pending: bool = True,
+    ) -> builtins.list[Job | QueueError]:
+        """:meth:`complete` of several attempts (``(lease, result, document)`` each) in one commit.
+
+        An attempt that kept its document (see :meth:`complete`) and whose job still holds
+        its key is marked ``succeeded`` in the one commit, its record carrying its result;
+        the others go through :meth:`complete` one by one. With ``durable=False`` the
+        commit is written (every process sees it) but not synced: the caller syncs
+        (:meth:`sync`) before it reports anything that depends on it surviving a power cut.
+        ``pending=False`` says that no document was kept as a pending result
+        (:meth:`ResultStore.put_pending`): there is then none to remove.
+
+        Returns:
+            For each attempt, in order: the job, or what its commit raised: a
+            :class:`StaleLease` (recorded in the timeline, its pending result dropped),
+            or a :class:`StoreError` from an attempt that went through :meth:`complete`.
+
+        Raises:
+            StoreError: the one commit was refused: nothing was changed.
+        """
+        return self.complete_and_lease(done, 0, durable=durable, pending=pending)[0]
+
+    def complete_and_lease(
+        self,
+        done: Sequence[tuple[Lease, Any, dict[str, Any] | None]],
+        n: int,
+        *,
+        worker: str | None = None,
+        kinds: set[str] | None = None,
+        lease_s: float | None = None,
+        accept: Callable[[JobDict], bool] | None = None,
+        kept: bool = False,
+        lanes: Collection[str] | None = None,
+        durable: bool = True,
+        pending: bool = True,
+    ) -> tuple[builtins.list[Job | QueueError], builtins.list[Lease]]:
+        """:meth:`complete_many` of ``done`` and :meth:`lease_many` of ``n`` in one commit.
+
+        What a worker does when attempts end and their slots are to be filled again:
+        one journal write, one sync. The leases never take or reap a job of ``done``.
+        An exception from ``accept`` writes nothing, the successes neither.
+
+        Returns:
+            ``complete_many``'s answers and ``lease_many``'s leases.
+        """
+        now = self.clock.now()
+        kept_docs: dict[int, tuple[str, str, dict[str, Any]]] = {}
+        for i, (lease, _result, doc) in enumerate(done):
+            key = lease.job.idempotency_key
+            if (
+                doc is not None
+                and doc.get("key") == key
+                and doc.get("job_id") == lease.job_id
+                and doc.get("epoch") == lease.epoch
+            ):
+                kept_docs[i] = (key, self.results.ref_for(key), doc)
+        who = worker or default_worker_id()
+        owner = this_process() if kept else None
+        busy = {lease.job_id for lease, _result, _doc in done}
+
+        def fn(
+            state: View,
+        ) -> Change[tuple[dict[int, StaleLease | bool], builtins.list[tuple[str, str, int, float, int]]]]:
+            records: builtins.list[Record] = []
+            decided: dict[int, StaleLease | bool] = {}
+            for i, (key, ref, doc) in kept_docs.items():
+                lease = done[i][0]
+                try:
+                    job = self._current(state, lease)
+                except StaleLease as exc:
+                    decided[i] = exc
+                    continue
+                if state.holder_id(key) != job["id"] or self.store.carried_result(key) is not None:
+                    decided[i] = False  # the full look-up decides (see _complete_kept)
+                    continue
+                records.append(self._success_record(job, lease, ref, now, doc, reused=False))
+                decided[i] = True
+            leased: builtins.list[tuple[str, str, int, float, int]] = []
+            if n > 0:
+                more, leased = self._lease_records(
+                    state,
+                    n,
+                    busy,
+                    who=who,
+                    owner=owner,
+                    kinds=kinds,
+                    lease_s=lease_s,
+                    accept=accept,
+                    kept=kept,
+                    lanes=lanes,
+                )
+                records.extend(more)
+            return Change(records, (decided, leased))
+
+        decided: dict[int, StaleLease | bool] = {}
+        leased: builtins.list[tuple[str, str, int, float, int]] = []
+        if kept_docs or n > 0:
+            # (leases alone need no sync here: the caller syncs before it calls a provider)
+            decided, leased = self.store.commit(fn, durable=durable and bool(kept_docs))
+        answers: dict[int, Job | QueueError] = {}
+        made = [i for i, how in decided.items() if how is True]
+        ids = [done[i][0].job_id for i in made] + [item[0] for item in leased]
+        jobs = (
+            self.store.peek(lambda state: [Job.from_dict(self._find(state, job_id)) for job_id in ids]) if ids else []
+        )
+        for i, job in zip(made, jobs, strict=False):
+            lease = done[i][0]
+            if pending:
+                self.results.drop_pending(lease.job.idempotency_key, lease.epoch)  # the record carries it
+            answers[i] = job
+        for i, how in decided.items():
+            if isinstance(how, StaleLease):
+                lease = done[i][0]
+                try:
+                    self.record_stale(lease, "late result rejected")
+                except QueueError as exc:  # only the event is missing: the state is right
+                    log.warning("could not record the late result of %s: %s", lease.job_id, exc)
+                self.results.drop_pending(lease.job.idempotency_key, lease.epoch)
+                answers[i] = how
+        out: builtins.list[Job | QueueError] = []
+        for i, (lease, result, doc) in enumerate(done):
+            answer = answers.get(i)
+            if answer is None:
+                try:
+                    answer = self.complete(lease, result, document=doc)
+                except QueueError as exc:
+                    answer = exc
+            out.append(answer)
+        leases = [
+            Lease(job_id=job_id, token=token, epoch=epoch, expires_at=expires, attempt=attempt, worker=who, job=job)
+            for (job_id, token, epoch, expires, attempt), job in zip(leased, jobs[len(made) :], strict=True)
+        ]
+        return out, leases
 
     def _complete_kept(self, lease: Lease, key: str, doc: dict[str, Any]) -> Job | None:
         """:meth:`complete` with the attempt's own kept document; None when the job no longer holds its key."""
@@ -1386,6 +1628,11 @@ class Queue:
     def next_wake(self) -> float | None:
         """When the earliest queued job becomes runnable (wall time), or None if none is queued."""
         return self.store.read(lambda st: st.next_wake())
+
+    def waiting_kinds(self, kinds: Iterable[str]) -> set[str]:
+        """Which of ``kinds`` have a queued job (due or not): one consistent read."""
+        wanted = list(kinds)
+        return self.store.read(lambda st: {kind for kind in wanted if st.queued_of_kinds((kind,))})
 
     def is_idle(self) -> bool:
         """No job queued or running."""

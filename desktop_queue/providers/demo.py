@@ -165,6 +165,10 @@ class DemoProvider:
 
     kind = "demo"
     version = "1"
+    #: an attempt costs nothing: the runtime need not keep its answer on disk before
+    #: the commit (a crash in between makes the text again; a provider without this
+    #: attribute is treated as paid)
+    paid = False
 
     def __init__(self, tick_s: float = 0.05) -> None:
         self.tick_s = tick_s

@@ -74,17 +74,20 @@ qtcompat.install()  # PySide6 6.12.0 + CPython 3.11 would abort a long run (see 
 class RunReport:
     """What a runnable hands back to the driver thread.
 
-    A success is committed by the runnable itself (see :meth:`JobRunnable.run`):
-    ``committed`` is then the job's new state, or ``commit_error`` what the commit
-    raised (the driver handles it as if its own commit had raised it).
+    The successes of one batch of reports are committed together (see
+    :meth:`LeaseDriver._complete_batch`): ``committed`` is then the job's new state, or
+    ``commit_error`` what its commit raised (handled as if the driver's own commit of
+    that attempt had raised it).
     """
 
     lease: Lease
     outcome: Outcome
     cancelled: bool
     reused: bool = False
-    #: the result document kept when the provider answered (None: none could be kept)
+    #: the result document made when the provider answered (None: none could be made)
     document: dict[str, Any] | None = None
+    #: the document was kept on disk as a pending result (see ``ResultStore.put_pending``)
+    pending: bool = False
     committed: str | None = None
     commit_error: QueueError | None = None
 
@@ -138,10 +141,12 @@ class _Relay(QObject):
     Signals:
         ready(): reports wait in the inbox (:meth:`take`).
         partial(str, str): a streaming attempt's text so far: job id, text.
+        sync_failed(object): a sync of the driver's commits failed (the StoreError).
     """
 
     ready = Signal()
     partial = Signal(str, str)
+    sync_failed = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -163,14 +168,41 @@ class _Relay(QObject):
         return reports
 
 
-class JobRunnable(QRunnable):
-    """Runs one leased attempt on a pool thread.
+class _SyncRunnable(QRunnable):
+    """Puts what the driver committed without waiting for the disk there, off the driver's thread."""
 
-    A success is committed here, on the pool thread, the moment the provider answers:
-    its durable commit is the slow part of a finished attempt (an ``fsync``), and the
-    pool's threads share theirs (group commit) where the driver's thread would make
-    one after the other. Everything else (failures, retries, give-backs, an attempt
-    told to stop, flow control) is decided and committed by the driver.
+    def __init__(self, queue: Queue, relay: _Relay) -> None:
+        super().__init__()
+        self.setAutoDelete(True)
+        self._queue = queue
+        self._relay = relay
+
+    def run(self) -> None:
+        try:
+            self._queue.sync()
+        except StoreError as exc:  # the store is poisoned now: the driver says so, and leases nothing
+            try:
+                self._relay.sync_failed.emit(exc)
+            except RuntimeError:  # the driver is gone (shutdown): closing the queue says it
+                pass
+
+
+class JobRunnable(QRunnable):
+    """Runs one leased attempt on a pool thread and reports its outcome to the driver.
+
+    Its first act is :meth:`Queue.sync <desktop_queue.core.Queue.sync>`: the driver
+    commits leases (and the free successes they follow) without waiting for the disk,
+    and one ``fsync`` here, shared by the attempts that start together, makes them
+    durable before anything is paid for.
+
+    A paid success (a provider without ``paid = False``) is committed here, on the
+    pool thread, the moment the provider answers, after its answer was kept as a
+    pending result: its durable commit is the slow part of a finished attempt, and
+    the pool's threads share theirs (group commit) where the driver's thread would
+    make one after the other. The driver commits everything else: the successes of
+    free providers in one commit per batch of reports (see
+    :meth:`LeaseDriver._complete_batch`), failures, retries, give-backs, attempts told
+    to stop.
 
     Args:
         queue: the engine (thread-safe).
@@ -180,8 +212,8 @@ class JobRunnable(QRunnable):
         cancel: set to ask the provider to stop.
         stopping: set with ``cancel`` when the job was not cancelled (shutdown, lost lease).
         timeout_s: the attempt's timeout, handed to the provider.
-        keeper: renews the lease; told to stop before the success is committed, as the
-            driver does before its commits (None: the driver's commit tells it).
+        keeper: renews the lease; told to stop before a paid success is committed, as
+            the driver does before its commits (None: the driver's commit tells it).
     """
 
     def __init__(
@@ -227,9 +259,10 @@ class JobRunnable(QRunnable):
 
     def run(self) -> None:
         report = self._attempt()
-        if report.outcome.ok and not report.cancelled:
-            # an attempt told to stop (cancelled, timed out, lease lost, shutdown) is the
-            # driver's to settle: it knows why
+        if report.outcome.ok and not report.cancelled and (report.reused or getattr(self._provider, "paid", True)):
+            # a paid (or already stored) answer: committed, durably, at once. An attempt
+            # told to stop (cancelled, timed out, lease lost, shutdown) is the driver's to
+            # settle: it knows why
             self._complete(report)
         self._relay.put(report)
 
@@ -249,7 +282,20 @@ class JobRunnable(QRunnable):
         job = lease.job
         reused = False
         document = None
+        pending = False
         try:
+            # the lease, and the successes committed with it, were written without waiting
+            # for the disk: put them there first, before anything is paid for (invariant
+            # 4); one fsync covers everything written so far, whoever asks
+            try:
+                self._queue.sync()
+            except StoreError as exc:
+                # nothing was sent, so nothing is spent: the driver gives the attempt back
+                return RunReport(
+                    lease,
+                    Outcome.failure(ErrorClass.RETRYABLE, f"the lease could not be saved ({exc})", unreachable=True),
+                    self._cancel.is_set(),
+                )
             stored = self._queue.stored_result(lease)
             if stored is not None:
                 # paid for already: never produce a result twice
@@ -267,21 +313,17 @@ class JobRunnable(QRunnable):
                     timeout_s=self._timeout_s,
                     partial=self._partial,
                 )
-                # the lease was committed without waiting for the disk: put it there before
-                # anything is paid for (invariant 4); one fsync covers every lease so far
                 try:
-                    self._queue.sync()
-                except StoreError as exc:
-                    # nothing was sent, so nothing is spent: the driver gives the attempt back
-                    outcome = Outcome.failure(
-                        ErrorClass.RETRYABLE, f"the lease could not be saved ({exc})", unreachable=True
+                    outcome = self._provider.run(job, context)
+                except Exception as exc:  # providers classify what they did not expect
+                    outcome = self._provider.classify(exc)
+                if outcome.ok and not getattr(self._provider, "paid", True):
+                    # an answer that costs nothing is not kept on disk before its commit: a
+                    # crash in between makes it again, which is all it costs
+                    document = self._queue.results.attempt_document(
+                        job.idempotency_key, outcome.result, job_id=job.id, epoch=lease.epoch, produced_at=time.time()
                     )
-                else:
-                    try:
-                        outcome = self._provider.run(job, context)
-                    except Exception as exc:  # providers classify what they did not expect
-                        outcome = self._provider.classify(exc)
-                if outcome.ok:
+                elif outcome.ok:
                     # before the commit, so a crash in between does not lose a paid-for result;
                     # kept under this lease's epoch, so only this holder's commit (or the
                     # reconciliation of this holder's death) can make it the job's result
@@ -293,6 +335,7 @@ class JobRunnable(QRunnable):
                             epoch=lease.epoch,
                             produced_at=time.time(),
                         )
+                        pending = True
                     except (StoreError, OSError) as exc:
                         # the answer is paid for all the same: the driver keeps it in memory
                         # until its commit (which carries it) goes through
@@ -303,7 +346,10 @@ class JobRunnable(QRunnable):
             # the type only: an exception's text may quote the prompt (invariant 7)
             log.error("attempt of %s crashed: %s", job.id, type(exc).__name__)
             outcome = Outcome.failure(ErrorClass.RETRYABLE, f"worker error: {type(exc).__name__}")
-        return RunReport(lease, outcome, self._cancel.is_set(), reused, document if outcome.ok else None)
+        ok = outcome.ok
+        return RunReport(
+            lease, outcome, self._cancel.is_set(), reused, document if ok else None, pending=pending and ok
+        )
 
 
 class LeaseDriver(QObject):
@@ -334,6 +380,9 @@ class LeaseDriver(QObject):
     Signals:
         job_started(str): a job was leased and handed to the pool.
         job_finished(str, str): an attempt's outcome was committed: job id, new state.
+            The successes of one batch of reports share one commit, written before
+            this is emitted and synced right after (by the next attempt to start, each
+            of which syncs first, or off this thread when none starts).
         stale_result(str): a late result was rejected by its stale token.
         idle(): nothing is running and nothing is runnable right now.
         paused_changed(bool): leasing was paused or resumed.
@@ -417,6 +466,10 @@ class LeaseDriver(QObject):
         self._relay = _Relay(self)
         self._relay.ready.connect(self._on_ready)
         self._relay.partial.connect(self._keep_partial)
+        self._relay.sync_failed.connect(self._sync_failed)
+        self._launched = False  # whether an attempt started since the last batch of reports
+        #: the attempts of a batch whose successes were committed, until they are settled
+        self._early: dict[str, _Active] = {}
         #: the latest streamed text of each running attempt that streams (until it ends)
         self._partials: dict[str, str] = {}
         self.scheduler: Any = None
@@ -656,13 +709,23 @@ class LeaseDriver(QObject):
         if len(self._active) >= self._concurrency:
             return
         lanes = self._lanes()
+        # every free slot is leased in one commit, so one sync (by the first attempt to
+        # start) makes them all durable
         if self.flow is None:
             while len(self._active) < self._concurrency:
-                lease = self.queue.lease(self.worker_id, kinds=kinds, lease_s=self.lease_s, kept=True, lanes=lanes)
-                if lease is None:
+                leases = self.queue.lease_many(
+                    self.worker_id,
+                    self._concurrency - len(self._active),
+                    kinds=kinds,
+                    lease_s=self.lease_s,
+                    kept=True,
+                    lanes=lanes,
+                )
+                if not leases:
                     return
                 self._store_ok()
-                self._launch(lease)
+                for lease in leases:
+                    self._launch(lease)
             return
         # the shared flow state (a file lock, a stat) only once a job flow control governs
         # comes up: until then the scan goes without, and at that job the lease writes
@@ -670,8 +733,9 @@ class LeaseDriver(QObject):
         # store's commit lock (the lease commit asks accept inside it), never inside it
         while len(self._active) < self._concurrency:
             try:
-                lease = self.queue.lease(
+                leases = self.queue.lease_many(
                     self.worker_id,
+                    self._concurrency - len(self._active),
                     kinds=kinds,
                     accept=self.flow.accept_unshared,
                     lease_s=self.lease_s,
@@ -680,24 +744,34 @@ class LeaseDriver(QObject):
                 )
             except NeedsSession:
                 break
-            if lease is None:
+            if not leases:
                 return
-            self.flow.on_start(lease.job)
-            self._store_ok()
-            self._launch(lease)
+            self._start_all(leases)
         else:
             return
-        # one look at the shared flow state for the rest of the scan (every lease of it)
+        # one look at the shared flow state for the rest of the scan (every lease of it);
+        # accept admits each job it lets through, so one commit may take several
         with self.flow.session():
             while len(self._active) < self._concurrency:
-                lease = self.queue.lease(
-                    self.worker_id, kinds=kinds, accept=self.flow.accept, lease_s=self.lease_s, kept=True, lanes=lanes
+                leases = self.queue.lease_many(
+                    self.worker_id,
+                    self._concurrency - len(self._active),
+                    kinds=kinds,
+                    accept=self.flow.accept,
+                    lease_s=self.lease_s,
+                    kept=True,
+                    lanes=lanes,
                 )
-                if lease is None:
+                if not leases:
                     return
-                self.flow.on_start(lease.job)
-                self._store_ok()
-                self._launch(lease)
+                self._start_all(leases)
+
+    def _start_all(self, leases: list[Lease]) -> None:
+        """Tells flow control and starts the attempts of ``leases`` (flow control on)."""
+        self._store_ok()
+        for lease in leases:
+            self.flow.on_start(lease.job)
+            self._launch(lease)
 
     def _lanes(self) -> tuple[str, ...] | None:
         """The lanes to lease from: interactive only while background work is paused on the data dir."""
@@ -770,10 +844,17 @@ class LeaseDriver(QObject):
         window why they wait.
         """
         kinds = set()
-        for kind, provider in self.providers.items():
-            ask = getattr(provider, "unavailable_reason", None)
+        asks = {k: a for k, p in self.providers.items() if callable(a := getattr(p, "unavailable_reason", None))}
+        # a check can be slow (the first keyring look-up loads every keyring backend, and
+        # one of them runs a compiler to find a library): only kinds that have a queued
+        # job are asked; the others are not leased from until a tick finds one of theirs
+        waiting = self.queue.waiting_kinds(asks) if asks else set()
+        for kind in self.providers:
+            ask = asks.get(kind)
             reason = None
-            if callable(ask):
+            if ask is not None:
+                if kind not in waiting:
+                    continue
                 try:
                     reason = ask()
                 except Exception as exc:  # a provider's check must not stop the driver
@@ -850,6 +931,7 @@ class LeaseDriver(QObject):
         runnable = JobRunnable(
             self.queue, provider, lease, self._relay, active.cancel, active.stopping, active.timeout_s, self.keeper
         )
+        self._launched = True
         self._was_idle = False
         self.pool.start(runnable)
         self.job_started.emit(lease.job_id)
@@ -860,6 +942,8 @@ class LeaseDriver(QObject):
         reports = self._relay.take()
         if not reports:
             return
+        self._launched = False
+        unsynced = self._complete_batch(reports)
         flow = self.flow
         governed = flow is not None and any(flow.governs(r.lease.job) for r in reports)
         # one look at the shared flow state for the whole batch, if any of it needs one
@@ -871,6 +955,68 @@ class LeaseDriver(QObject):
             finally:
                 self._in_tick = in_tick
             self._fill()
+        if unsynced and not self._launched:
+            if self._stopping:  # (shutting down: waiting is what shutdown does)
+                try:
+                    self.queue.sync()
+                except StoreError as exc:
+                    self._store_failed(exc)
+            else:
+                # no attempt starts to sync them (each does before it runs): sync off this thread
+                self.pool.start(_SyncRunnable(self.queue, self._relay))
+
+    def _complete_batch(self, reports: list[RunReport]) -> bool:
+        """Commits the plain successes among ``reports`` in one commit, not waiting for the disk.
+
+        A plain success is a free provider's (a paid one's runnable committed it) whose
+        attempt is still this driver's, not timed out and not told to stop; its report
+        then carries its new state (or what its commit raised), which :meth:`_commit`
+        hands on. The commit is durable once the next
+        attempt to start has synced (or the sync the caller starts when none does).
+
+        Returns:
+            Whether anything was committed that waits for a sync.
+        """
+        plain = []
+        for report in reports:
+            if not report.outcome.ok or report.cancelled or report.committed is not None or report.commit_error:
+                continue  # (a paid success its runnable committed, or tried to)
+            active = self._active.get(report.lease.job_id)
+            if active is None or active.lease.token != report.lease.token or active.timed_out:
+                continue
+            plain.append(report)
+        if not plain:
+            return False
+        for report in plain:
+            self.keeper.remove(report.lease)  # no renewal may race the commit (and be refused)
+        done = [(r.lease, r.outcome.result, r.document) for r in plain]
+        pending = any(r.pending for r in plain)
+        try:
+            answers, leases = self._complete_and_lease(done, len(plain), pending)
+        except QueueError as exc:  # a store that refuses: each is settled (and held) on its own
+            for report in plain:
+                report.commit_error = exc
+            return False
+        for report, answer in zip(plain, answers, strict=True):
+            if isinstance(answer, QueueError):
+                report.commit_error = answer
+            else:
+                report.committed = answer.state
+                # its slot is free now; _on_finished finds the attempt here
+                self._early[report.lease.job_id] = self._active.pop(report.lease.job_id)
+        if leases:
+            # started before anyone is told of the batch: the new attempts' first act,
+            # the sync (which makes this commit durable), overlaps what follows
+            self._store_ok()
+            for lease in leases:
+                if self.flow is not None:
+                    self.flow.on_start(lease.job)
+                self._launch(lease)
+        return bool(answers)
+
+    @Slot(object)
+    def _sync_failed(self, exc: StoreError) -> None:
+        self._store_failed(exc)
 
     @Slot(str, str)
     def _keep_partial(self, job_id: str, text: str) -> None:
@@ -882,14 +1028,50 @@ class LeaseDriver(QObject):
         """The text streamed so far by ``job_id``'s running attempt, or None (for a view opened mid-stream)."""
         return self._partials.get(job_id)
 
+    def _complete_and_lease(
+        self, done: list[tuple[Lease, Any, dict[str, Any] | None]], freed: int, pending: bool
+    ) -> tuple[list[Any], list[Lease]]:
+        """Commits ``done`` and, on the fast path, leases into the slots they free, in one commit.
+
+        The fast path is :meth:`_fill`'s (kinds known, not paused, stopping or refused by
+        the store). A job flow control governs needs its shared state, which is not
+        taken here: the successes are then committed alone and the fill that follows
+        the settling leases (inside a session).
+
+        Raises:
+            StoreError: the store refused: nothing was written.
+        """
+        kinds = self._kinds
+        fast = not (self._stopping or kinds is None or self._paused or self._store_down is not None)
+        n = self._concurrency - len(self._active) + freed if fast else 0
+        if n > 0:
+            try:
+                return self.queue.complete_and_lease(
+                    done,
+                    n,
+                    worker=self.worker_id,
+                    kinds=kinds,
+                    lease_s=self.lease_s,
+                    accept=self.flow.accept_unshared if self.flow is not None else None,
+                    kept=True,
+                    lanes=self._lanes(),
+                    durable=False,
+                    pending=pending,
+                )
+            except NeedsSession:
+                pass
+        return self.queue.complete_many(done, durable=False, pending=pending), []
+
     def _on_finished(self, report: RunReport) -> None:
         lease = report.lease
         self._partials.pop(lease.job_id, None)
-        active = self._active.get(lease.job_id)
-        if active is not None and active.lease.token == lease.token:
-            del self._active[lease.job_id]
-        else:
-            active = None
+        active = self._early.pop(lease.job_id, None)  # (committed in the batch: its slot was freed then)
+        if active is None:
+            active = self._active.get(lease.job_id)
+            if active is not None and active.lease.token == lease.token:
+                del self._active[lease.job_id]
+            else:
+                active = None
         if active is not None and active.timed_out and report.committed is None:
             # already failed as a timeout: whatever came back is a stale holder's
             if not self._holds(lease):  # (that failure still waits for the store: its lease stays kept)

@@ -30,6 +30,9 @@ class BlockingDemo(DemoProvider):
         calls: how many attempts started.
     """
 
+    #: a remote call is paid for: its answer is kept on disk before its commit
+    paid = True
+
     def __init__(self) -> None:
         super().__init__(tick_s=0.01)
         self.entered = threading.Event()

@@ -1,10 +1,11 @@
-"""The worker's hot path: successes committed on the pool, freed slots filled without a tick."""
+"""The worker's hot path: successes committed in batches, freed slots filled without a tick."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
+import pytest
 from PySide6.QtCore import QThreadPool
 
 from desktop_queue.core import Outcome, Queue, RunContext
@@ -62,26 +63,48 @@ def test_a_freed_slot_starts_the_next_job_without_waiting_for_a_tick(
     assert provider.asked == 1
 
 
-def test_a_success_is_committed_by_its_runnable_before_the_driver_hears_of_it(
-    qtbot: Any, queue: Queue, make_driver: DriverFactory
+def test_successes_reported_together_are_committed_in_one_commit_then_synced(
+    qtbot: Any, queue: Queue, make_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job_id = queue.submit("demo", instant("one")).job.id
+    ids = [queue.submit("demo", instant(f"job {i}")).job.id for i in range(3)]
     provider = CountingDemo()
-    driver = make_driver({"demo": provider}, tick_ms=NEVER_MS)
+    driver = make_driver({"demo": provider}, concurrency=3, tick_ms=NEVER_MS)
+    batches: list[int] = []
+    synced_after: list[bool] = []
+    complete_and_lease, sync = queue.complete_and_lease, queue.sync
 
-    driver.tick()  # leases and hands the attempt to the pool; no event loop runs meanwhile
-    assert driver.running == 1
+    def counting_complete_and_lease(done: Any, n: int, **kwargs: Any) -> Any:
+        if done:  # (lease_many is this verb without successes)
+            batches.append(len(done))
+        return complete_and_lease(done, n, **kwargs)
+
+    def watching_sync() -> None:
+        sync()
+        synced_after.append(bool(batches) and threading.current_thread() is not threading.main_thread())
+
+    monkeypatch.setattr(queue, "complete_and_lease", counting_complete_and_lease)
+    monkeypatch.setattr(queue, "sync", watching_sync)
+    finished: list[tuple[str, str]] = []
+    driver.job_finished.connect(lambda job_id, state: finished.append((job_id, state)))
+
+    driver.tick()  # three leases in one commit, handed to the pool; no event loop runs meanwhile
+    assert driver.running == 3
     assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
+    # the attempts ran on the pool and reported; nothing is committed until the driver takes them
+    assert provider.threads and all(t is not threading.main_thread() for t in provider.threads)
+    assert [queue.get(i).state for i in ids] == [State.RUNNING] * 3
 
-    # durable and visible while the driver's thread has not handled the report yet
-    job = queue.get(job_id)
-    assert job.state == State.SUCCEEDED and job.result_ref is not None
-    assert provider.threads and provider.threads[0] is not threading.main_thread()
-    assert [e.type for e in job.events] == ["submitted", "leased", "succeeded"]
-    assert driver.running == 1
-    with qtbot.assertNotEmitted(driver.stale_result), qtbot.waitSignal(driver.job_finished, timeout=WAIT_MS) as done:
-        pass
-    assert done.args == [job_id, "succeeded"]
+    with qtbot.assertNotEmitted(driver.stale_result):
+        qtbot.waitUntil(lambda: len(finished) == 3, timeout=WAIT_MS)
+    assert batches == [3], "the three successes went into one commit"
+    assert sorted(finished) == sorted((i, "succeeded") for i in ids)
+    # nothing more to start (whose first act would be the sync): a sync off the driver's thread
+    qtbot.waitUntil(lambda: any(synced_after), timeout=WAIT_MS)
+    for job_id in ids:
+        job = queue.get(job_id)
+        assert job.state == State.SUCCEEDED and job.result_ref is not None
+        assert [e.type for e in job.events] == ["submitted", "leased", "succeeded"]
+        assert queue.results.get(job.idempotency_key) is not None
     assert driver.running == 0
     assert driver.keeper.kept() == []
 
@@ -113,3 +136,81 @@ def test_reports_that_arrive_together_are_settled_in_one_batch(
     assert sorted(started[3:]) == sorted(ids[3:])
     assert [queue.get(i).state for i in ids] == [State.SUCCEEDED] * len(ids)
     assert provider.asked == 1
+
+
+def test_a_free_answer_is_not_kept_on_disk_before_its_commit_a_paid_one_is(
+    qtbot: Any, queue: Queue, make_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept: list[str] = []
+    put_pending = queue.results.put_pending
+
+    def spy(key: str, result: Any, **kwargs: Any) -> Any:
+        kept.append(key)
+        return put_pending(key, result, **kwargs)
+
+    monkeypatch.setattr(queue.results, "put_pending", spy)
+
+    class PaidDemo(CountingDemo):
+        paid = True
+
+    free = queue.submit("demo", instant("free")).job
+    driver = make_driver({"demo": CountingDemo()}, tick_ms=NEVER_MS)
+    with qtbot.waitSignal(driver.job_finished, timeout=WAIT_MS):
+        driver.start()
+    assert kept == [], "the demo's answer costs nothing: no pending copy"
+    assert queue.get(free.id).state == State.SUCCEEDED
+    assert queue.results.get(free.idempotency_key) is not None
+    driver.shutdown(timeout_ms=WAIT_MS)
+
+    paid = queue.submit("demo", instant("paid")).job
+    driver = make_driver({"demo": PaidDemo()}, tick_ms=NEVER_MS)
+    with qtbot.waitSignal(driver.job_finished, timeout=WAIT_MS):
+        driver.start()
+    assert kept == [paid.idempotency_key], "a paid answer is kept before its commit"
+    assert queue.get(paid.id).state == State.SUCCEEDED
+    assert list((queue.results.root / "pending").glob("*")) == [], "and dropped once the commit carries it"
+
+
+def test_a_provider_is_asked_whether_it_can_run_only_when_its_kind_has_work(
+    qtbot: Any, queue: Queue, make_driver: DriverFactory
+) -> None:
+    provider = CountingDemo()
+    driver = make_driver({"demo": provider}, tick_ms=NEVER_MS)
+    driver.tick()
+    driver.tick()
+    assert provider.asked == 0, "nothing queued: the (possibly slow) check is not made"
+
+    job_id = queue.submit("demo", instant("now there is")).job.id
+    with qtbot.waitSignal(driver.job_finished, timeout=WAIT_MS):
+        driver.tick()
+    assert provider.asked == 1
+    assert queue.get(job_id).state == State.SUCCEEDED
+
+
+def test_a_batch_of_successes_and_the_leases_into_their_slots_share_one_commit(
+    qtbot: Any, queue: Queue, make_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [queue.submit("demo", instant(f"job {i}")).job.id for i in range(4)]
+    driver = make_driver({"demo": CountingDemo()}, concurrency=2, tick_ms=NEVER_MS)
+    calls: list[tuple[list[str], list[str]]] = []
+    complete_and_lease = queue.complete_and_lease
+
+    def spy(done: Any, n: int, **kwargs: Any) -> Any:
+        answers, leases = complete_and_lease(done, n, **kwargs)
+        if done:  # (lease_many is this verb without successes)
+            calls.append(([lease.job_id for lease, _r, _d in done], [lease.job_id for lease in leases]))
+        return answers, leases
+
+    monkeypatch.setattr(queue, "complete_and_lease", spy)
+    finished: list[str] = []
+    driver.job_finished.connect(lambda job_id, state: finished.append(job_id))
+
+    driver.tick()  # the first two leased; both report before the loop runs
+    assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
+    qtbot.waitUntil(lambda: len(finished) == len(ids), timeout=WAIT_MS)
+
+    # the two successes and the two leases into their slots: one commit
+    assert sorted(calls[0][0]) == sorted(ids[:2]) and calls[0][1] == ids[2:]
+    assert [queue.get(i).state for i in ids] == [State.SUCCEEDED] * len(ids)
+    for job_id in ids:
+        assert [e.type for e in queue.get(job_id).events] == ["submitted", "leased", "succeeded"]
