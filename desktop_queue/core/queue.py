@@ -227,7 +227,8 @@ class Queue:
             self.data_dir / "results",
             carried=self.store.carried_result,
             carried_keys=self.store.carried_keys,
-            archived=self.store.archived_result,
+            # (a backend without an archive keeps every result where ``carried`` finds it)
+            archived=self.store.archived_result if getattr(self.store, "archive", None) is not None else None,
             archived_count=self._archived_succeeded,
         )
         self.reconciled: list[Reconciled] = []
@@ -865,8 +866,12 @@ class Queue:
         that key (a submission would have found that job and returned it), so the
         archive is not asked; the journal's results and the result files are.
         """
+        return self.results.get(lease.job.idempotency_key, archived=lambda: self._key_not_held(lease))
+
+    def _key_not_held(self, lease: Lease) -> bool:
+        """Whether ``lease``'s job no longer holds its key, so an archived job may hold its result."""
         key = lease.job.idempotency_key
-        return self.results.get(key, archived=self.store.peek(lambda state: state.holder_id(key)) != lease.job_id)
+        return self.store.peek(lambda state: state.holder_id(key)) != lease.job_id
 
     def complete(
         self, lease: Lease, result: Any, *, reused: bool = False, document: dict[str, Any] | None = None
@@ -1097,7 +1102,7 @@ class Queue:
         key = lease.job.idempotency_key
         ref = self.results.ref_for(key)
         # (as in stored_result: while the lease's job holds the key, no archived job can hold a result for it)
-        existing = self.results.get(key, archived=self.store.peek(lambda state: state.holder_id(key)) != lease.job_id)
+        existing = self.results.get(key, archived=lambda: self._key_not_held(lease))
         pending = None
         if existing is not None:
             # a result committed earlier for this key (reused): never produced twice

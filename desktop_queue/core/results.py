@@ -370,7 +370,7 @@ class ResultStore:
             with contextlib.suppress(OSError):
                 fsync_dir(directory)
 
-    def get(self, key: str, *, archived: bool = True) -> dict[str, Any] | None:
+    def get(self, key: str, *, archived: bool | Callable[[], bool] = True) -> dict[str, Any] | None:
         """The stored result document for ``key``, or None.
 
         A damaged result file is moved aside (``*.corrupt-<time>``) and reported as missing.
@@ -379,7 +379,8 @@ class ResultStore:
             key: the idempotency key.
             archived: also ask the archive (False: the caller knows it holds no result
                 for ``key``, see :meth:`Queue.stored_result
-                <desktop_queue.core.queue.Queue.stored_result>`).
+                <desktop_queue.core.queue.Queue.stored_result>`); a callable is asked
+                only when the archive would be, as the answer may cost a read.
         """
         if self._carried is not None:
             doc = self._carried(key)
@@ -388,7 +389,9 @@ class ResultStore:
         path_s = self._path_s(key)
         if not os.access(path_s, os.F_OK):
             # the usual miss, told without raising (a third of a failed open's cost)
-            return self._archived(key) if archived and self._archived is not None else None
+            if self._archived is None or not (archived() if callable(archived) else archived):
+                return None
+            return self._archived(key)
         try:
             fd = os.open(path_s, os.O_RDONLY | _O_BINARY)
         except FileNotFoundError:
