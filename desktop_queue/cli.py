@@ -484,8 +484,9 @@ def _print_job(
         return
     print("timeline")
     for ev in job.events:
-        who = present.event_who(ev.type, ev.actor, ev.worker)  # "leased by render-box (pid 4123)"
-        detail = "  ".join(f"{k}={v}" for k, v in ev.detail.items())
+        # "leased by render-box (pid 4123)", "by user on studio"
+        who = present.event_who(ev.type, ev.actor, ev.worker, ev.detail.get("host"))
+        detail = "  ".join(f"{k}={v}" for k, v in ev.detail.items() if k != "host")
         print(f"  {iso(ev.at)}  {ev.type:<16} attempt {ev.attempt} epoch {ev.epoch:<4} {who}  {detail}".rstrip())
 
 

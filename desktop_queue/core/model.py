@@ -132,6 +132,8 @@ DETAIL_KEYS = frozenset(
         "edited",
         "note",
         "finding",
+        #: the machine a job was submitted on (the host part of a worker id), for timelines
+        "host",
     }
 )
 

@@ -377,17 +377,18 @@ _WORKER_DID = {
 }
 
 
-def event_who(kind: str, actor: str, worker: str | None) -> str:
+def event_who(kind: str, actor: str, worker: str | None, host: str | None = None) -> str:
     """Who an event names, for people: the machine and process that ran the attempt, else the actor.
 
     ``leased by render-box (pid 4123)``, ``completed by render-box (pid 4123)``,
     ``failed on render-box (pid 4123)``; an event without a worker (submitted, cancelled)
-    says who asked: ``by user``, ``by cli``. A person's verb on a job a worker held names
-    both: ``by user, on render-box (pid 4123)``.
+    says who asked: ``by user``, ``by cli``, and where when the event names its machine
+    (``host``: a submission's): ``by user on studio``. A person's verb on a job a worker
+    held names both: ``by user, on render-box (pid 4123)``.
     """
     name = worker_name(worker)
     if name is None:
-        return f"by {actor}"
+        return f"by {actor} on {host}" if host else f"by {actor}"
     if actor and actor != "system":
         return f"by {actor}, on {name}"
     return f"{_WORKER_DID.get(kind, 'on')} {name}"

@@ -172,8 +172,12 @@ def _taken(state: View, job_id: str) -> bool:
     return not getattr(state, "refuses_taken_ids", False) and state.exists(job_id)
 
 
+#: this machine's short name: in worker ids, and on submissions (several machines may share a store)
+_HOST = socket.gethostname().split(".")[0]
+
+
 def default_worker_id() -> str:
-    return f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
+    return f"{_HOST}:{os.getpid()}"
 
 
 class Queue:
@@ -431,7 +435,13 @@ class Queue:
                 "started_at": None,
                 "finished_at": None,
             }
-            detail: dict[str, Any] = {"kind": kind, "priority": str(lane), "key_source": key_source, "bytes": len(body)}
+            detail: dict[str, Any] = {
+                "kind": kind,
+                "priority": str(lane),
+                "key_source": key_source,
+                "bytes": len(body),
+                "host": _HOST,
+            }
             if replay_of:
                 detail["replay_of"] = replay_of
             if batch is not None:

@@ -8,6 +8,7 @@ the machine; the timeline, its heading and ``desktop-queue show`` now say
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -83,7 +84,7 @@ def test_the_timeline_names_the_machine_of_each_attempt(ran_twice: Queue, qtbot:
     details = [model.data(model.index(row, 0), TimelineRole.DETAIL) for row in range(model.rowCount())]
     whos = [d.split(" · ")[0] for d in details]
     assert whos == [
-        "by cli",
+        f"by cli on {socket.gethostname().split('.')[0]}",  # (where it was submitted)
         "leased by hostb (pid 77)",
         "failed on hostb (pid 77)",
         "leased by render-box (pid 4123)",
@@ -112,3 +113,18 @@ def test_show_prints_where_each_attempt_ran(ran_twice: Queue) -> None:
     assert "leased by hostb (pid 77)" in lines[1] and "failed on hostb (pid 77)" in lines[2]
     assert "leased by render-box (pid 4123)" in lines[3] and "completed by render-box (pid 4123)" in lines[4]
     assert "by cli" in lines[0]
+
+
+def test_a_submission_names_the_machine_it_was_made_on(tmp_path: Path) -> None:
+    """Several machines may share a store: the timeline says where a job was asked for."""
+    queue = Queue.open(tmp_path / "data", {"demo": DemoProvider()}, clock=FakeClock(), policy=RetryPolicy())
+    try:
+        job = queue.submit("demo", {"prompt": "p", "duration_s": 0}, actor="user").job
+        submitted = queue.get(job.id).events[0]
+    finally:
+        queue.close()
+    host = socket.gethostname().split(".")[0]
+    assert submitted.detail["host"] == host
+    assert event_detail(submitted).split(" · ")[0] == f"by user on {host}"
+    assert f"host: {host}" not in event_detail(submitted)  # said once, in the words
+    assert event_who(EventType.SUBMITTED, "cli", None, "studio") == "by cli on studio"

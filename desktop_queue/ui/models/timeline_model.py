@@ -47,7 +47,7 @@ EVENT_LOOK: dict[str, tuple[str, str, str]] = {
 }
 
 #: detail keys shown in the headline rather than in the detail line
-_HIDDEN_DETAIL = frozenset({"replayed_as", "replay_of"})
+_HIDDEN_DETAIL = frozenset({"replayed_as", "replay_of", "host"})  # (said in the headline, or by event_who)
 
 #: events a person caused outside any attempt: the attempt/epoch they carry is the job's
 #: previous one ("Retried by hand · attempt 1 · epoch 1" read as if attempt 1 were retried)
@@ -75,7 +75,7 @@ def event_headline(event: Event, now: float | None = None) -> str:
 
 def event_detail(event: Event) -> str:
     """``leased by render-box (pid 4123) · lease: 30 s · error …`` (who: :func:`~desktop_queue.core.present.event_who`)."""
-    who = event_who(event.type, event.actor, event.worker)
+    who = event_who(event.type, event.actor, event.worker, event.detail.get("host"))
     extra = []
     for key, value in event.detail.items():
         if key in _HIDDEN_DETAIL:
