@@ -55,7 +55,6 @@ import zstandard
 
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.model import EventType, State, events_of
-from desktop_queue.core.present import error_signature
 from desktop_queue.core.records import JobDict
 from desktop_queue.core.search import prompt_text
 from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs
@@ -394,6 +393,12 @@ def count_key(job: JobDict) -> str:
 
 
 def signature_of(job: JobDict) -> str:
+    if not job.get("last_error"):
+        return ""
+    # imported here: ``present`` pulls in flow control and the spend ledger, which the
+    # compaction child otherwise never loads (most of its start-up), for dead letters only
+    from desktop_queue.core.present import error_signature
+
     return error_signature(job)
 
 
