@@ -21,9 +21,9 @@ import pytest
 from desktop_queue.core import FakeClock, Queue
 from desktop_queue.core.model import State
 from desktop_queue.core.store import compaction
-from desktop_queue.core.store.codec import segment_name
-from desktop_queue.core.store.fileio import TEMP_MARK
-from desktop_queue.core.store.journal import _CHILD
+from desktop_queue.core.store.codec import segment_name, spare_name
+from desktop_queue.core.store.fileio import TEMP_MARK, WriteCancelled, atomic_write
+from desktop_queue.core.store.journal import _CHILD, prepare_spare
 
 
 def run_jobs(queue: Queue, clock: FakeClock, n: int, *, tag: str = "j", size: int = 0) -> dict[str, Any]:
@@ -230,4 +230,46 @@ def test_close_while_the_child_folds_loses_nothing(open_queue: Callable[..., Que
         tag += 1
     queue.close()  # with the child running (or just done): close must not lose what it folds
     again = open_queue(keep_finished=5, background_compaction=False)
+    assert results_of(again, list(expected)) == expected
+
+
+def test_a_cancelled_write_leaves_nothing(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def cancelled() -> bool:
+        calls.append(1)
+        return True
+
+    with pytest.raises(WriteCancelled):
+        atomic_write(tmp_path / "big", b"x" * 10_000, sync_every=1000, cancelled=cancelled)
+    assert calls == [1]  # asked after the first piece, and stopped there
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_spare_being_made_at_close_is_stopped_and_leaves_no_file(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    root.mkdir()
+    with pytest.raises(WriteCancelled):
+        prepare_spare(root, 3, 8 << 20, cancelled=lambda: True)
+    assert list(root.iterdir()) == []
+    assert prepare_spare(root, 3, 4096, cancelled=lambda: False)  # (one piece: never asked)
+    assert [p.name for p in root.iterdir()] == [spare_name(3)]
+
+
+def test_close_after_a_rotation_leaves_no_temp_file_and_the_next_rotation_works(
+    open_queue: Callable[..., Queue], clock: FakeClock, data_dir: Path
+) -> None:
+    queue = open_queue(keep_finished=5, rotate_bytes=64 << 10, background_compaction=False)
+    expected: dict[str, Any] = {}
+    tag = 0
+    while queue.store.segment == 1:
+        expected.update(run_jobs(queue, clock, 5, tag=f"c{tag}-"))
+        tag += 1
+    queue.close()
+    root = data_dir / "store"
+    assert not [p for p in root.iterdir() if TEMP_MARK in p.name]
+    again = open_queue(keep_finished=5, rotate_bytes=64 << 10, background_compaction=False)
+    while again.store.segment == 2:  # a rotation with or without a spare
+        expected.update(run_jobs(again, clock, 5, tag=f"d{tag}-"))
+        tag += 1
     assert results_of(again, list(expected)) == expected

@@ -107,7 +107,7 @@ from desktop_queue.core.store.compaction import (
     KEEP_FINISHED_S,
     compact,
 )
-from desktop_queue.core.store.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs
+from desktop_queue.core.store.fileio import TEMP_MARK, FileLock, WriteCancelled, atomic_write, fsync_dir, make_dirs
 from desktop_queue.core.store.groupsync import GroupSync
 from desktop_queue.core.store.snapshot import (
     decode_snapshot,
@@ -210,7 +210,7 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
     return os.read(fd, size)
 
 
-def prepare_spare(root: Path, gen: int, size: int) -> bool:
+def prepare_spare(root: Path, gen: int, size: int, cancelled: Callable[[], bool] | None = None) -> bool:
     """Creates segment ``gen`` ahead of the rotation that will need it, as ``spare-<gen>``.
 
     A new segment is ``size`` bytes of zeros after its header, several MiB written and
@@ -221,11 +221,15 @@ def prepare_spare(root: Path, gen: int, size: int) -> bool:
     links it into place (:meth:`Store._start_segment`). Spares of earlier segments, left
     behind when a rotation came before its spare was ready, are removed.
 
+    ``cancelled`` stops the write between two synced pieces (:meth:`Store.close`: a spare
+    is for a later rotation, which can write its segment itself).
+
     Returns:
         True if the spare was written (False: the segment or its spare exists already).
 
     Raises:
         StoreError: the disk is full or not writable (the rotation then writes the segment itself).
+        WriteCancelled: ``cancelled`` said so; no spare (and no temp file) is left.
     """
     for name in os.listdir(root):
         m = _SPARE_RE.match(name)
@@ -234,7 +238,9 @@ def prepare_spare(root: Path, gen: int, size: int) -> bool:
                 (root / name).unlink()
     if (root / segment_name(gen)).exists() or (root / spare_name(gen)).exists():
         return False
-    return atomic_write(root / spare_name(gen), new_segment_bytes(gen, size), overwrite=False, sync_every=1 << 20)
+    return atomic_write(
+        root / spare_name(gen), new_segment_bytes(gen, size), overwrite=False, sync_every=1 << 20, cancelled=cancelled
+    )
 
 
 class _NeedsExclusive(Exception):
@@ -301,6 +307,7 @@ class Store:
         self._snapshot_bytes = 0
         self._compactor: subprocess.Popen[bytes] | None = None
         self._spare_maker: threading.Thread | None = None  # see _prepare_next_segment
+        self._closing = threading.Event()  # set by close: a spare being made is not needed
         self._poll_at = 0.0  # when a commit next looks whether the compaction child ended
         self._fold_wanted = 0  # the newest closed segment this process asked to fold
         self._reaped_gen = 0  # the newest snapshot when this process last collected a compaction
@@ -331,6 +338,7 @@ class Store:
         Raises:
             StoreError: the directory cannot be used, or was written by a newer version.
         """
+        self._closing.clear()
         try:
             make_dirs(self.root)
             presence = self._presence = FileLock.on_directory(self.root, self.root / "presence.lock")
@@ -413,7 +421,17 @@ class Store:
         """
         maker = self._spare_maker
         if maker is not None:
-            maker.join()  # a few MiB: no half-written spare left behind
+            # a spare only saves a later rotation (in any process) writing its segment
+            # itself: stop it after the piece being synced, and wait for that piece only,
+            # so that no temp file is left behind
+            self._closing.set()
+            maker.join()
+        # The compaction child holds compact.lock and works from the files alone, so a
+        # fold it leaves half-done is recovered by the next one. It is still waited for:
+        # what it set aside must reach the user (its stderr comes to this process), the
+        # work it does is this process's (a caller counting its children's CPU, or
+        # deleting the data dir once closed, must see it ended), and the next open
+        # replays less. Its cost is kept small instead (see compaction).
         self._reap_compactor(wait=True)
         if not self._closed and self._fold_wanted - self._newest_snapshot_gen() >= 2:
             self._compact_soon(self._fold_wanted)
@@ -855,7 +873,9 @@ class Store:
 
     def _make_spare(self, gen: int, size: int) -> None:
         try:
-            prepare_spare(self.root, gen, size)
+            prepare_spare(self.root, gen, size, self._closing.is_set)
+        except WriteCancelled:
+            log.debug("stopped making journal segment %d in advance: the store is closing", gen)
         except (StoreError, OSError) as exc:  # the rotation will write the segment itself
             log.info("could not make journal segment %d in advance: %s", gen, exc)
 
@@ -1408,16 +1428,24 @@ class Store:
         child = self._compactor
         if child is None:
             return None
+        raw: bytes | None = None
         try:
-            code = child.wait(timeout=120) if wait else child.poll()
+            if wait:
+                # read while waiting: a child with more to say than a pipe holds would
+                # otherwise block on its stderr, and this wait on it
+                raw = child.communicate(timeout=120)[1]
+                code = child.returncode
+            else:
+                code = child.poll()
         except subprocess.TimeoutExpired:
             log.warning("compaction is taking long; leaving it to finish on its own")
             return child
         if code is None:
             return child
-        err = child.stderr.read().decode(errors="replace").strip() if child.stderr else ""
-        if child.stderr:
-            child.stderr.close()
+        if raw is None:
+            # (communicate, not a read: it keeps what an earlier, timed-out wait read)
+            raw = child.communicate()[1]
+        err = (raw or b"").decode(errors="replace").strip()
         if code != 0:
             # its last line says why (a traceback's lines before it would reach the user's terminal)
             lines = err.splitlines()
