@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -273,3 +274,36 @@ def test_close_after_a_rotation_leaves_no_temp_file_and_the_next_rotation_works(
         expected.update(run_jobs(again, clock, 5, tag=f"d{tag}-"))
         tag += 1
     assert results_of(again, list(expected)) == expected
+
+
+def test_threads_that_look_at_an_ended_child_together_collect_it_once(
+    open_queue: Callable[..., Queue], clock: FakeClock
+) -> None:
+    """Commits in several threads poll the child outside the store's locks: exactly one collects it."""
+    queue = open_queue(keep_finished=5)
+    run_jobs(queue, clock, 20)
+    store = queue.store
+    with store._mutex, store._commit_lock.held() if store._commit_lock else _null():
+        store._rotate()
+    store._compact_soon(store.segment - 1)
+    child = store._compactor
+    assert child is not None
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # ended, not yet collected
+    barrier = threading.Barrier(8)
+    outcomes: list[object] = []
+
+    def look() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(store._reap_compactor(wait=False))
+        except Exception as exc:  # noqa: BLE001 - the test reports whatever escaped
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=look) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not [o for o in outcomes if isinstance(o, Exception)]
+    assert store._compactor is None and child.returncode == 0
+    assert len(store.state.jobs) == 5  # and what it archived was let go of

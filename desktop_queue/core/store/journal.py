@@ -306,6 +306,7 @@ class Store:
         self._sealed = False
         self._snapshot_bytes = 0
         self._compactor: subprocess.Popen[bytes] | None = None
+        self._reaping = threading.Lock()  # held while a thread collects the child (_reap_compactor)
         self._spare_maker: threading.Thread | None = None  # see _prepare_next_segment
         self._closing = threading.Event()  # set by close: a spare being made is not needed
         self._poll_at = 0.0  # when a commit next looks whether the compaction child ended
@@ -1425,6 +1426,18 @@ class Store:
 
     def _reap_compactor(self, wait: bool) -> subprocess.Popen[bytes] | None:
         """Collects a finished compaction child; returns the one still running (if any)."""
+        if self._compactor is None:
+            return None
+        # commits in several threads look (outside the store's locks): one collects the
+        # child and reads what it said, the others see it running until that is done
+        if not self._reaping.acquire(blocking=wait):
+            return self._compactor
+        try:
+            return self._reap_locked(wait)
+        finally:
+            self._reaping.release()
+
+    def _reap_locked(self, wait: bool) -> subprocess.Popen[bytes] | None:
         child = self._compactor
         if child is None:
             return None
