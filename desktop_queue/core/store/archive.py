@@ -55,7 +55,6 @@ import zstandard
 
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.model import EventType, State, events_of
-from desktop_queue.core.present import error_signature
 from desktop_queue.core.records import JobDict
 from desktop_queue.core.search import prompt_text
 from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs
@@ -250,6 +249,20 @@ def encode_segment(jobs: Sequence[JobDict]) -> tuple[bytes, list[tuple[int, int,
     return b"".join(parts), where
 
 
+def _written(
+    data: bytes, jobs: Sequence[JobDict], where: list[tuple[int, int, int]]
+) -> tuple[dict[str, Any], list[tuple[int, int, int, JobDict]]]:
+    """What :func:`read_segment` returns for a segment :func:`encode_segment` just made of ``jobs``."""
+    head = orjson.loads(data[: data.index(b"\n")])
+    entries = [(offset, length, line, jobs[i]) for i, (offset, length, line) in enumerate(where)]
+    entries.sort(key=lambda e: (e[0], e[2]))  # (the order of the file, as read_segment gives it)
+    return head, entries
+
+
+#: ids per ``IN (...)`` look-up (SQLite allows 32,766 parameters; smaller keeps statements cheap to prepare)
+_IN_CHUNK = 500
+
+
 def _decode_block(frame: bytes, name: str) -> list[bytes]:
     if len(frame) < _BLOCK_HEAD.size:
         raise StoreCorrupt(f"{name}: a block is cut short")
@@ -394,6 +407,12 @@ def count_key(job: JobDict) -> str:
 
 
 def signature_of(job: JobDict) -> str:
+    if not job.get("last_error"):
+        return ""
+    # imported here: ``present`` pulls in flow control and the spend ledger, which the
+    # compaction child otherwise never loads (most of its start-up), for dead letters only
+    from desktop_queue.core.present import error_signature
+
     return error_signature(job)
 
 
@@ -463,10 +482,13 @@ class Archive:
         make_dirs(self.dir)
         existing = self.numbers()
         number = (existing[-1] if existing else 0) + 1
-        data, _ = encode_segment(jobs)
+        data, where = encode_segment(jobs)
         atomic_write(self.dir / segment_file(number), data)
         with self._lock:
-            self._ingest(number, data)
+            # indexed from what was just encoded: decompressing and parsing the segment
+            # again would only give back ``jobs`` (an index is derived, and rebuilt from
+            # the file whenever it is in doubt: see catch_up)
+            self._ingest(number, data, _written(data, jobs, where))
         return number
 
     def rewrite(self, number: int, keep: Callable[[JobDict], bool]) -> int:
@@ -483,9 +505,9 @@ class Archive:
             return 0
         with self._lock:
             if kept:
-                new, _ = encode_segment(kept)
+                new, where = encode_segment(kept)
                 atomic_write(path, new)
-                self._ingest(number, new)
+                self._ingest(number, new, _written(new, kept, where))
             else:
                 path.unlink()
                 with contextlib.suppress(OSError):
@@ -644,9 +666,18 @@ class Archive:
         row = db.execute("SELECT blob FROM totals WHERE k = 0").fetchone()
         return Totals.from_blob(row[0]) if row else Totals()
 
-    def _ingest(self, number: int, data: bytes) -> None:
-        """Puts segment ``number`` into the index (replacing what it said of an older version of it)."""
-        head, entries = read_segment(data, segment_file(number))
+    def _ingest(
+        self,
+        number: int,
+        data: bytes,
+        decoded: tuple[dict[str, Any], list[tuple[int, int, int, JobDict]]] | None = None,
+    ) -> None:
+        """Puts segment ``number`` into the index (replacing what it said of an older version of it).
+
+        ``decoded`` is what :func:`read_segment` would return for ``data``, when the caller
+        has it already (it has just encoded the segment).
+        """
+        head, entries = decoded if decoded is not None else read_segment(data, segment_file(number))
         db = self._connect()
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -658,8 +689,7 @@ class Archive:
             if known is not None:
                 self._remove_rows(db, totals, "seg = ?", (number,))
                 db.execute("DELETE FROM copies WHERE seg = ?", (number,))
-            for offset, length, line, job in entries:
-                self._put(db, totals, number, offset, length, line, job)
+            self._put_all(db, totals, number, entries)
             db.execute("INSERT OR REPLACE INTO segments VALUES (?, ?, ?)", (number, head["nonce"], len(entries)))
             db.execute("INSERT OR REPLACE INTO totals VALUES (0, ?)", (totals.to_blob(),))
             db.execute("COMMIT")
@@ -676,45 +706,67 @@ class Archive:
             totals.add(state, orjson.loads(contrib), -1)
         db.execute(f"DELETE FROM jobs WHERE {where}", args)
 
-    def _put(
-        self, db: sqlite3.Connection, totals: Totals, number: int, offset: int, length: int, line: int, job: JobDict
+    def _put_all(
+        self, db: sqlite3.Connection, totals: Totals, number: int, entries: list[tuple[int, int, int, JobDict]]
     ) -> None:
-        job_id = job["id"]
-        old = db.execute(f"SELECT seg, {_COUNT_KEY_SQL}, contrib FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if old is not None:
-            if old[0] > number:  # a newer copy is indexed already: this one is an older copy
-                db.execute("INSERT OR IGNORE INTO copies VALUES (?, ?)", (job_id, number))
-                return
-            db.execute("INSERT OR IGNORE INTO copies VALUES (?, ?)", (job_id, old[0]))
-            totals.add(old[1], orjson.loads(old[2]), -1)
-            db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
-        contrib = _compact_contribution(job)
-        totals.add(count_key(job), contrib, +1)
-        error = job.get("last_error")
-        db.execute(
-            "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                job["seq"],
-                job_id,
-                number,
-                offset,
-                length,
-                line,
-                job["state"],
-                job.get("kind"),
-                _profile_of(job),
-                key8(job["key"]),
-                job.get("created_at"),
-                job.get("finished_at"),
-                job.get("updated_at"),
-                error.get("class") if isinstance(error, dict) else None,
-                job.get("title"),
-                orjson.dumps(contrib),
-                job.get("resolved_at"),
-                signature_of(job) if job["state"] == "dead" else None,
-                prompt_text(job.get("input")) or None,
-            ),
-        )
+        """Indexes the jobs of segment ``number``: one look-up of the rows they replace, one batch of inserts.
+
+        A job indexed already from a newer segment stays as it is (this copy is only
+        recorded in ``copies``); one indexed from an older segment is replaced.
+        """
+        ids = [job["id"] for _, _, _, job in entries]
+        old: dict[str, tuple[int, str, bytes]] = {}
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[start : start + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for job_id, seg, key, contrib in db.execute(
+                f"SELECT id, seg, {_COUNT_KEY_SQL}, contrib FROM jobs WHERE id IN ({marks})", chunk
+            ):
+                old[job_id] = (seg, key, contrib)
+        copies: list[tuple[str, int]] = []
+        replaced: list[tuple[str]] = []
+        rows: list[tuple[Any, ...]] = []
+        for offset, length, line, job in entries:
+            job_id = job["id"]
+            before = old.get(job_id)
+            if before is not None:
+                if before[0] > number:  # a newer copy is indexed already: this one is an older copy
+                    copies.append((job_id, number))
+                    continue
+                copies.append((job_id, before[0]))
+                totals.add(before[1], orjson.loads(before[2]), -1)
+                replaced.append((job_id,))
+            contrib = _compact_contribution(job)
+            totals.add(count_key(job), contrib, +1)
+            error = job.get("last_error")
+            rows.append(
+                (
+                    job["seq"],
+                    job_id,
+                    number,
+                    offset,
+                    length,
+                    line,
+                    job["state"],
+                    job.get("kind"),
+                    _profile_of(job),
+                    key8(job["key"]),
+                    job.get("created_at"),
+                    job.get("finished_at"),
+                    job.get("updated_at"),
+                    error.get("class") if isinstance(error, dict) else None,
+                    job.get("title"),
+                    orjson.dumps(contrib),
+                    job.get("resolved_at"),
+                    signature_of(job) if job["state"] == "dead" else None,
+                    prompt_text(job.get("input")) or None,
+                )
+            )
+        if copies:
+            db.executemany("INSERT OR IGNORE INTO copies VALUES (?, ?)", copies)
+        if replaced:
+            db.executemany("DELETE FROM jobs WHERE id = ?", replaced)
+        db.executemany("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
 
     def _forget_segment(self, number: int) -> None:
         db = self._connect()

@@ -199,6 +199,8 @@ def _compact(
                 notices.append(notice)
     gone_results = _purge_archive(archive, purges, jobs, results, notices) | purged_keys
     leaving = choose_archived(jobs.values(), now=now, keep_finished=keep_finished, keep_for_s=keep_finished_s)
+    inlined: set[str] = set()  # keys whose result document the archive holds from now on
+    as_files: set[str] = set()  # keys whose (large) result stays a file
     if leaving:
         packed: list[JobDict] = []
         for job in leaving:
@@ -206,16 +208,20 @@ def _compact(
             out["events"] = events_of(job)
             out.pop("lease_token", None)
             if job["state"] == State.SUCCEEDED:
-                found = _result_doc(job, carried, results, archive)
-                if found is not None:
+                found, fits = _result_doc(job, carried, results, archive)
+                if fits and found is not None:
                     out["_res"] = found
+                    inlined.add(job["key"])
+                elif found is not None:
+                    as_files.add(job["key"])
             packed.append(cast(JobDict, out))
         archive.write(packed)  # durable and indexed before the snapshot leaves them out
         for job in leaving:
             del jobs[job["id"]]
     leaving_keys = {j["key"] for j in leaving if j["state"] == State.SUCCEEDED}
-    # the journal records being folded away were what made the hot jobs' results durable
-    hot_keys = [k for k in carried if k not in leaving_keys]
+    # the journal records being folded away were what made the hot jobs' results durable,
+    # and those of archived jobs too large to inline (their file is then their only copy)
+    hot_keys = [k for k in carried if k not in leaving_keys or k in as_files]
     for key in hot_keys:
         results.restore(carried[key], durable=False)  # all synced at once below
     results.make_durable(hot_keys)
@@ -224,9 +230,7 @@ def _compact(
     # paced: written all at once, 100 MiB would hold up every commit's sync for as long
     atomic_write(root / snapshot_name(upto), raw, sync_every=SNAPSHOT_SYNC_EVERY)
     # the archive holds these documents now, and no snapshot or kept segment needs the files
-    for key in leaving_keys | gone_results:
-        with contextlib.suppress(OSError):
-            results.path_for(key).unlink()
+    _remove_result_files(results, inlined | gone_results)
     # keep this snapshot and the previous one, with the segments the previous one needs
     keep_from = base_gen if base_gen < upto else upto
     for gen in snaps:
@@ -244,17 +248,43 @@ def _compact(
 
 def _result_doc(
     job: JobDict, carried: dict[str, dict[str, Any]], results: ResultStore, archive: Archive
-) -> dict[str, Any] | None:
-    """The result document of a succeeded job leaving the hot set, to be archived with it."""
+) -> tuple[dict[str, Any] | None, bool]:
+    """The result document of a succeeded job leaving the hot set, and whether it is archived with it.
+
+    A document larger than :data:`INLINE_RESULT_MAX` stays a file (written from the
+    journal's copy if need be: see :func:`_compact`).
+    """
     key = job["key"]
     doc: dict[str, Any] | None = carried.get(key) or results.get(key)
     if doc is None:
         older = archive.get(job["id"])  # retried or replayed after an earlier archiving
         found = cast(dict[str, Any], older).get("_res") if older is not None else None
         doc = found if isinstance(found, dict) else None
-    if doc is not None and len(orjson.dumps(doc)) > INLINE_RESULT_MAX:
-        return None  # stays a file
-    return doc
+    return doc, doc is None or len(orjson.dumps(doc)) <= INLINE_RESULT_MAX
+
+
+def _remove_result_files(results: ResultStore, keys: set[str]) -> None:
+    """Removes the result files of ``keys`` that exist, from one listing of each directory.
+
+    Most of the keys a fold archives never had a file (the journal record carried the
+    result, and the archive now holds it): one ``listdir`` per directory tells which
+    did, where an ``unlink`` per key would mostly fail. A file written after the listing
+    (a ``show`` that wants a path, in another process) is a copy of what the archive
+    holds, as one written after an unlink would be.
+    """
+    by_dir: dict[str, list[str]] = {}
+    for key in keys:
+        shard, name = os.path.split(results.path_for(key))
+        by_dir.setdefault(shard, []).append(name)
+    for directory, names in by_dir.items():
+        try:
+            present = set(os.listdir(directory))
+        except OSError:
+            continue  # no directory: no file
+        for name in names:
+            if name in present:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(directory, name))
 
 
 def _purge_archive(

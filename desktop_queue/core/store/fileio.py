@@ -46,12 +46,20 @@ def temp_path_for(path: Path) -> Path:
     return path.with_name(f".{path.name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
 
 
-def write_all(fd: int, data: bytes, *, sync_every: int = 0) -> None:
+class WriteCancelled(Exception):
+    """An :func:`atomic_write` given ``cancelled`` stopped between two pieces; nothing was changed."""
+
+
+def write_all(fd: int, data: bytes, *, sync_every: int = 0, cancelled: Callable[[], bool] | None = None) -> None:
     """Writes every byte (``os.write`` may write fewer than asked).
 
     With ``sync_every``, the data goes out in pieces of that many bytes, each synced
     before the next is written: a large file written in the background (a snapshot)
     then never fills the disk's queue, where a commit's own sync would wait behind it.
+    ``cancelled`` is asked before each piece after the first.
+
+    Raises:
+        WriteCancelled: ``cancelled`` said so.
     """
     view = memoryview(data)
     piece = sync_every or len(view)
@@ -63,16 +71,27 @@ def write_all(fd: int, data: bytes, *, sync_every: int = 0) -> None:
         view = view[piece:]
         if sync_every and view:
             os.fsync(fd)
+            if cancelled is not None and cancelled():
+                raise WriteCancelled
 
 
-def atomic_write(path: Path, data: bytes, *, overwrite: bool = True, durable: bool = True, sync_every: int = 0) -> bool:
+def atomic_write(
+    path: Path,
+    data: bytes,
+    *,
+    overwrite: bool = True,
+    durable: bool = True,
+    sync_every: int = 0,
+    cancelled: Callable[[], bool] | None = None,
+) -> bool:
     """Writes ``data`` to ``path`` so that readers see the old file or the new one, never half.
 
     Temp file in the same directory, write, ``fsync``, rename (or hard link when
     ``overwrite`` is False), ``fsync`` of the directory. With ``durable=False`` both
     fsyncs are skipped: still atomic for readers and safe from a process crash, but a
     power cut may lose the file (for copies of data that is durable elsewhere).
-    ``sync_every`` paces a large durable write (see :func:`write_all`).
+    ``sync_every`` paces a large durable write (see :func:`write_all`), and between its
+    pieces ``cancelled`` may stop it: the temp file is then removed.
 
     Returns:
         True if ``path`` now holds ``data``; False if ``overwrite`` is False and
@@ -80,12 +99,13 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True, durable: bo
 
     Raises:
         StoreError: the disk is full or not writable; nothing was changed.
+        WriteCancelled: ``cancelled`` stopped the write; nothing was changed.
     """
     tmp = temp_path_for(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            write_all(fd, data, sync_every=sync_every if durable else 0)
+            write_all(fd, data, sync_every=sync_every if durable else 0, cancelled=cancelled)
             if durable:
                 os.fsync(fd)
         finally:
@@ -104,6 +124,10 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True, durable: bo
         if durable:
             fsync_dir(path.parent)
         return created
+    except WriteCancelled:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

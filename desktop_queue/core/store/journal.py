@@ -107,7 +107,7 @@ from desktop_queue.core.store.compaction import (
     KEEP_FINISHED_S,
     compact,
 )
-from desktop_queue.core.store.fileio import TEMP_MARK, FileLock, atomic_write, fsync_dir, make_dirs
+from desktop_queue.core.store.fileio import TEMP_MARK, FileLock, WriteCancelled, atomic_write, fsync_dir, make_dirs
 from desktop_queue.core.store.groupsync import GroupSync
 from desktop_queue.core.store.snapshot import (
     decode_snapshot,
@@ -149,8 +149,18 @@ _HAS_PREAD = hasattr(os, "pread") and hasattr(os, "pwrite")
 _NO_NEWS = frozenset((b"", b"\0"))
 
 
-#: what the compaction child runs (its arguments follow, as ``sys.argv[1:]``)
-_CHILD = "import sys; from desktop_queue.core.store.compaction import main; sys.exit(main(sys.argv[1:]))"
+#: what the compaction child runs (its arguments follow, as ``sys.argv[1:]``). It stands
+#: in an empty module for the ``desktop_queue.core`` package before importing the store:
+#: the package's ``__init__`` re-exports the queue, flow control and their dependencies,
+#: which the child never uses and whose import was most of the child's CPU time on a
+#: small fold (a test runs this exact string: tests/core/test_compaction_cost.py)
+_CHILD = (
+    "import os, sys, types, desktop_queue; "
+    "core = types.ModuleType('desktop_queue.core'); "
+    "core.__path__ = [os.path.join(p, 'core') for p in desktop_queue.__path__]; "
+    "sys.modules['desktop_queue.core'] = core; "
+    "from desktop_queue.core.store.compaction import main; sys.exit(main(sys.argv[1:]))"
+)
 
 #: how often commits look whether a running compaction has ended (seconds)
 POLL_COMPACTOR_S = 0.05
@@ -200,7 +210,7 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
     return os.read(fd, size)
 
 
-def prepare_spare(root: Path, gen: int, size: int) -> bool:
+def prepare_spare(root: Path, gen: int, size: int, cancelled: Callable[[], bool] | None = None) -> bool:
     """Creates segment ``gen`` ahead of the rotation that will need it, as ``spare-<gen>``.
 
     A new segment is ``size`` bytes of zeros after its header, several MiB written and
@@ -211,11 +221,15 @@ def prepare_spare(root: Path, gen: int, size: int) -> bool:
     links it into place (:meth:`Store._start_segment`). Spares of earlier segments, left
     behind when a rotation came before its spare was ready, are removed.
 
+    ``cancelled`` stops the write between two synced pieces (:meth:`Store.close`: a spare
+    is for a later rotation, which can write its segment itself).
+
     Returns:
         True if the spare was written (False: the segment or its spare exists already).
 
     Raises:
         StoreError: the disk is full or not writable (the rotation then writes the segment itself).
+        WriteCancelled: ``cancelled`` said so; no spare (and no temp file) is left.
     """
     for name in os.listdir(root):
         m = _SPARE_RE.match(name)
@@ -224,7 +238,9 @@ def prepare_spare(root: Path, gen: int, size: int) -> bool:
                 (root / name).unlink()
     if (root / segment_name(gen)).exists() or (root / spare_name(gen)).exists():
         return False
-    return atomic_write(root / spare_name(gen), new_segment_bytes(gen, size), overwrite=False, sync_every=1 << 20)
+    return atomic_write(
+        root / spare_name(gen), new_segment_bytes(gen, size), overwrite=False, sync_every=1 << 20, cancelled=cancelled
+    )
 
 
 class _NeedsExclusive(Exception):
@@ -290,7 +306,9 @@ class Store:
         self._sealed = False
         self._snapshot_bytes = 0
         self._compactor: subprocess.Popen[bytes] | None = None
+        self._reaping = threading.Lock()  # held while a thread collects the child (_reap_compactor)
         self._spare_maker: threading.Thread | None = None  # see _prepare_next_segment
+        self._closing = threading.Event()  # set by close: a spare being made is not needed
         self._poll_at = 0.0  # when a commit next looks whether the compaction child ended
         self._fold_wanted = 0  # the newest closed segment this process asked to fold
         self._reaped_gen = 0  # the newest snapshot when this process last collected a compaction
@@ -321,6 +339,7 @@ class Store:
         Raises:
             StoreError: the directory cannot be used, or was written by a newer version.
         """
+        self._closing.clear()
         try:
             make_dirs(self.root)
             presence = self._presence = FileLock.on_directory(self.root, self.root / "presence.lock")
@@ -403,7 +422,17 @@ class Store:
         """
         maker = self._spare_maker
         if maker is not None:
-            maker.join()  # a few MiB: no half-written spare left behind
+            # a spare only saves a later rotation (in any process) writing its segment
+            # itself: stop it after the piece being synced, and wait for that piece only,
+            # so that no temp file is left behind
+            self._closing.set()
+            maker.join()
+        # The compaction child holds compact.lock and works from the files alone, so a
+        # fold it leaves half-done is recovered by the next one. It is still waited for:
+        # what it set aside must reach the user (its stderr comes to this process), the
+        # work it does is this process's (a caller counting its children's CPU, or
+        # deleting the data dir once closed, must see it ended), and the next open
+        # replays less. Its cost is kept small instead (see compaction).
         self._reap_compactor(wait=True)
         if not self._closed and self._fold_wanted - self._newest_snapshot_gen() >= 2:
             self._compact_soon(self._fold_wanted)
@@ -845,7 +874,9 @@ class Store:
 
     def _make_spare(self, gen: int, size: int) -> None:
         try:
-            prepare_spare(self.root, gen, size)
+            prepare_spare(self.root, gen, size, self._closing.is_set)
+        except WriteCancelled:
+            log.debug("stopped making journal segment %d in advance: the store is closing", gen)
         except (StoreError, OSError) as exc:  # the rotation will write the segment itself
             log.info("could not make journal segment %d in advance: %s", gen, exc)
 
@@ -1395,19 +1426,39 @@ class Store:
 
     def _reap_compactor(self, wait: bool) -> subprocess.Popen[bytes] | None:
         """Collects a finished compaction child; returns the one still running (if any)."""
+        if self._compactor is None:
+            return None
+        # commits in several threads look (outside the store's locks): one collects the
+        # child and reads what it said, the others see it running until that is done
+        if not self._reaping.acquire(blocking=wait):
+            return self._compactor
+        try:
+            return self._reap_locked(wait)
+        finally:
+            self._reaping.release()
+
+    def _reap_locked(self, wait: bool) -> subprocess.Popen[bytes] | None:
         child = self._compactor
         if child is None:
             return None
+        raw: bytes | None = None
         try:
-            code = child.wait(timeout=120) if wait else child.poll()
+            if wait:
+                # read while waiting: a child with more to say than a pipe holds would
+                # otherwise block on its stderr, and this wait on it
+                raw = child.communicate(timeout=120)[1]
+                code = child.returncode
+            else:
+                code = child.poll()
         except subprocess.TimeoutExpired:
             log.warning("compaction is taking long; leaving it to finish on its own")
             return child
         if code is None:
             return child
-        err = child.stderr.read().decode(errors="replace").strip() if child.stderr else ""
-        if child.stderr:
-            child.stderr.close()
+        if raw is None:
+            # (communicate, not a read: it keeps what an earlier, timed-out wait read)
+            raw = child.communicate()[1]
+        err = (raw or b"").decode(errors="replace").strip()
         if code != 0:
             # its last line says why (a traceback's lines before it would reach the user's terminal)
             lines = err.splitlines()
