@@ -37,6 +37,13 @@ import json, sys
 children = []
 events = set(json.loads(sys.argv[2]))
 sys.addaudithook(lambda event, args: children.append([event, repr(args)[:200]]) if event in events else None)
+order = []
+class Recorder:
+    # first on the meta path: sees every import's name, in order, and finds nothing itself
+    def find_spec(self, name, path=None, target=None):
+        order.append(name)
+        return None
+sys.meta_path.insert(0, Recorder())
 code = None
 argv = json.loads(sys.argv[3])
 if argv is not None:
@@ -48,7 +55,7 @@ if argv is not None:
 else:
     import desktop_queue.cli
 with open(sys.argv[1], "w") as fh:
-    json.dump({"code": code, "modules": sorted(sys.modules), "children": children}, fh)
+    json.dump({"code": code, "modules": sorted(sys.modules), "children": children, "order": order}, fh)
 """
 
 
@@ -102,6 +109,18 @@ def test_work_on_an_empty_data_dir_loads_only_what_it_runs_and_starts_no_child(t
     assert qt == {"QtCore"}
     assert "desktop_queue.api.app" not in modules and "desktop_queue.ui" not in modules
     assert found["children"] == []
+
+
+def test_work_imports_its_engine_before_qt(tmp_path: Path) -> None:
+    # PySide6's import hook reads the source of every module imported after it
+    found = _probe(tmp_path, ["--data-dir", str(tmp_path / "data"), "work", "--until-idle", "--json"])
+    order: list[str] = found["order"]
+    qt = order.index("PySide6")
+    engine = [m for m in order if m.startswith(("desktop_queue.core.", "desktop_queue.providers"))]
+    late = [m for m in engine if order.index(m) > qt]
+    # the runtime's own helpers (a lease keeper) may follow Qt; the queue, store and providers do not
+    assert [m for m in late if m.startswith(("desktop_queue.core.store", "desktop_queue.providers"))] == []
+    assert "desktop_queue.core.queue" in engine and order.index("desktop_queue.core.queue") < qt
 
 
 def test_a_cron_schedule_still_loads_croniter_when_it_is_read(tmp_path: Path) -> None:
