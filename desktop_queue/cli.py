@@ -18,20 +18,20 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
 from desktop_queue import __version__, cli_alerts, cli_migrate, cli_pause, cli_schedule, cli_serve
-from desktop_queue.core import Job, Queue, QueueError, State, present
-from desktop_queue.core.backend import STORE_ENV, store_options
-from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, StoreError, UnknownKind
-from desktop_queue.core.model import iso
+from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, QueueError, StoreError, UnknownKind
+from desktop_queue.core.model import Job, State, iso
 from desktop_queue.core.paths import data_dir as resolve_data_dir
-from desktop_queue.core.queue import MAX_BATCH_BYTES, MAX_INPUT_BYTES
-from desktop_queue.core.result_view import ResultContent, no_result_reason, read_result, show_text
-from desktop_queue.core.retention import load_policy, save_policy
-from desktop_queue.core.store.fileio import atomic_write
+
+# The engine (queue, store, archive, flow control) is imported by the commands that open
+# a queue, not here: `--help`, a refused flag and the light commands start without it.
+if TYPE_CHECKING:
+    from desktop_queue.core.queue import Queue
+    from desktop_queue.core.result_view import ResultContent
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_JOB, EXIT_NOT_ALLOWED = 0, 1, 2, 3, 4
 PROG = "desktop-queue"
@@ -440,6 +440,8 @@ def describe_state(job: Job, now: float) -> str:
     """The state as people read it, in the window's words (:mod:`desktop_queue.core.present`):
     ``retrying in 12 s (backoff)`` for a queued job that waits, ``dead (fatal)`` for a dead letter."""
     if job.state == State.QUEUED and job.run_after > now + 0.5:
+        from desktop_queue.core import present
+
         return present.describe_state(job.to_json(with_events=False, with_input=False), now)
     if job.state == State.DEAD and job.last_error:
         return f"dead ({job.last_error.get('class')})"
@@ -462,6 +464,8 @@ def _print_job(
     print(f"kind      {job.kind}  priority {job.priority}")
     print(f"attempts  {job.attempts}/{job.max_attempts} this run (run {job.run}), {job.total_attempts} in all")
     print(f"key       {job.idempotency_key} ({job.key_source})")
+    from desktop_queue.core import present
+
     if ran_on := present.ran_on_text(job.events):
         print(f"ran on    {ran_on}")
     print(f"created   {iso(job.created_at)}")
@@ -498,6 +502,8 @@ def _job_json(job: Job, **extra: Any) -> dict[str, Any]:
 
 
 def _parse_json(text: str | bytes, where: str) -> Any:
+    from desktop_queue.core.queue import MAX_INPUT_BYTES
+
     size = len(text.encode() if isinstance(text, str) else text)
     if size > MAX_INPUT_BYTES:
         raise InputTooLarge(f"input is {size:,} bytes; the limit is {MAX_INPUT_BYTES:,} bytes (1 MiB)")
@@ -508,6 +514,8 @@ def _parse_json(text: str | bytes, where: str) -> Any:
 
 
 def _read_limited(stream: Any, where: str) -> bytes:
+    from desktop_queue.core.queue import MAX_INPUT_BYTES
+
     data = stream.read(MAX_INPUT_BYTES + 1)
     if len(data) > MAX_INPUT_BYTES:
         raise InputTooLarge(f"{where} is over the limit of {MAX_INPUT_BYTES:,} bytes (1 MiB)")
@@ -533,6 +541,8 @@ def _submit_input(args: argparse.Namespace) -> Any:
 
 def _store(args: argparse.Namespace) -> dict[str, Any]:
     """The backend ``--store`` / ``DESKTOP_QUEUE_STORE`` names, as :meth:`Queue.open` arguments."""
+    from desktop_queue.core.backend import STORE_ENV, store_options
+
     try:
         return store_options(getattr(args, "store", None))
     except ValueError as exc:
@@ -551,6 +561,8 @@ def _open(
         providers.update(profile_providers(_load_profiles(), None))
     if store is None:
         store = _store(args)
+    from desktop_queue.core.queue import Queue
+
     queue = Queue.open(resolve_data_dir(args.data_dir), providers, **store)
     for notice in queue.report.notices:
         _err(f"note: {notice}")
@@ -560,6 +572,8 @@ def _open(
 
 
 def _read_batch_file(name: str) -> str:
+    from desktop_queue.core.queue import MAX_BATCH_BYTES
+
     limit = MAX_BATCH_BYTES
     try:
         if name == "-":
@@ -674,6 +688,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         else:
             when = ""
             if result.job.run_after > time.time() + 0.5:
+                from desktop_queue.core import present
+
                 when = f", {present.describe_state(result.job.to_json(with_events=False), time.time())}"
             print(f"submitted {result.job.id}  {result.job.title}  ({result.job.priority}{when})")
     return EXIT_OK
@@ -726,6 +742,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             artifact = queue.results.artifact_path(job.idempotency_key) if job.result_ref else None
             _print_job(job, time.time(), artifact=artifact, result_problem=problem.message if problem else None)
             if job.result_ref and problem is None:
+                from desktop_queue.core.result_view import read_result
+
                 _print_text_result(job, read_result(queue.results, job))
         if problem is not None:
             _err(f"job {job.id}: {problem.message}")
@@ -827,6 +845,8 @@ def _print_text_result(job: Job, content: ResultContent) -> None:
     """The text (or JSON) result under ``show``'s timeline, cut with a note when long."""
     if content.text is None:
         return
+    from desktop_queue.core.result_view import show_text
+
     shown, cut = show_text(content.text)
     print(f"result ({content.message})")
     for line in shown.splitlines() or [""]:
@@ -840,6 +860,8 @@ def _print_text_result(job: Job, content: ResultContent) -> None:
 
 def cmd_result(args: argparse.Namespace) -> int:
     """Writes a job's result: text to stdout (or ``--output``), an artifact only to ``--output``."""
+    from desktop_queue.core.result_view import no_result_reason, read_result
+
     with _open(args) as queue:
         job = queue.get(args.id)
         if job.state != State.SUCCEEDED or not job.result_ref:
@@ -890,6 +912,8 @@ def _write_output(target: str, data: bytes, *, force: bool) -> int:
     if path.is_dir():
         _err(f"{target} is a directory; give a file name")
         return EXIT_USAGE
+    from desktop_queue.core.store.fileio import atomic_write
+
     try:
         if not atomic_write(path, data, overwrite=force):
             _err(f"{target} exists; nothing was written (--force replaces it)")
@@ -1036,16 +1060,40 @@ def cmd_spend(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: what ``work`` runs on besides Qt and the runtime: the queue and its store, the providers,
+#: the profiles, the schedules, and the upkeep (repair scan, outbox) of :mod:`.cli_alerts`
+_WORK_ENGINE = (
+    "desktop_queue.core.queue",
+    "desktop_queue.core.schedules",
+    "desktop_queue.core.repair",
+    "desktop_queue.core.outbox",
+    "desktop_queue.providers.setup",
+    "desktop_queue.providers.profiles",
+)
+
+
+def _import_before_qt(modules: Sequence[str]) -> None:
+    """Imports ``modules`` now, before anything imports PySide6.
+
+    Once PySide6 is imported, its ``__feature__`` import hook reads the whole source of
+    every module imported after it (``inspect.getsource``, to see whether it uses Qt):
+    about 20 ms of CPU at each start for the engine's modules, which never use Qt.
+    """
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+
+
 def cmd_work(args: argparse.Namespace) -> int:
     # every number was checked by the parser (_at_least_one, _positive)
     budgets = {
         name: getattr(args, name)
         for name in ("budget_usd_per_day", "budget_usd_per_month", "budget_tokens_per_day", "budget_tokens_per_month")
     }
-    from PySide6.QtCore import QCoreApplication, QTimer
-
+    _import_before_qt(_WORK_ENGINE)
+    from desktop_queue.core.schedules import Scheduler
     from desktop_queue.providers.setup import ProfileConfig, build
-    from desktop_queue.runtime import LeaseDriver
 
     # the flags override the default profile's own settings (the file is not changed)
     overrides: dict[str, Any] = {
@@ -1072,6 +1120,11 @@ def cmd_work(args: argparse.Namespace) -> int:
     # machine's workers share them (the data dir's flow state is only this machine's)
     store = _store(args)
     providers, flow = build(profiles, data_dir=resolve_data_dir(args.data_dir), backend=store.get("backend"))
+    # Qt after the engine and the plug-ins (see _import_before_qt)
+    from PySide6.QtCore import QCoreApplication, QTimer
+
+    from desktop_queue.runtime import LeaseDriver
+
     # after everything that can refuse the arguments: a process has one application object
     app = QCoreApplication.instance() or QCoreApplication([PROG])
     queue = _open(args, dict(providers), store)
@@ -1089,8 +1142,6 @@ def cmd_work(args: argparse.Namespace) -> int:
         lease_s=args.lease_s,
         attempt_timeout_s=args.attempt_timeout,
     )
-    from desktop_queue.core.schedules import Scheduler
-
     driver.scheduler = Scheduler(queue)  # every worker evaluates the schedules; keys make it once
     # what this worker's attempts ended in: a job queued again (retry, throttle, given
     # back) is not finished, and is counted apart
@@ -1372,6 +1423,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
+    from desktop_queue.core.retention import load_policy
+
     with _open(args) as queue:
         if args.by_retention:
             policy = load_policy(queue.data_dir)
@@ -1392,6 +1445,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
+    from desktop_queue.core.retention import load_policy, save_policy
+
     data_dir = resolve_data_dir(args.data_dir)
     policy = load_policy(data_dir)
     changes: dict[str, Any] = {}

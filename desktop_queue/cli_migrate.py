@@ -14,26 +14,23 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from desktop_queue.core.errors import InvalidInput
-from desktop_queue.core.migrate import (
-    BATCH,
-    Report,
-    Summary,
-    copy_data_files,
-    data_files_note,
-    describe,
-    is_pg,
-    migrate,
-    open_side,
-)
 from desktop_queue.core.paths import data_dir as resolve_data_dir
+
+# desktop_queue.core.migrate imports the queue, its store and the archive: `run` loads it,
+# so that every other command's parser (which adds `migrate`) starts without them
+if TYPE_CHECKING:
+    from desktop_queue.core.migrate import Report, Summary
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+#: jobs a batch (one commit) holds by default: desktop_queue.core.migrate.BATCH (a test keeps
+#: them equal), spelled here so that the parser does not import the migration
+BATCH = 500
 
 #: seconds between two progress lines on stderr
 PROGRESS_EVERY_S = 1.0
@@ -91,6 +88,8 @@ class _Progress:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``migrate``; 0 when both sides verify equal, 1 when they differ or the copy failed."""
+    from desktop_queue.core.migrate import copy_data_files, data_files_note, describe, is_pg, migrate, open_side
+
     if getattr(args, "store", None):
         raise InvalidInput("migrate names its stores with --from and --to, not --store")
     source_loc, target_loc = args.source.strip(), args.target.strip()

@@ -22,7 +22,9 @@ import orjson
 from desktop_queue.core.model import Actor
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.core.pause import MAX_REASON, BackgroundSwitch, PauseState
-from desktop_queue.core.present import background_pause_text, clock_time
+
+# desktop_queue.core.present (flow control, the ledger) is imported where a pause is shown:
+# the parser that adds these commands is built for every command
 
 EXIT_OK = 0
 
@@ -56,6 +58,8 @@ def _print(state: PauseState, was: PauseState, as_json: bool) -> None:
         doc = {**state.to_json(), "changed": state.paused != was.paused}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
+    from desktop_queue.core.present import background_pause_text, clock_time
+
     if state.paused:
         print(f"{background_pause_text(state, time.time())}{' (it already was)' if was.paused else ''}")
         print("No process on this data dir starts background jobs until `resume-background`; interactive jobs run.")
@@ -70,6 +74,8 @@ def note_if_paused(switch: BackgroundSwitch, err: Callable[[str], None]) -> None
     state = switch.state()
     if state.problem:
         err(f"note: {state.problem}")
+    from desktop_queue.core.present import background_pause_text
+
     text = background_pause_text(state, time.time())
     if text is not None:
         err(f"note: {text}: only interactive jobs run until `desktop-queue resume-background`")

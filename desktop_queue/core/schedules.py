@@ -49,7 +49,6 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
-from croniter import croniter
 
 from desktop_queue.core.errors import InvalidInput, NoSuchJob, QueueError, StoreError
 from desktop_queue.core.fingerprint import canonical_json
@@ -100,6 +99,10 @@ def _to_iso(ts: float | None) -> str | None:
 
 def check_cron(expr: str) -> str:
     """The expression, tidied, when croniter reads it as five fields; else InvalidInput."""
+    # imported here, not at the top: croniter's import runs `file` as a child process
+    # (platform.architecture), which every command and worker would pay for
+    from croniter import croniter
+
     clean = " ".join(str(expr).split())
     if len(clean.split(" ")) != 5 or not croniter.is_valid(clean):
         raise InvalidInput(f"not a cron expression: {expr!r} (five fields, e.g. '0 * * * *' for every hour)")
@@ -266,6 +269,8 @@ def _windows(schedule: Schedule, start: float, *, forward: bool) -> Iterator[flo
     zone = check_zone(schedule.tz)
     expr = check_cron(schedule.cron)
     hourly = _hourly(expr)
+    from croniter import croniter  # loaded by check_cron above
+
     it = croniter(expr, _dt.datetime.fromtimestamp(start, zone))
     seen: float | None = None
     while True:
