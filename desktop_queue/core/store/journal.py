@@ -149,18 +149,11 @@ _HAS_PREAD = hasattr(os, "pread") and hasattr(os, "pwrite")
 _NO_NEWS = frozenset((b"", b"\0"))
 
 
-#: what the compaction child runs (its arguments follow, as ``sys.argv[1:]``). It stands
-#: in an empty module for the ``desktop_queue.core`` package before importing the store:
-#: the package's ``__init__`` re-exports the queue, flow control and their dependencies,
-#: which the child never uses and whose import was most of the child's CPU time on a
-#: small fold (a test runs this exact string: tests/core/test_compaction_cost.py)
-_CHILD = (
-    "import os, sys, types, desktop_queue; "
-    "core = types.ModuleType('desktop_queue.core'); "
-    "core.__path__ = [os.path.join(p, 'core') for p in desktop_queue.__path__]; "
-    "sys.modules['desktop_queue.core'] = core; "
-    "from desktop_queue.core.store.compaction import main; sys.exit(main(sys.argv[1:]))"
-)
+#: what the compaction child runs (its arguments follow, as ``sys.argv[1:]``). The
+#: ``desktop_queue.core`` package loads its re-exported names on first use, so this
+#: imports the store alone, not the queue and flow control the child never uses (a test
+#: runs this exact string: tests/core/test_compaction_cost.py)
+_CHILD = "import sys; from desktop_queue.core.store.compaction import main; sys.exit(main(sys.argv[1:]))"
 
 #: how often commits look whether a running compaction has ended (seconds)
 POLL_COMPACTOR_S = 0.05
