@@ -459,7 +459,9 @@ def test_timeline_lines_wrap_instead_of_being_cut(qtbot: Any, session: Any) -> N
     option = QStyleOptionViewItem()
     option.initFrom(view)
     tall, short = delegate.sizeHint(option, last), delegate.sizeHint(option, first)
-    assert tall.height() >= short.height() + height - QFontMetrics(view.font()).height()  # ... and the row grew
+    _, short_height = wrapped_text(first.data(TimelineRole.DETAIL), view.font(), width)
+    # ... and the row grew by what its detail is taller (a line's height of headline slack)
+    assert tall.height() >= short.height() + height - short_height - QFontMetrics(view.font()).height()
     assert tall.width() <= view.viewport().width()
     assert view.visualRect(last).height() == tall.height()
 

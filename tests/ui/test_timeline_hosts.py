@@ -95,6 +95,7 @@ def test_the_timeline_names_the_machine_of_each_attempt(ran_twice: Queue, qtbot:
     qtbot.addWidget(pane)
     pane.refresh_heading()
     assert "attempt 2 on render-box (pid 4123)" in pane.heading.text()
+    assert pane.heading.text().split("  ·  ")[-1] == "succeeded"  # (last: the middle elides, not the state)
 
 
 def test_show_prints_where_each_attempt_ran(ran_twice: Queue) -> None:

@@ -262,7 +262,8 @@ class TimelinePane(QWidget):
             # the machine of the latest attempt: on a shared queue it may be any of them
             where = f"  ·  attempt {hosts[-1][0]} on {hosts[-1][1]}" if hosts else ""
             self.heading.setText(
-                f"{job.title}  ·  job {job.id}  ·  {job.state}{where}" + (f"  ·  {note}" if note else "")
+                # (the state last: the heading elides in the middle, and the state must stay in sight)
+                f"{job.title}  ·  job {job.id}{where}  ·  {job.state}" + (f"  ·  {note}" if note else "")
             )
         self.heading.setToolTip(self.heading.text())
 
