@@ -542,6 +542,8 @@ class PgView:
             ids = [j["id"] for j in gone]
             keys = [j["key"] for j in gone]
             self.conn.execute("DELETE FROM dq_jobs WHERE id = ANY(%s)", (ids,))
+            # (no foreign key deletes them since schema version 5: the purge does)
+            self.conn.execute("DELETE FROM dq_events WHERE job_id = ANY(%s)", (ids,))
             # a key's result goes with its job, unless a job still here holds the key
             self.conn.execute(
                 "DELETE FROM dq_results r WHERE r.key = ANY(%s)"
