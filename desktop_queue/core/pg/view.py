@@ -69,6 +69,9 @@ _PICK = (
     )
     + ") FOR UPDATE OF j"
 )
+# both in one statement (one snapshot, one statement less per lease): the expired leases,
+# and beside them the job picked (its columns all null when there is none to take)
+_EXPIRED_AND_PICK = "SELECT x.ids, p.* FROM (" + _EXPIRED + " AS ids) x LEFT JOIN LATERAL (" + _PICK + ") p ON true"
 # the state spelled out, so that the prepared plan can use the partial index of that state
 # (schema version 4 keeps no index over every job's state)
 _IDS_IN = {str(s): f"SELECT id FROM dq_jobs WHERE state = '{s}' ORDER BY id" for s in State}
@@ -305,7 +308,7 @@ class PgView:
         running jobs themselves (schema version 4): a lease no longer costs a read of every
         busy worker's job. The jobs found are read (unlocked, rev-checked) by the reaper.
 
-        A writing view also takes, in the same round trip, the job the lease scans for
+        A writing view also takes, in the same statement, the job the lease scans for
         next: the first one due at ``now``, in lane order, that no other transaction holds
         (``FOR UPDATE SKIP LOCKED``, as :meth:`runnable`), which :meth:`runnable` then hands
         out instead of asking again. Found none: every lane is empty for this transaction
@@ -314,17 +317,19 @@ class PgView:
         filter that passes over it) stays locked until this transaction ends, as one that
         :meth:`runnable` passes over does.
         """
-        expired = self.conn.execute(_EXPIRED, (now,))
-        picked = self.conn.execute(_PICK, (now, now)) if self.write else None
-        row = expired.fetchone()
-        if picked is not None:
-            found = picked.fetchone()
-            job = self._job_of(found) if found is not None else None
-            if job is not None and found is not None:
-                self._locked.add(job["id"])
-                self._picked_epoch = int(found[4])
-            self._pick = (now, job)
-        return list(row[0]) if row is not None else []
+        if not self.write:
+            row = self.conn.execute(_EXPIRED, (now,)).fetchone()
+            return list(row[0]) if row is not None else []
+        row = self.conn.execute(_EXPIRED_AND_PICK, (now, now, now)).fetchone()
+        if row is None:  # (the outer query always has its one row)
+            return []
+        found = row[1:]
+        job = self._job_of(found) if found[0] is not None else None
+        if job is not None:
+            self._locked.add(job["id"])
+            self._picked_epoch = int(found[4])
+        self._pick = (now, job)
+        return list(row[0]) if row[0] is not None else []
 
     def ids_in(self, state: str) -> Collection[str]:
         sql = _IDS_IN.get(str(state))
