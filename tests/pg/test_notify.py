@@ -176,3 +176,20 @@ def test_a_watcher_hands_over_another_process_s_job_without_polling(
         assert seen[0] is not None and job_id in seen[0]
     finally:
         watcher.stop()
+
+
+def test_only_the_notification_commits_without_a_flush(open_pg: Any, pg_dsn: str) -> None:
+    """The notification's transaction turns synchronous_commit off for itself: every change's commit keeps it on."""
+    backend = PgBackend(pg_dsn, pool_size=1)
+    queue = open_pg(backend=backend)
+    for n in range(3):  # (each commit notifies, from the one pooled connection)
+        queue.submit("demo", {"n": n})
+        lease = queue.lease("w")
+        assert lease is not None
+        queue.complete(lease, {"n": n})
+    pool = backend._pool
+    assert pool is not None
+    with pool.connection() as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        with conn.transaction():
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)

@@ -25,7 +25,9 @@ from desktop_queue.core.pg.view import _HOLDER
 #: what one submit + lease + complete may cost at most on the pooled connection (before
 #: schema version 4: 37 statements and 44 waits there, and 3 more statements on a
 #: connection of the notifier's own)
-MAX_STATEMENTS = 17  # BEGIN, COMMIT and the change notification of three transactions included
+MAX_STATEMENTS = 15  # BEGIN, COMMIT and the change notification of three transactions included
+#: (17 until the lease asked for the expired leases and its pick in one statement, and the
+#: complete took the leased job from the lease's own commit instead of reading it again)
 #: ``Sync`` and ``Flush`` messages: the points where the client may wait for the server
 #: (a pipelined transaction sends BEGIN's Sync without waiting for it)
 MAX_WAITS = 13

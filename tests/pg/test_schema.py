@@ -106,3 +106,39 @@ def test_a_version_3_queue_is_brought_to_version_4_with_its_jobs(open_pg: Callab
     lease = queue.lease("w")
     assert lease is not None and lease.job_id == job.id
     assert queue.complete(lease, {"ok": True}).state == "succeeded"
+
+
+def test_a_version_4_queue_loses_the_event_key_and_keeps_its_timelines(
+    open_pg: Callable[..., Queue], pg_dsn: str
+) -> None:
+    """Version 5 drops the per-event key check and the submission-number index; a purge still takes the events."""
+    from desktop_queue.core.pg.schema import MIGRATIONS
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # a queue as version 4 made it
+        conn.execute(
+            "CREATE TABLE dq_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version in (1, 2, 3, 4):
+            conn.execute(MIGRATIONS[version])
+            conn.execute("INSERT INTO dq_schema (version) VALUES (%s)", (version,))
+    queue = open_pg()
+    assert queue.report.notices == [f"brought the PostgreSQL queue's schema from version 4 to {SCHEMA_VERSION}"]
+    with psycopg.connect(pg_dsn) as conn:
+        keys = conn.execute(
+            "SELECT count(*) FROM pg_constraint WHERE conrelid = 'dq_events'::regclass AND contype = 'f'"
+        ).fetchone()
+        seq_index = conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'dq_jobs_seq'"
+        ).fetchone()
+    assert keys == (0,) and seq_index == (0,)
+    done, kept = (queue.submit("demo", {"n": i}).job for i in (1, 2))
+    lease = queue.lease("w")
+    assert lease is not None and lease.job_id == done.id
+    queue.complete(lease, {"ok": True})
+    assert [e.type for e in queue.get(done.id).events] == ["submitted", "leased", "succeeded"]
+    assert {j.id for j in queue.list()} == {done.id, kept.id}
+
+    assert queue.purge_jobs([done.id]) == 1
+    with psycopg.connect(pg_dsn) as conn:
+        left = conn.execute("SELECT DISTINCT job_id FROM dq_events ORDER BY job_id").fetchall()
+    assert left == [(kept.id,)]  # (the purged job's timeline went with it; the other one's stays)

@@ -50,6 +50,8 @@ T = TypeVar("T")
 
 #: errors after which the whole transaction is run again
 _RACES = (Conflict, pg_errors.UniqueViolation, pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+#: how many jobs' last committed images a process keeps (see PgBackend._remember)
+_IMAGES_MAX = 4096
 #: errors that mean the server (or the way to it) is gone for now
 _GONE = (psycopg.OperationalError, PoolTimeout)
 
@@ -145,6 +147,11 @@ class PgBackend:
         self._session_lock = threading.Lock()
         self._session_suspect = False  # see _ensure_session
         self._local = threading.local()  # .conn: the transaction this thread is in, if any
+        #: id -> (job, rev) as this process's last commit of it left it: what a writing
+        #: view reads by id instead of the row, rev-checked (PgView.read_job); forgotten
+        #: whole when a transaction loses a race or fails (one of them may be stale)
+        self._images: dict[str, tuple[Any, int]] = {}
+        self._images_lock = threading.Lock()
         self.clock = ServerClock(self._server_offset)
 
     # ------------------------------------------------------------------ lifecycle
@@ -369,17 +376,24 @@ class PgBackend:
         self._local.after = None
         deadline = time.monotonic() + self.retry_s
         delay = 0.005
+        images: Callable[[str], tuple[Any, int] | None] | None = self._image
         while True:
             committing = False
             try:
                 with self._connection() as conn, self._active(conn):
                     self._ensure_session()
-                    view = PgView(conn, write=True, worker=self.worker.id)
+                    view = PgView(conn, write=True, worker=self.worker.id, images=images)
                     done: Any = None
                     try:
                         with conn.pipeline():
-                            change = fn(view)
+                            try:
+                                change = fn(view)
+                            except Exception:
+                                if view.used_images:
+                                    raise _Stale from None  # (it may have decided on an old image)
+                                raise
                             view.apply(change.records)
+                            view.validate()
                             committing = True
                             # (sent with the writes; the end of the pipeline waits for all of
                             # them at once, and raises what any of them met: then no COMMIT ran)
@@ -398,10 +412,19 @@ class PgBackend:
                         # change at their next read, as after a lost notification)
                         log.warning("a change notification was not sent: %s", _reason(exc))
                     self._local.after = view.after_images()
+                    self._remember(view.committed_images(), everything=view.changed is None)
                     return change.value
+            except _Stale:
+                # the verb refused what this process's images said: it runs again reading
+                # the rows (an answer no image ever gives, with no wait before it)
+                self._forget()
+                images = None
+                continue
             except _RACES as exc:
+                self._forget()
                 reason: BaseException = exc
             except _GONE as exc:
+                self._forget()
                 self._suspect()
                 if committing:
                     raise StoreError(
@@ -410,12 +433,37 @@ class PgBackend:
                     ) from None
                 reason = exc
             except psycopg.Error as exc:
+                self._forget()
                 raise StoreError(f"the PostgreSQL queue refused a change: {_reason(exc)}") from None
+            except BaseException:
+                self._forget()  # (a verb that raised: what it read may have been stale)
+                raise
             if time.monotonic() > deadline:
                 raise StoreError(f"the PostgreSQL queue did not take a change in time: {_reason(reason)}")
             log.debug("retrying a transaction: %s", reason)
             time.sleep(delay)  # (a race or a restart: let the other side finish)
             delay = min(delay * 2, 0.5)
+
+    def _image(self, job_id: str) -> tuple[Any, int] | None:
+        with self._images_lock:
+            return self._images.get(job_id)
+
+    def _remember(self, images: dict[str, tuple[Any, int]], *, everything: bool) -> None:
+        """Keeps the jobs a commit left (a purge: forgets every one first)."""
+        with self._images_lock:
+            if everything:
+                self._images.clear()
+            for job_id, (job, rev) in images.items():
+                known = self._images.get(job_id)
+                if known is None or known[1] < rev:  # (two threads' commits may end out of order)
+                    self._images[job_id] = (job, rev)
+            if len(self._images) > _IMAGES_MAX:
+                for job_id in list(self._images)[: _IMAGES_MAX // 4]:
+                    del self._images[job_id]
+
+    def _forget(self) -> None:
+        with self._images_lock:
+            self._images.clear()
 
     def transact(self, fn: Callable[[PgView], Sequence[Record]], *, durable: bool = True) -> Sequence[Record]:
         def records(view: PgView) -> Change[Sequence[Record]]:
@@ -605,6 +653,10 @@ def _succeeded(cursor: Any) -> bool:
     """Whether the statement of ``cursor`` (a pipelined COMMIT) ran and succeeded."""
     result = getattr(cursor, "pgresult", None)
     return result is not None and result.status == psycopg.pq.ExecStatus.COMMAND_OK
+
+
+class _Stale(Exception):
+    """A verb that read a job from this process's images raised: it runs again on the rows."""
 
 
 class _NotKept(Exception):

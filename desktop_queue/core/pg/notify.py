@@ -48,9 +48,25 @@ def payload_of(ids: set[str] | None) -> str:
     return text if len(text.encode()) <= PAYLOAD_MAX else EVERYTHING
 
 
+#: a notification alone in its transaction (as every caller sends it: after the commit of
+#: the change it tells of, or from the notifier's autocommit connection): that transaction
+#: changes no data, yet NOTIFY gives it a transaction id, so it writes a commit record, and
+#: with ``synchronous_commit`` on it would wait for a WAL flush while holding the server's
+#: notify lock, one notifying transaction after another. Its commit is made asynchronous
+#: (``set_config(..., true)``: that transaction only, the session keeps ``on``): a
+#: notification is not durable anyway (a server restart drops the queue of them), and
+#: the change it tells of was flushed by its own commit before this one began.
+_NOTIFY = "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, %s)"
+
+
 def send(conn: Any, channel: str, ids: set[str] | None) -> None:
-    """Notifies ``channel`` of ``ids`` in ``conn``'s transaction (delivered when it commits)."""
-    conn.execute("SELECT pg_notify(%s, %s)", (channel, payload_of(ids)))
+    """Notifies ``channel`` of ``ids`` in a transaction of its own on ``conn`` (delivered when it commits).
+
+    ``conn`` is in autocommit mode, or this is the first statement after a pipelined
+    ``COMMIT`` (the implicit transaction that the pipeline's sync ends): the transaction
+    commits without waiting for the WAL flush (see :data:`_NOTIFY`).
+    """
+    conn.execute(_NOTIFY, (channel, payload_of(ids)))
 
 
 class Notifier:

@@ -69,6 +69,9 @@ _PICK = (
     )
     + ") FOR UPDATE OF j"
 )
+# both in one statement (one snapshot, one statement less per lease): the expired leases,
+# and beside them the job picked (its columns all null when there is none to take)
+_EXPIRED_AND_PICK = "SELECT x.ids, p.* FROM (" + _EXPIRED + " AS ids) x LEFT JOIN LATERAL (" + _PICK + ") p ON true"
 # the state spelled out, so that the prepared plan can use the partial index of that state
 # (schema version 4 keeps no index over every job's state)
 _IDS_IN = {str(s): f"SELECT id FROM dq_jobs WHERE state = '{s}' ORDER BY id" for s in State}
@@ -169,10 +172,27 @@ class PgView:
     #: backend runs the verb again, which draws another: a submission need not ask first
     refuses_taken_ids = True
 
-    def __init__(self, conn: Any, *, write: bool, worker: str | None = None) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        write: bool,
+        worker: str | None = None,
+        images: Callable[[str], tuple[JobDict, int] | None] | None = None,
+    ) -> None:
         self.conn = conn
         self.write = write
         self.worker = worker
+        #: id -> (the job as a commit of this process left it, its rev then), or None: what a
+        #: read by id of a writing view takes instead of reading and locking the row (see
+        #: :meth:`read_job`)
+        self._images = images if write else None
+        #: ids of the jobs read from ``images`` and not written (checked by :meth:`validate`)
+        self._optimistic: set[str] = set()
+        #: a job was read from ``images`` (a verb that then raises is run again without them)
+        self.used_images = False
+        #: id -> the rev a job has once this transaction commits, for each one in ``_after``
+        self._after_rev: dict[str, int] = {}
         #: ids of the jobs :meth:`apply` changed (None: a purge, "everything"), renewals of a
         #: lease aside: what the commit notifies
         self.changed: set[str] | None = set()
@@ -208,6 +228,19 @@ class PgView:
         seen = self._seen.get(job_id)
         if seen is not None and (not lock or job_id in self._locked):
             return seen[0]
+        if lock and seen is None and self._images is not None:
+            # optimistic: the job as this process's last commit of it left it, unlocked; its
+            # update checks that its rev is still that one (else Conflict, and the verb runs
+            # again reading the row), and a job read so and left alone is checked before the
+            # COMMIT (validate): either way the transaction commits only if what it decided
+            # on was the job's current state (one statement less for a complete, a heartbeat)
+            image = self._images(job_id)
+            if image is not None:
+                job = cast(JobDict, dict(image[0]))
+                self._seen[job_id] = (job, image[1])
+                self._optimistic.add(job_id)
+                self.used_images = True
+                return job
         sql = _SELECT + " WHERE j.id = %s" + (" FOR UPDATE OF j" if lock else "")
         row = self.conn.execute(sql, (job_id,)).fetchone()
         if row is None:
@@ -305,7 +338,7 @@ class PgView:
         running jobs themselves (schema version 4): a lease no longer costs a read of every
         busy worker's job. The jobs found are read (unlocked, rev-checked) by the reaper.
 
-        A writing view also takes, in the same round trip, the job the lease scans for
+        A writing view also takes, in the same statement, the job the lease scans for
         next: the first one due at ``now``, in lane order, that no other transaction holds
         (``FOR UPDATE SKIP LOCKED``, as :meth:`runnable`), which :meth:`runnable` then hands
         out instead of asking again. Found none: every lane is empty for this transaction
@@ -314,17 +347,19 @@ class PgView:
         filter that passes over it) stays locked until this transaction ends, as one that
         :meth:`runnable` passes over does.
         """
-        expired = self.conn.execute(_EXPIRED, (now,))
-        picked = self.conn.execute(_PICK, (now, now)) if self.write else None
-        row = expired.fetchone()
-        if picked is not None:
-            found = picked.fetchone()
-            job = self._job_of(found) if found is not None else None
-            if job is not None and found is not None:
-                self._locked.add(job["id"])
-                self._picked_epoch = int(found[4])
-            self._pick = (now, job)
-        return list(row[0]) if row is not None else []
+        if not self.write:
+            row = self.conn.execute(_EXPIRED, (now,)).fetchone()
+            return list(row[0]) if row is not None else []
+        row = self.conn.execute(_EXPIRED_AND_PICK, (now, now, now)).fetchone()
+        if row is None:  # (the outer query always has its one row)
+            return []
+        found = row[1:]
+        job = self._job_of(found) if found[0] is not None else None
+        if job is not None:
+            self._locked.add(job["id"])
+            self._picked_epoch = int(found[4])
+        self._pick = (now, job)
+        return list(row[0]) if row[0] is not None else []
 
     def ids_in(self, state: str) -> Collection[str]:
         sql = _IDS_IN.get(str(state))
@@ -449,6 +484,7 @@ class PgView:
         after = cast(JobDict, orjson.loads(doc))
         after["events"] = events
         self._after[job["id"]] = after
+        self._after_rev[job["id"]] = 0  # (the column's default)
         self._numbered.append((after, cursor))  # (its number is read once the statement ran)
         self._changed(job["id"])
 
@@ -501,18 +537,49 @@ class PgView:
         except pg_errors.SerializationFailure:
             raise Conflict(f"job {job_id} changed meanwhile (or is gone)") from None
         base = self._after.get(job_id) or (seen[0] if seen is not None else None)
+        rev = self._after_rev.get(job_id)
+        if rev is None and seen is not None:
+            rev = seen[1]
         if seen is not None:
             self._seen[job_id] = (seen[0], seen[1] + 1)
+        self._optimistic.discard(job_id)  # (checked by this update's WHERE)
         if base is not None:
             # (what the row now holds: the document read, with this change merged in as
             # ``doc || change`` merges it, and the events appended)
             after = cast(JobDict, {**base, **orjson.loads(set_text)})
             after["events"] = _appended(base.get("events"), events, events_text)
             self._after[job_id] = after
+            if rev is not None:
+                self._after_rev[job_id] = rev + 1
+            else:
+                self._after_rev.pop(job_id, None)
         else:
             self._after.pop(job_id, None)
+            self._after_rev.pop(job_id, None)
         if events or not changes.keys() <= _RENEWAL:
             self._changed(job_id)  # (a lease renewal alone wakes no one: nothing a reader shows moved)
+
+    def validate(self) -> None:
+        """Checks, in the transaction (before its COMMIT), that each job read optimistically and not written is unchanged.
+
+        A job :meth:`read_job` took from this process's own images instead of the row is
+        current only if its rev still is the one of that image: the check aborts the
+        transaction otherwise (a serialization failure, which the backend runs again).
+        """
+        if self._optimistic:
+            ids = sorted(self._optimistic)
+            revs = [self._seen[i][1] for i in ids]
+            self.conn.execute(
+                "SELECT dq_expect_one((SELECT count(*) FROM dq_jobs j, unnest(%s::text[], %s::bigint[]) AS x(id, rev)"
+                " WHERE j.id = x.id AND j.rev = x.rev) - %s + 1)",
+                (ids, revs, len(ids)),
+            )
+
+    def committed_images(self) -> dict[str, tuple[JobDict, int]]:
+        """id -> (job, rev) of each job this transaction wrote from a known state, as it commits them."""
+        if self._purged:
+            return {}
+        return {i: (job, self._after_rev[i]) for i, job in self._after.items() if i in self._after_rev}
 
     def after_images(self) -> dict[str, JobDict]:
         """The jobs as this transaction leaves them: each one it wrote, and each one it locked.
@@ -542,6 +609,8 @@ class PgView:
             ids = [j["id"] for j in gone]
             keys = [j["key"] for j in gone]
             self.conn.execute("DELETE FROM dq_jobs WHERE id = ANY(%s)", (ids,))
+            # (no foreign key deletes them since schema version 5: the purge does)
+            self.conn.execute("DELETE FROM dq_events WHERE job_id = ANY(%s)", (ids,))
             # a key's result goes with its job, unless a job still here holds the key
             self.conn.execute(
                 "DELETE FROM dq_results r WHERE r.key = ANY(%s)"
