@@ -557,7 +557,14 @@ class LeaseDriver(QObject):
         self._stopping = False
         self.keeper.start()
         if self.follow and self.watcher is None:
-            self.watcher = ChangeWatcher(self.queue, self._from_feed, fallback_s=self.safety_tick_s)
+            # once it knows its first version it asks for a look: a job submitted between
+            # the first look and that version is not left for the safety tick
+            self.watcher = ChangeWatcher(
+                self.queue,
+                self._from_feed,
+                fallback_s=self.safety_tick_s,
+                on_ready=lambda: self._from_feed(None),
+            )
             self.watcher.start(timeout_s=0)  # (its first read is on its thread)
         self._timer.start()
         self.wake()

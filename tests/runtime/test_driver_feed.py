@@ -72,7 +72,7 @@ class Hanging(DemoProvider):
 def idle(qtbot: Any, driver: Any) -> None:
     """Waits for the driver's first look to be over and its watcher to follow the store."""
     qtbot.waitUntil(lambda: driver.plan is not None and driver.watcher is not None, timeout=WAIT_MS)
-    qtbot.waitUntil(lambda: driver.watcher.reads >= 1, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: driver.watcher.ready, timeout=WAIT_MS)
 
 
 def test_an_idle_driver_plans_only_its_safety_tick(qtbot: Any, make_driver: DriverFactory) -> None:
