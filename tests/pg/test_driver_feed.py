@@ -69,6 +69,8 @@ def _driver(drivers: list[LeaseDriver], queue: Queue, providers: Any = None) -> 
 def _idle(qtbot: Any, driver: LeaseDriver) -> None:
     qtbot.waitUntil(lambda: driver.plan is not None and driver.watcher is not None, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: driver.watcher is not None and driver.watcher.ready, timeout=WAIT_MS)
+    # the first look, and the one the watcher asks for once it follows
+    qtbot.waitUntil(lambda: driver.ticks >= 2, timeout=WAIT_MS)
 
 
 def test_a_job_another_connection_submits_is_leased_through_listen_notify(

@@ -73,6 +73,8 @@ def idle(qtbot: Any, driver: Any) -> None:
     """Waits for the driver's first look to be over and its watcher to follow the store."""
     qtbot.waitUntil(lambda: driver.plan is not None and driver.watcher is not None, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: driver.watcher.ready, timeout=WAIT_MS)
+    # the first look, and the one the watcher asks for once it follows
+    qtbot.waitUntil(lambda: driver.ticks >= 2, timeout=WAIT_MS)
 
 
 def test_an_idle_driver_plans_only_its_safety_tick(qtbot: Any, make_driver: DriverFactory) -> None:
