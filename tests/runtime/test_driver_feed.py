@@ -232,3 +232,69 @@ def test_without_follow_the_driver_polls_at_its_tick(make_driver: DriverFactory)
     driver = make_driver(follow=False, tick_ms=40)
     driver.start()
     assert not driver._timer.isSingleShot() and driver._timer.interval() == 40 and driver.watcher is None
+
+
+class CountingUpkeep:
+    """The driver's upkeep (repair scan, outbox, alerts), counted."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self.ticks = 0
+
+    def tick(self) -> None:
+        self.ticks += 1
+
+
+def test_the_upkeep_runs_at_its_interval_by_a_planned_wake(qtbot: Any, make_driver: DriverFactory) -> None:
+    upkeep = CountingUpkeep(every_s=0.2)
+    driver = make_driver(safety_tick_s=HOUR_S, upkeep=upkeep)
+    driver.start()
+    idle(qtbot, driver)
+    assert driver.plan.reason == "upkeep"
+    qtbot.waitUntil(lambda: upkeep.ticks >= 3, timeout=WAIT_MS)
+    assert driver.plan.reason == "upkeep" and driver.plan.delay_s <= 0.2
+
+
+def test_the_scheduler_s_next_window_is_a_planned_wake(qtbot: Any, make_driver: DriverFactory, queue: Queue) -> None:
+    from desktop_queue.core.schedules import Scheduler, new_schedule
+
+    scheduler = Scheduler(queue)
+    try:
+        scheduler.book.add(new_schedule("every minute", "* * * * *", "demo", {"prompt": "tick"}, now=queue.clock.now()))
+        driver = make_driver(safety_tick_s=HOUR_S)
+        driver.scheduler = scheduler
+        driver.start()
+        idle(qtbot, driver)
+        assert driver.plan.reason == "scheduler" and 0 < driver.plan.delay_s <= 60.1
+    finally:
+        scheduler.close()
+
+
+def test_without_schedules_the_scheduler_plans_nothing(qtbot: Any, make_driver: DriverFactory, queue: Queue) -> None:
+    from desktop_queue.core.schedules import Scheduler
+
+    scheduler = Scheduler(queue)
+    try:
+        driver = make_driver(safety_tick_s=HOUR_S)
+        driver.scheduler = scheduler
+        driver.start()
+        idle(qtbot, driver)
+        assert driver.plan.reason == "safety" and not scheduler.book.path.exists()
+    finally:
+        scheduler.close()
+
+
+def test_a_throttle_s_pause_ends_and_the_profile_s_jobs_are_leased_again(
+    qtbot: Any, make_driver: DriverFactory, queue: Queue
+) -> None:
+    from desktop_queue.core.flow import FlowControl, ProfileLimits
+
+    flow = FlowControl({"demo": ProfileLimits(throttle_base_s=0.2, throttle_cap_s=0.3)})
+    first = queue.submit(
+        "demo", {"prompt": "429 once", "duration_s": 0, "fail_times": 1, "fail_with": "throttled", "retry_after_s": 0.3}
+    ).job
+    second = queue.submit("demo", {"prompt": "behind it", "duration_s": 0}).job
+    driver = make_driver(concurrency=1, flow=flow, safety_tick_s=HOUR_S)
+    driver.start()
+    qtbot.waitUntil(lambda: queue.get(first.id).state == queue.get(second.id).state == "succeeded", timeout=WAIT_MS)
+    assert any(e.type == "throttled" for e in queue.get(first.id).events)
