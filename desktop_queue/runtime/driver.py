@@ -20,6 +20,11 @@ is kept in memory, and its commit tried again every few seconds until the store 
 it, so a paid answer is committed once, never paid for again, and a failed commit never
 spends an attempt. The first commit that goes through resumes leasing. A poisoned store
 (a failed ``fsync``) refuses everything until it is reopened: leasing stays paused.
+
+An idle driver does not poll the store: it follows the change feed (a
+:class:`~desktop_queue.core.watch.ChangeWatcher` thread; on PostgreSQL ``LISTEN/NOTIFY``)
+and sleeps until the first thing it knows falls due, with a slow safety tick
+(:mod:`desktop_queue.runtime.wake`).
 """
 
 from __future__ import annotations
