@@ -421,12 +421,10 @@ class LeaseDriver(QObject):
         partial_text(str, str): a streaming attempt's text so far (job id, text), a
             few times a second while it streams; shown, never stored.
 
-    Attributes (besides ``scheduler``):
+    Attributes:
         ticks: how many full looks (:meth:`tick`) the driver made.
         plan: when and why it looks next (``follow``), a :class:`~desktop_queue.runtime.wake.WakePlan`.
         watcher: the change feed's watcher while the driver runs (``follow``).
-
-    Attributes:
         scheduler: None, or an object whose ``maybe_tick()`` evaluates the data dir's
             schedules (:class:`~desktop_queue.core.schedules.Scheduler`, which limits
             itself to one look every few seconds); asked on every tick before leasing,
@@ -880,6 +878,8 @@ class LeaseDriver(QObject):
         if not self.follow or self._stopping:
             return
         if self._jumpy:
+            if self._timer.isActive():
+                return  # (the tick's pace: a fill does not put the next look off)
             self.plan = WakePlan(self._tick_s, "tick")
         else:
             leasing = not self._paused and self._store_down is None and len(self._active) < self._concurrency
