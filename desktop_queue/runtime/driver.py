@@ -475,6 +475,7 @@ class LeaseDriver(QObject):
         self._sched_next: float | None = None  # wall time of the scheduler's next window
         self._sched_at: float | None = None  # (queue clock, monotonic) when the scheduler last ran
         self._sched_mtime: int | None = None  # of the schedules file when it was read
+        self._sched_failed = False  # the scheduler's last look raised
         self.upkeep = upkeep
         self._upkeep_at: float | None = None  # the first runs one interval after the first tick
         self.flow = flow
@@ -730,10 +731,12 @@ class LeaseDriver(QObject):
             return
         try:
             report = self.scheduler.maybe_tick()
+            self._sched_failed = False
             if report is not None:
                 self._sched_at = self.queue.clock.monotonic()
                 self._sched_mtime = None  # (what it wrote is read for the next window)
         except Exception as exc:  # a full disk, a newer schedules file or a bug must not stop the leasing
+            self._sched_failed = True
             message = f"schedules: {exc}"
             if message != self._scheduler_error:
                 self._scheduler_error = message
@@ -933,9 +936,15 @@ class LeaseDriver(QObject):
         safety tick), and its window still runs on time within ``schedules.GRACE_S``.
         """
         scheduler = self.scheduler
+        if scheduler is None:
+            return None
+        if self._sched_failed:
+            # its last look raised (a full disk, say, which may clear): asked again at its
+            # interval, so that a window due meanwhile is not left to the safety tick
+            return float(getattr(scheduler, "min_interval_s", self._tick_s))
         book = getattr(scheduler, "book", None)
         path = getattr(book, "path", None)
-        if scheduler is None or book is None or path is None:
+        if book is None or path is None:
             return None
         try:
             mtime = os.stat(path).st_mtime_ns
