@@ -1644,6 +1644,26 @@ class Queue:
         """When the earliest queued job becomes runnable (wall time), or None if none is queued."""
         return self.store.read(lambda st: st.next_wake())
 
+    def wake_times(self) -> tuple[float | None, float | None]:
+        """(:meth:`next_wake`, the earliest expiry of a lease this process does not keep) in one read.
+
+        The lease driver sleeps until the first of them (wall times; None: nothing
+        queued, nothing running elsewhere): then a queued job becomes runnable, or an
+        expired lease may be reaped.
+        """
+
+        def fn(st: View) -> tuple[float | None, float | None]:
+            expiries = [
+                float(expires)
+                for i in st.ids_in(State.RUNNING)
+                if (j := st.hot(i)) is not None
+                and (expires := j.get("lease_expires_at")) is not None
+                and j.get("lease_token") not in _KEPT
+            ]
+            return st.next_wake(), min(expiries) if expiries else None
+
+        return self.store.read(fn)
+
     def waiting_kinds(self, kinds: Iterable[str]) -> set[str]:
         """Which of ``kinds`` have a queued job (due or not): one consistent read."""
         wanted = list(kinds)

@@ -59,6 +59,11 @@ class ChangeWatcher:
         return self._started.wait(timeout_s)
 
     @property
+    def ready(self) -> bool:
+        """Whether the starting version is known: a change committed from now on is seen."""
+        return self._started.is_set()
+
+    @property
     def alive(self) -> bool:
         """Whether the thread still follows the queue."""
         return self._thread.is_alive() and not self._stop.is_set()

@@ -20,6 +20,11 @@ is kept in memory, and its commit tried again every few seconds until the store 
 it, so a paid answer is committed once, never paid for again, and a failed commit never
 spends an attempt. The first commit that goes through resumes leasing. A poisoned store
 (a failed ``fsync``) refuses everything until it is reopened: leasing stays paused.
+
+An idle driver does not poll the store: it follows the change feed (a
+:class:`~desktop_queue.core.watch.ChangeWatcher` thread; on PostgreSQL ``LISTEN/NOTIFY``)
+and sleeps until the first thing it knows falls due, with a slow safety tick
+(:mod:`desktop_queue.runtime.wake`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import contextlib
 import dataclasses
 import errno
 import logging
+import math
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -45,7 +52,9 @@ from desktop_queue.core.pause import BackgroundSwitch
 from desktop_queue.core.present import flow_event_text
 from desktop_queue.core.queue import default_worker_id
 from desktop_queue.core.results import InvalidArtifact
+from desktop_queue.core.watch import ChangeWatcher
 from desktop_queue.runtime import qtcompat
+from desktop_queue.runtime.wake import SAFETY_TICK_S, WakePlan, plan_wake
 
 log = logging.getLogger(__name__)
 
@@ -142,11 +151,13 @@ class _Relay(QObject):
         ready(): reports wait in the inbox (:meth:`take`).
         partial(str, str): a streaming attempt's text so far: job id, text.
         sync_failed(object): a sync of the driver's commits failed (the StoreError).
+        changed(object): the change feed saw jobs change (their ids; None: any).
     """
 
     ready = Signal()
     partial = Signal(str, str)
     sync_failed = Signal(object)
+    changed = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -359,7 +370,18 @@ class LeaseDriver(QObject):
         queue: the engine.
         providers: kind -> provider; only these kinds are leased.
         concurrency: how many attempts may run at once.
-        tick_ms: how often to reap, catch up with other processes and lease.
+        tick_ms: without ``follow``, how often to reap, catch up with other processes
+            and lease. With it, how soon to look again while flow control holds a due
+            job (it does not say when its wait ends).
+        follow: sleep between looks (see :mod:`desktop_queue.runtime.wake`): wake when
+            the change feed says jobs changed (a submission, a retry, a cancel, by any
+            process or machine) and when the first thing known falls due (a queued
+            job's ``run_after``, a lease's expiry, an attempt's timeout, the upkeep, the
+            scheduler's next window, a store retry), and at least every
+            ``safety_tick_s``. False: tick every ``tick_ms`` (polling). With a clock a
+            test moves by hand (one with ``advance``), the driver also looks every
+            ``tick_ms``: such time jumps without anything to wake for.
+        safety_tick_s: with ``follow``, the longest the driver sleeps without looking.
         worker_id: shown in timelines (default ``host:pid``).
         pool: the thread pool (default: the global one, grown to ``concurrency`` threads).
         flow: rate limits, concurrency caps and circuit breakers per provider profile
@@ -400,6 +422,9 @@ class LeaseDriver(QObject):
             few times a second while it streams; shown, never stored.
 
     Attributes:
+        ticks: how many full looks (:meth:`tick`) the driver made.
+        plan: when and why it looks next (``follow``), a :class:`~desktop_queue.runtime.wake.WakePlan`.
+        watcher: the change feed's watcher while the driver runs (``follow``).
         scheduler: None, or an object whose ``maybe_tick()`` evaluates the data dir's
             schedules (:class:`~desktop_queue.core.schedules.Scheduler`, which limits
             itself to one look every few seconds); asked on every tick before leasing,
@@ -434,8 +459,23 @@ class LeaseDriver(QObject):
         background: BackgroundSwitch | None = None,
         parent: QObject | None = None,
         upkeep: Any = None,
+        follow: bool = True,
+        safety_tick_s: float = SAFETY_TICK_S,
     ) -> None:
         super().__init__(parent)
+        self.follow = follow
+        self.safety_tick_s = max(0.05, float(safety_tick_s))
+        self._tick_s = max(0.001, tick_ms / 1000)
+        self.ticks = 0
+        self.plan: WakePlan | None = None
+        self.watcher: ChangeWatcher | None = None
+        self._flow_held = False  # flow control turned a due job away in the last look
+        self._last_tick = -1e18  # (monotonic) when the last full look began
+        self._feed_due = False  # a look the feed asked for is posted
+        self._sched_next: float | None = None  # wall time of the scheduler's next window
+        self._sched_at: float | None = None  # (queue clock, monotonic) when the scheduler last ran
+        self._sched_mtime: int | None = None  # of the schedules file when it was read
+        self._sched_failed = False  # the scheduler's last look raised
         self.upkeep = upkeep
         self._upkeep_at: float | None = None  # the first runs one interval after the first tick
         self.flow = flow
@@ -467,6 +507,7 @@ class LeaseDriver(QObject):
         self._relay.ready.connect(self._on_ready)
         self._relay.partial.connect(self._keep_partial)
         self._relay.sync_failed.connect(self._sync_failed)
+        self._relay.changed.connect(self._on_changed)
         self._launched = False  # whether an attempt started since the last batch of reports
         #: the attempts of a batch whose successes were committed, until they are settled
         self._early: dict[str, _Active] = {}
@@ -477,7 +518,11 @@ class LeaseDriver(QObject):
         self._timer = QTimer(self)
         self._timer.setObjectName("leaseDriverTick")
         self._timer.setInterval(tick_ms)
+        # following, the timer is the planned wake: one shot, armed again after each look
+        self._timer.setSingleShot(follow)
         self._timer.timeout.connect(self.tick)
+        # a clock a test moves by hand jumps without any wake-up: then the tick's pace
+        self._jumpy = callable(getattr(queue.clock, "advance", None))
 
     # ------------------------------------------------------------------ control
 
@@ -515,8 +560,43 @@ class LeaseDriver(QObject):
         """Starts ticking (the first tick runs at once) and keeping leases."""
         self._stopping = False
         self.keeper.start()
+        if self.follow and self.watcher is None:
+            # once it knows its first version it asks for a look: a job submitted between
+            # the first look and that version is not left for the safety tick
+            self.watcher = ChangeWatcher(
+                self.queue,
+                self._from_feed,
+                fallback_s=self.safety_tick_s,
+                on_ready=lambda: self._from_feed(None),
+            )
+            self.watcher.start(timeout_s=0)  # (its first read is on its thread)
         self._timer.start()
         self.wake()
+
+    def _from_feed(self, ids: set[str] | None) -> None:
+        """The watcher's callback, on its thread: hands the change to the driver's thread."""
+        try:
+            self._relay.changed.emit(ids)
+        except RuntimeError:  # the driver is gone (shutdown)
+            pass
+
+    @Slot(object)
+    def _on_changed(self, ids: set[str] | None) -> None:
+        """Jobs changed (anyone's commit): look at once, or a tick's pace after the last look.
+
+        While attempts run, their own commits keep the feed busy: the looks it asks for
+        come at most every ``tick_ms``, as the timer's did before (an idle driver's
+        first look is at once).
+        """
+        if self._stopping or self._feed_due:
+            return
+        self._feed_due = True
+        gap = self._tick_s - (time.monotonic() - self._last_tick)
+        QTimer.singleShot(max(0, int(gap * 1000)), self, self._feed_tick)
+
+    def _feed_tick(self) -> None:
+        self._feed_due = False
+        self.tick()
 
     def _lost(self, lease: Lease) -> None:
         """The keeper's word (on its thread) that a lease is gone: the attempt stops.
@@ -569,6 +649,9 @@ class LeaseDriver(QObject):
         """
         self._stopping = True
         self._timer.stop()
+        watcher, self.watcher = self.watcher, None
+        if watcher is not None and not watcher.stop(timeout_s=2.0):
+            log.debug("the change watcher is still in a read; it ends with the process")
         if cancel_running:
             for active in self._active.values():
                 active.stopping.set()
@@ -609,7 +692,10 @@ class LeaseDriver(QObject):
         """Reaps, notices jobs cancelled elsewhere, and leases while there is capacity."""
         if self._stopping:
             return
+        self.ticks += 1
+        self._last_tick = time.monotonic()
         self._in_tick = True
+        self._flow_held = False
         try:
             self._check_active()
             if self._store_down is not None and not self._store_retry():
@@ -637,6 +723,7 @@ class LeaseDriver(QObject):
         finally:
             self._in_tick = False
             self.drain_flow_events()
+            self._plan_wake()
 
     def _tick_scheduler(self) -> None:
         """Lets the scheduler submit due windows' jobs (queued even while paused: they wait)."""
@@ -644,7 +731,12 @@ class LeaseDriver(QObject):
             return
         try:
             report = self.scheduler.maybe_tick()
+            self._sched_failed = False
+            if report is not None:
+                self._sched_at = self.queue.clock.monotonic()
+                self._sched_mtime = None  # (what it wrote is read for the next window)
         except Exception as exc:  # a full disk, a newer schedules file or a bug must not stop the leasing
+            self._sched_failed = True
             message = f"schedules: {exc}"
             if message != self._scheduler_error:
                 self._scheduler_error = message
@@ -688,6 +780,7 @@ class LeaseDriver(QObject):
         if self._kinds is None or self._paused or self._store_down is not None:
             self.tick()
             return
+        self._flow_held = False
         try:
             self._lease_while_capacity(self._kinds)
             self._emit_idle_if_idle()
@@ -698,6 +791,10 @@ class LeaseDriver(QObject):
             self.error.emit(str(exc))
         finally:
             self.drain_flow_events()
+            if len(self._active) < self._concurrency:
+                # a slot stays free: what falls due next (a retry's backoff, say) is planned
+                # now; with every slot busy, a finish comes first (and plans then)
+                self._plan_wake()
 
     def _lease_while_capacity(self, kinds: set[str]) -> None:
         """Leases runnable jobs of ``kinds`` and starts them until every slot is taken.
@@ -737,7 +834,7 @@ class LeaseDriver(QObject):
                     self.worker_id,
                     self._concurrency - len(self._active),
                     kinds=kinds,
-                    accept=self.flow.accept_unshared,
+                    accept=self._noting(self.flow.accept_unshared),
                     lease_s=self.lease_s,
                     kept=True,
                     lanes=lanes,
@@ -757,7 +854,7 @@ class LeaseDriver(QObject):
                     self.worker_id,
                     self._concurrency - len(self._active),
                     kinds=kinds,
-                    accept=self.flow.accept,
+                    accept=self._noting(self.flow.accept),
                     lease_s=self.lease_s,
                     kept=True,
                     lanes=lanes,
@@ -765,6 +862,110 @@ class LeaseDriver(QObject):
                 if not leases:
                     return
                 self._start_all(leases)
+
+    def _noting(self, accept: Any) -> Any:
+        """``accept`` that notes a job it turned away: flow control holds a due job (see :meth:`_plan_wake`)."""
+
+        def ask(job: Any) -> bool:
+            ok = bool(accept(job))
+            if not ok:
+                self._flow_held = True
+            return ok
+
+        return ask
+
+    # ------------------------------------------------------------------ when to look next
+
+    def _plan_wake(self) -> None:
+        """Arms the timer for the first thing known to fall due (``follow``; see :mod:`.wake`)."""
+        if not self.follow or self._stopping:
+            return
+        if self._jumpy:
+            if self._timer.isActive():
+                return  # (the tick's pace: a fill does not put the next look off)
+            self.plan = WakePlan(self._tick_s, "tick")
+        else:
+            leasing = not self._paused and self._store_down is None and len(self._active) < self._concurrency
+            queue_wake = expiry = None
+            if leasing:
+                try:
+                    queue_wake, expiry = self.queue.wake_times()
+                except QueueError as exc:  # (the store is away: the store retry, or the safety tick, looks again)
+                    log.debug("lease driver: could not plan: %s", exc)
+                if self._active:
+                    expiry = None  # (a busy driver reaps nothing: see tick)
+            self.plan = plan_wake(
+                now=self.queue.clock.now(),
+                safety_s=self.safety_tick_s,
+                queue_wake=queue_wake,
+                expiry=expiry,
+                leasing=leasing,
+                flow_held=self._flow_held,
+                flow_s=self._tick_s,
+                deadlines={
+                    "timeout": self._next_timeout(),
+                    "upkeep": self._upkeep_delay(),
+                    "scheduler": self._scheduler_delay(),
+                    "store_retry": self._retry_at - time.monotonic() if self._store_down is not None else None,
+                },
+            )
+        self._timer.start(max(0, math.ceil(self.plan.delay_s * 1000)))
+
+    def _next_timeout(self) -> float | None:
+        """Seconds until the first running attempt outlives its timeout and grace (None: none runs)."""
+        now = time.monotonic()
+        ends = [
+            active.started + active.timeout_s + attempt_grace(active.timeout_s) - now
+            for active in self._active.values()
+            if not active.timed_out
+        ]
+        # (suspended time is not counted: a look that comes early finds it and plans again)
+        return min(ends) + 0.01 if ends else None
+
+    def _upkeep_delay(self) -> float | None:
+        if self.upkeep is None or self._upkeep_at is None:
+            return None
+        every = float(getattr(self.upkeep, "every_s", 30.0))
+        return self._upkeep_at + every - self.queue.clock.monotonic()
+
+    def _scheduler_delay(self) -> float | None:
+        """Seconds until the scheduler's next window (None: no schedule known; the safety tick looks).
+
+        The schedules are a file, read again when it changed (one ``stat`` per plan): a
+        schedule another process adds is found by the next look (at the latest the
+        safety tick), and its window still runs on time within ``schedules.GRACE_S``.
+        """
+        scheduler = self.scheduler
+        if scheduler is None:
+            return None
+        if self._sched_failed:
+            # its last look raised (a full disk, say, which may clear): asked again at its
+            # interval, so that a window due meanwhile is not left to the safety tick
+            return float(getattr(scheduler, "min_interval_s", self._tick_s))
+        book = getattr(scheduler, "book", None)
+        path = getattr(book, "path", None)
+        if book is None or path is None:
+            return None
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            return None  # (no schedule was ever added here)
+        if mtime != self._sched_mtime:
+            self._sched_mtime = mtime
+            try:
+                now = self.queue.clock.now()
+                runs = [r for e in book.load() if (r := e.next_run(now)) is not None]
+            except Exception as exc:  # (the tick says what is wrong with the file, once)
+                log.debug("lease driver: schedules not read: %s", exc)
+                runs = []
+            self._sched_next = min(runs) if runs else None
+        if self._sched_next is None:
+            return None
+        delay = self._sched_next - self.queue.clock.now() + 0.01
+        if self._sched_at is not None:  # (maybe_tick looks no sooner than its interval)
+            gap = self._sched_at + float(getattr(scheduler, "min_interval_s", 0.0)) - self.queue.clock.monotonic()
+            delay = max(delay, gap)
+        return delay
 
     def _start_all(self, leases: list[Lease]) -> None:
         """Tells flow control and starts the attempts of ``leases`` (flow control on)."""
@@ -1052,7 +1253,7 @@ class LeaseDriver(QObject):
                     worker=self.worker_id,
                     kinds=kinds,
                     lease_s=self.lease_s,
-                    accept=self.flow.accept_unshared if self.flow is not None else None,
+                    accept=self._noting(self.flow.accept_unshared) if self.flow is not None else None,
                     kept=True,
                     lanes=self._lanes(),
                     durable=False,

@@ -15,7 +15,7 @@ from desktop_queue.providers.demo import DemoProvider
 from .conftest import WAIT_MS, DriverFactory
 
 #: long enough that the driver's timer never fires during a test: only its first tick runs
-NEVER_MS = 600_000
+NEVER_MS = 600_000  # (with follow=False: no look but the one start() makes, not even the feed's)
 
 
 class CountingDemo(DemoProvider):
@@ -49,7 +49,7 @@ def test_a_freed_slot_starts_the_next_job_without_waiting_for_a_tick(
 ) -> None:
     ids = [queue.submit("demo", instant(f"job {i}")).job.id for i in range(8)]
     provider = CountingDemo()
-    driver = make_driver({"demo": provider}, concurrency=1, tick_ms=NEVER_MS)
+    driver = make_driver({"demo": provider}, concurrency=1, tick_ms=NEVER_MS, follow=False)
     finished: list[str] = []
     driver.job_finished.connect(lambda job_id, state: finished.append(state))
 
@@ -68,7 +68,7 @@ def test_successes_reported_together_are_committed_in_one_commit_then_synced(
 ) -> None:
     ids = [queue.submit("demo", instant(f"job {i}")).job.id for i in range(3)]
     provider = CountingDemo()
-    driver = make_driver({"demo": provider}, concurrency=3, tick_ms=NEVER_MS)
+    driver = make_driver({"demo": provider}, concurrency=3, tick_ms=NEVER_MS, follow=False)
     batches: list[int] = []
     synced_after: list[bool] = []
     complete_and_lease, sync = queue.complete_and_lease, queue.sync
@@ -114,7 +114,7 @@ def test_reports_that_arrive_together_are_settled_in_one_batch(
 ) -> None:
     ids = [queue.submit("demo", instant(f"job {i}")).job.id for i in range(6)]
     provider = CountingDemo()
-    driver = make_driver({"demo": provider}, concurrency=3, tick_ms=NEVER_MS)
+    driver = make_driver({"demo": provider}, concurrency=3, tick_ms=NEVER_MS, follow=False)
     started: list[str] = []
     finished: list[str] = []
     driver.job_started.connect(started.append)
@@ -154,7 +154,7 @@ def test_a_free_answer_is_not_kept_on_disk_before_its_commit_a_paid_one_is(
         paid = True
 
     free = queue.submit("demo", instant("free")).job
-    driver = make_driver({"demo": CountingDemo()}, tick_ms=NEVER_MS)
+    driver = make_driver({"demo": CountingDemo()}, tick_ms=NEVER_MS, follow=False)
     with qtbot.waitSignal(driver.job_finished, timeout=WAIT_MS):
         driver.start()
     assert kept == [], "the demo's answer costs nothing: no pending copy"
@@ -163,7 +163,7 @@ def test_a_free_answer_is_not_kept_on_disk_before_its_commit_a_paid_one_is(
     driver.shutdown(timeout_ms=WAIT_MS)
 
     paid = queue.submit("demo", instant("paid")).job
-    driver = make_driver({"demo": PaidDemo()}, tick_ms=NEVER_MS)
+    driver = make_driver({"demo": PaidDemo()}, tick_ms=NEVER_MS, follow=False)
     with qtbot.waitSignal(driver.job_finished, timeout=WAIT_MS):
         driver.start()
     assert kept == [paid.idempotency_key], "a paid answer is kept before its commit"
@@ -175,7 +175,7 @@ def test_a_provider_is_asked_whether_it_can_run_only_when_its_kind_has_work(
     qtbot: Any, queue: Queue, make_driver: DriverFactory
 ) -> None:
     provider = CountingDemo()
-    driver = make_driver({"demo": provider}, tick_ms=NEVER_MS)
+    driver = make_driver({"demo": provider}, tick_ms=NEVER_MS, follow=False)
     driver.tick()
     driver.tick()
     assert provider.asked == 0, "nothing queued: the (possibly slow) check is not made"
@@ -191,7 +191,7 @@ def test_a_batch_of_successes_and_the_leases_into_their_slots_share_one_commit(
     qtbot: Any, queue: Queue, make_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ids = [queue.submit("demo", instant(f"job {i}")).job.id for i in range(4)]
-    driver = make_driver({"demo": CountingDemo()}, concurrency=2, tick_ms=NEVER_MS)
+    driver = make_driver({"demo": CountingDemo()}, concurrency=2, tick_ms=NEVER_MS, follow=False)
     calls: list[tuple[list[str], list[str]]] = []
     complete_and_lease = queue.complete_and_lease
 

@@ -20,7 +20,7 @@ from desktop_queue.providers.demo import DemoProvider
 
 from .conftest import WAIT_MS, DriverFactory
 
-NEVER_MS = 600_000
+NEVER_MS = 600_000  # (with follow=False: no look but the one start() makes, not even the feed's)
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_jobs_without_a_profile_take_no_lock_on_the_shared_flow_state(
     ids = [queue.submit("demo", instant(f"job {i}")).job.id for i in range(12)]
     flow = shared_flow(data_dir)
     providers = {"demo": DemoProvider(tick_s=0.01), "openai.chat": DemoProvider(tick_s=0.01)}
-    driver = make_driver(providers, concurrency=3, tick_ms=NEVER_MS, flow=flow)
+    driver = make_driver(providers, concurrency=3, tick_ms=NEVER_MS, follow=False, flow=flow)
     finished: list[str] = []
     driver.job_finished.connect(lambda job_id, state: finished.append(state))
 
@@ -70,7 +70,7 @@ def test_a_governed_job_takes_its_session_and_keeps_its_place_in_line(
     governed = queue.submit("openai.chat", instant("first")).job.id
     plain = [queue.submit("demo", instant(f"then {i}")).job.id for i in range(3)]
     flow = shared_flow(tmp_path / "mixed")
-    driver = make_driver(providers, on=queue, concurrency=1, tick_ms=NEVER_MS, flow=flow)
+    driver = make_driver(providers, on=queue, concurrency=1, tick_ms=NEVER_MS, follow=False, flow=flow)
     started: list[str] = []
     finished: list[str] = []
     driver.job_started.connect(started.append)
