@@ -1653,6 +1653,11 @@ class Queue:
         """
 
         def fn(st: View) -> tuple[float | None, float | None]:
+            asked = getattr(st, "next_expiry", None)  # (PostgreSQL asks an index)
+            if asked is not None:
+                return st.next_wake(), cast(
+                    float | None, asked(_KEPT.copy())
+                )  # (copy: one C call, safe from other threads)
             expiries = [
                 float(expires)
                 for i in st.ids_in(State.RUNNING)

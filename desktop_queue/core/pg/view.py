@@ -56,6 +56,13 @@ _RUNNABLE_LOCK = (
 )
 _LANES = tuple(str(p) for p in Priority)
 _EXPIRED = "SELECT array(SELECT id FROM dq_jobs WHERE state = 'running' AND lease_expires_at < %s ORDER BY id)"
+# the earliest lease expiry of a running job not under one of the given tokens; the
+# partial index on running jobs' expiries is walked in order, so this reads the first
+# few rows, not every running job
+_NEXT_EXPIRY = (
+    "SELECT lease_expires_at FROM dq_jobs WHERE state = 'running' AND lease_expires_at IS NOT NULL"
+    " AND NOT (doc->>'lease_token' = ANY(%s)) ORDER BY lease_expires_at LIMIT 1"
+)
 # the first job due in lane order that no one holds, locked: the id chosen (and locked)
 # lane by lane, the row read and locked again by the outer query, so that a row changed
 # and committed meanwhile is read as it now is and still checked to be queued
@@ -330,6 +337,16 @@ class PgView:
 
     def hot_jobs(self) -> PgJobs:
         return PgJobs(self)
+
+    def next_expiry(self, kept: Collection[str]) -> float | None:
+        """The earliest lease expiry of a running job whose token is not in ``kept`` (None: none).
+
+        What an idle lease driver sleeps until (:meth:`Queue.wake_times
+        <desktop_queue.core.queue.Queue.wake_times>`), asked of the partial index on the
+        expiry of running jobs instead of by reading each running job.
+        """
+        row = self.conn.execute(_NEXT_EXPIRY, (list(kept),)).fetchone()
+        return float(row[0]) if row is not None else None
 
     def expired_leases(self, now: float) -> list[str]:
         """Ids of the running jobs whose lease expired before ``now`` (what a lease reaps first).
