@@ -1611,6 +1611,12 @@ class Queue:
         """Catches up, then the ids changed after ``version`` (None: reload everything)."""
         return self.store.changes(version)
 
+    @property
+    def has_change_feed(self) -> bool:
+        """Whether other processes' commits wake :meth:`wait_changes` (PostgreSQL's LISTEN/NOTIFY);
+        False: it only waits out its timeout, and the caller reads at that pace."""
+        return bool(getattr(self.store, "change_feed", False))
+
     def wait_changes(self, version: int, timeout_s: float) -> bool:
         """Waits until another commit may have changed jobs after ``version`` (see :meth:`Backend.wait_changes`)."""
         return self.store.wait_changes(version, timeout_s)

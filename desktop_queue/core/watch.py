@@ -49,6 +49,8 @@ class ChangeWatcher:
         self.on_ready = on_ready
         self.fallback_s = fallback_s
         self.reads = 0  # how many times it asked the store what changed
+        # (whether commits wake Queue.wait_changes; an object without the word is asked to wait)
+        self._fed = bool(getattr(queue, "has_change_feed", True))
         self._stop = threading.Event()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dq-change-watcher", daemon=True)
@@ -92,7 +94,15 @@ class ChangeWatcher:
                     if self.on_ready is not None:
                         self.on_ready()
                     continue
-                if not self.queue.wait_changes(version, step_s):
+                if self._fed:
+                    changed = self.queue.wait_changes(version, step_s)
+                else:
+                    # nothing but time would end the store's wait: wait on the stop flag
+                    # instead, so that stop() returns at once, not after a step
+                    if self._stop.wait(step_s):
+                        break
+                    changed = True
+                if not changed:
                     quiet_s += step_s
                     if quiet_s < self.fallback_s:
                         continue

@@ -565,6 +565,9 @@ class PgBackend:
                 self._answered[now] = mark
         return now, ids
 
+    #: (see Queue.has_change_feed: the listener's notifications end a wait)
+    change_feed = True
+
     def wait_changes(self, version: int, timeout_s: float) -> bool:
         """Waits until a commit may have changed jobs after ``version`` (True), or ``timeout_s`` (False).
 
