@@ -451,15 +451,33 @@ class MainWindow(QMainWindow):
         self._counts_cache = (version, counts)
         return counts
 
+    #: how stale the status bar's word on flow control (degradations, provider states) may
+    #: get while no job changes: it is read from the shared flow state, a transaction on
+    #: PostgreSQL, so not on every 300 ms tick; a breaker or rate-limit change that this
+    #: process sees comes at once through :meth:`_flow_event`
+    FLOW_STATUS_S = 2.0
+    _flow_status_at: tuple[int, float] | None = None  # (refresher version, monotonic time) of the last read
+
+    def _flow_status_due(self) -> bool:
+        version, now = self.controller.refresher.version, time.monotonic()
+        last = self._flow_status_at
+        if last is not None and last[0] == version and now - last[1] < self.FLOW_STATUS_S:
+            return False
+        self._flow_status_at = (version, now)
+        return True
+
     def _update_status(self) -> None:
         """The status bar after a refresh tick; widgets are touched only when what they show changed."""
-        self._update_background()
+        flow_due = self._flow_status_due()
+        if flow_due:
+            self._update_background()
         counts = self._status_counts()
         if counts is None:
             return
         driver = self.controller.driver
         done = self.controller.refresher.tally.done_since(time.time() - 60)
-        self._update_providers()
+        if flow_due:
+            self._update_providers()
         if self._ran_something:
             self._announce_if_drained(counts)
         shown = (
