@@ -631,28 +631,9 @@ class Queue:
                     break
             if job is None:
                 return Change(records, None)
-            token = secrets.token_urlsafe(24)
-            epoch = state.epoch + 1
-            attempts = job["attempts"] + 1
-            length = self.lease_length(job["kind"]) if lease_s is None else lease_s
-            expires = now + length
-            changes: JobChanges = {
-                "state": State.RUNNING,
-                "attempts": attempts,
-                "total_attempts": job.get("total_attempts", 0) + 1,
-                "lease_token": token,
-                "lease_epoch": epoch,
-                "lease_expires_at": expires,
-                "lease_owner": owner,
-                "worker": who,
-                "started_at": now,
-                "updated_at": now,
-            }
-            event = _event_dict(EventType.LEASED, now, attempts, epoch, who, Actor.SYSTEM, {"lease_s": length})
-            records.append(self._upd(job["id"], changes, event))
-            if kept:
-                _KEPT.add(token)  # before the commit: no other thread of ours may reap it meanwhile
-            return Change(records, (job["id"], token, epoch, expires, attempts))
+            record, leased = self._lease_record(job, state.epoch + 1, now, lease_s, owner, who, kept)
+            records.append(record)
+            return Change(records, leased)
 
         leased = self.store.commit(fn, durable=False)
         if leased is None:
@@ -746,30 +727,45 @@ class Queue:
             if job is None:
                 break
             taken.add(job["id"])
-            token = secrets.token_urlsafe(24)
             # a backend whose epoch reserves a new one at each read (a sequence) or not
             epoch = max(state.epoch + 1, epoch + 1)
-            attempts = job["attempts"] + 1
-            length = self.lease_length(job["kind"]) if lease_s is None else lease_s
-            expires = now + length
-            changes: JobChanges = {
-                "state": State.RUNNING,
-                "attempts": attempts,
-                "total_attempts": job.get("total_attempts", 0) + 1,
-                "lease_token": token,
-                "lease_epoch": epoch,
-                "lease_expires_at": expires,
-                "lease_owner": owner,
-                "worker": who,
-                "started_at": now,
-                "updated_at": now,
-            }
-            event = _event_dict(EventType.LEASED, now, attempts, epoch, who, Actor.SYSTEM, {"lease_s": length})
-            records.append(self._upd(job["id"], changes, event))
-            if kept:
-                _KEPT.add(token)  # before the commit: no other thread of ours may reap it meanwhile
-            leased.append((job["id"], token, epoch, expires, attempts))
+            record, lease = self._lease_record(job, epoch, now, lease_s, owner, who, kept)
+            records.append(record)
+            leased.append(lease)
         return records, leased
+
+    def _lease_record(
+        self,
+        job: JobDict,
+        epoch: int,
+        now: float,
+        lease_s: float | None,
+        owner: str | None,
+        who: str,
+        kept: bool,
+    ) -> tuple[UpdateRecord, tuple[str, str, int, float, int]]:
+        """The record that leases ``job`` under a new unpredictable token and ``epoch``, and
+        (job id, token, epoch, expiry, attempt) for the :class:`Lease` made once it commits."""
+        token = secrets.token_urlsafe(24)
+        attempts = job["attempts"] + 1
+        length = self.lease_length(job["kind"]) if lease_s is None else lease_s
+        expires = now + length
+        changes: JobChanges = {
+            "state": State.RUNNING,
+            "attempts": attempts,
+            "total_attempts": job.get("total_attempts", 0) + 1,
+            "lease_token": token,
+            "lease_epoch": epoch,
+            "lease_expires_at": expires,
+            "lease_owner": owner,
+            "worker": who,
+            "started_at": now,
+            "updated_at": now,
+        }
+        event = _event_dict(EventType.LEASED, now, attempts, epoch, who, Actor.SYSTEM, {"lease_s": length})
+        if kept:
+            _KEPT.add(token)  # before the commit: no other thread of ours may reap it meanwhile
+        return self._upd(job["id"], changes, event), (job["id"], token, epoch, expires, attempts)
 
     def _current(self, state: View, lease: Lease) -> JobDict:
         job = state.hot(lease.job_id)
