@@ -482,17 +482,29 @@ class PgBackend:
         outer = getattr(self._local, "conn", None)
         if outer is not None:
             return fn(PgView(outer, write=False))
+
+        def attempt() -> T:
+            with self._connection() as conn, self._active(conn), _read_only(conn):
+                self._ensure_session()
+                with conn.pipeline():
+                    value = fn(PgView(conn, write=False))
+                    conn.execute("COMMIT")  # (answered with the pipeline's end)
+                return value
+
+        return self._read_retrying(attempt)
+
+    def _read_retrying(self, attempt: Callable[[], T]) -> T:
+        """Runs a read ``attempt`` again after a lost connection, for up to ``retry_s``.
+
+        Raises:
+            StoreError: the server did not answer in time, or refused the read.
+        """
         self._local.after = None
         deadline = time.monotonic() + self.retry_s
         delay = 0.005
         while True:
             try:
-                with self._connection() as conn, self._active(conn), _read_only(conn):
-                    self._ensure_session()
-                    with conn.pipeline():
-                        value = fn(PgView(conn, write=False))
-                        conn.execute("COMMIT")  # (answered with the pipeline's end)
-                    return value
+                return attempt()
             except _GONE as exc:
                 self._suspect()
                 if time.monotonic() > deadline:
@@ -621,29 +633,19 @@ class PgBackend:
         if outer is not None:
             found: tuple[Any, ...] | None = outer.execute(sql, params).fetchone()
             return found
-        self._local.after = None
-        deadline = time.monotonic() + self.retry_s
-        delay = 0.005
-        while True:
-            try:
-                with self._connection() as conn:
-                    self._ensure_session()
-                    conn.autocommit = True
-                    try:
-                        row: tuple[Any, ...] | None = conn.execute(sql, params).fetchone()
-                        return row
-                    finally:
-                        with contextlib.suppress(psycopg.Error):
-                            conn.autocommit = False
-            except _GONE as exc:
-                self._suspect()
-                if time.monotonic() > deadline:
-                    raise StoreError(f"the PostgreSQL queue did not answer: {_reason(exc)}") from None
-                log.debug("retrying a read: %s", exc)
-            except psycopg.Error as exc:
-                raise StoreError(f"the PostgreSQL queue refused a read: {_reason(exc)}") from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
+
+        def attempt() -> tuple[Any, ...] | None:
+            with self._connection() as conn:
+                self._ensure_session()
+                conn.autocommit = True
+                try:
+                    row: tuple[Any, ...] | None = conn.execute(sql, params).fetchone()
+                    return row
+                finally:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.autocommit = False
+
+        return self._read_retrying(attempt)
 
     def carried_keys(self) -> list[str]:
         return self.read(lambda view: [r[0] for r in view.conn.execute("SELECT key FROM dq_results").fetchall()])
