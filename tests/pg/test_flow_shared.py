@@ -515,9 +515,13 @@ def test_a_server_restart_mid_run_does_not_reset_the_budgets(
     try:
         wait_for(lambda: server.count("chat") == 2, 30, "the budget's two requests")
         own_server.restart()
-        after_restart = _version(dsn)
+        restarted_at = _server_now(dsn)
         # a third worker starts after the restart, as a machine joining would: it too is held
         workers.append(start_worker(dsn, tmp_path / "host2", server, *flags))
+        # the first two went on over new connections of their own: each renewed its
+        # heartbeat row after the restart (its session died with the server)
+        first_two = {w.pid for w in workers[:2]}
+        wait_for(lambda: first_two <= _beat_since(dsn, restarted_at), 12, "both workers' heartbeats after the restart")
         summaries = [finish(w, 60) for w in workers]
     finally:
         for worker in workers:
@@ -527,11 +531,17 @@ def test_a_server_restart_mid_run_does_not_reset_the_budgets(
     assert server.count("chat") == 2
     assert sum(s["finished"].get("succeeded", 0) for s in summaries) == 2
     assert sorted(states(dsn, tmp_path / "submitter")).count(State.QUEUED) == 3
-    assert _version(dsn) > after_restart  # the workers' sessions went on over new connections
 
 
-def _version(dsn: str) -> int:
+def _server_now(dsn: str) -> Any:
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT version FROM dq_flow WHERE name = 'flow'").fetchone()
+        row = conn.execute("SELECT now()").fetchone()
     assert row is not None
-    return int(row[0])
+    return row[0]
+
+
+def _beat_since(dsn: str, since: Any) -> set[int]:
+    """The pids of the worker rows renewed after ``since`` (the server's clock)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT pid FROM dq_workers WHERE heartbeat_at > %s", (since,)).fetchall()
+    return {int(r[0]) for r in rows}
