@@ -25,12 +25,14 @@ from desktop_queue.core.pg.view import _HOLDER
 #: what one submit + lease + complete may cost at most on the pooled connection (before
 #: schema version 4: 37 statements and 44 waits there, and 3 more statements on a
 #: connection of the notifier's own)
-MAX_STATEMENTS = 15  # BEGIN, COMMIT and the change notification of three transactions included
+MAX_STATEMENTS = 9  # the change notification of each of the three transactions included
 #: (17 until the lease asked for the expired leases and its pick in one statement, and the
-#: complete took the leased job from the lease's own commit instead of reading it again)
+#: complete took the leased job from the lease's own commit instead of reading it again;
+#: 15 until a verb's transaction became the pipeline's implicit one, without BEGIN and COMMIT)
 #: ``Sync`` and ``Flush`` messages: the points where the client may wait for the server
-#: (a pipelined transaction sends BEGIN's Sync without waiting for it)
-MAX_WAITS = 13
+#: (each verb sends two syncs, one ending its transaction and one its notification's, and
+#: waits once for both)
+MAX_WAITS = 12
 
 
 class Wire:
@@ -69,6 +71,15 @@ def traced(open_pg: Callable[..., Queue], pg_dsn: str, tmp_path: Path) -> tuple[
     return queue, Wire(backend, tmp_path / "trace.txt")
 
 
+def _notices(backend: PgBackend) -> list[str]:
+    """What the server says to the backend's one pooled connection from now on (a warning, say)."""
+    said: list[str] = []
+    assert backend._pool is not None
+    with backend._pool.connection() as conn:
+        conn.add_notice_handler(lambda d: said.append(f"{d.severity}: {d.message_primary}"))
+    return said
+
+
 def _lifecycle(queue: Queue, n: int) -> None:
     queue.submit("demo", {"n": n})
     lease = queue.lease("w")
@@ -78,6 +89,7 @@ def _lifecycle(queue: Queue, n: int) -> None:
 
 def test_a_lifecycle_costs_few_statements_and_waits(traced: tuple[Queue, Wire]) -> None:
     queue, wire = traced
+    said = _notices(wire.backend)
     for n in range(6):  # (psycopg prepares a statement on its fifth use: past that)
         _lifecycle(queue, n)
     rounds = 5
@@ -88,6 +100,7 @@ def test_a_lifecycle_costs_few_statements_and_waits(traced: tuple[Queue, Wire]) 
     assert counts["F Execute"] + counts["F Query"] <= MAX_STATEMENTS * rounds, counts
     assert counts["F Sync"] + counts["F Flush"] + counts["F Query"] <= MAX_WAITS * rounds, counts
     assert queue.counts()[State.SUCCEEDED] == 6 + rounds
+    assert said == []  # (no "there is no transaction in progress": the syncs end the transactions)
 
 
 def test_a_lease_reads_no_running_job_but_its_own(
@@ -128,7 +141,7 @@ def test_the_answer_of_a_verb_is_the_job_as_committed(traced: tuple[Queue, Wire]
         _lifecycle(queue, n)
     with wire.tracing() as counts:
         submitted = queue.submit("demo", {"n": 1000}, title="t").job
-    assert counts["F Sync"] <= 2  # (BEGIN's and the commit's: no read transaction after it)
+    assert counts["F Sync"] <= 2  # (the commit's and its notification's: no read transaction after it)
     assert submitted == queue.get(submitted.id)
     lease = queue.lease("w")
     assert lease is not None and lease.job == queue.get(lease.job_id)
@@ -142,7 +155,7 @@ def test_the_answer_of_a_verb_is_the_job_as_committed(traced: tuple[Queue, Wire]
 
 
 def test_a_race_lost_in_a_pipelined_commit_runs_the_verb_again(open_pg: Callable[..., Queue], pg_dsn: str) -> None:
-    """A rev-checked write is checked by the server (the write goes with the COMMIT): a lost race reruns."""
+    """A rev-checked write is checked by the server (the write goes with the commit): a lost race reruns."""
     from desktop_queue.core.backend import Change
     from desktop_queue.core.records import UpdateRecord
 
@@ -194,7 +207,7 @@ def test_a_taken_random_id_fails_the_insert_and_is_drawn_again(
 def test_a_commit_notifies_after_it_in_the_same_round_trip_and_a_failed_one_does_not(
     open_pg: Callable[..., Queue], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The notification goes after the COMMIT (its own implicit transaction): none for a commit that failed,
+    """The notification goes after the commit (its own implicit transaction): none for a commit that failed,
     and a notification that fails does not make a made change look failed."""
     from desktop_queue.core.pg import notify
 
@@ -215,3 +228,59 @@ def test_a_commit_notifies_after_it_in_the_same_round_trip_and_a_failed_one_does
         with pytest.raises(Exception, match="different input"):
             queue.submit("demo", {"n": 3}, key=job.idempotency_key)
         assert list(listener.notifies(timeout=0.5, stop_after=1)) == []
+
+
+def test_a_verb_that_fails_after_sending_writes_commits_none_of_them(
+    open_pg: Callable[..., Queue], pg_dsn: str
+) -> None:
+    """The pipeline's sync would commit what was sent: a verb that raises between two writes leaves both undone."""
+    from desktop_queue.core.backend import Change
+    from desktop_queue.core.records import UpdateRecord
+
+    backend = PgBackend(pg_dsn, pool_size=1)
+    queue = open_pg(backend=backend)
+    said = _notices(backend)
+    first = queue.submit("demo", {"n": 1}, title="first").job
+    second = queue.submit("demo", {"n": 2}, title="second").job
+
+    def fn(view: Any) -> Change[None]:
+        sent: UpdateRecord = {"op": "upd", "id": first.id, "set": {"title": "changed"}, "ev": []}
+        # (the second write cannot even be encoded: it raises in this process, after the first was sent)
+        broken: UpdateRecord = {"op": "upd", "id": second.id, "set": {"title": object()}, "ev": []}
+        return Change([sent, broken], None)
+
+    with pytest.raises(TypeError):
+        queue.store.commit(fn)
+    assert queue.get(first.id).title == "first"
+    assert queue.get(second.id).title == "second"
+    # and the connection it used is back in order: the next verbs commit
+    queue.cancel(first.id)
+    assert queue.get(first.id).state == State.CANCELLED
+    assert said == []  # (undone without a warning in the server's log)
+
+
+def test_statements_of_a_callers_own_make_the_transaction_a_block(open_pg: Callable[..., Queue]) -> None:
+    """``view.conn`` (a copy's bulk inserts) turns the implicit transaction into a block: psycopg's own syncs
+    inside it (``executemany`` sends one) commit nothing early, a failure undoes all of it, a success all."""
+    from desktop_queue.core.backend import Change
+
+    queue = open_pg()
+    job = queue.submit("demo", {"n": 1}).job
+
+    def fn(fail: bool) -> Callable[[Any], Change[None]]:
+        def inner(view: Any) -> Change[None]:
+            with view.conn.cursor() as cur:
+                cur.executemany(
+                    "UPDATE dq_jobs SET doc = doc || %s::jsonb WHERE id = %s", [('{"title": "bulk"}', job.id)]
+                )
+            if fail:
+                raise RuntimeError("a copy that stops half-way")
+            return Change([], None)
+
+        return inner
+
+    with pytest.raises(RuntimeError):
+        queue.store.commit(fn(fail=True))
+    assert queue.store.read(lambda view: view.read_job(job.id, lock=False))["title"] != "bulk"
+    queue.store.commit(fn(fail=False))
+    assert queue.store.read(lambda view: view.read_job(job.id, lock=False))["title"] == "bulk"

@@ -205,6 +205,9 @@ class PgBackend:
             # a second before the next; a dead one fails the verb's first statement instead,
             # which then runs again at once on another)
             configure=self._configure,
+            # (autocommit: a verb's statements before the pipeline's sync are its transaction,
+            # and a read says its own BEGIN; see PgBackend.commit and PgBackend.read)
+            kwargs={"autocommit": True},
             name="desktop-queue",
         )
         try:
@@ -380,33 +383,38 @@ class PgBackend:
         while True:
             committing = False
             try:
-                with self._connection() as conn, self._active(conn):
+                with self._connection() as conn, self._active(conn), _settled(conn):
                     self._ensure_session()
                     view = PgView(conn, write=True, worker=self.worker.id, images=images)
-                    done: Any = None
                     try:
-                        with conn.pipeline():
+                        # (an autocommit connection: what runs before the pipeline's first sync
+                        # is one implicit transaction, so no BEGIN is sent; see _end_writes)
+                        with conn.pipeline() as pipeline:
                             try:
                                 change = fn(view)
                             except Exception:
                                 if view.used_images:
                                     raise _Stale from None  # (it may have decided on an old image)
                                 raise
-                            view.apply(change.records)
-                            view.validate()
+                            try:
+                                view.apply(change.records)
+                                view.validate()
+                            except BaseException:
+                                _abandon(conn, block=view.block)  # (writes already sent must not commit)
+                                raise
                             committing = True
                             # (sent with the writes; the end of the pipeline waits for all of
-                            # them at once, and raises what any of them met: then no COMMIT ran)
-                            done = conn.execute("COMMIT")
+                            # them at once, and raises what any of them met: then none committed)
+                            _end_writes(conn, pipeline, block=view.block)
                             if self._channel is not None and view.changed != set():
-                                # after the COMMIT, in the same round trip: a transaction of
-                                # its own (implicit, ended by the pipeline's sync), so the
+                                # after the commit, in the same round trip: a transaction of
+                                # its own (implicit, ended by the pipeline's last sync), so the
                                 # listeners are told once the change is visible, and the
                                 # commit holds no notify lock while it is flushed (nor is one
                                 # sent if it failed)
                                 notifying.send(conn, self._channel, view.changed)
                     except psycopg.Error as exc:
-                        if not _succeeded(done):
+                        if not (committing and view.wrote_all):
                             raise
                         # the change is made: only its notification failed (readers see the
                         # change at their next read, as after a lost notification)
@@ -484,9 +492,11 @@ class PgBackend:
             return fn(PgView(outer, write=False))
 
         def attempt() -> T:
-            with self._connection() as conn, self._active(conn), _read_only(conn):
+            with self._connection() as conn, self._active(conn), _settled(conn):
                 self._ensure_session()
                 with conn.pipeline():
+                    # (one snapshot for all of fn's statements; answered with its first read)
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     value = fn(PgView(conn, write=False))
                     conn.execute("COMMIT")  # (answered with the pipeline's end)
                 return value
@@ -637,13 +647,8 @@ class PgBackend:
         def attempt() -> tuple[Any, ...] | None:
             with self._connection() as conn:
                 self._ensure_session()
-                conn.autocommit = True
-                try:
-                    row: tuple[Any, ...] | None = conn.execute(sql, params).fetchone()
-                    return row
-                finally:
-                    with contextlib.suppress(psycopg.Error):
-                        conn.autocommit = False
+                row: tuple[Any, ...] | None = conn.execute(sql, params).fetchone()
+                return row
 
         return self._read_retrying(attempt)
 
@@ -652,12 +657,6 @@ class PgBackend:
 
     def archived_result(self, key: str) -> dict[str, Any] | None:
         return None  # (no archive: every result is in dq_results)
-
-
-def _succeeded(cursor: Any) -> bool:
-    """Whether the statement of ``cursor`` (a pipelined COMMIT) ran and succeeded."""
-    result = getattr(cursor, "pgresult", None)
-    return result is not None and result.status == psycopg.pq.ExecStatus.COMMAND_OK
 
 
 class _Stale(Exception):
@@ -689,18 +688,47 @@ class _Committed:
 
 
 @contextlib.contextmanager
-def _read_only(conn: Any) -> Iterator[None]:
-    """The transaction ``conn`` begins is repeatable read and read only (said in its ``BEGIN``)."""
-    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-    conn.read_only = True
+def _settled(conn: Any) -> Iterator[None]:
+    """Leaves ``conn`` outside any transaction once the block ends (the pool would, with a warning)."""
     try:
         yield
     finally:
-        with contextlib.suppress(psycopg.Error):
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                conn.rollback()  # (a read that raised: the pool would, but not before this)
-            conn.isolation_level = None
-            conn.read_only = None
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()  # (a verb or read that raised inside its BEGIN ... COMMIT)
+
+
+def _end_writes(conn: Any, pipeline: Any, *, block: bool) -> None:
+    """Commits the pipeline's transaction without waiting for the answer (it comes with the pipeline's end).
+
+    A verb's transaction is implicit (the statements before a sync, on an autocommit
+    connection): a sync ends and commits it, one message where BEGIN and COMMIT were two
+    statements. psycopg queues a sync without waiting for its answer only through its
+    pipeline's ``_enqueue_sync``; without it, :meth:`~psycopg.Pipeline.sync` does the
+    same and waits. A view whose statements made the transaction an explicit block
+    (:attr:`PgView.block`) ends with ``COMMIT``.
+    """
+    if block:
+        conn.execute("COMMIT")
+        return
+    enqueue = getattr(pipeline, "_enqueue_sync", None)
+    if enqueue is not None:
+        enqueue()
+    else:
+        pipeline.sync()
+
+
+def _abandon(conn: Any, *, block: bool) -> None:
+    """Makes sure nothing of the pipeline's transaction commits (a verb failed after sending writes).
+
+    ``BEGIN`` turns the implicit transaction into a block (statements already run
+    included) that ``ROLLBACK`` then undoes: a ``ROLLBACK`` alone would be refused with a
+    warning in the server's log, and the pipeline's sync would commit what was sent.
+    """
+    with contextlib.suppress(psycopg.Error):
+        if not block:
+            conn.execute("BEGIN")
+        conn.execute("ROLLBACK")
 
 
 def _reason(exc: BaseException) -> str:

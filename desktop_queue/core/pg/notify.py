@@ -62,8 +62,8 @@ _NOTIFY = "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, %
 def send(conn: Any, channel: str, ids: set[str] | None) -> None:
     """Notifies ``channel`` of ``ids`` in a transaction of its own on ``conn`` (delivered when it commits).
 
-    ``conn`` is in autocommit mode, or this is the first statement after a pipelined
-    ``COMMIT`` (the implicit transaction that the pipeline's sync ends): the transaction
+    ``conn`` is in autocommit mode, and this is the first statement after the sync that
+    ended the change's transaction (its own implicit one, ended by the next sync): the transaction
     commits without waiting for the WAL flush (see :data:`_NOTIFY`).
     """
     conn.execute(_NOTIFY, (channel, payload_of(ids)))

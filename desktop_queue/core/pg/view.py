@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import orjson
 from psycopg import errors as pg_errors
+from psycopg.pq import ExecStatus
 
 from desktop_queue.core.model import Priority, State
 from desktop_queue.core.records import BatchRecord, JobDict, NewRecord, PurgeRecord, Record, UpdateRecord
@@ -117,6 +118,12 @@ class Conflict(Exception):
     """A job changed after this transaction read it without a lock: run the verb again."""
 
 
+def _ran(cursor: Any) -> bool:
+    """Whether the statement of ``cursor`` ran and succeeded (a pipelined one: once its answer came)."""
+    result = getattr(cursor, "pgresult", None)
+    return result is not None and result.status in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK)
+
+
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
@@ -150,11 +157,11 @@ class PgJobs(Mapping[str, JobDict]):
         return isinstance(job_id, str) and self._view.exists(job_id)
 
     def __iter__(self) -> Iterator[str]:
-        rows = self._view.conn.execute("SELECT id FROM dq_jobs ORDER BY seq").fetchall()
+        rows = self._view._conn.execute("SELECT id FROM dq_jobs ORDER BY seq").fetchall()
         return iter([r[0] for r in rows])
 
     def __len__(self) -> int:
-        row = self._view.conn.execute("SELECT count(*) FROM dq_jobs").fetchone()
+        row = self._view._conn.execute("SELECT count(*) FROM dq_jobs").fetchone()
         return int(row[0]) if row else 0
 
     def values(self) -> ValuesView[JobDict]:
@@ -187,8 +194,10 @@ class PgView:
         worker: str | None = None,
         images: Callable[[str], tuple[JobDict, int] | None] | None = None,
     ) -> None:
-        self.conn = conn
+        self._conn = conn
         self.write = write
+        #: the writing transaction became an explicit block (see :attr:`conn`): it ends with COMMIT
+        self.block = False
         self.worker = worker
         #: id -> (the job as a commit of this process left it, its rev then), or None: what a
         #: read by id of a writing view takes instead of reading and locking the row (see
@@ -220,6 +229,22 @@ class PgView:
         self._picked_epoch: int | None = None
         #: new jobs, and the statements that gave them their submission number
         self._numbered: list[tuple[JobDict, Any]] = []
+        #: the cursor of the last write sent (see :meth:`wrote_all`)
+        self._last_write: Any = None
+
+    @property
+    def conn(self) -> Any:
+        """The transaction's connection, for statements of a caller's own (a copy's bulk inserts).
+
+        A writing transaction is implicit (the backend's pipeline, up to its sync), and
+        psycopg may sync on its own inside a caller's statements (``executemany`` does):
+        asked for the connection, the view makes the transaction an explicit block first,
+        statements already run included, so that nothing commits before the backend does.
+        """
+        if self.write and not self.block:
+            self._conn.execute("BEGIN")
+            self.block = True
+        return self._conn
 
     # ------------------------------------------------------------------ reading jobs
 
@@ -249,7 +274,7 @@ class PgView:
                 self.used_images = True
                 return job
         sql = _SELECT + " WHERE j.id = %s" + (" FOR UPDATE OF j" if lock else "")
-        row = self.conn.execute(sql, (job_id,)).fetchone()
+        row = self._conn.execute(sql, (job_id,)).fetchone()
         if row is None:
             return None
         if lock:
@@ -257,7 +282,7 @@ class PgView:
         return self._job_of(row)
 
     def all_jobs(self) -> list[JobDict]:
-        rows = self.conn.execute(_SELECT + " ORDER BY j.seq").fetchall()
+        rows = self._conn.execute(_SELECT + " ORDER BY j.seq").fetchall()
         return [self._seen[r[3]][0] if r[3] in self._locked else self._job_of(r) for r in rows]
 
     # ------------------------------------------------------------------ backend.View
@@ -273,7 +298,7 @@ class PgView:
         job change (or purge) seen here: no job change lies between the two.
         """
         if self._version is None:
-            row = self.conn.execute(
+            row = self._conn.execute(
                 "SELECT least(pg_snapshot_xmin(pg_current_snapshot())::text::bigint, 1 + greatest(0,"
                 " (SELECT txid FROM dq_jobs ORDER BY txid DESC LIMIT 1)::text::bigint,"
                 " (SELECT txid FROM dq_purges ORDER BY txid DESC LIMIT 1)::text::bigint))"
@@ -290,7 +315,7 @@ class PgView:
         new job is replaced by the sequence's own when the row is inserted.
         """
         if self._seq is None:
-            row = self.conn.execute(_SEQ).fetchone()
+            row = self._conn.execute(_SEQ).fetchone()
             self._seq = int(row[0]) if row else 0
         return self._seq
 
@@ -304,7 +329,7 @@ class PgView:
         reserved, self._epoch = self._epoch, None
         if reserved is not None:
             return reserved - 1  # (taken with the job the lease scan locked: one round trip less)
-        row = self.conn.execute("SELECT nextval('dq_lease_epoch') - 1").fetchone()
+        row = self._conn.execute("SELECT nextval('dq_lease_epoch') - 1").fetchone()
         return int(row[0]) if row else 0
 
     def job(self, job_id: str) -> JobDict | None:
@@ -325,7 +350,7 @@ class PgView:
 
     def holder_id(self, key: str) -> str | None:
         # (with the submission number: a submission asks for both, one round trip)
-        row = self.conn.execute(_HOLDER, (key,)).fetchone()
+        row = self._conn.execute(_HOLDER, (key,)).fetchone()
         if row is None:
             return None
         if self._seq is None:
@@ -333,7 +358,7 @@ class PgView:
         return None if row[0] is None else str(row[0])
 
     def exists(self, job_id: str) -> bool:
-        return self.conn.execute("SELECT 1 FROM dq_jobs WHERE id = %s", (job_id,)).fetchone() is not None
+        return self._conn.execute("SELECT 1 FROM dq_jobs WHERE id = %s", (job_id,)).fetchone() is not None
 
     def hot_jobs(self) -> PgJobs:
         return PgJobs(self)
@@ -345,7 +370,7 @@ class PgView:
         <desktop_queue.core.queue.Queue.wake_times>`), asked of the partial index on the
         expiry of running jobs instead of by reading each running job.
         """
-        row = self.conn.execute(_NEXT_EXPIRY, (list(kept),)).fetchone()
+        row = self._conn.execute(_NEXT_EXPIRY, (list(kept),)).fetchone()
         return float(row[0]) if row is not None else None
 
     def expired_leases(self, now: float) -> list[str]:
@@ -365,9 +390,9 @@ class PgView:
         :meth:`runnable` passes over does.
         """
         if not self.write:
-            row = self.conn.execute(_EXPIRED, (now,)).fetchone()
+            row = self._conn.execute(_EXPIRED, (now,)).fetchone()
             return list(row[0]) if row is not None else []
-        row = self.conn.execute(_EXPIRED_AND_PICK, (now, now, now)).fetchone()
+        row = self._conn.execute(_EXPIRED_AND_PICK, (now, now, now)).fetchone()
         if row is None:  # (the outer query always has its one row)
             return []
         found = row[1:]
@@ -382,19 +407,19 @@ class PgView:
         sql = _IDS_IN.get(str(state))
         if sql is None:  # (not a state: none is in it)
             return []
-        return [r[0] for r in self.conn.execute(sql).fetchall()]
+        return [r[0] for r in self._conn.execute(sql).fetchall()]
 
     def purged(self, job: JobDict) -> bool:
         return False  # (a purge deletes the rows it matches in its own transaction)
 
     def queued_in_lane(self, lane: str) -> int:
-        row = self.conn.execute(
+        row = self._conn.execute(
             "SELECT count(*) FROM dq_jobs WHERE state = 'queued' AND priority = %s", (str(lane),)
         ).fetchone()
         return int(row[0]) if row else 0
 
     def queued_of_kinds(self, kinds: Iterable[str]) -> bool:
-        row = self.conn.execute(
+        row = self._conn.execute(
             "SELECT EXISTS (SELECT 1 FROM dq_jobs WHERE state = 'queued' AND kind = ANY(%s))", (list(kinds),)
         ).fetchone()
         return bool(row and row[0])
@@ -422,7 +447,7 @@ class PgView:
         # hide from other workers) a page of jobs it does not take
         page = 1 if self.write else 16
         while True:
-            rows = self.conn.execute(
+            rows = self._conn.execute(
                 _RUNNABLE_LOCK if self.write else _RUNNABLE, (str(lane), now, passed, page)
             ).fetchall()
             for row in rows:
@@ -438,7 +463,7 @@ class PgView:
                 return None
 
     def next_wake(self) -> float | None:
-        row = self.conn.execute("SELECT min(run_after) FROM dq_jobs WHERE state = 'queued'").fetchone()
+        row = self._conn.execute("SELECT min(run_after) FROM dq_jobs WHERE state = 'queued'").fetchone()
         return None if row is None or row[0] is None else float(row[0])
 
     def changed_since(self, version: int) -> tuple[int, set[str] | None]:
@@ -449,12 +474,12 @@ class PgView:
         """
         now = self.version
         since = max(version, 0)
-        purged = self.conn.execute(
+        purged = self._conn.execute(
             "SELECT EXISTS (SELECT 1 FROM dq_purges WHERE txid >= %s::text::xid8)", (str(since),)
         ).fetchone()
         if purged and purged[0]:
             return now, None
-        rows = self.conn.execute("SELECT id FROM dq_jobs WHERE txid >= %s::text::xid8", (str(since),)).fetchall()
+        rows = self._conn.execute("SELECT id FROM dq_jobs WHERE txid >= %s::text::xid8", (str(since),)).fetchall()
         return now, {r[0] for r in rows}
 
     # ------------------------------------------------------------------ writing records
@@ -479,12 +504,27 @@ class PgView:
             elif op == "purge":
                 self._purge(cast(PurgeRecord, record))
 
+    def _write(self, sql: str, params: Sequence[Any]) -> Any:
+        """Sends one write of this transaction (in a pipeline its answer comes with the commit)."""
+        cursor = self._conn.execute(sql, params)
+        self._last_write = cursor
+        return cursor
+
+    @property
+    def wrote_all(self) -> bool:
+        """Whether every write sent ran and succeeded (asked once the pipeline has answered).
+
+        In a pipeline a failed statement makes the server skip every later one until the
+        sync, so the last write's own success says all of them succeeded.
+        """
+        return self._last_write is None or _ran(self._last_write)
+
     def _insert(self, record: NewRecord) -> None:
         job: dict[str, Any] = dict(record["job"])
         job.pop("events", None)
         events = _dumps(list(record.get("ev") or ()))
         doc = _dumps(job)
-        cursor = self.conn.execute(
+        cursor = self._write(
             _INSERT,
             (
                 job["id"],
@@ -550,7 +590,7 @@ class PgView:
         # (the check is the server's: in a pipelined transaction the statement goes with the
         # COMMIT, and a lost race aborts the transaction instead of being seen here)
         try:
-            self.conn.execute(sql + " SELECT dq_expect_one(count(*)) FROM u", params)
+            self._write(sql + " SELECT dq_expect_one(count(*)) FROM u", params)
         except pg_errors.SerializationFailure:
             raise Conflict(f"job {job_id} changed meanwhile (or is gone)") from None
         base = self._after.get(job_id) or (seen[0] if seen is not None else None)
@@ -586,7 +626,7 @@ class PgView:
         if self._optimistic:
             ids = sorted(self._optimistic)
             revs = [self._seen[i][1] for i in ids]
-            self.conn.execute(
+            self._write(
                 "SELECT dq_expect_one((SELECT count(*) FROM dq_jobs j, unnest(%s::text[], %s::bigint[]) AS x(id, rev)"
                 " WHERE j.id = x.id AND j.rev = x.rev) - %s + 1)",
                 (ids, revs, len(ids)),
@@ -620,22 +660,22 @@ class PgView:
     def _purge(self, record: PurgeRecord) -> None:
         purge = PurgeFilter.from_json(record["filter"])
         finished = [str(State.SUCCEEDED), str(State.DEAD), str(State.CANCELLED)]
-        rows = self.conn.execute(_SELECT + " WHERE j.state = ANY(%s)", (finished,)).fetchall()
+        rows = self._conn.execute(_SELECT + " WHERE j.state = ANY(%s)", (finished,)).fetchall()
         gone = [job for job in (self._job_of(r) for r in rows) if purge.matches(job)]
         if gone:
             ids = [j["id"] for j in gone]
             keys = [j["key"] for j in gone]
-            self.conn.execute("DELETE FROM dq_jobs WHERE id = ANY(%s)", (ids,))
+            self._write("DELETE FROM dq_jobs WHERE id = ANY(%s)", (ids,))
             # (no foreign key deletes them since schema version 5: the purge does)
-            self.conn.execute("DELETE FROM dq_events WHERE job_id = ANY(%s)", (ids,))
+            self._write("DELETE FROM dq_events WHERE job_id = ANY(%s)", (ids,))
             # a key's result goes with its job, unless a job still here holds the key
-            self.conn.execute(
+            self._write(
                 "DELETE FROM dq_results r WHERE r.key = ANY(%s)"
                 " AND NOT EXISTS (SELECT 1 FROM dq_jobs j WHERE j.key = r.key AND j.state = 'succeeded')",
                 (keys,),
             )
         self._changed(None)
         self._purged = True  # (what it deleted must not be answered from this transaction)
-        self.conn.execute(
+        self._write(
             "INSERT INTO dq_purges (at, filter) VALUES (%s, %s::jsonb)", (record.get("at"), _dumps(record["filter"]))
         )
