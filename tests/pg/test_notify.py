@@ -130,9 +130,9 @@ def test_each_change_notifies_its_job_but_a_lease_renewal_alone_does_not(
     sent: list[set[str] | None] = []
     real_send = notify.send
 
-    def send(conn: Any, channel: str, ids: set[str] | None) -> None:
+    def send(conn: Any, channel: str, ids: set[str] | None, *, if_new: str | None = None) -> None:
         sent.append(None if ids is None else set(ids))
-        real_send(conn, channel, ids)
+        real_send(conn, channel, ids, if_new=if_new)
 
     monkeypatch.setattr(notify, "send", send)
     queue = open_pg(clock=SystemClock())

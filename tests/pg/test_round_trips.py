@@ -25,14 +25,15 @@ from desktop_queue.core.pg.view import _HOLDER
 #: what one submit + lease + complete may cost at most on the pooled connection (before
 #: schema version 4: 37 statements and 44 waits there, and 3 more statements on a
 #: connection of the notifier's own)
-MAX_STATEMENTS = 9  # the change notification of each of the three transactions included
+MAX_STATEMENTS = 8  # the change notification of each of the three transactions included
 #: (17 until the lease asked for the expired leases and its pick in one statement, and the
 #: complete took the leased job from the lease's own commit instead of reading it again;
-#: 15 until a verb's transaction became the pipeline's implicit one, without BEGIN and COMMIT)
+#: 15 until a verb's transaction became the pipeline's implicit one, without BEGIN and COMMIT;
+#: 9 until a new submission's insert checked its key instead of a look-up before it)
 #: ``Sync`` and ``Flush`` messages: the points where the client may wait for the server
 #: (each verb sends two syncs, one ending its transaction and one its notification's, and
 #: waits once for both)
-MAX_WAITS = 12
+MAX_WAITS = 11
 
 
 class Wire:
@@ -284,3 +285,32 @@ def test_statements_of_a_callers_own_make_the_transaction_a_block(open_pg: Calla
     assert queue.store.read(lambda view: view.read_job(job.id, lock=False))["title"] != "bulk"
     queue.store.commit(fn(fail=False))
     assert queue.store.read(lambda view: view.read_job(job.id, lock=False))["title"] == "bulk"
+
+
+def test_a_new_submission_lets_its_insert_check_the_key_and_a_duplicate_is_still_found(
+    traced: tuple[Queue, Wire],
+) -> None:
+    """No look-up before a new job's insert (the unique index of live keys checks); a held key is looked up."""
+    from desktop_queue.core.errors import DuplicateKeyConflict
+
+    queue, wire = traced
+    for n in range(6):
+        _lifecycle(queue, n)
+    with wire.tracing() as new:
+        first = queue.submit("demo", {"n": 500})
+    assert not first.duplicate
+    assert new["F Execute"] == 2, new  # the insert and its notification
+    with wire.tracing() as again:
+        second = queue.submit("demo", {"n": 500})
+    assert second.duplicate and second.job.id == first.job.id
+    assert again["F Execute"] > new["F Execute"]  # (the insert found the key held; the verb looked)
+    with pytest.raises(DuplicateKeyConflict):
+        queue.submit("demo", {"n": 501}, key=first.job.idempotency_key)
+    assert [j.id for j in queue.list() if j.idempotency_key == first.job.idempotency_key] == [first.job.id]
+    assert queue.get(first.job.id).seq > 0  # (the number the sequence gave, not the guess's)
+    # neither the duplicate nor the refused one took a submission number
+    assert queue.submit("demo", {"n": 503}).job.seq == queue.get(first.job.id).seq + 1
+    # a batch is looked up as before (a guess checks one insert only)
+    batch = queue.submit_many("demo", [{"n": 500}, {"n": 502}])
+    assert [r.duplicate for r in batch] == [True, False]
+    assert batch[1].job.seq == queue.get(first.job.id).seq + 2

@@ -380,12 +380,13 @@ class PgBackend:
         deadline = time.monotonic() + self.retry_s
         delay = 0.005
         images: Callable[[str], tuple[Any, int] | None] | None = self._image
+        guess = True  # (see PgView.holder_id: until a guess is seen wrong or of no use)
         while True:
             committing = False
             try:
                 with self._connection() as conn, self._active(conn), _settled(conn):
                     self._ensure_session()
-                    view = PgView(conn, write=True, worker=self.worker.id, images=images)
+                    view = PgView(conn, write=True, worker=self.worker.id, images=images, guess_keys=guess)
                     try:
                         # (an autocommit connection: what runs before the pipeline's first sync
                         # is one implicit transaction, so no BEGIN is sent; see _end_writes)
@@ -393,9 +394,13 @@ class PgBackend:
                             try:
                                 change = fn(view)
                             except Exception:
+                                if view.guessed:
+                                    raise _Guessed from None  # (it may have raised on a guess)
                                 if view.used_images:
                                     raise _Stale from None  # (it may have decided on an old image)
                                 raise
+                            if view.guessed and not _one_new_job(change.records, view.guessed):
+                                raise _Guessed  # (nothing sent yet: only reads)
                             try:
                                 view.apply(change.records)
                                 view.validate()
@@ -412,16 +417,26 @@ class PgBackend:
                                 # listeners are told once the change is visible, and the
                                 # commit holds no notify lock while it is flushed (nor is one
                                 # sent if it failed)
-                                notifying.send(conn, self._channel, view.changed)
+                                notifying.send(
+                                    conn, self._channel, view.changed, if_new=_guessed_id(change.records, view)
+                                )
                     except psycopg.Error as exc:
                         if not (committing and view.wrote_all):
                             raise
                         # the change is made: only its notification failed (readers see the
                         # change at their next read, as after a lost notification)
                         log.warning("a change notification was not sent: %s", _reason(exc))
-                    self._local.after = view.after_images()
+                    after = view.after_images()
+                    if view.missed:
+                        raise _Guessed  # (the key was held: the commit wrote nothing)
+                    self._local.after = after
                     self._remember(view.committed_images(), everything=view.changed is None)
                     return change.value
+            except _Guessed:
+                # the verb runs again at once, looking for the key's holder (a duplicate
+                # submission, a batch, a verb that raised): what it answers then is the truth
+                guess = False
+                continue
             except _Stale:
                 # the verb refused what this process's images said: it runs again reading
                 # the rows (an answer no image ever gives, with no wait before it)
@@ -657,6 +672,22 @@ class PgBackend:
 
     def archived_result(self, key: str) -> dict[str, Any] | None:
         return None  # (no archive: every result is in dq_results)
+
+
+def _one_new_job(records: Sequence[Record], guessed: set[str]) -> bool:
+    """Whether ``records`` are one new job holding a guessed key: the one change whose insert checks the guess."""
+    if len(records) != 1 or records[0].get("op") != "new":
+        return False
+    return guessed == {cast(Any, records[0])["job"]["key"]}
+
+
+def _guessed_id(records: Sequence[Record], view: PgView) -> str | None:
+    """The id of the new job whose insert checks a guess (it may insert nothing), or None."""
+    return str(cast(Any, records[0])["job"]["id"]) if view.guessed else None
+
+
+class _Guessed(Exception):
+    """A verb that took a key look-up's guess (PgView.holder_id) must run again, looking."""
 
 
 class _Stale(Exception):

@@ -59,14 +59,23 @@ def payload_of(ids: set[str] | None) -> str:
 _NOTIFY = "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, %s)"
 
 
-def send(conn: Any, channel: str, ids: set[str] | None) -> None:
+# the same, sent only if the job ``id`` exists once the change committed (a submission whose
+# insert may have found its key held and inserted nothing: it tells no one then)
+_NOTIFY_IF_NEW = _NOTIFY + " FROM dq_jobs WHERE id = %s"
+
+
+def send(conn: Any, channel: str, ids: set[str] | None, *, if_new: str | None = None) -> None:
     """Notifies ``channel`` of ``ids`` in a transaction of its own on ``conn`` (delivered when it commits).
 
     ``conn`` is in autocommit mode, and this is the first statement after the sync that
     ended the change's transaction (its own implicit one, ended by the next sync): the transaction
-    commits without waiting for the WAL flush (see :data:`_NOTIFY`).
+    commits without waiting for the WAL flush (see :data:`_NOTIFY`). ``if_new``: the id
+    of a job the change may not have inserted; nothing is sent if it did not.
     """
-    conn.execute(_NOTIFY, (channel, payload_of(ids)))
+    if if_new is None:
+        conn.execute(_NOTIFY, (channel, payload_of(ids)))
+    else:
+        conn.execute(_NOTIFY_IF_NEW, (channel, payload_of(ids), if_new))
 
 
 class Notifier:

@@ -113,6 +113,21 @@ _INSERT = (
     " SELECT seq FROM j"
 )
 
+# the same, for a submission that did not look for the key's holder (PgView.guess_keys):
+# the statement looks, and a held key inserts nothing (no row comes back, and the backend
+# runs the verb again, looking first). The look comes before the sequence, so that a
+# duplicate takes no submission number; a holder committed between the two is still
+# caught by the unique index of live keys (ON CONFLICT: nothing inserted either)
+_LIVE_STATES = "(" + ", ".join(f"'{s}'" for s in LIVE_OR_DONE) + ")"
+_INSERT_GUESSED = _INSERT.replace(
+    "WITH s AS (SELECT nextval('dq_job_seq') AS seq),",
+    "WITH s AS (SELECT nextval('dq_job_seq') AS seq"
+    f" WHERE NOT EXISTS (SELECT 1 FROM dq_jobs WHERE key = %s AND state IN {_LIVE_STATES})),",
+).replace(
+    " FROM s RETURNING id, seq)",
+    f" FROM s ON CONFLICT (key) WHERE state IN {_LIVE_STATES} DO NOTHING RETURNING id, seq)",
+)
+
 
 class Conflict(Exception):
     """A job changed after this transaction read it without a lock: run the verb again."""
@@ -193,6 +208,7 @@ class PgView:
         write: bool,
         worker: str | None = None,
         images: Callable[[str], tuple[JobDict, int] | None] | None = None,
+        guess_keys: bool = False,
     ) -> None:
         self._conn = conn
         self.write = write
@@ -231,6 +247,12 @@ class PgView:
         self._numbered: list[tuple[JobDict, Any]] = []
         #: the cursor of the last write sent (see :meth:`wrote_all`)
         self._last_write: Any = None
+        #: a key look-up answers "no holder" without asking (see :meth:`holder_id`)
+        self._guess_keys = guess_keys and write
+        #: the keys answered so: their insert is the check
+        self.guessed: set[str] = set()
+        #: a guessed key turned out held: nothing was inserted for it (see :meth:`after_images`)
+        self.missed = False
 
     @property
     def conn(self) -> Any:
@@ -315,6 +337,10 @@ class PgView:
         new job is replaced by the sequence's own when the row is inserted.
         """
         if self._seq is None:
+            if self.guessed:
+                # a guessed submission's own number (replaced by the sequence's at the
+                # insert): the one change a guess is kept for (see holder_id)
+                return 0
             row = self._conn.execute(_SEQ).fetchone()
             self._seq = int(row[0]) if row else 0
         return self._seq
@@ -349,6 +375,17 @@ class PgView:
                 return job
 
     def holder_id(self, key: str) -> str | None:
+        """The id of the live (or succeeded) job holding ``key``, or None.
+
+        A view told to ``guess_keys`` answers None without asking, and the new job's
+        insert checks instead (``ON CONFLICT`` on the unique index of live keys): most
+        submissions are new, and the look-up was a statement of their own. The backend
+        guesses only for a change of one new job, and runs the verb again, looking, when
+        the insert found the key held (:attr:`missed`) or the verb did anything else.
+        """
+        if self._guess_keys:
+            self.guessed.add(key)
+            return None
         # (with the submission number: a submission asks for both, one round trip)
         row = self._conn.execute(_HOLDER, (key,)).fetchone()
         if row is None:
@@ -524,9 +561,11 @@ class PgView:
         job.pop("events", None)
         events = _dumps(list(record.get("ev") or ()))
         doc = _dumps(job)
+        guessed = job["key"] in self.guessed
         cursor = self._write(
-            _INSERT,
+            _INSERT_GUESSED if guessed else _INSERT,
             (
+                *((job["key"],) if guessed else ()),
                 job["id"],
                 job["kind"],
                 job["priority"],
@@ -650,6 +689,8 @@ class PgView:
             row = cursor.fetchone()
             if row is not None:
                 job["seq"] = int(row[0])
+            elif job["key"] in self.guessed:
+                self.missed = True  # (the key was held: no row, nothing written)
         self._numbered.clear()
         if self._purged:
             return {}
