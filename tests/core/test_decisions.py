@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from desktop_queue.core.decisions import (
@@ -31,6 +31,16 @@ retry_afters = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=Tru
     poison_count=st.integers(0, 5),
     deadline_in=st.one_of(st.none(), st.floats(0, 200)),
     seed=st.integers(0, 2**32),
+)
+# (a Retry-After below the float step of now, at the deadline: found by a CI run)
+@example(
+    error_class=ErrorClass.RETRYABLE,
+    retry_after=7.555417039969865e-54,
+    attempts=1,
+    max_attempts=2,
+    poison_count=0,
+    deadline_in=0.0,
+    seed=0,
 )
 def test_every_failure_is_decided_by_the_rules(
     error_class: ErrorClass,
@@ -77,7 +87,9 @@ def test_every_failure_is_decided_by_the_rules(
         ceiling = POLICY.ceiling(max(1, attempts))
         assert 0.0 <= decision.delay <= ceiling
     if deadline_in is not None:
-        assert decision.delay <= deadline_in
+        # (as the times are stored: the job runs again at now + delay, which must not pass
+        # the deadline; a delay below the float step of now, 1e-54 s say, is no later)
+        assert now + decision.delay <= now + deadline_in
     if error_class is not ErrorClass.THROTTLED:
         assert attempts < max_attempts
 
