@@ -410,7 +410,7 @@ class PgBackend:
                             committing = True
                             # (sent with the writes; the end of the pipeline waits for all of
                             # them at once, and raises what any of them met: then none committed)
-                            _end_writes(conn, pipeline, block=view.block)
+                            _end_writes(view, pipeline)
                             if self._channel is not None and view.changed != set():
                                 # after the commit, in the same round trip: a transaction of
                                 # its own (implicit, ended by the pipeline's last sync), so the
@@ -729,7 +729,7 @@ def _settled(conn: Any) -> Iterator[None]:
                 conn.rollback()  # (a verb or read that raised inside its BEGIN ... COMMIT)
 
 
-def _end_writes(conn: Any, pipeline: Any, *, block: bool) -> None:
+def _end_writes(view: PgView, pipeline: Any) -> None:
     """Commits the pipeline's transaction without waiting for the answer (it comes with the pipeline's end).
 
     A verb's transaction is implicit (the statements before a sync, on an autocommit
@@ -739,8 +739,8 @@ def _end_writes(conn: Any, pipeline: Any, *, block: bool) -> None:
     same and waits. A view whose statements made the transaction an explicit block
     (:attr:`PgView.block`) ends with ``COMMIT``.
     """
-    if block:
-        conn.execute("COMMIT")
+    if view.block:
+        view.commit_block()
         return
     enqueue = getattr(pipeline, "_enqueue_sync", None)
     if enqueue is not None:

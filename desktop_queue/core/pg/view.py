@@ -547,6 +547,10 @@ class PgView:
         self._last_write = cursor
         return cursor
 
+    def commit_block(self) -> None:
+        """Sends the ``COMMIT`` of a transaction made a block (see :attr:`conn`), as its last write."""
+        self._write("COMMIT", ())
+
     @property
     def wrote_all(self) -> bool:
         """Whether every write sent ran and succeeded (asked once the pipeline has answered).
