@@ -399,7 +399,8 @@ class PgBackend:
                                 if view.used_images:
                                     raise _Stale from None  # (it may have decided on an old image)
                                 raise
-                            if view.guessed and not _one_new_job(change.records, view.guessed):
+                            guessed_id = _guessed_job(change.records, view.guessed)
+                            if view.guessed and guessed_id is None:
                                 raise _Guessed  # (nothing sent yet: only reads)
                             try:
                                 view.apply(change.records)
@@ -417,9 +418,7 @@ class PgBackend:
                                 # listeners are told once the change is visible, and the
                                 # commit holds no notify lock while it is flushed (nor is one
                                 # sent if it failed)
-                                notifying.send(
-                                    conn, self._channel, view.changed, if_new=_guessed_id(change.records, view)
-                                )
+                                notifying.send(conn, self._channel, view.changed, if_new=guessed_id)
                     except psycopg.Error as exc:
                         if not (committing and view.wrote_all):
                             raise
@@ -674,16 +673,15 @@ class PgBackend:
         return None  # (no archive: every result is in dq_results)
 
 
-def _one_new_job(records: Sequence[Record], guessed: set[str]) -> bool:
-    """Whether ``records`` are one new job holding a guessed key: the one change whose insert checks the guess."""
-    if len(records) != 1 or records[0].get("op") != "new":
-        return False
-    return guessed == {cast(Any, records[0])["job"]["key"]}
+def _guessed_job(records: Sequence[Record], guessed: set[str]) -> str | None:
+    """The id of the one new job holding the guessed key(s), whose insert checks the guess; else None.
 
-
-def _guessed_id(records: Sequence[Record], view: PgView) -> str | None:
-    """The id of the new job whose insert checks a guess (it may insert nothing), or None."""
-    return str(cast(Any, records[0])["job"]["id"]) if view.guessed else None
+    (None also when nothing was guessed: then nothing needs checking.)
+    """
+    if not guessed or len(records) != 1 or records[0].get("op") != "new":
+        return None
+    job = cast(Any, records[0])["job"]
+    return str(job["id"]) if guessed == {job["key"]} else None
 
 
 class _Guessed(Exception):

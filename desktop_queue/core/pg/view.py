@@ -26,6 +26,8 @@ from desktop_queue.core.records import BatchRecord, JobDict, NewRecord, PurgeRec
 from desktop_queue.core.store.archive import PurgeFilter
 
 LIVE_OR_DONE = (str(State.QUEUED), str(State.RUNNING), str(State.SUCCEEDED))
+#: the same as SQL, spelled out as the unique index of live keys says it (see _HOLDER)
+_LIVE_STATES = "(" + ", ".join(f"'{s}'" for s in LIVE_OR_DONE) + ")"
 
 #: what a lease renewal changes (see :meth:`PgView.apply`: no notification for it alone)
 _RENEWAL = frozenset({"lease_expires_at", "heartbeat_at"})
@@ -87,13 +89,7 @@ _SEQ = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM dq_job_seq"
 # the states spelled out as the unique index's predicate is: a parameter there (state =
 # ANY(%s)) makes the prepared plan unable to use that index, and every submission would
 # read every live job
-_HOLDER = (
-    "SELECT (SELECT id FROM dq_jobs WHERE key = %s AND state IN ("
-    + ", ".join(f"'{s}'" for s in LIVE_OR_DONE)
-    + ") LIMIT 1), ("
-    + _SEQ
-    + ")"
-)
+_HOLDER = f"SELECT (SELECT id FROM dq_jobs WHERE key = %s AND state IN {_LIVE_STATES} LIMIT 1), (" + _SEQ + ")"
 
 # a job's new events, appended in the order given (one statement, whatever their number)
 _EVENTS_OF = (
@@ -118,7 +114,6 @@ _INSERT = (
 # runs the verb again, looking first). The look comes before the sequence, so that a
 # duplicate takes no submission number; a holder committed between the two is still
 # caught by the unique index of live keys (ON CONFLICT: nothing inserted either)
-_LIVE_STATES = "(" + ", ".join(f"'{s}'" for s in LIVE_OR_DONE) + ")"
 _INSERT_GUESSED = _INSERT.replace(
     "WITH s AS (SELECT nextval('dq_job_seq') AS seq),",
     "WITH s AS (SELECT nextval('dq_job_seq') AS seq"
