@@ -12,28 +12,14 @@ from typing import Any
 
 import pytest
 
-from desktop_queue.core import Outcome, Queue, RunContext
+from desktop_queue.core import Queue
 from desktop_queue.core.pg import PgBackend
 from desktop_queue.providers.demo import DemoProvider
 from desktop_queue.runtime import LeaseDriver
+from tests.runtime.conftest import Hanging, idle
 
 WAIT_MS = 10_000
 HOUR_S = 3600.0
-
-
-class Hanging(DemoProvider):
-    """Attempts that run until they are told to stop (or 30 s, a safety net)."""
-
-    def __init__(self) -> None:
-        super().__init__(tick_s=0.01)
-        self.entered = threading.Event()
-        self.stopped = threading.Event()
-
-    def run(self, job: Any, context: RunContext) -> Outcome:
-        self.entered.set()
-        context.cancelled.wait(30)
-        self.stopped.set()
-        return Outcome.failure("retryable", "stopped")
 
 
 @pytest.fixture
@@ -66,20 +52,13 @@ def _driver(drivers: list[LeaseDriver], queue: Queue, providers: Any = None) -> 
     return driver
 
 
-def _idle(qtbot: Any, driver: LeaseDriver) -> None:
-    qtbot.waitUntil(lambda: driver.plan is not None and driver.watcher is not None, timeout=WAIT_MS)
-    qtbot.waitUntil(lambda: driver.watcher is not None and driver.watcher.ready, timeout=WAIT_MS)
-    # the first look, and the one the watcher asks for once it follows
-    qtbot.waitUntil(lambda: driver.ticks >= 2, timeout=WAIT_MS)
-
-
 def test_a_job_another_connection_submits_is_leased_through_listen_notify(
     qtbot: Any, on_pg: Callable[..., Queue], drivers: list[LeaseDriver]
 ) -> None:
     here, there = on_pg(), on_pg()
     driver = _driver(drivers, here)
     driver.start()
-    _idle(qtbot, driver)
+    idle(qtbot, driver, WAIT_MS)
     assert driver.plan is not None and driver.plan.reason == "safety"
     with qtbot.waitSignal(driver.job_started, timeout=WAIT_MS) as started:
         job = there.submit("demo", {"prompt": "from another machine", "duration_s": 0}).job
@@ -95,7 +74,7 @@ def test_an_idle_driver_asks_the_server_nothing(
     here = on_pg(heartbeat_s=0.25)
     driver = _driver(drivers, here)
     driver.start()
-    _idle(qtbot, driver)
+    idle(qtbot, driver, WAIT_MS)
     counts = {"driver": 0, "other": 0}
     main = threading.get_ident()
     for name in ("read", "commit", "transact"):
@@ -120,7 +99,7 @@ def test_a_job_cancelled_from_another_connection_stops_through_the_feed(
     provider = Hanging()
     driver = _driver(drivers, here, {"demo": provider})
     driver.start()
-    _idle(qtbot, driver)
+    idle(qtbot, driver, WAIT_MS)
     job = there.submit("demo", {"prompt": "long"}).job
     qtbot.waitUntil(provider.entered.is_set, timeout=WAIT_MS)
     there.cancel(job.id)
@@ -135,7 +114,7 @@ def test_a_job_due_in_a_second_is_leased_by_a_planned_wake(
     here, there = on_pg(), on_pg()
     driver = _driver(drivers, here)
     driver.start()
-    _idle(qtbot, driver)
+    idle(qtbot, driver, WAIT_MS)
     job = there.submit("demo", {"prompt": "later", "duration_s": 0}, run_after=there.clock.now() + 1.0).job
     qtbot.waitUntil(lambda: driver.plan is not None and driver.plan.reason == "run_after", timeout=WAIT_MS)
     with qtbot.waitSignal(driver.job_started, timeout=WAIT_MS) as started:

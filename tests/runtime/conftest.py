@@ -18,6 +18,29 @@ from desktop_queue.runtime import LeaseDriver
 WAIT_MS = 5000
 
 
+class Hanging(DemoProvider):
+    """Attempts that run until they are told to stop (or 30 s, a safety net)."""
+
+    def __init__(self) -> None:
+        super().__init__(tick_s=0.01)
+        self.entered = threading.Event()
+        self.stopped = threading.Event()
+
+    def run(self, job: Any, context: RunContext) -> Outcome:
+        self.entered.set()
+        context.cancelled.wait(30)
+        self.stopped.set()
+        return Outcome.failure("retryable", "stopped")
+
+
+def idle(qtbot: Any, driver: Any, timeout_ms: int = WAIT_MS) -> None:
+    """Waits for the driver's first look to be over and its watcher to follow the store."""
+    qtbot.waitUntil(lambda: driver.plan is not None and driver.watcher is not None, timeout=timeout_ms)
+    qtbot.waitUntil(lambda: driver.watcher is not None and driver.watcher.ready, timeout=timeout_ms)
+    # the first look, and the one the watcher asks for once it follows
+    qtbot.waitUntil(lambda: driver.ticks >= 2, timeout=timeout_ms)
+
+
 class BlockingDemo(DemoProvider):
     """A demo provider whose attempts wait for ``gate`` and ignore cancellation.
 

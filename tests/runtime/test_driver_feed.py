@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from desktop_queue.core import Outcome, Queue, RunContext
+from desktop_queue.core import Queue
 from desktop_queue.providers.demo import DemoProvider
 from desktop_queue.runtime import driver as driver_module
 from desktop_queue.runtime.wake import plan_wake
-from tests.runtime.conftest import WAIT_MS, DriverFactory
+from tests.runtime.conftest import WAIT_MS, DriverFactory, Hanging, idle
 
 HOUR_S = 3600.0
 
@@ -52,29 +52,6 @@ class CountingReads:
             return real(*args, **kwargs)
 
         return call
-
-
-class Hanging(DemoProvider):
-    """Attempts that run until they are told to stop (or 30 s, a safety net)."""
-
-    def __init__(self) -> None:
-        super().__init__(tick_s=0.01)
-        self.entered = threading.Event()
-        self.stopped = threading.Event()
-
-    def run(self, job: Any, context: RunContext) -> Outcome:
-        self.entered.set()
-        context.cancelled.wait(30)
-        self.stopped.set()
-        return Outcome.failure("retryable", "stopped")
-
-
-def idle(qtbot: Any, driver: Any) -> None:
-    """Waits for the driver's first look to be over and its watcher to follow the store."""
-    qtbot.waitUntil(lambda: driver.plan is not None and driver.watcher is not None, timeout=WAIT_MS)
-    qtbot.waitUntil(lambda: driver.watcher.ready, timeout=WAIT_MS)
-    # the first look, and the one the watcher asks for once it follows
-    qtbot.waitUntil(lambda: driver.ticks >= 2, timeout=WAIT_MS)
 
 
 def test_an_idle_driver_plans_only_its_safety_tick(qtbot: Any, make_driver: DriverFactory) -> None:
