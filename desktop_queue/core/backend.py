@@ -36,6 +36,15 @@ T = TypeVar("T")
 Orphans = Callable[[list[tuple[str, int]]], None]
 
 
+class ResultStored(Exception):
+    """A success committed as new for its key (``res_new``) met a result stored for that key.
+
+    Raised only by a backend that checks new results itself (``checks_new_results``):
+    nothing was committed, and the verb commits again after looking the stored result
+    up, which it then reuses (a result is never produced twice for one key).
+    """
+
+
 @dataclass(frozen=True, slots=True)
 class Change(Generic[T]):
     """What a verb's transaction function returns: the records to commit, and its answer.
@@ -214,7 +223,14 @@ class Backend(Protocol):
         ...
 
     def carried_result(self, key: str) -> dict[str, Any] | None:
-        """A result document committed with its job's success, not yet in a result file."""
+        """A result document committed with its job's success, not yet in a result file.
+
+        A backend whose answer costs a round trip (PostgreSQL) sets the class attribute
+        ``checks_new_results = True``: a success record marked ``res_new`` then commits
+        only if no result is stored for its key, and raises :class:`ResultStored`
+        otherwise, so the verb need not ask this first. Without it (the JSON store, whose
+        answer is in memory) the verb asks, and never marks a record.
+        """
         ...
 
     def carried_keys(self) -> list[str]: ...

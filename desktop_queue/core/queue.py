@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from desktop_queue.core.backend import Backend, Change, OpenReport, View
+from desktop_queue.core.backend import Backend, Change, OpenReport, ResultStored, View
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.decisions import Then, decide_failure, decide_reap, lost_lease_reason
 from desktop_queue.core.errors import (
@@ -910,6 +910,7 @@ class Queue:
             done = self._complete_kept(lease, key, document)
             if done is not None:
                 return done
+            return self._complete_looked_up(lease, result, reused, look_up=True)
         return self._complete_looked_up(lease, result, reused)
 
     def complete_many(
@@ -977,6 +978,8 @@ class Queue:
         owner = this_process() if kept else None
         busy = {lease.job_id for lease, _result, _doc in done}
 
+        checks = [self._checks_new_results]  # (until a commit finds a result stored: then looked up)
+
         def fn(
             state: View,
         ) -> Change[tuple[dict[int, StaleLease | bool], builtins.list[tuple[str, str, int, float, int]]]]:
@@ -989,10 +992,10 @@ class Queue:
                 except StaleLease as exc:
                     decided[i] = exc
                     continue
-                if state.holder_id(key) != job["id"] or self.store.carried_result(key) is not None:
+                if state.holder_id(key) != job["id"] or (not checks[0] and self.store.carried_result(key) is not None):
                     decided[i] = False  # the full look-up decides (see _complete_kept)
                     continue
-                records.append(self._success_record(job, lease, ref, now, doc, reused=False))
+                records.append(self._success_record(job, lease, ref, now, doc, reused=False, new=checks[0]))
                 decided[i] = True
             leased: builtins.list[tuple[str, str, int, float, int]] = []
             if n > 0:
@@ -1015,7 +1018,11 @@ class Queue:
         leased: builtins.list[tuple[str, str, int, float, int]] = []
         if kept_docs or n > 0:
             # (leases alone need no sync here: the caller syncs before it calls a provider)
-            decided, leased = self.store.commit(fn, durable=durable and bool(kept_docs))
+            try:
+                decided, leased = self.store.commit(fn, durable=durable and bool(kept_docs))
+            except ResultStored:
+                checks[0] = False
+                decided, leased = self.store.commit(fn, durable=durable and bool(kept_docs))
         answers: dict[int, Job | QueueError] = {}
         made = [i for i, how in decided.items() if how is True]
         ids = [done[i][0].job_id for i in made] + [item[0] for item in leased]
@@ -1056,14 +1063,18 @@ class Queue:
         now = self.clock.now()
         ref = self.results.ref_for(key)
 
+        checks = self._checks_new_results
+
         def fn(state: View) -> Change[bool]:
             job = self._current(state, lease)
-            if state.holder_id(key) != job["id"] or self.store.carried_result(key) is not None:
+            if state.holder_id(key) != job["id"] or (not checks and self.store.carried_result(key) is not None):
                 return Change([], False)  # not the key's holder (or a result appeared): the full look-up decides
-            return Change([self._success_record(job, lease, ref, now, doc, reused=False)], True)
+            return Change([self._success_record(job, lease, ref, now, doc, reused=False, new=checks)], True)
 
         try:
             done = self.store.commit(fn)
+        except ResultStored:
+            return None  # (a result appeared: the full look-up decides)
         except StaleLease:
             self.record_stale(lease, "late result rejected")
             self.results.drop_pending(key, lease.epoch)
@@ -1074,8 +1085,13 @@ class Queue:
         return self._view(lease.job_id)
 
     def _success_record(
-        self, job: JobDict, lease: Lease, ref: str, now: float, doc: dict[str, Any], *, reused: bool
+        self, job: JobDict, lease: Lease, ref: str, now: float, doc: dict[str, Any], *, reused: bool, new: bool = False
     ) -> UpdateRecord:
+        """The record of ``job``'s success with the result ``doc``.
+
+        ``new``: no stored result was looked up for the key; the backend's commit checks
+        that none is (see ``Backend.carried_result``).
+        """
         check_transition(job["id"], job["state"], State.SUCCEEDED)
         detail: dict[str, Any] = {"result_ref": ref}
         if reused:
@@ -1100,15 +1116,23 @@ class Queue:
         # the record carries the result: one fsync makes both durable ("the same durable
         # commit"); compaction writes the result file (synced) before folding this record
         record["res"] = doc
+        if new:
+            record["res_new"] = True
         return record
 
-    def _complete_looked_up(self, lease: Lease, result: Any, reused: bool) -> Job:
-        """:meth:`complete` that looks up the key's result and the attempt's pending copy."""
+    def _complete_looked_up(self, lease: Lease, result: Any, reused: bool, *, look_up: bool = False) -> Job:
+        """:meth:`complete` that looks up the key's result and the attempt's pending copy.
+
+        On a backend that checks new results in the commit, the one committed with a
+        success is not asked for first (a round trip) unless ``look_up``: the commit
+        finds it, and the verb then runs again asking.
+        """
         now = self.clock.now()
         key = lease.job.idempotency_key
         ref = self.results.ref_for(key)
+        checks = self._checks_new_results and not look_up
         # (as in stored_result: while the lease's job holds the key, no archived job can hold a result for it)
-        existing = self.results.get(key, archived=lambda: self._key_not_held(lease))
+        existing = self.results.get(key, archived=lambda: self._key_not_held(lease), carried=not checks)
         pending = None
         if existing is not None:
             # a result committed earlier for this key (reused): never produced twice
@@ -1123,12 +1147,16 @@ class Queue:
             )
             created = True
 
+        new = checks and existing is None
+
         def fn(state: View) -> list[Record]:
             job = self._current(state, lease)
-            return [self._success_record(job, lease, ref, now, doc, reused=reused or not created)]
+            return [self._success_record(job, lease, ref, now, doc, reused=reused or not created, new=new)]
 
         try:
             self.store.transact(fn)
+        except ResultStored:
+            return self._complete_looked_up(lease, result, reused, look_up=True)
         except StaleLease:
             self.record_stale(lease, "late result rejected")
             if pending is not None:
@@ -1606,6 +1634,11 @@ class Queue:
     def changed_since(self, version: int) -> tuple[int, set[str] | None]:
         """Catches up, then the ids changed after ``version`` (None: reload everything)."""
         return self.store.changes(version)
+
+    @property
+    def _checks_new_results(self) -> bool:
+        """Whether the backend's commit checks that a success's result is new for its key."""
+        return bool(getattr(self.store, "checks_new_results", False))
 
     @property
     def has_change_feed(self) -> bool:

@@ -124,7 +124,9 @@ class UpdateRecord(TypedDict):
     """Sets fields of job ``id`` and appends ``ev`` to its timeline.
 
     ``res`` is the result document of a job that succeeded, carried in the record so
-    that one fsync makes the result and the state durable together.
+    that one fsync makes the result and the state durable together. ``res_new`` (only
+    for a backend with ``checks_new_results``, never journaled) says that the verb did
+    not look up a stored result for the key: the commit checks that there is none.
     """
 
     op: Literal["upd"]
@@ -132,6 +134,7 @@ class UpdateRecord(TypedDict):
     set: JobChanges
     ev: list[EventDict]
     res: NotRequired[dict[str, Any]]
+    res_new: NotRequired[bool]
     n: NotRequired[int]
 
 

@@ -370,7 +370,9 @@ class ResultStore:
             with contextlib.suppress(OSError):
                 fsync_dir(directory)
 
-    def get(self, key: str, *, archived: bool | Callable[[], bool] = True) -> dict[str, Any] | None:
+    def get(
+        self, key: str, *, archived: bool | Callable[[], bool] = True, carried: bool = True
+    ) -> dict[str, Any] | None:
         """The stored result document for ``key``, or None.
 
         A damaged result file is moved aside (``*.corrupt-<time>``) and reported as missing.
@@ -381,8 +383,10 @@ class ResultStore:
                 for ``key``, see :meth:`Queue.stored_result
                 <desktop_queue.core.queue.Queue.stored_result>`); a callable is asked
                 only when the archive would be, as the answer may cost a read.
+            carried: also ask the backend for a result committed with a success (False:
+                the caller's commit checks that itself, see ``Backend.carried_result``).
         """
-        if self._carried is not None:
+        if carried and self._carried is not None:
             doc = self._carried(key)
             if doc is not None:
                 return doc

@@ -25,15 +25,16 @@ from desktop_queue.core.pg.view import _HOLDER
 #: what one submit + lease + complete may cost at most on the pooled connection (before
 #: schema version 4: 37 statements and 44 waits there, and 3 more statements on a
 #: connection of the notifier's own)
-MAX_STATEMENTS = 8  # the change notification of each of the three transactions included
+MAX_STATEMENTS = 7  # the change notification of each of the three transactions included
 #: (17 until the lease asked for the expired leases and its pick in one statement, and the
 #: complete took the leased job from the lease's own commit instead of reading it again;
 #: 15 until a verb's transaction became the pipeline's implicit one, without BEGIN and COMMIT;
-#: 9 until a new submission's insert checked its key instead of a look-up before it)
+#: 9 until a new submission's insert checked its key instead of a look-up before it; 8
+#: until a success's result insert checked that the key had none, instead of a look-up)
 #: ``Sync`` and ``Flush`` messages: the points where the client may wait for the server
 #: (each verb sends two syncs, one ending its transaction and one its notification's, and
-#: waits once for both)
-MAX_WAITS = 11
+#: waits once for both; 11 until a success asked for no stored result first)
+MAX_WAITS = 10
 
 
 class Wire:
@@ -314,3 +315,57 @@ def test_a_new_submission_lets_its_insert_check_the_key_and_a_duplicate_is_still
     batch = queue.submit_many("demo", [{"n": 500}, {"n": 502}])
     assert [r.duplicate for r in batch] == [True, False]
     assert batch[1].job.seq == queue.get(first.job.id).seq + 2
+
+
+def _store_result(pg_dsn: str, queue: Queue, key: str, job_id: str, text: str) -> None:
+    """A result the database holds for ``key`` (committed by an earlier attempt of the key's job)."""
+    doc = queue.results.attempt_document(key, {"text": text}, job_id=job_id, epoch=0, produced_at=0.0)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO dq_results (key, doc) VALUES (%s, %s::jsonb)", (key, psycopg.types.json.Jsonb(doc)))
+
+
+def _stored_text(pg_dsn: str, key: str) -> Any:
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT doc->'result'->>'text' FROM dq_results WHERE key = %s", (key,)).fetchone()
+    return row[0] if row else None
+
+
+@pytest.mark.parametrize("how", ["complete", "kept", "batch"])
+def test_a_success_asks_for_no_stored_result_first_and_one_stored_is_reused(
+    traced: tuple[Queue, Wire], pg_dsn: str, how: str
+) -> None:
+    """The result insert checks that the key has none; when it has one, the verb looks it up and reuses it."""
+    queue, wire = traced
+    for n in range(6):
+        _lifecycle(queue, n)
+    # the usual case: one statement (and the notification), no read before it
+    job = queue.submit("demo", {"n": 600}).job
+    lease = queue.lease("w")
+    assert lease is not None and lease.job_id == job.id
+    with wire.tracing() as plain:
+        queue.complete(lease, {"text": "new"})
+    assert plain["F Execute"] == 2 and plain["F Flush"] == 1, plain
+    assert _stored_text(pg_dsn, job.idempotency_key) == "new"
+    # a result already stored for the key: reused, never overwritten, the success committed once
+    job = queue.submit("demo", {"n": 601}).job
+    lease = queue.lease("w")
+    assert lease is not None and lease.job_id == job.id
+    _store_result(pg_dsn, queue, job.idempotency_key, job.id, "earlier")
+    key = job.idempotency_key
+    mine = queue.results.attempt_document(key, {"text": "later"}, job_id=job.id, epoch=lease.epoch, produced_at=1.0)
+    with wire.tracing() as found:
+        if how == "complete":
+            done = queue.complete(lease, {"text": "later"})
+        elif how == "kept":
+            done = queue.complete(lease, {"text": "later"}, document=mine)
+        else:
+            (answer,) = queue.complete_many([(lease, {"text": "later"}, mine)], pending=False)
+            assert not isinstance(answer, Exception)
+            done = answer
+    assert found["F Execute"] > plain["F Execute"], found  # (the insert found one; the verb looked)
+    assert done.state == State.SUCCEEDED
+    assert "not produced again" in done.events[-1].detail["reason"]
+    assert _stored_text(pg_dsn, key) == "earlier"
+    after = queue.get(job.id)
+    assert [e.type for e in after.events].count("succeeded") == 1
+    assert queue.stored_result(lease) is not None and queue.stored_result(lease)["result"] == {"text": "earlier"}

@@ -35,7 +35,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from desktop_queue.core.backend import Change, OpenReport, Orphans
+from desktop_queue.core.backend import Change, OpenReport, Orphans, ResultStored
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.pg import notify as notifying
 from desktop_queue.core.pg import workers
@@ -383,6 +383,7 @@ class PgBackend:
         guess = True  # (see PgView.holder_id: until a guess is seen wrong or of no use)
         while True:
             committing = False
+            view: PgView | None = None
             try:
                 with self._connection() as conn, self._active(conn), _settled(conn):
                     self._ensure_session()
@@ -444,6 +445,10 @@ class PgBackend:
                 continue
             except _RACES as exc:
                 self._forget()
+                if view is not None and view.checks_new_result:
+                    # (a result stored for the key, or a race: either way the verb runs
+                    # again, looking the result up, and that read decides)
+                    raise ResultStored from None
                 reason: BaseException = exc
             except _GONE as exc:
                 self._forget()
@@ -637,6 +642,10 @@ class PgBackend:
         yield True  # (no maintenance of ours writes files)
 
     # ------------------------------------------------------------------ results
+
+    #: a success's result marked new for its key is inserted only if the key has none
+    #: (PgView._update): the verb need not ask carried_result first, a round trip
+    checks_new_results = True
 
     def carried_result(self, key: str) -> dict[str, Any] | None:
         """The result document stored with the success of the job holding ``key``."""

@@ -248,6 +248,9 @@ class PgView:
         self.guessed: set[str] = set()
         #: a guessed key turned out held: nothing was inserted for it (see :meth:`after_images`)
         self.missed = False
+        #: a success's result was written as new for its key (``res_new``): a race lost
+        #: by this transaction may be a stored result (see PgBackend.commit)
+        self.checks_new_result = False
 
     @property
     def conn(self) -> Any:
@@ -618,17 +621,28 @@ class PgView:
             sql += ", e AS (" + _EVENTS_OF.format(job="u.id", source="u") + ")"
             params.append(events_text)
         doc = record.get("res")
+        check = " SELECT dq_expect_one(count(*)) FROM u"
         if isinstance(doc, dict) and isinstance(doc.get("key"), str):
             # the result in the statement (so the transaction) of its job's success
-            sql += (
-                ", r AS (INSERT INTO dq_results (key, doc) SELECT %s, %s::jsonb FROM u"
-                " ON CONFLICT (key) DO UPDATE SET doc = EXCLUDED.doc RETURNING 1)"
-            )
+            if record.get("res_new"):
+                # the verb did not look for a result stored for the key: none may be, or the
+                # transaction aborts (and the backend tells the verb, which looks it up)
+                sql += (
+                    ", r AS (INSERT INTO dq_results (key, doc) SELECT %s, %s::jsonb FROM u"
+                    " ON CONFLICT (key) DO NOTHING RETURNING 1)"
+                )
+                check = " SELECT dq_expect_one(count(*)), dq_expect_one((SELECT count(*) FROM r)) FROM u"
+                self.checks_new_result = True
+            else:
+                sql += (
+                    ", r AS (INSERT INTO dq_results (key, doc) SELECT %s, %s::jsonb FROM u"
+                    " ON CONFLICT (key) DO UPDATE SET doc = EXCLUDED.doc RETURNING 1)"
+                )
             params.extend((doc["key"], _dumps(doc)))
         # (the check is the server's: in a pipelined transaction the statement goes with the
         # COMMIT, and a lost race aborts the transaction instead of being seen here)
         try:
-            self._write(sql + " SELECT dq_expect_one(count(*)) FROM u", params)
+            self._write(sql + check, params)
         except pg_errors.SerializationFailure:
             raise Conflict(f"job {job_id} changed meanwhile (or is gone)") from None
         base = self._after.get(job_id) or (seen[0] if seen is not None else None)
