@@ -124,3 +124,37 @@ def test_a_real_busy_error_is_told_by_its_code(tmp_path: Path) -> None:
     finally:
         holder.close()
         other.close()
+
+
+def test_a_compaction_that_finds_the_index_busy_waits_and_archives(
+    open_queue: Callable[..., Queue], clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Indexing the segment compaction just wrote waits out a busy index (several processes
+    opening a new one at once) instead of failing the compaction."""
+    pauses: list[float] = []
+    monkeypatch.setattr(archive_module, "_busy_pause", pauses.append)
+    real = Archive._ingest
+    left = [3]
+
+    def ingest(self: Archive, *args: Any, **kwargs: Any) -> None:
+        if left[0] > 0:  # (where SQLite said so: the index transaction's BEGIN IMMEDIATE)
+            left[0] -= 1
+            raise sqlite3.OperationalError("database is locked")
+        real(self, *args, **kwargs)
+
+    queue = open_queue(keep_finished=5, background_compaction=False)
+    ids = run_jobs(queue, clock, 30)
+    clock.advance(10_000)
+    queue.store.compact_now()  # type: ignore[attr-defined]
+    archive: Archive = queue.store.archive  # type: ignore[attr-defined]
+    before = archive.count()
+    assert before > 0
+    more = run_jobs(queue, clock, 30, tag="k")
+    clock.advance(10_000)
+    monkeypatch.setattr(Archive, "_ingest", ingest)
+    queue.store.compact_now()  # type: ignore[attr-defined]
+    assert left[0] == 0 and len(pauses) == 3
+    assert archive.count() > before
+    assert not [n for n in archive.notices if "damaged" in n]
+    for job_id in ids + more:
+        assert queue.get(job_id).id == job_id

@@ -488,8 +488,21 @@ class Archive:
             # indexed from what was just encoded: decompressing and parsing the segment
             # again would only give back ``jobs`` (an index is derived, and rebuilt from
             # the file whenever it is in doubt: see catch_up)
-            self._ingest(number, data, _written(data, jobs, where))
+            self._indexing(lambda: self._ingest(number, data, _written(data, jobs, where)))
         return number
+
+    def _indexing(self, step: Callable[[], None]) -> None:
+        """An index write of a segment just written, waiting out a busy index.
+
+        The segment is the record and is on disk already: an index that stays busy is
+        one clear error (the index catches up on the segment at its next open).
+        """
+        try:
+            self._while_busy(step)
+        except sqlite3.DatabaseError as exc:
+            if _busy(exc):
+                raise self._busy_error(exc) from exc
+            raise
 
     def rewrite(self, number: int, keep: Callable[[JobDict], bool]) -> int:
         """Writes segment ``number`` again with only the jobs ``keep`` accepts; returns how many went.
@@ -507,12 +520,12 @@ class Archive:
             if kept:
                 new, where = encode_segment(kept)
                 atomic_write(path, new)
-                self._ingest(number, new, _written(new, kept, where))
+                self._indexing(lambda: self._ingest(number, new, _written(new, kept, where)))
             else:
                 path.unlink()
                 with contextlib.suppress(OSError):
                     fsync_dir(self.dir)
-                self._forget_segment(number)
+                self._indexing(lambda: self._forget_segment(number))
         return gone
 
     def _fd(self, number: int) -> int:
