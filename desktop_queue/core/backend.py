@@ -230,6 +230,14 @@ class Backend(Protocol):
         only if no result is stored for its key, and raises :class:`ResultStored`
         otherwise, so the verb need not ask this first. Without it (the JSON store, whose
         answer is in memory) the verb asks, and never marks a record.
+
+        A backend that several machines share also keeps the results' artifacts (their
+        files live in the data dir of the machine that made them): it has
+        ``read_artifacts_with(reader)``, told by the queue how to read an artifact's bytes
+        (``reader(ref)``) for the commit of the success that refers to it, and
+        ``fetch_artifact(ref) -> bytes | None``, which the result store asks for an
+        artifact this machine lacks (:meth:`ResultStore.artifact_file
+        <desktop_queue.core.results.ResultStore.artifact_file>`).
         """
         ...
 

@@ -198,7 +198,7 @@ def _copy_artifact(source: ResultStore, target: ResultStore, doc: dict[str, Any]
     if not isinstance(ref, str):
         return
     try:
-        src, dst = source.resolve(ref), target.root.parent / ref
+        src, dst = source.artifact_file(ref), target.root.parent / ref
     except ValueError:
         return
     if src.exists() and not dst.exists() and src.resolve() != dst.resolve():
@@ -267,7 +267,8 @@ def _write_pg(target: Queue, jobs: Sequence[JobDict], results: dict[str, dict[st
                 )
             )
             events.extend((job["id"], orjson.dumps(ev).decode()) for ev in job.get("events") or ())
-        docs = [(k, orjson.dumps(d).decode()) for k, d in results.items() if any(j["key"] == k for j in fresh)]
+        fresh_keys = {j["key"] for j in fresh}
+        docs = [(k, orjson.dumps(d).decode()) for k, d in results.items() if k in fresh_keys]
         with conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO dq_jobs (id, seq, kind, priority, key, state, run_after, lease_expires_at, doc)"
@@ -280,6 +281,16 @@ def _write_pg(target: Queue, jobs: Sequence[JobDict], results: dict[str, dict[st
                 cur.executemany(
                     "INSERT INTO dq_results (key, doc) VALUES (%s, %s::jsonb) ON CONFLICT (key) DO NOTHING", docs
                 )
+            # each result's artifact with it (copied into the target's data dir just before),
+            # so that every machine sharing the queue can show it
+            for key, doc in results.items():
+                artifact = view.artifact_of(doc) if key in fresh_keys else None
+                if artifact is not None:
+                    cur.execute(
+                        "INSERT INTO dq_artifacts (ref, key, sha256, data) VALUES (%s, %s, %s, %s)"
+                        " ON CONFLICT (ref) DO NOTHING",
+                        (artifact[0], key, artifact[1], artifact[2]),
+                    )
         # the next submission and lease must come after every copied one's
         top_seq = max(int(j["seq"]) for j in fresh)
         top_epoch = max(int(j.get("lease_epoch") or 0) for j in fresh)

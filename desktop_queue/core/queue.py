@@ -234,7 +234,12 @@ class Queue:
             # (a backend without an archive keeps every result where ``carried`` finds it)
             archived=self.store.archived_result if getattr(self.store, "archive", None) is not None else None,
             archived_count=self._archived_succeeded,
+            # (a store several machines share keeps artifacts too: see Backend.carried_result)
+            fetch_artifact=getattr(self.store, "fetch_artifact", None),
         )
+        shares = getattr(self.store, "read_artifacts_with", None)
+        if shares is not None:
+            shares(self.results.read_artifact)  # (a success's commit stores its artifact's bytes)
         self.reconciled: list[Reconciled] = []
 
     # ------------------------------------------------------------------ lifecycle

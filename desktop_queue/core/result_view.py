@@ -274,7 +274,7 @@ def read_result(results: ResultStore, job: Job) -> ResultContent:
         return ResultContent(ResultKind.NONE, no_result_reason(job))
     doc = results.get(job.idempotency_key)
     problem = results.problem(job.idempotency_key) if doc is None else None
-    return describe_document(job, doc, problem=problem, resolve=results.resolve)
+    return describe_document(job, doc, problem=problem, resolve=results.artifact_file)
 
 
 def result_size_hint(results: ResultStore, job: Job) -> int | None:

@@ -21,6 +21,7 @@ import binascii
 import contextlib
 import glob
 import hashlib
+import logging
 import os
 import re
 import sys
@@ -32,8 +33,10 @@ from typing import Any
 
 import orjson
 
-from desktop_queue.core.errors import StoreCorrupt
+from desktop_queue.core.errors import QueueError, StoreCorrupt
 from desktop_queue.core.store.fileio import TEMP_MARK, atomic_write, fsync_dir, make_dirs
+
+log = logging.getLogger(__name__)
 
 RESULT_FORMAT = "desktop-queue.result"
 
@@ -129,8 +132,11 @@ class ResultStore:
         carried_keys: Callable[[], Iterable[str]] | None = None,
         archived: Callable[[str], dict[str, Any] | None] | None = None,
         archived_count: Callable[[], int] | None = None,
+        fetch_artifact: Callable[[str], bytes | None] | None = None,
     ) -> None:
         self.root = Path(root)
+        # (a store several machines share: the artifacts other machines made, see artifact_file)
+        self._fetch_artifact = fetch_artifact
         self._root_s = str(self.root)
         self._carried = carried
         self._carried_keys = carried_keys
@@ -175,6 +181,40 @@ class ResultStore:
             raise ValueError(f"{ref!r} is not inside the result store")
         return path
 
+    def artifact_file(self, ref: str) -> Path:
+        """:meth:`resolve` for reading the artifact: one that another machine sharing the
+        store made, and this one lacks, is fetched into this data dir first.
+
+        A fetch that fails leaves the file missing (the caller says so, as of any missing
+        artifact); the bytes come checked against the checksum they were stored with.
+
+        Raises:
+            ValueError: ``ref`` lies outside the result store.
+        """
+        path = self.resolve(ref)
+        if self._fetch_artifact is not None and not os.path.exists(path):
+            try:
+                data = self._fetch_artifact(ref)
+            except QueueError as exc:
+                log.warning("could not fetch the artifact %s: %s", ref, exc)
+                return path
+            if data is not None:
+                try:
+                    make_dirs(path.parent)
+                    # (no fsync: a copy of what the shared store keeps, fetched again if lost;
+                    # one fetched meanwhile by another thread or process is kept)
+                    atomic_write(path, data, overwrite=False, durable=False)
+                except OSError as exc:
+                    log.warning("could not keep the fetched artifact %s: %s", path, exc)
+        return path
+
+    def read_artifact(self, ref: str) -> bytes | None:
+        """The bytes of the artifact file ``ref`` in this data dir, or None (missing, or outside the store)."""
+        try:
+            return self.resolve(ref).read_bytes()
+        except (ValueError, OSError):
+            return None
+
     def artifact_path(self, key: str) -> Path | None:
         """The artifact file of the result stored for ``key``, or None (no result, no artifact)."""
         doc = self.get(key)
@@ -183,7 +223,7 @@ class ResultStore:
         if not isinstance(ref, str):
             return None
         try:
-            return self.resolve(ref)
+            return self.artifact_file(ref)
         except ValueError:
             return None
 

@@ -151,6 +151,13 @@ def test_a_random_history_goes_to_postgresql_and_back_unchanged(
     assert refs
     for ref in refs:
         assert (back / ref).read_bytes() == (source / ref).read_bytes()
+    # and into the database: a machine that never had the files shows them
+    elsewhere = open_side(uri, data_dir=tmp_path / "elsewhere")
+    try:
+        for ref in refs:
+            assert elsewhere.results.artifact_file(ref).read_bytes() == (source / ref).read_bytes()
+    finally:
+        elsewhere.close()
 
 
 def test_a_non_empty_target_is_refused(tmp_path: Path, pg_dsn: str, pg_harness: Any) -> None:

@@ -24,6 +24,7 @@ readers of ``changed_since`` when asking the server again is worth it (:mod:`.no
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import threading
 import time
@@ -153,6 +154,8 @@ class PgBackend:
         self._images: dict[str, tuple[Any, int]] = {}
         self._images_lock = threading.Lock()
         self.clock = ServerClock(self._server_offset)
+        #: ref -> bytes of an artifact in this machine's data dir (see read_artifacts_with)
+        self._artifacts: Callable[[str], bytes | None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -387,7 +390,14 @@ class PgBackend:
             try:
                 with self._connection() as conn, self._active(conn), _settled(conn):
                     self._ensure_session()
-                    view = PgView(conn, write=True, worker=self.worker.id, images=images, guess_keys=guess)
+                    view = PgView(
+                        conn,
+                        write=True,
+                        worker=self.worker.id,
+                        images=images,
+                        guess_keys=guess,
+                        artifacts=self._artifacts,
+                    )
                     try:
                         # (an autocommit connection: what runs before the pipeline's first sync
                         # is one implicit transaction, so no BEGIN is sent; see _end_writes)
@@ -674,6 +684,30 @@ class PgBackend:
                 return row
 
         return self._read_retrying(attempt)
+
+    def read_artifacts_with(self, reader: Callable[[str], bytes | None]) -> None:
+        """Sets how a commit reads an artifact of this machine's data dir (``ref -> bytes``, None: missing).
+
+        A success whose result refers to an artifact stores its bytes in ``dq_artifacts``
+        in the same statement as the result (see Backend.carried_result).
+        """
+        self._artifacts = reader
+
+    def fetch_artifact(self, ref: str) -> bytes | None:
+        """The bytes of the artifact ``ref`` as the machine that made it stored them; None if not stored
+        (or stored damaged: they no longer match the checksum they were stored with).
+
+        Raises:
+            StoreError: the server did not answer.
+        """
+        row = self._select_one("SELECT data, sha256 FROM dq_artifacts WHERE ref = %s", (ref,))
+        if row is None:
+            return None
+        data = bytes(row[0])
+        if hashlib.sha256(data).hexdigest() != row[1]:
+            log.warning("the stored artifact %s does not match its checksum; not used", ref)
+            return None
+        return data
 
     def carried_keys(self) -> list[str]:
         return self.read(lambda view: [r[0] for r in view.conn.execute("SELECT key FROM dq_results").fetchall()])

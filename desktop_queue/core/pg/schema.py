@@ -16,7 +16,7 @@ from typing import Any
 from desktop_queue.core.errors import StoreError
 
 #: the schema version this code writes
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _V1 = """
 CREATE TABLE dq_jobs (
@@ -162,8 +162,33 @@ ALTER TABLE dq_events DROP CONSTRAINT IF EXISTS dq_events_job_id_fkey;
 DROP INDEX IF EXISTS dq_jobs_seq;
 """
 
+# version 6: a result's artifact (an image, an audio file) is a file in the data dir of
+# the machine that made it; a window on another machine sharing the queue found the file
+# missing. The success that commits a result with an artifact stores the artifact's bytes
+# in the same statement (PgView._update), so a succeeded job's artifact is in the
+# database whenever its result is; a machine that lacks the file fetches it
+# (PgBackend.fetch_artifact) into its own data dir. The bytes are stored uncompressed
+# (EXTERNAL): images and audio come compressed already, and TOAST would try in vain.
+_V6_ARTIFACTS = """
+CREATE TABLE dq_artifacts (
+    ref text PRIMARY KEY,
+    key text NOT NULL,
+    sha256 text NOT NULL,
+    data bytea NOT NULL
+);
+ALTER TABLE dq_artifacts ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE INDEX dq_artifacts_key ON dq_artifacts (key);
+"""
+
 #: version -> the SQL that lifts the schema from ``version - 1`` to it
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2_FLOW, 3: _V3_WORKERS, 4: _V4_EXPIRY, 5: _V5_LEAN}
+MIGRATIONS: dict[int, str] = {
+    1: _V1,
+    2: _V2_FLOW,
+    3: _V3_WORKERS,
+    4: _V4_EXPIRY,
+    5: _V5_LEAN,
+    6: _V6_ARTIFACTS,
+}
 
 
 def migrate(conn: Any) -> tuple[int, int]:

@@ -14,6 +14,8 @@ with the state they belong to.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence, ValuesView
 from typing import Any, cast
 
@@ -24,6 +26,8 @@ from psycopg.pq import ExecStatus
 from desktop_queue.core.model import Priority, State
 from desktop_queue.core.records import BatchRecord, JobDict, NewRecord, PurgeRecord, Record, UpdateRecord
 from desktop_queue.core.store.archive import PurgeFilter
+
+log = logging.getLogger(__name__)
 
 LIVE_OR_DONE = (str(State.QUEUED), str(State.RUNNING), str(State.SUCCEEDED))
 #: the same as SQL, spelled out as the unique index of live keys says it (see _HOLDER)
@@ -189,6 +193,8 @@ class PgView:
         write: the transaction will write (reads by id lock their rows; the lease scan
             locks the job it takes).
         worker: the ``dq_workers`` row of this process: a lease written here names it.
+        artifacts: ``ref -> bytes`` of an artifact file in this machine's data dir: a
+            success whose result refers to one stores its bytes (:meth:`_update`).
     """
 
     archive = None  # (every job stays in the table: there is no separate archive to ask)
@@ -204,8 +210,10 @@ class PgView:
         worker: str | None = None,
         images: Callable[[str], tuple[JobDict, int] | None] | None = None,
         guess_keys: bool = False,
+        artifacts: Callable[[str], bytes | None] | None = None,
     ) -> None:
         self._conn = conn
+        self._artifacts = artifacts
         self.write = write
         #: the writing transaction became an explicit block (see :attr:`conn`): it ends with COMMIT
         self.block = False
@@ -639,6 +647,16 @@ class PgView:
                     " ON CONFLICT (key) DO UPDATE SET doc = EXCLUDED.doc RETURNING 1)"
                 )
             params.extend((doc["key"], _dumps(doc)))
+            artifact = self.artifact_of(doc)
+            if artifact is not None:
+                # the bytes in the statement of the success, so that every machine sharing
+                # the queue finds the artifact of every result it finds (a reused result's
+                # artifact is there already: kept as it is)
+                sql += (
+                    ", a AS (INSERT INTO dq_artifacts (ref, key, sha256, data) SELECT %s, %s, %s, %s FROM u"
+                    " ON CONFLICT (ref) DO NOTHING RETURNING 1)"
+                )
+                params.extend((artifact[0], doc["key"], artifact[1], artifact[2]))
         # (the check is the server's: in a pipelined transaction the statement goes with the
         # COMMIT, and a lost race aborts the transaction instead of being seen here)
         try:
@@ -667,6 +685,22 @@ class PgView:
             self._after_rev.pop(job_id, None)
         if events or not changes.keys() <= _RENEWAL:
             self._changed(job_id)  # (a lease renewal alone wakes no one: nothing a reader shows moved)
+
+    def artifact_of(self, doc: dict[str, Any]) -> tuple[str, str, bytes] | None:
+        """(ref, sha256, bytes) of the artifact file a result document refers to, if this machine has it intact."""
+        result = doc.get("result")
+        ref = result.get("artifact_ref") if isinstance(result, dict) else None
+        if self._artifacts is None or not isinstance(ref, str):
+            return None
+        data = self._artifacts(ref)
+        if data is None:
+            return None  # (made elsewhere: stored there; or lost here, which the result view tells)
+        digest = hashlib.sha256(data).hexdigest()
+        expected = result.get("artifact_sha256") if isinstance(result, dict) else None
+        if isinstance(expected, str) and expected != digest:
+            log.warning("the artifact %s is not the one its result describes; not shared", ref)
+            return None
+        return ref, digest, data
 
     def validate(self) -> None:
         """Checks, in the transaction (before its COMMIT), that each job read optimistically and not written is unchanged.
@@ -726,6 +760,11 @@ class PgView:
             self._write(
                 "DELETE FROM dq_results r WHERE r.key = ANY(%s)"
                 " AND NOT EXISTS (SELECT 1 FROM dq_jobs j WHERE j.key = r.key AND j.state = 'succeeded')",
+                (keys,),
+            )
+            self._write(
+                "DELETE FROM dq_artifacts a WHERE a.key = ANY(%s)"
+                " AND NOT EXISTS (SELECT 1 FROM dq_jobs j WHERE j.key = a.key AND j.state = 'succeeded')",
                 (keys,),
             )
         self._changed(None)
