@@ -22,6 +22,7 @@ The decisions the verbs make from what they read are pure functions
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -264,12 +265,14 @@ class Backend(Protocol):
         """
         ...
 
-    def wait_changes(self, version: int, timeout_s: float) -> bool:
+    def wait_changes(self, version: int, timeout_s: float, stop: threading.Event | None = None) -> bool:
         """Waits until a commit may have changed jobs after ``version`` (True) or ``timeout_s`` passes.
 
         ``version`` is one :meth:`changes` answered. A backend with a change feed waits
         for a notification, asking the server nothing meanwhile; without one it waits
-        ``timeout_s`` and answers True: the caller then reads at that pace.
+        ``timeout_s`` and answers True: the caller then reads at that pace. ``stop`` ends
+        the wait early once set: a backend with a feed also needs its
+        ``interrupt_waits()`` called after (its wait is on the feed, not the event).
         """
         ...
 

@@ -105,8 +105,12 @@ class MemoryBackend:
     def changes(self, version: int) -> tuple[int, set[str] | None]:
         return self.read(lambda state: state.changed_since(version))
 
-    def wait_changes(self, version: int, timeout_s: float) -> bool:
-        time.sleep(timeout_s)  # (no change feed: the caller reads at this pace)
+    def wait_changes(self, version: int, timeout_s: float, stop: threading.Event | None = None) -> bool:
+        # (no change feed: the caller reads at this pace)
+        if stop is not None:
+            stop.wait(timeout_s)
+        else:
+            time.sleep(timeout_s)
         return True
 
     def sync(self) -> None:

@@ -10,6 +10,7 @@ import os
 import random
 import secrets
 import socket
+import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -1651,9 +1652,19 @@ class Queue:
         False: it only waits out its timeout, and the caller reads at that pace."""
         return bool(getattr(self.store, "change_feed", False))
 
-    def wait_changes(self, version: int, timeout_s: float) -> bool:
-        """Waits until another commit may have changed jobs after ``version`` (see :meth:`Backend.wait_changes`)."""
-        return self.store.wait_changes(version, timeout_s)
+    def wait_changes(self, version: int, timeout_s: float, stop: threading.Event | None = None) -> bool:
+        """Waits until another commit may have changed jobs after ``version`` (see :meth:`Backend.wait_changes`).
+
+        ``stop``: an event whose setting, followed by :meth:`interrupt_waits`, ends the wait
+        at once (a backend whose wait cannot be interrupted waits it out).
+        """
+        return self.store.wait_changes(version, timeout_s, stop)
+
+    def interrupt_waits(self) -> None:
+        """Wakes this process's :meth:`wait_changes` calls, to look at their ``stop`` events."""
+        interrupt = getattr(self.store, "interrupt_waits", None)
+        if interrupt is not None:
+            interrupt()
 
     def raw_jobs(self, ids: set[str] | None = None) -> builtins.list[JobDict]:
         """Shallow copies of the hot set's job dicts without events (for the window's models).

@@ -77,6 +77,9 @@ class ChangeWatcher:
         answer may outlast a short wait; the thread is a daemon and ends with it).
         """
         self._stop.set()
+        interrupt = getattr(self.queue, "interrupt_waits", None)
+        if interrupt is not None:
+            interrupt()  # (a wait on the change feed ends now, not at its next step)
         if self._thread.is_alive():
             self._thread.join(self.fallback_s + 10 if timeout_s is None else timeout_s)
         return not self._thread.is_alive()
@@ -84,7 +87,10 @@ class ChangeWatcher:
     def _run(self) -> None:
         version = -1
         quiet_s = 0.0
-        step_s = min(0.5, self.fallback_s)  # (wakes at least this often to look at the stop flag)
+        # a wait on the feed ends at a notification or when stop() interrupts it, so it
+        # waits out the whole fallback; the JSON store's wait (on the stop flag) steps
+        # at the pace it reads at
+        step_s = self.fallback_s if self._fed else min(0.5, self.fallback_s)
         while not self._stop.is_set():
             try:
                 if version < 0:
@@ -95,7 +101,9 @@ class ChangeWatcher:
                         self.on_ready()
                     continue
                 if self._fed:
-                    changed = self.queue.wait_changes(version, step_s)
+                    changed = self.queue.wait_changes(version, step_s, stop=self._stop)
+                    if self._stop.is_set():
+                        break
                 else:
                     # nothing but time would end the store's wait: wait on the stop flag
                     # instead, so that stop() returns at once, not after a step

@@ -49,7 +49,7 @@ def test_a_watcher_of_a_fed_store_waits_in_the_store() -> None:
         def changed_since(self, version: int) -> tuple[int, set[str]]:
             return version, set()
 
-        def wait_changes(self, version: int, timeout_s: float) -> bool:
+        def wait_changes(self, version: int, timeout_s: float, stop: threading.Event | None = None) -> bool:
             self.waited.set()
             return False
 

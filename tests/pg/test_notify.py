@@ -178,6 +178,24 @@ def test_a_watcher_hands_over_another_process_s_job_without_polling(
         watcher.stop()
 
 
+def test_stopping_a_watcher_interrupts_its_wait_on_the_feed(
+    pg_dsn: str, tmp_path: Path, opened_queues: list[Queue]
+) -> None:
+    """stop() wakes a wait on the listener at once: a window closing or ``work`` ending
+    does not wait out the rest of a wait that only a notification would end."""
+    from desktop_queue.core.pg.watch import ChangeWatcher
+
+    backend = PgBackend(pg_dsn)
+    window = Queue.open(tmp_path / "window", backend=backend, clock=backend.clock)
+    opened_queues.append(window)
+    reads: list[set[str] | None] = []
+    watcher = ChangeWatcher(window, reads.append, fallback_s=600.0)  # (its one wait lasts 10 minutes)
+    assert watcher.start()
+    before = watcher.reads
+    assert watcher.stop(timeout_s=30), "the watcher still waits on the feed"
+    assert watcher.reads == before and reads == []  # (ended, not woken to read)
+
+
 def test_only_the_notification_commits_without_a_flush(open_pg: Any, pg_dsn: str) -> None:
     """The notification's transaction turns synchronous_commit off for itself: every change's commit keeps it on."""
     backend = PgBackend(pg_dsn, pool_size=1)

@@ -619,7 +619,7 @@ class PgBackend:
     #: (see Queue.has_change_feed: the listener's notifications end a wait)
     change_feed = True
 
-    def wait_changes(self, version: int, timeout_s: float) -> bool:
+    def wait_changes(self, version: int, timeout_s: float, stop: threading.Event | None = None) -> bool:
         """Waits until a commit may have changed jobs after ``version`` (True), or ``timeout_s`` (False).
 
         No query while it waits: the listener's notifications wake it. ``timeout_s`` 0
@@ -628,21 +628,32 @@ class PgBackend:
         answers True: at once if ``version`` was not answered by :meth:`changes` here
         (one read makes it known); after waiting (at most ``timeout_s``) for the
         listener to connect again if it is not listening (notifications may have been
-        missed meanwhile); after ``timeout_s`` without a feed (``notify=False``).
+        missed meanwhile); after ``timeout_s`` without a feed (``notify=False``). ``stop``,
+        once set and :meth:`interrupt_waits` called, ends the wait at once.
         """
         feed = self.feed
         if feed is None:
-            time.sleep(timeout_s)
+            if stop is not None:
+                stop.wait(timeout_s)
+            else:
+                time.sleep(timeout_s)
             return True
+        halt = stop.is_set if stop is not None else None
         with self._answered_lock:
             mark = self._answered.get(version)
         current = feed.mark()
         if current is None:
-            feed.wait(None, timeout_s)
+            feed.wait(None, timeout_s, halt)
             return True
         if mark is None or current != mark:
             return True
-        return feed.wait(mark, timeout_s)
+        return feed.wait(mark, timeout_s, halt)
+
+    def interrupt_waits(self) -> None:
+        """Wakes every :meth:`wait_changes` of this process, to look at its ``stop`` event."""
+        feed = self.feed
+        if feed is not None:
+            feed.interrupt()
 
     def compact_now(self) -> None:
         """Nothing to fold: a purge deletes its jobs in its own transaction."""

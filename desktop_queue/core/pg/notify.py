@@ -21,6 +21,7 @@ import logging
 import os
 import select
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -218,15 +219,24 @@ class ChangeFeed:
         with self._cond:
             return self._mark if self._connected else None
 
-    def wait(self, mark: int | None, timeout_s: float) -> bool:
+    def wait(self, mark: int | None, timeout_s: float, stop: Callable[[], bool] | None = None) -> bool:
         """Waits until the mark moves past ``mark`` (True) or ``timeout_s`` passes (False).
 
         With ``mark`` None, waits until the feed listens (a reconnection), at most ``timeout_s``.
+        ``stop`` (asked under the feed's lock) ends the wait early, once :meth:`interrupt`
+        wakes it (False: nothing was told).
         """
+        halt = stop or (lambda: False)
         with self._cond:
             if mark is None:
-                return self._cond.wait_for(lambda: self._connected, timeout_s)
-            return self._cond.wait_for(lambda: not self._connected or self._mark != mark, timeout_s)
+                return self._cond.wait_for(lambda: self._connected or halt(), timeout_s) and not halt()
+            moved = self._cond.wait_for(lambda: not self._connected or self._mark != mark or halt(), timeout_s)
+            return moved and (not self._connected or self._mark != mark)
+
+    def interrupt(self) -> None:
+        """Wakes every :meth:`wait`, to ask its ``stop`` again (a watcher that stops)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def wait_connected(self, connects: int, timeout_s: float) -> bool:
         """Waits until the listener has connected ``connects`` times and listens."""
