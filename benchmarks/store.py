@@ -515,7 +515,8 @@ def worker_concurrent(
 
     Returns:
         ``start``/``end`` (``time.monotonic``, comparable across processes on one
-        machine), ``cpu_seconds`` (all threads), ``ops``, ``empty_polls`` (retried leases).
+        machine), ``cpu_seconds`` (all threads), ``ops``, ``empty_polls`` (retried leases),
+        ``lock_wait_s`` and ``lock_held_s`` (ours: the store's commit lock, in the window).
     """
     import threading
 
@@ -558,6 +559,8 @@ def worker_concurrent(
         sys.stdout.flush()
         if sys.stdin.readline().strip() != "go":
             raise SystemExit("no go")
+        store = subject.queue.store if isinstance(subject, OursSubject) else None
+        locked = (store.lock_wait_s, store.lock_held_s) if store is not None else (0.0, 0.0)
         cpu_start = time.process_time()
         start = time.monotonic()
         if threads == 1:
@@ -570,11 +573,21 @@ def worker_concurrent(
                 w.join()
         end = time.monotonic()
         cpu = time.process_time() - cpu_start
+        if store is not None:
+            locked = (store.lock_wait_s - locked[0], store.lock_held_s - locked[1])
         if errors:
             raise errors[0]
     finally:
         subject.close()
-    return {"start": start, "end": end, "cpu_seconds": cpu, "ops": ops, "empty_polls": sum(empty)}
+    return {
+        "start": start,
+        "end": end,
+        "cpu_seconds": cpu,
+        "ops": ops,
+        "empty_polls": sum(empty),
+        "lock_wait_s": locked[0],
+        "lock_held_s": locked[1],
+    }
 
 
 def worker_prepare_jobs(backend: str, data_dir: Path, n: int) -> dict[str, Any]:
@@ -1041,7 +1054,9 @@ def bench_concurrency(config: Config, root: Path) -> dict[str, Any]:
         ``"<backend>/<n>"`` (n processes) and ``"<backend>/<n>t"`` (one process, n
         threads) -> ``rate`` (lifecycles/s over the union of the timed windows),
         ``cpu_ms`` (CPU of the processes per lifecycle), ``seconds``, ``ops``,
-        ``empty_polls``, ``round_rates``.
+        ``empty_polls``, ``round_rates``; ours also ``lock_held_share`` (the share of the
+        timed span in which a process held the store's commit lock) and ``lock_held_ms`` /
+        ``lock_wait_ms`` per lifecycle.
     """
     dirs = {b: root / f"conc-{b}" for b in CONC_BACKENDS}
     for backend in CONC_BACKENDS:
@@ -1084,6 +1099,8 @@ def bench_concurrency(config: Config, root: Path) -> dict[str, Any]:
                         "ops": sum(int(r["ops"]) for r in results),
                         "cpu_seconds": sum(float(r["cpu_seconds"]) for r in results),
                         "empty_polls": sum(int(r["empty_polls"]) for r in results),
+                        "lock_wait_s": sum(float(r.get("lock_wait_s", 0.0)) for r in results),
+                        "lock_held_s": sum(float(r.get("lock_held_s", 0.0)) for r in results),
                     }
                 )
     figures: dict[str, Any] = {}
@@ -1097,6 +1114,11 @@ def bench_concurrency(config: Config, root: Path) -> dict[str, Any]:
             "cpu_ms": sum(r["cpu_seconds"] for r in rounds) / ops * 1e3,
             "empty_polls": sum(r["empty_polls"] for r in rounds),
             "round_rates": [r["ops"] / r["seconds"] for r in rounds if r["seconds"] > 0],
+            # (ours: the share of the run in which some process held the data dir's commit
+            # lock, which one holder at a time can hold: near 1, more processes cannot help)
+            "lock_held_share": sum(r["lock_held_s"] for r in rounds) / seconds if seconds > 0 else float("nan"),
+            "lock_wait_ms": sum(r["lock_wait_s"] for r in rounds) / ops * 1e3,
+            "lock_held_ms": sum(r["lock_held_s"] for r in rounds) / ops * 1e3,
         }
     return figures
 
@@ -1630,6 +1652,11 @@ def format_report(
                 + ", ".join(f"{r:,.0f}" for r in fig["round_rates"])
                 + f"; {fig['empty_polls']} retried leases)"
             )
+            if backend == "ours":
+                lines.append(
+                    f"  {'':<16} {'':<22} commit lock held {fig['lock_held_share']:.0%} of the run; per lifecycle "
+                    f"{fig['lock_held_ms']:.3f} ms held, {fig['lock_wait_ms']:.3f} ms waited for"
+                )
         lines.append("")
     if e2e:
         lines.append(

@@ -291,6 +291,10 @@ class Store:
         #: the written and synced marks shared by every process on this store (while open)
         self._group: GroupSync | None = None
         self._written = 0  # commits written by this process (durable or not)
+        #: seconds this process's commits waited for the commit lock, and held it (the
+        #: lock every process on the data dir takes in turn: what bounds their sum)
+        self.lock_wait_s = 0.0
+        self.lock_held_s = 0.0
         self._synced = 0  # ... of which known to be on disk
         self._gen = 0
         self._fd = -1
@@ -1071,14 +1075,18 @@ class Store:
             lock = self._commit_lock
             if lock is None or self._refusal is not None:  # (checked under the mutex: a poison is set under it)
                 raise StoreError(self._refusal or "the task store is closed")
+            asked = time.perf_counter()
             try:
                 lock.lock_exclusive()  # not lock.held(): a generator-based context costs a microsecond a commit
             except OSError as exc:
                 raise self._io_error("cannot lock the task store; the change was not made", exc) from exc
+            got = time.perf_counter()
             try:
                 records, rotate, waiting = self._commit(fn, durable)
             finally:
                 lock.unlock()
+                self.lock_wait_s += got - asked
+                self.lock_held_s += time.perf_counter() - got
             if time.monotonic() >= self._follow_at:
                 self._follow_archive()
         if rotate:
