@@ -369,3 +369,51 @@ def test_a_success_asks_for_no_stored_result_first_and_one_stored_is_reused(
     after = queue.get(job.id)
     assert [e.type for e in after.events].count("succeeded") == 1
     assert queue.stored_result(lease) is not None and queue.stored_result(lease)["result"] == {"text": "earlier"}
+
+
+def test_leasing_several_jobs_scans_once_per_job_and_never_an_empty_lane_twice(traced: tuple[Queue, Wire]) -> None:
+    """A worker filling several slots in one commit (``work``): each job costs one locked scan.
+
+    SKIP LOCKED skips only other transactions' locks, so a scan that did not pass over the
+    jobs this transaction already holds found the one just leased again (and the
+    interactive lane, empty, was asked again for every slot).
+    """
+    queue, wire = traced
+    for n in range(6):
+        _lifecycle(queue, n)
+    ids = [queue.submit("demo", {"n": 700 + n}).job.id for n in range(5)]
+    with wire.tracing() as counts:
+        leases = queue.lease_many("w", 4, kinds={"demo"})
+    assert [lease.job_id for lease in leases] == ids[:4]  # (in order, each once)
+    assert len({lease.token for lease in leases}) == 4
+    # the kinds look, the pick (with the expired leases), three scans; an update per lease;
+    # the notification (it took 15: each scan found the job leased before it first)
+    assert counts["F Execute"] <= 1 + 1 + 3 + 4 + 1, counts
+    with wire.tracing() as rest:
+        more = queue.lease_many("w", 4, kinds={"demo"})
+    assert [lease.job_id for lease in more] == ids[4:]
+    # the kinds look, the pick (it found the last job), one scan finding no more in its lane
+    # (the empty interactive lane is not asked again), the update, the notification
+    assert rest["F Execute"] <= 1 + 1 + 1 + 1 + 1, rest
+
+
+def test_a_completion_in_a_worker_s_batch_knows_its_job_holds_its_key(traced: tuple[Queue, Wire]) -> None:
+    """complete_and_lease of an attempt that kept its result: no look-up of the key's holder
+    (its own job, rev-checked in the commit, is it), and the verb runs once."""
+    queue, wire = traced
+    for n in range(6):
+        _lifecycle(queue, n)
+    first = queue.submit("demo", {"n": 800}).job
+    queue.submit("demo", {"n": 801})
+    (lease,) = queue.lease_many("w", 1)
+    assert lease.job_id == first.id
+    doc = queue.results.attempt_document(
+        first.idempotency_key, {"text": "kept"}, job_id=first.id, epoch=lease.epoch, produced_at=1.0
+    )
+    with wire.tracing() as counts:
+        answers, leases = queue.complete_and_lease([(lease, {"text": "kept"}, doc)], 1, worker="w")
+    assert not isinstance(answers[0], Exception) and answers[0].state == State.SUCCEEDED
+    assert len(leases) == 1
+    # the pick, the two updates (one statement each), the notification: nothing asked twice
+    assert counts["F Execute"] <= 4, counts
+    assert counts["F Sync"] + counts["F Flush"] <= 4, counts

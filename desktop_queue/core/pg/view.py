@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence, ValuesView
 from typing import Any, cast
 
@@ -246,6 +247,9 @@ class PgView:
         #: (now, the job locked for the lease scan or None) as :meth:`expired_leases` took it
         self._pick: tuple[float, JobDict | None] | None = None
         self._picked_epoch: int | None = None
+        #: lane -> the time at which a writing scan found nothing in it that it could take:
+        #: empty for the rest of this transaction at that time or before (see runnable)
+        self._empty: dict[str, float] = {}
         #: new jobs, and the statements that gave them their submission number
         self._numbered: list[tuple[JobDict, Any]] = []
         #: the cursor of the last write sent (see :meth:`wrote_all`)
@@ -389,6 +393,9 @@ class PgView:
         guesses only for a change of one new job, and runs the verb again, looking, when
         the insert found the key held (:attr:`missed`) or the verb did anything else.
         """
+        known = self._known_holder(key)
+        if known is not None:
+            return known
         if self._guess_keys:
             self.guessed.add(key)
             return None
@@ -399,6 +406,24 @@ class PgView:
         if self._seq is None:
             self._seq = int(row[1])
         return None if row[0] is None else str(row[0])
+
+    def _known_holder(self, key: str) -> str | None:
+        """A job of this transaction that holds ``key``: one it locked, wrote, or read from an
+        image its COMMIT checks, that is live or succeeded (the unique index of live keys
+        lets no other job hold the key then); None if it knows of none.
+
+        A completion asks whether its own job still holds its key: the job in hand answers
+        without a statement (and without a guess that would run the verb again).
+        """
+        if key in self.guessed:
+            return None  # (its insert, if any, may find the key held: only the guess's check knows)
+        for job_id in (*self._locked, *self._optimistic, *self._after):
+            after = self._after.get(job_id)
+            seen = self._seen.get(job_id)
+            job = after if after is not None else (seen[0] if seen is not None else None)
+            if job is not None and job.get("key") == key and job.get("state") in LIVE_OR_DONE:
+                return job_id
+        return None
 
     def exists(self, job_id: str) -> bool:
         return self._conn.execute("SELECT 1 FROM dq_jobs WHERE id = %s", (job_id,)).fetchone() is not None
@@ -444,6 +469,9 @@ class PgView:
             self._locked.add(job["id"])
             self._picked_epoch = int(found[4])
         self._pick = (now, job)
+        # (the pick is the first free job in lane order: the lanes before its own have none)
+        for lane in _LANES[: _LANES.index(str(job["priority"])) if job is not None else len(_LANES)]:
+            self._empty[lane] = now
         return list(row[0]) if row[0] is not None else []
 
     def ids_in(self, state: str) -> Collection[str]:
@@ -474,6 +502,8 @@ class PgView:
         passes over it instead of waiting, and takes the next one.
         """
         passed: list[str] = []
+        if self.write and now <= self._empty.get(str(lane), -math.inf):
+            return None  # (found empty in this transaction; one due since is the next lease's)
         if self._pick is not None and self.write and now <= self._pick[0]:
             picked = self._pick[1]
             if picked is None:
@@ -487,11 +517,14 @@ class PgView:
             elif _LANES.index(str(picked["priority"])) > _LANES.index(str(lane)):
                 return None  # (the first lane held nothing free: the pick came from a later one)
         # a writing scan locks every row it returns: one at a time, or it would hold (and
-        # hide from other workers) a page of jobs it does not take
+        # hide from other workers) a page of jobs it does not take. It passes over every
+        # job this transaction holds already (leased in it, or passed over): SKIP LOCKED
+        # skips only others' locks, so they would come back first, a round trip each
         page = 1 if self.write else 16
         while True:
+            excluded = [*self._locked, *passed] if self.write else passed
             rows = self._conn.execute(
-                _RUNNABLE_LOCK if self.write else _RUNNABLE, (str(lane), now, passed, page)
+                _RUNNABLE_LOCK if self.write else _RUNNABLE, (str(lane), now, excluded, page)
             ).fetchall()
             for row in rows:
                 job = self._job_of(row)
@@ -503,6 +536,8 @@ class PgView:
                     continue
                 return job
             if len(rows) < page:
+                if self.write:
+                    self._empty[str(lane)] = now
                 return None
 
     def next_wake(self) -> float | None:
