@@ -490,8 +490,21 @@ class PgView:
         return int(row[0]) if row else 0
 
     def queued_of_kinds(self, kinds: Iterable[str]) -> bool:
+        """Whether a queued job of one of ``kinds`` waits (what a lease asks before it scans).
+
+        A writing view that has just taken its pick (:meth:`expired_leases`) answers from
+        it when it can: no free job due in any lane means none this transaction could
+        lease, and a picked job of one of ``kinds`` is one.
+        """
+        kinds = list(kinds)
+        if self.write and self._pick is not None:
+            picked = self._pick[1]
+            if picked is None:
+                return False
+            if picked["kind"] in kinds:
+                return True
         row = self._conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM dq_jobs WHERE state = 'queued' AND kind = ANY(%s))", (list(kinds),)
+            "SELECT EXISTS (SELECT 1 FROM dq_jobs WHERE state = 'queued' AND kind = ANY(%s))", (kinds,)
         ).fetchone()
         return bool(row and row[0])
 
