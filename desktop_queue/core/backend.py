@@ -23,6 +23,7 @@ The decisions the verbs make from what they read are pure functions
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -275,6 +276,15 @@ class Backend(Protocol):
         ``interrupt_waits()`` called after (its wait is on the feed, not the event).
         """
         ...
+
+
+def wait_out(timeout_s: float, stop: threading.Event | None) -> bool:
+    """``wait_changes`` of a backend without a change feed: ``timeout_s`` (or until ``stop``), then True."""
+    if stop is not None:
+        stop.wait(timeout_s)
+    else:
+        time.sleep(timeout_s)
+    return True
 
 
 #: the environment variable that chooses the backend when ``--store`` is not given

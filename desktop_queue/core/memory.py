@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from desktop_queue.core.backend import Change, OpenReport, Orphans
+from desktop_queue.core.backend import Change, OpenReport, Orphans, wait_out
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.records import PurgeRecord, Record
 from desktop_queue.core.store.archive import PurgeFilter
@@ -106,12 +105,7 @@ class MemoryBackend:
         return self.read(lambda state: state.changed_since(version))
 
     def wait_changes(self, version: int, timeout_s: float, stop: threading.Event | None = None) -> bool:
-        # (no change feed: the caller reads at this pace)
-        if stop is not None:
-            stop.wait(timeout_s)
-        else:
-            time.sleep(timeout_s)
-        return True
+        return wait_out(timeout_s, stop)  # (no change feed: the caller reads at this pace)
 
     def sync(self) -> None:
         """Nothing to put on disk."""

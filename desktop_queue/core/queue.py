@@ -986,7 +986,7 @@ class Queue:
         owner = this_process() if kept else None
         busy = {lease.job_id for lease, _result, _doc in done}
 
-        checks = [self._checks_new_results]  # (until a commit finds a result stored: then looked up)
+        checks = self._checks_new_results  # (until a commit finds a result stored: then looked up)
 
         def fn(
             state: View,
@@ -1000,10 +1000,10 @@ class Queue:
                 except StaleLease as exc:
                     decided[i] = exc
                     continue
-                if state.holder_id(key) != job["id"] or (not checks[0] and self.store.carried_result(key) is not None):
+                if state.holder_id(key) != job["id"] or (not checks and self.store.carried_result(key) is not None):
                     decided[i] = False  # the full look-up decides (see _complete_kept)
                     continue
-                records.append(self._success_record(job, lease, ref, now, doc, reused=False, new=checks[0]))
+                records.append(self._success_record(job, lease, ref, now, doc, reused=False, new=checks))
                 decided[i] = True
             leased: builtins.list[tuple[str, str, int, float, int]] = []
             if n > 0:
@@ -1029,7 +1029,7 @@ class Queue:
             try:
                 decided, leased = self.store.commit(fn, durable=durable and bool(kept_docs))
             except ResultStored:
-                checks[0] = False
+                checks = False  # (fn reads it when it runs again)
                 decided, leased = self.store.commit(fn, durable=durable and bool(kept_docs))
         answers: dict[int, Job | QueueError] = {}
         made = [i for i, how in decided.items() if how is True]

@@ -36,7 +36,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from desktop_queue.core.backend import Change, OpenReport, Orphans, ResultStored
+from desktop_queue.core.backend import Change, OpenReport, Orphans, ResultStored, wait_out
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.pg import notify as notifying
 from desktop_queue.core.pg import workers
@@ -633,11 +633,7 @@ class PgBackend:
         """
         feed = self.feed
         if feed is None:
-            if stop is not None:
-                stop.wait(timeout_s)
-            else:
-                time.sleep(timeout_s)
-            return True
+            return wait_out(timeout_s, stop)
         halt = stop.is_set if stop is not None else None
         with self._answered_lock:
             mark = self._answered.get(version)

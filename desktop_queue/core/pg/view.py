@@ -680,20 +680,17 @@ class PgView:
         check = " SELECT dq_expect_one(count(*)) FROM u"
         if isinstance(doc, dict) and isinstance(doc.get("key"), str):
             # the result in the statement (so the transaction) of its job's success
-            if record.get("res_new"):
+            new = bool(record.get("res_new"))
+            sql += (
+                ", r AS (INSERT INTO dq_results (key, doc) SELECT %s, %s::jsonb FROM u ON CONFLICT (key) "
+                + ("DO NOTHING" if new else "DO UPDATE SET doc = EXCLUDED.doc")
+                + " RETURNING 1)"
+            )
+            if new:
                 # the verb did not look for a result stored for the key: none may be, or the
                 # transaction aborts (and the backend tells the verb, which looks it up)
-                sql += (
-                    ", r AS (INSERT INTO dq_results (key, doc) SELECT %s, %s::jsonb FROM u"
-                    " ON CONFLICT (key) DO NOTHING RETURNING 1)"
-                )
                 check = " SELECT dq_expect_one(count(*)), dq_expect_one((SELECT count(*) FROM r)) FROM u"
                 self.checks_new_result = True
-            else:
-                sql += (
-                    ", r AS (INSERT INTO dq_results (key, doc) SELECT %s, %s::jsonb FROM u"
-                    " ON CONFLICT (key) DO UPDATE SET doc = EXCLUDED.doc RETURNING 1)"
-                )
             params.extend((doc["key"], _dumps(doc)))
             artifact = self.artifact_of(doc)
             if artifact is not None:
@@ -804,17 +801,13 @@ class PgView:
             self._write("DELETE FROM dq_jobs WHERE id = ANY(%s)", (ids,))
             # (no foreign key deletes them since schema version 5: the purge does)
             self._write("DELETE FROM dq_events WHERE job_id = ANY(%s)", (ids,))
-            # a key's result goes with its job, unless a job still here holds the key
-            self._write(
-                "DELETE FROM dq_results r WHERE r.key = ANY(%s)"
-                " AND NOT EXISTS (SELECT 1 FROM dq_jobs j WHERE j.key = r.key AND j.state = 'succeeded')",
-                (keys,),
-            )
-            self._write(
-                "DELETE FROM dq_artifacts a WHERE a.key = ANY(%s)"
-                " AND NOT EXISTS (SELECT 1 FROM dq_jobs j WHERE j.key = a.key AND j.state = 'succeeded')",
-                (keys,),
-            )
+            # a key's result (and its artifact) goes with its job, unless a job still here holds the key
+            for table in ("dq_results", "dq_artifacts"):
+                self._write(
+                    f"DELETE FROM {table} r WHERE r.key = ANY(%s)"
+                    " AND NOT EXISTS (SELECT 1 FROM dq_jobs j WHERE j.key = r.key AND j.state = 'succeeded')",
+                    (keys,),
+                )
         self._changed(None)
         self._purged = True  # (what it deleted must not be answered from this transaction)
         self._write(

@@ -488,21 +488,9 @@ class Archive:
             # indexed from what was just encoded: decompressing and parsing the segment
             # again would only give back ``jobs`` (an index is derived, and rebuilt from
             # the file whenever it is in doubt: see catch_up)
-            self._indexing(lambda: self._ingest(number, data, _written(data, jobs, where)))
+            # (the segment is on disk already: an index that stays busy catches up on it at its next open)
+            self._while_busy(lambda: self._ingest(number, data, _written(data, jobs, where)))
         return number
-
-    def _indexing(self, step: Callable[[], None]) -> None:
-        """An index write of a segment just written, waiting out a busy index.
-
-        The segment is the record and is on disk already: an index that stays busy is
-        one clear error (the index catches up on the segment at its next open).
-        """
-        try:
-            self._while_busy(step)
-        except sqlite3.DatabaseError as exc:
-            if _busy(exc):
-                raise self._busy_error(exc) from exc
-            raise
 
     def rewrite(self, number: int, keep: Callable[[JobDict], bool]) -> int:
         """Writes segment ``number`` again with only the jobs ``keep`` accepts; returns how many went.
@@ -520,12 +508,12 @@ class Archive:
             if kept:
                 new, where = encode_segment(kept)
                 atomic_write(path, new)
-                self._indexing(lambda: self._ingest(number, new, _written(new, kept, where)))
+                self._while_busy(lambda: self._ingest(number, new, _written(new, kept, where)))
             else:
                 path.unlink()
                 with contextlib.suppress(OSError):
                     fsync_dir(self.dir)
-                self._indexing(lambda: self._forget_segment(number))
+                self._while_busy(lambda: self._forget_segment(number))
         return gone
 
     def _fd(self, number: int) -> int:
@@ -614,13 +602,19 @@ class Archive:
         whose read snapshot went stale when it came to write, as happens when several
         processes create a new index at once), and resetting the index there would delete
         the files other processes are using.
+
+        Raises:
+            StoreError: the index stayed busy (one clear error; nothing is reset).
+            sqlite3.DatabaseError: what ``step`` met that is not busy (damage, say).
         """
         for attempt in range(1, BUSY_TRIES + 1):
             try:
                 return step()
             except sqlite3.DatabaseError as exc:
-                if not _busy(exc) or attempt == BUSY_TRIES:
+                if not _busy(exc):
                     raise
+                if attempt == BUSY_TRIES:
+                    raise self._busy_error(exc) from exc
                 log.info("the archive index is busy (%s); trying again", exc)
                 _busy_pause(BUSY_PAUSE_S * attempt)
         raise AssertionError("unreachable")  # (the loop returns or raises)
@@ -647,8 +641,6 @@ class Archive:
             try:
                 self._while_busy(self._catch_up)
             except sqlite3.DatabaseError as exc:
-                if _busy(exc):
-                    raise self._busy_error(exc) from exc
                 self._reset_index(str(exc))
                 self._catch_up()
 
@@ -808,8 +800,6 @@ class Archive:
             try:
                 return self._while_busy(lambda: self._connect().execute(sql, tuple(args)).fetchall())
             except sqlite3.DatabaseError as exc:
-                if _busy(exc):
-                    raise self._busy_error(exc) from exc
                 self._reset_index(str(exc))
                 self._catch_up()
                 return self._connect().execute(sql, tuple(args)).fetchall()

@@ -75,7 +75,7 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
-from desktop_queue.core.backend import Change, OpenReport, Orphans
+from desktop_queue.core.backend import Change, OpenReport, Orphans, wait_out
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.records import (
     JobDict,
@@ -1251,12 +1251,7 @@ class Store:
         return self.read(lambda state: state.changed_since(version))
 
     def wait_changes(self, version: int, timeout_s: float, stop: threading.Event | None = None) -> bool:
-        # (no change feed: the caller reads at this pace)
-        if stop is not None:
-            stop.wait(timeout_s)
-        else:
-            time.sleep(timeout_s)
-        return True
+        return wait_out(timeout_s, stop)  # (no change feed: the caller reads at this pace)
 
     def sync(self) -> None:
         """Puts every commit this process has written on disk (a no-op if they are).
