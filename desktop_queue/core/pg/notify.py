@@ -3,8 +3,7 @@
 Every commit that changes jobs is followed by a notification on the queue's channel (one
 per schema: :func:`channel_of`), sent once the commit returned, so it is delivered only
 after the change is visible: by the commit itself, in the same round trip, after a quiet
-spell; within a burst by :class:`Notifier`, the ids of several commits in one. The
-payload is the changed job ids, comma-separated, or
+spell; within a burst by :class:`Notifier`, the ids of several commits in one. The payload is the changed job ids, comma-separated, or
 ``*`` (a purge, or more ids than fit the server's 8000-byte payload limit): a hint for
 whoever wants it, never the record of what changed (``changed_since`` still reads that
 from the table).
