@@ -229,10 +229,9 @@ class PgBackend:
             self.report.notices.append(f"brought the PostgreSQL queue's schema from version {found} to {now}")
         self.clock.sync()
         if self._channel is not None:
-            # (a commit after a quiet spell notifies on its own connection, see commit();
-            # within a burst the notifier's thread sends the commits' ids a few times a
-            # second: a notification per commit was three statements and transactions
-            # per lifecycle, and their share of a busy server)
+            # (not started: each commit notifies on its own connection, see commit(); a
+            # Notifier sending from a thread of its own cost each lifecycle a millisecond
+            # of this process's time, and three more transactions of the server's)
             self.notifier = notifying.Notifier(self.dsn, self._channel)
             with self._feed_lock:
                 self._listening = True
@@ -388,7 +387,6 @@ class PgBackend:
         while True:
             committing = False
             view: PgView | None = None
-            notifier: notifying.Notifier | None = None  # (set: the commit's ids go to it)
             try:
                 with self._connection() as conn, self._active(conn), _settled(conn):
                     self._ensure_session()
@@ -425,15 +423,13 @@ class PgBackend:
                             # (sent with the writes; the end of the pipeline waits for all of
                             # them at once, and raises what any of them met: then none committed)
                             _end_writes(view, pipeline)
-                            notifier = self.notifier if view.changed != set() else None
-                            if notifier is not None and notifier.claim():
+                            if self._channel is not None and view.changed != set():
                                 # after the commit, in the same round trip: a transaction of
                                 # its own (implicit, ended by the pipeline's last sync), so the
                                 # listeners are told once the change is visible, and the
                                 # commit holds no notify lock while it is flushed (nor is one
                                 # sent if it failed)
-                                notifying.send(conn, notifier.channel, view.changed, if_new=guessed_id)
-                                notifier = None
+                                notifying.send(conn, self._channel, view.changed, if_new=guessed_id)
                     except psycopg.Error as exc:
                         if not (committing and view.wrote_all):
                             raise
@@ -443,8 +439,6 @@ class PgBackend:
                     after = view.after_images()
                     if view.missed:
                         raise _Guessed  # (the key was held: the commit wrote nothing)
-                    if notifier is not None:
-                        notifier.add(view.changed)  # (within a burst: sent with the next few)
                     self._local.after = after
                     self._remember(view.committed_images(), everything=view.changed is None)
                     return change.value

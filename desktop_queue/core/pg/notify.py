@@ -1,9 +1,9 @@
 """Live changes on PostgreSQL: commits ``NOTIFY`` the queue's channel, and a listener wakes whoever waits.
 
 Every commit that changes jobs is followed by a notification on the queue's channel (one
-per schema: :func:`channel_of`), sent once the commit returned, so it is delivered only
-after the change is visible: by the commit itself, in the same round trip, after a quiet
-spell; within a burst by :class:`Notifier`, the ids of several commits in one. The payload is the changed job ids, comma-separated, or
+per schema: :func:`channel_of`), sent by :class:`Notifier` once the commit returned
+(several commits' ids coalesced into one), so it is delivered only after the change is
+visible. The payload is the changed job ids, comma-separated, or
 ``*`` (a purge, or more ids than fit the server's 8000-byte payload limit): a hint for
 whoever wants it, never the record of what changed (``changed_since`` still reads that
 from the table).
@@ -18,11 +18,9 @@ was committed since its read, and need not ask the server again.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import select
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -82,45 +80,40 @@ def send(conn: Any, channel: str, ids: set[str] | None, *, if_new: str | None = 
 
 
 class Notifier:
-    """Paces this process's change notifications: at most one per ``linger_s``, none held back longer.
+    """Sends the notifications of this process's commits, after they committed, coalesced, from a thread.
 
-    A commit after a quiet spell sends its own notification, in its own round trip
-    (:meth:`claim` says it may): no delay, no thread. The commits that follow it within
-    ``linger_s`` hand their ids to this notifier instead (:meth:`add`), and its thread
-    sends them together, one notification, when the spell since the last one ends. A
-    busy process thus sends a few notifications a second instead of one per commit: each
-    is a statement and a transaction of its own on the server (never the committing one,
-    whose notify lock would be held while its commit is flushed, so that notifying commits
-    would reach the disk one at a time), and a listener woken by one reads every change
-    since its last read anyway. A notification reaches listeners only once the changes it
-    names are visible: ids are added after their commit returned. If this process dies
-    with ids not yet sent, that wake-up is lost (readers that must not wait for the next
-    one wait with a timeout).
+    Not in the committing transaction: a transaction that notifies holds the server's
+    notify lock while its commit is flushed, so notifying commits would reach the disk
+    one at a time instead of sharing flushes. Sent after the commit returned, a
+    notification still reaches listeners only once the change is visible. While one is
+    being sent, the ids of later commits gather into the next (one notification for a
+    burst). If this process dies between a commit and its notification, that wake-up is
+    lost (readers that must not wait for the next one wait with a timeout).
 
     Args:
         dsn: the server (the same as the backend's).
         channel: the queue's channel (:func:`channel_of`).
         reconnect_s: the pause after a failed send before trying again.
-        linger_s: the least time between two notifications of this process.
     """
 
-    def __init__(self, dsn: str, channel: str, *, reconnect_s: float = 0.5, linger_s: float = 0.05) -> None:
+    def __init__(self, dsn: str, channel: str, *, reconnect_s: float = 0.5) -> None:
         self.dsn = dsn
         self.channel = channel
         self.reconnect_s = reconnect_s
-        self.linger_s = linger_s
         self._cond = threading.Condition()
         self._pending: set[str] | None = set()
         self._waiting = False  # something is pending (an empty set of ids may not say so)
         self._sending = False
         self._sent = 0
-        self._last = -math.inf  # (monotonic) when the last notification was claimed or sent
         self._stop = False
         self._conn: Any = None
         self._thread = threading.Thread(target=self._run, name="dq-pg-notify", daemon=True)
 
+    def start(self) -> None:
+        self._thread.start()
+
     def stop(self) -> None:
-        """Sends what is pending at once, then stops."""
+        """Sends what is pending, then stops."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
@@ -132,29 +125,14 @@ class Notifier:
             except psycopg.Error:
                 pass
 
-    def claim(self) -> bool:
-        """Whether a commit may notify on its own connection now (True: it is counted as sent).
-
-        False while ids wait to be sent, or within ``linger_s`` of the last notification:
-        the commit then hands its ids to :meth:`add` once it returned.
-        """
-        with self._cond:
-            now = time.monotonic()
-            if self._waiting or self._sending or self._stop or now - self._last < self.linger_s:
-                return False
-            self._last = now
-            return True
-
     def add(self, ids: set[str] | None) -> None:
-        """Notes the ids a commit changed (None: everything), to be sent within ``linger_s``."""
+        """Notes the ids a commit changed (None: everything), to be sent soon."""
         with self._cond:
             if ids is None or self._pending is None:
                 self._pending = None
             else:
                 self._pending |= ids
             self._waiting = True
-            if self._thread.ident is None and not self._stop:
-                self._thread.start()  # (a process that never commits twice in a spell has no thread)
             self._cond.notify_all()
 
     def flush(self, timeout_s: float) -> bool:
@@ -162,28 +140,19 @@ class Notifier:
         with self._cond:
             return self._cond.wait_for(lambda: not self._waiting and not self._sending, timeout_s)
 
-    def _take(self) -> tuple[bool, set[str] | None]:
-        """Whether to send, and the ids to send, once the spell ends (False: stopped, nothing left)."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._waiting or self._stop)
-            if not self._waiting:
-                return False, None
-            while not self._stop and (left := self._last + self.linger_s - time.monotonic()) > 0:
-                self._cond.wait(left)  # (ids of more commits may gather meanwhile)
-            ids, self._pending, self._waiting = self._pending, set(), False
-            self._sending = True
-            return True, ids
-
     def _run(self) -> None:
         while True:
-            go, ids = self._take()
-            if not go:
-                return
+            with self._cond:
+                self._cond.wait_for(lambda: self._waiting or self._stop)
+                if not self._waiting:
+                    return  # (stopped, nothing left)
+                ids, self._pending, self._waiting = self._pending, set(), False
+                self._sending = True
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = psycopg.connect(self.dsn, autocommit=True)
                 send(self._conn, self.channel, ids)
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
                 # (its connection went with a server restart, say: the ids go back, to be
                 # sent on a new one; a listener that reconnected before the commit must
                 # still be told)
@@ -200,13 +169,8 @@ class Notifier:
                     self._waiting = True
                     self._cond.wait(self.reconnect_s)
                 continue
-            except psycopg.Error as exc:
-                # (refused, not lost: sending it again would be refused again; readers see
-                # the changes at their next read, as after a lost notification)
-                log.warning("a change notification was not sent: %s", type(exc).__name__)
             with self._cond:
                 self._sending = False
-                self._last = time.monotonic()
                 self._sent += 1
                 self._cond.notify_all()
 
