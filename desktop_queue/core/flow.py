@@ -1280,7 +1280,14 @@ class FlowControl:
         budget = flow.limits.budget
         if budget is None or self.ledger is None or not budget.is_set():
             return False
-        day, month = self._spent(flow, now)
+        try:
+            day, month = self._spent(flow, now)
+        except StoreError as exc:
+            # (a database that restarts, say, as an answer comes back: the profile stays as
+            # it was, so that the attempt that ended still frees its slot and records its
+            # spend; the admission of the next one reads the ledger again)
+            log.warning("could not read the spend of profile %s: %s", flow.name, exc)
+            return flow.degraded is Degraded.BUDGET_LOW
         checks = (
             (budget.usd_per_day, day.usd),
             (budget.usd_per_month, month.usd),

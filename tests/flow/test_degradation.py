@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desktop_queue.core import FakeClock, Outcome
+from desktop_queue.core.errors import StoreError
 from desktop_queue.core.flow import (
     WAITING_UNAVAILABLE,
     BreakerState,
@@ -344,3 +345,28 @@ def test_a_changed_profile_keeps_its_degradation(tmp_path: Path) -> None:
 def test_every_cause_reads_as_people_say_it(cause: str, text: str) -> None:
     event = FlowEvent(0.0, "openai", FlowEventType.BACKGROUND_PAUSED, {"cause": cause})
     assert flow_event_text(event) == f"{text}; interactive jobs keep its share"
+
+
+def test_an_attempt_that_ends_while_the_ledger_cannot_be_read_still_settles_its_spend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database restarting as a paid answer comes back: the budget check cannot read the
+    ledger then, yet the attempt's slot is freed and what it spent is recorded, so the
+    budget still counts it (a check that raised would leave the spend unrecorded)."""
+    clock = FakeClock()
+    ledger = SpendLedger(tmp_path, clock)
+    flow = make(clock, ledger=ledger, budget=Budget(tokens_per_day=10_000), model="m", concurrency=1)
+    job = fg("i1") | {"input": {"prompt": "hi", "max_tokens": 10, "cost": 10}}
+    assert flow.accept(job)
+    flow.on_start(job)
+    real_spent = ledger.spent
+
+    def unreadable(*args: Any, **kwargs: Any) -> Any:
+        raise StoreError("the PostgreSQL spend ledger refused: the connection is lost")
+
+    monkeypatch.setattr(ledger, "spent", unreadable)
+    answer = Outcome.success({"text": "t", "usage": {"prompt_tokens": 5, "completion_tokens": 7}})
+    flow.on_outcome(job, answer)
+    monkeypatch.setattr(ledger, "spent", real_spent)
+    assert ledger.spent("openai", "day", clock.now()).tokens == 12
+    assert flow.accept(fg("i2") | {"input": {"prompt": "hi", "max_tokens": 10, "cost": 10}})  # (its slot was freed)
