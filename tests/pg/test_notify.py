@@ -121,6 +121,88 @@ def test_a_payload_names_the_changed_jobs_within_the_server_limit(pg_dsn: str) -
             conn.execute("SELECT pg_notify('dq_test', %s)", ("x" * 8000,))
 
 
+def _told(listener: Any, timeout_s: float) -> list[str]:
+    """The payloads ``listener`` received, until none came for ``timeout_s``."""
+    return [n.payload for n in listener.notifies(timeout=timeout_s)]
+
+
+def _named(payloads: list[str]) -> set[str]:
+    return {job_id for payload in payloads for job_id in payload.split(",")}
+
+
+def test_a_burst_of_commits_is_told_in_a_few_notifications_that_name_every_change(open_pg: Any, pg_dsn: str) -> None:
+    """A commit after a quiet spell notifies at once; a burst at most once per linger, no change left out."""
+    queue = open_pg()
+    backend = queue.store
+    notifier = backend.notifier
+    notifier.linger_s = 0.2
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {backend._channel}")
+        started = time.monotonic()
+        first = queue.submit("demo", {"n": 0}).job
+        assert list(listener.notifies(timeout=5, stop_after=1))[0].payload == first.id  # (its own, at once)
+        changed = {first.id}
+        commits = 1
+        for n in range(1, 30):
+            changed.add(queue.submit("demo", {"n": n}).job.id)
+            lease = queue.lease("w")
+            assert lease is not None
+            queue.complete(lease, {"n": n})
+            commits += 3
+        assert notifier.flush(10)
+        span = time.monotonic() - started
+        told = [first.id, *_told(listener, 0.5)]
+    assert _named(told) >= changed
+    # (pacing: two notifications are at least a linger apart, however the burst was timed)
+    assert len(told) <= span / notifier.linger_s + 1 < commits, (len(told), span)
+
+
+def test_what_a_burst_held_back_is_told_when_no_commit_follows(open_pg: Any, pg_dsn: str) -> None:
+    """The last commits of a burst have no later commit to carry their ids: the notifier's thread sends them."""
+    queue = open_pg()
+    backend = queue.store
+    backend.notifier.linger_s = 0.3
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {backend._channel}")
+        first = queue.submit("demo", {"n": 1}).job
+        second = queue.submit("demo", {"n": 2}).job  # (within the linger: held back)
+        assert [n.payload for n in listener.notifies(timeout=5, stop_after=1)] == [first.id]
+        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == [second.id]
+
+
+def test_a_due_commit_carries_what_earlier_commits_held_back(open_pg: Any, pg_dsn: str) -> None:
+    """Held-back ids go with the next commit that is due, in its own round trip."""
+    queue = open_pg()
+    backend = queue.store
+    notifier = backend.notifier
+    notifier.linger_s = 600  # (the thread would send only after twice that)
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {backend._channel}")
+        first = queue.submit("demo", {"n": 1}).job
+        held = {queue.submit("demo", {"n": n}).job.id for n in (2, 3)}
+        assert _told(listener, 0.5) == [first.id]
+        notifier.linger_s = 0  # (the next commit is due)
+        last = queue.submit("demo", {"n": 4}).job
+        told = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    assert told and set(told[0].split(",")) == held | {last.id}
+
+
+def test_closing_sends_what_a_burst_left_without_waiting_out_the_linger(open_pg: Any, pg_dsn: str) -> None:
+    """What waits for the end of a spell is sent when the queue closes (the process is about to end)."""
+    queue = open_pg()
+    backend = queue.store
+    backend.notifier.linger_s = 600
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {backend._channel}")
+        first = queue.submit("demo", {"n": 1}).job
+        second = queue.submit("demo", {"n": 2}).job  # (within the linger: held back)
+        assert _told(listener, 0.5) == [first.id]
+        started = time.monotonic()
+        queue.close()
+        assert time.monotonic() - started < 60
+        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == [second.id]
+
+
 def test_each_change_notifies_its_job_but_a_lease_renewal_alone_does_not(
     open_pg: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

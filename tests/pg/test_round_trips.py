@@ -25,7 +25,7 @@ from desktop_queue.core.pg.view import _HOLDER
 #: what one submit + lease + complete may cost at most on the pooled connection (before
 #: schema version 4: 37 statements and 44 waits there, and 3 more statements on a
 #: connection of the notifier's own)
-MAX_STATEMENTS = 7  # the change notification of each of the three transactions included
+MAX_STATEMENTS = 7  # the change notification of each of the three transactions included (no burst)
 #: (17 until the lease asked for the expired leases and its pick in one statement, and the
 #: complete took the leased job from the lease's own commit instead of reading it again;
 #: 15 until a verb's transaction became the pipeline's implicit one, without BEGIN and COMMIT;
@@ -70,6 +70,8 @@ def traced(open_pg: Callable[..., Queue], pg_dsn: str, tmp_path: Path) -> tuple[
     # notifier have connections of their own, and are not counted)
     backend = PgBackend(pg_dsn, pool_size=1)
     queue = open_pg(backend=backend)
+    assert backend.notifier is not None
+    backend.notifier.linger_s = 0  # (the most a verb costs: every commit notifies in its own round trip)
     return queue, Wire(backend, tmp_path / "trace.txt")
 
 
@@ -215,7 +217,8 @@ def test_a_commit_notifies_after_it_in_the_same_round_trip_and_a_failed_one_does
 
     queue = open_pg()
     backend = queue.store
-    assert isinstance(backend, PgBackend) and backend._channel is not None
+    assert isinstance(backend, PgBackend) and backend._channel is not None and backend.notifier is not None
+    backend.notifier.linger_s = 0  # (every commit notifies in its own round trip)
     with psycopg.connect(pg_dsn, autocommit=True) as listener:
         listener.execute(f"LISTEN {backend._channel}")
         job = queue.submit("demo", {"n": 1}).job

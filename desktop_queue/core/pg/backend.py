@@ -229,9 +229,9 @@ class PgBackend:
             self.report.notices.append(f"brought the PostgreSQL queue's schema from version {found} to {now}")
         self.clock.sync()
         if self._channel is not None:
-            # (not started: each commit notifies on its own connection, see commit(); a
-            # Notifier sending from a thread of its own cost each lifecycle a millisecond
-            # of this process's time, and three more transactions of the server's)
+            # (commits notify on their own connection, see commit(); the notifier paces
+            # them: a statement and a server transaction after each of a lifecycle's three
+            # commits was a sixth of a busy worker's and server's time)
             self.notifier = notifying.Notifier(self.dsn, self._channel)
             with self._feed_lock:
                 self._listening = True
@@ -387,6 +387,9 @@ class PgBackend:
         while True:
             committing = False
             view: PgView | None = None
+            told: tuple[set[str] | None, set[str] | None] | None = None  # (what this commit notified)
+            hold = False  # (not due: its ids go to the notifier once it committed)
+            notifier = self.notifier
             try:
                 with self._connection() as conn, self._active(conn), _settled(conn):
                     self._ensure_session()
@@ -423,14 +426,22 @@ class PgBackend:
                             # (sent with the writes; the end of the pipeline waits for all of
                             # them at once, and raises what any of them met: then none committed)
                             _end_writes(view, pipeline)
-                            if self._channel is not None and view.changed != set():
-                                # after the commit, in the same round trip: a transaction of
-                                # its own (implicit, ended by the pipeline's last sync), so the
-                                # listeners are told once the change is visible, and the
-                                # commit holds no notify lock while it is flushed (nor is one
-                                # sent if it failed)
-                                notifying.send(conn, self._channel, view.changed, if_new=guessed_id)
+                            if notifier is not None and view.changed != set():
+                                told = notifier.claim(view.changed)
+                                hold = told is None
+                                if told is not None:
+                                    # after the commit, in the same round trip: a transaction of
+                                    # its own (implicit, ended by the pipeline's last sync), so
+                                    # the listeners are told once the change is visible, and the
+                                    # commit holds no notify lock while it is flushed (nor is
+                                    # one sent if it failed). Only a notification of this
+                                    # commit's ids alone may depend on its guessed insert.
+                                    ids, held = told
+                                    alone = held is not None and not held
+                                    notifying.send(conn, notifier.channel, ids, if_new=guessed_id if alone else None)
                     except psycopg.Error as exc:
+                        if notifier is not None and told is not None and told[1] != set():
+                            notifier.give_back(told[1])  # (other commits' ids: for the next one)
                         if not (committing and view.wrote_all):
                             raise
                         # the change is made: only its notification failed (readers see the
@@ -439,6 +450,8 @@ class PgBackend:
                     after = view.after_images()
                     if view.missed:
                         raise _Guessed  # (the key was held: the commit wrote nothing)
+                    if hold and notifier is not None:
+                        notifier.add(view.changed)  # (within a burst: the next due commit tells)
                     self._local.after = after
                     self._remember(view.committed_images(), everything=view.changed is None)
                     return change.value

@@ -1,12 +1,12 @@
 """Live changes on PostgreSQL: commits ``NOTIFY`` the queue's channel, and a listener wakes whoever waits.
 
-Every commit that changes jobs is followed by a notification on the queue's channel (one
-per schema: :func:`channel_of`), sent by :class:`Notifier` once the commit returned
-(several commits' ids coalesced into one), so it is delivered only after the change is
-visible. The payload is the changed job ids, comma-separated, or
-``*`` (a purge, or more ids than fit the server's 8000-byte payload limit): a hint for
-whoever wants it, never the record of what changed (``changed_since`` still reads that
-from the table).
+Every commit that changes jobs is told on the queue's channel (one per schema:
+:func:`channel_of`), after it committed, so a notification is delivered only once its
+change is visible. :class:`Notifier` paces them: a commit after a quiet spell notifies in
+its own round trip, the commits of a burst share one notification per 50 ms. The
+payload is the changed job ids, comma-separated, or ``*`` (a purge, or more ids than fit
+the server's 8000-byte payload limit): a hint for whoever wants it, never the record of
+what changed (``changed_since`` still reads that from the table).
 
 :class:`ChangeFeed` holds one ``LISTEN`` connection per process on a thread of its own.
 Each notification, and each time the connection is lost or made again (notifications
@@ -21,6 +21,7 @@ import logging
 import os
 import select
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -80,95 +81,150 @@ def send(conn: Any, channel: str, ids: set[str] | None, *, if_new: str | None = 
 
 
 class Notifier:
-    """Sends the notifications of this process's commits, after they committed, coalesced, from a thread.
+    """Paces this process's change notifications: a commit tells at once, a burst a few times a second.
 
-    Not in the committing transaction: a transaction that notifies holds the server's
-    notify lock while its commit is flushed, so notifying commits would reach the disk
-    one at a time instead of sharing flushes. Sent after the commit returned, a
-    notification still reaches listeners only once the change is visible. While one is
-    being sent, the ids of later commits gather into the next (one notification for a
-    burst). If this process dies between a commit and its notification, that wake-up is
-    lost (readers that must not wait for the next one wait with a timeout).
+    A commit sends its notification in its own round trip (see :func:`send`), and only
+    if it is *due*: :attr:`linger_s` has passed since this process last sent one. Then
+    it names the ids of the commits since (:meth:`claim`); a commit that is not due
+    hands its ids over instead (:meth:`add`), for the next due commit to carry. So a
+    commit after a quiet spell is told without delay, and a busy process sends one
+    notification per linger instead of a statement and a server transaction per commit.
+
+    The ids of a burst's last commits have no next commit to carry them: a thread of
+    the notifier's own sends them, on a connection of its own, once a second linger
+    has passed without a due commit. In a busy process the commits carry everything
+    and the thread only wakes now and then to find nothing left to send. Closing sends
+    what is left at once. If this process dies before what it held back is sent, that
+    wake-up is lost (readers that must not wait for the next one wait with a timeout).
 
     Args:
         dsn: the server (the same as the backend's).
         channel: the queue's channel (:func:`channel_of`).
+        linger_s: the least time between two notifications of this process while it is busy.
         reconnect_s: the pause after a failed send before trying again.
     """
 
-    def __init__(self, dsn: str, channel: str, *, reconnect_s: float = 0.5) -> None:
+    def __init__(self, dsn: str, channel: str, *, linger_s: float = 0.05, reconnect_s: float = 0.5) -> None:
         self.dsn = dsn
         self.channel = channel
+        self.linger_s = linger_s
         self.reconnect_s = reconnect_s
         self._cond = threading.Condition()
         self._pending: set[str] | None = set()
         self._waiting = False  # something is pending (an empty set of ids may not say so)
         self._sending = False
+        self._last = float("-inf")  # (monotonic) when this process last sent a notification
         self._sent = 0
         self._stop = False
         self._conn: Any = None
-        self._thread = threading.Thread(target=self._run, name="dq-pg-notify", daemon=True)
+        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread.start()
+    def claim(self, ids: set[str] | None) -> tuple[set[str] | None, set[str] | None] | None:
+        """Whether a commit that changed ``ids`` notifies now (None: not due; it hands them to :meth:`add`).
+
+        When due, what it sends (its ids and every held-back one) and the held-back part
+        alone (for :meth:`give_back` if the send fails), counted as sent now.
+        """
+        with self._cond:
+            now = time.monotonic()
+            if now - self._last < self.linger_s and not self._stop:
+                return None
+            held = self._pending if self._waiting else set()
+            self._pending, self._waiting = set(), False
+            self._last = now
+            self._sent += 1
+            if ids is None or held is None:
+                return None, held
+            return ids | held, held
+
+    def add(self, ids: set[str] | None) -> None:
+        """Holds back the ids of a commit that was not due (None: everything), for the next due one."""
+        self.give_back(ids)
+
+    def give_back(self, ids: set[str] | None) -> None:
+        """Holds ``ids`` again: a notification that carried them was not sent."""
+        with self._cond:
+            if ids is None or self._pending is None:
+                self._pending = None
+            else:
+                self._pending |= ids
+            idle = not self._waiting
+            self._waiting = True
+            if self._thread is None and not self._stop:
+                self._thread = threading.Thread(target=self._run, name="dq-pg-notify", daemon=True)
+                self._thread.start()
+            elif idle:
+                self._cond.notify_all()  # (the thread waits for something held back)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Waits until everything held back so far was sent (False: not within ``timeout_s``)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._waiting and not self._sending, timeout_s)
+
+    @property
+    def sent(self) -> int:
+        """How many notifications this process sent (by its commits and by the thread)."""
+        with self._cond:
+            return self._sent
 
     def stop(self) -> None:
-        """Sends what is pending, then stops."""
+        """Sends what is held back, then stops."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(10)
+            thread = self._thread
+        if thread is not None and thread.is_alive():
+            thread.join(10)
         if self._conn is not None:
             try:
                 self._conn.close()
             except psycopg.Error:
                 pass
 
-    def add(self, ids: set[str] | None) -> None:
-        """Notes the ids a commit changed (None: everything), to be sent soon."""
+    def _take(self) -> tuple[bool, set[str] | None]:
+        """Waits for held-back ids that no due commit carried within a second linger (False: stopped, none left)."""
         with self._cond:
-            if ids is None or self._pending is None:
-                self._pending = None
-            else:
-                self._pending |= ids
-            self._waiting = True
-            self._cond.notify_all()
-
-    def flush(self, timeout_s: float) -> bool:
-        """Waits until everything added so far was sent (False: not within ``timeout_s``)."""
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._waiting and not self._sending, timeout_s)
+            while True:
+                if self._stop and not self._waiting:
+                    return False, None
+                if not self._waiting:
+                    self._cond.wait()
+                    continue
+                left = self._last + 2 * self.linger_s - time.monotonic()
+                if left > 0 and not self._stop:
+                    self._cond.wait(left)
+                    continue
+                ids, self._pending, self._waiting = self._pending, set(), False
+                self._sending = True
+                self._last = time.monotonic()
+                return True, ids
 
     def _run(self) -> None:
         while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._waiting or self._stop)
-                if not self._waiting:
-                    return  # (stopped, nothing left)
-                ids, self._pending, self._waiting = self._pending, set(), False
-                self._sending = True
+            taken, ids = self._take()
+            if not taken:
+                return
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = psycopg.connect(self.dsn, autocommit=True)
                 send(self._conn, self.channel, ids)
-            except psycopg.Error as exc:
-                # (its connection went with a server restart, say: the ids go back, to be
-                # sent on a new one; a listener that reconnected before the commit must
-                # still be told)
+            except psycopg.OperationalError as exc:
+                # (its connection went with a server restart, say: the ids are held again,
+                # to be sent on a new one; a listener that reconnected before the commit
+                # must still be told)
                 log.debug("a change notification was not sent yet: %s", type(exc).__name__)
                 self._conn = None
                 with self._cond:
                     self._sending = False
-                    if self._stop:
-                        return
-                    if ids is None or self._pending is None:
-                        self._pending = None
-                    else:
-                        self._pending |= ids
-                    self._waiting = True
+                    stopping = self._stop
+                if stopping:
+                    return
+                self.give_back(ids)
+                with self._cond:
                     self._cond.wait(self.reconnect_s)
                 continue
+            except psycopg.Error as exc:  # (refused by the server: sending it again would not help)
+                log.warning("a change notification was not sent: %s", type(exc).__name__)
             with self._cond:
                 self._sending = False
                 self._sent += 1
