@@ -187,6 +187,31 @@ def test_a_due_commit_carries_what_earlier_commits_held_back(open_pg: Any, pg_ds
     assert told and set(told[0].split(",")) == held | {last.id}
 
 
+def test_a_notification_lost_after_its_commit_is_sent_again(
+    open_pg: Any, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit is made and answered; what its notification named is sent by the notifier instead."""
+    from desktop_queue.core.pg import notify
+
+    queue = open_pg()
+    backend = queue.store
+    backend.notifier.linger_s = 0.1
+    real_send = notify.send
+    failures = [psycopg.OperationalError("the connection is lost")]
+
+    def send(*args: Any, **kwargs: Any) -> None:
+        if failures:
+            raise failures.pop()
+        real_send(*args, **kwargs)
+
+    monkeypatch.setattr(notify, "send", send)
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {backend._channel}")
+        job = queue.submit("demo", {"n": 1}).job
+        assert not failures  # (its own notification was the one lost)
+        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == [job.id]
+
+
 def test_closing_sends_what_a_burst_left_without_waiting_out_the_linger(open_pg: Any, pg_dsn: str) -> None:
     """What waits for the end of a spell is sent when the queue closes (the process is about to end)."""
     queue = open_pg()

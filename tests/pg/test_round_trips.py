@@ -228,6 +228,7 @@ def test_a_commit_notifies_after_it_in_the_same_round_trip_and_a_failed_one_does
         monkeypatch.setattr(notify, "payload_of", lambda ids: "x" * 9000)
         second = queue.submit("demo", {"n": 2}).job
         assert queue.get(second.id).state == State.QUEUED
+        assert backend.notifier.flush(10)  # (its notifier tried again, and was refused again)
         # a verb that commits nothing tells no one
         monkeypatch.undo()
         with pytest.raises(Exception, match="different input"):

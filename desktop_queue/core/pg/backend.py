@@ -444,9 +444,11 @@ class PgBackend:
                             notifier.give_back(told[1])  # (other commits' ids: for the next one)
                         if not (committing and view.wrote_all):
                             raise
-                        # the change is made: only its notification failed (readers see the
-                        # change at their next read, as after a lost notification)
+                        # the change is made: only its notification failed (the notifier's
+                        # thread tries again; readers see the change at their next read)
                         log.warning("a change notification was not sent: %s", _reason(exc))
+                        if notifier is not None and told is not None:
+                            notifier.give_back(view.changed)
                     after = view.after_images()
                     if view.missed:
                         raise _Guessed  # (the key was held: the commit wrote nothing)
