@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from desktop_queue.core import Queue
+from desktop_queue.core.errors import StoreError
 from desktop_queue.core.flow import FlowControl, ProfileLimits, _SharedFile
 from desktop_queue.core.model import State
 from desktop_queue.providers.demo import DemoProvider
@@ -82,5 +83,38 @@ def test_a_governed_job_takes_its_session_and_keeps_its_place_in_line(
     assert started == [governed, *plain]  # submission order, whichever kind needs the session
     assert flow_locks  # the governed job's lease and outcome looked at the shared state
     assert flow.snapshot("openai")["in_flight"] == 0  # its slot was freed under the session
+    driver.shutdown(timeout_ms=WAIT_MS)
+    queue.close()
+
+
+def test_an_outcome_the_shared_state_could_not_take_is_told_again_and_frees_its_slot(
+    qtbot: Any, make_driver: DriverFactory, tmp_path: Path
+) -> None:
+    """Flow control's shared state does not answer as an attempt ends (a database away
+    longer than its retries): the job still finishes, and the next tick tells flow control
+    again, so the profile's one slot is freed for the next job instead of held for ever."""
+    providers = {"openai.chat": DemoProvider(tick_s=0.01)}
+    queue = Queue.open(tmp_path / "data", providers)
+    ids = [queue.submit("openai.chat", instant(f"job {i}")).job.id for i in range(2)]
+    flow = FlowControl({"openai": ProfileLimits(concurrency=1)}, shared_dir=tmp_path / "data" / "flow")
+    real = flow.on_outcome
+    refusals = [StoreError("the PostgreSQL queue's flow state did not answer")]
+
+    def on_outcome(*args: Any, **kwargs: Any) -> None:
+        if refusals:
+            raise refusals.pop()
+        real(*args, **kwargs)
+
+    flow.on_outcome = on_outcome  # type: ignore[method-assign]
+    driver = make_driver(providers, on=queue, concurrency=2, flow=flow)
+    finished: list[str] = []
+    driver.job_finished.connect(lambda job_id, state: finished.append(job_id))
+
+    driver.start()
+    qtbot.waitUntil(lambda: len(finished) == 2, timeout=WAIT_MS)
+
+    assert not refusals and finished == ids
+    assert [queue.get(i).state for i in ids] == [State.SUCCEEDED] * 2
+    assert flow.snapshot("openai")["in_flight"] == 0
     driver.shutdown(timeout_ms=WAIT_MS)
     queue.close()
