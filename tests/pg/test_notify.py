@@ -6,9 +6,11 @@ blocks on the listener's notifications); these tests count its queries to prove 
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,21 +128,32 @@ def _told(listener: Any, timeout_s: float) -> list[str]:
     return [n.payload for n in listener.notifies(timeout=timeout_s)]
 
 
+def _next(listener: Any, timeout_s: float) -> list[str]:
+    """The payload of the next notification ``listener`` receives within ``timeout_s`` (none: [])."""
+    return [n.payload for n in listener.notifies(timeout=timeout_s, stop_after=1)]
+
+
 def _named(payloads: list[str]) -> set[str]:
     return {job_id for payload in payloads for job_id in payload.split(",")}
 
 
-def test_a_burst_of_commits_is_told_in_a_few_notifications_that_name_every_change(open_pg: Any, pg_dsn: str) -> None:
-    """A commit after a quiet spell notifies at once; a burst at most once per linger, no change left out."""
+@contextlib.contextmanager
+def _paced(open_pg: Any, pg_dsn: str, linger_s: float) -> Iterator[tuple[Queue, Any, Any]]:
+    """A queue whose notifier lingers ``linger_s``, and a connection listening to its channel."""
     queue = open_pg()
     backend = queue.store
-    notifier = backend.notifier
-    notifier.linger_s = 0.2
+    backend.notifier.linger_s = linger_s
     with psycopg.connect(pg_dsn, autocommit=True) as listener:
         listener.execute(f"LISTEN {backend._channel}")
+        yield queue, backend.notifier, listener
+
+
+def test_a_burst_of_commits_is_told_in_a_few_notifications_that_name_every_change(open_pg: Any, pg_dsn: str) -> None:
+    """A commit after a quiet spell notifies at once; a burst at most once per linger, no change left out."""
+    with _paced(open_pg, pg_dsn, 0.2) as (queue, notifier, listener):
         started = time.monotonic()
         first = queue.submit("demo", {"n": 0}).job
-        assert list(listener.notifies(timeout=5, stop_after=1))[0].payload == first.id  # (its own, at once)
+        assert _next(listener, 5) == [first.id]  # (its own, at once)
         changed = {first.id}
         commits = 1
         for n in range(1, 30):
@@ -159,31 +172,22 @@ def test_a_burst_of_commits_is_told_in_a_few_notifications_that_name_every_chang
 
 def test_what_a_burst_held_back_is_told_when_no_commit_follows(open_pg: Any, pg_dsn: str) -> None:
     """The last commits of a burst have no later commit to carry their ids: the notifier's thread sends them."""
-    queue = open_pg()
-    backend = queue.store
-    backend.notifier.linger_s = 0.3
-    with psycopg.connect(pg_dsn, autocommit=True) as listener:
-        listener.execute(f"LISTEN {backend._channel}")
+    with _paced(open_pg, pg_dsn, 0.3) as (queue, _notifier, listener):
         first = queue.submit("demo", {"n": 1}).job
         second = queue.submit("demo", {"n": 2}).job  # (within the linger: held back)
-        assert [n.payload for n in listener.notifies(timeout=5, stop_after=1)] == [first.id]
-        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == [second.id]
+        assert _next(listener, 5) == [first.id]
+        assert _next(listener, 10) == [second.id]
 
 
 def test_a_due_commit_carries_what_earlier_commits_held_back(open_pg: Any, pg_dsn: str) -> None:
     """Held-back ids go with the next commit that is due, in its own round trip."""
-    queue = open_pg()
-    backend = queue.store
-    notifier = backend.notifier
-    notifier.linger_s = 600  # (the thread would send only after twice that)
-    with psycopg.connect(pg_dsn, autocommit=True) as listener:
-        listener.execute(f"LISTEN {backend._channel}")
+    with _paced(open_pg, pg_dsn, 600) as (queue, notifier, listener):  # (the thread: after twice that)
         first = queue.submit("demo", {"n": 1}).job
         held = {queue.submit("demo", {"n": n}).job.id for n in (2, 3)}
         assert _told(listener, 0.5) == [first.id]
         notifier.linger_s = 0  # (the next commit is due)
         last = queue.submit("demo", {"n": 4}).job
-        told = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+        told = _next(listener, 5)
     assert told and set(told[0].split(",")) == held | {last.id}
 
 
@@ -193,9 +197,6 @@ def test_a_notification_lost_after_its_commit_is_sent_again(
     """The commit is made and answered; what its notification named is sent by the notifier instead."""
     from desktop_queue.core.pg import notify
 
-    queue = open_pg()
-    backend = queue.store
-    backend.notifier.linger_s = 0.1
     real_send = notify.send
     failures = [psycopg.OperationalError("the connection is lost")]
 
@@ -204,28 +205,23 @@ def test_a_notification_lost_after_its_commit_is_sent_again(
             raise failures.pop()
         real_send(*args, **kwargs)
 
-    monkeypatch.setattr(notify, "send", send)
-    with psycopg.connect(pg_dsn, autocommit=True) as listener:
-        listener.execute(f"LISTEN {backend._channel}")
+    with _paced(open_pg, pg_dsn, 0.1) as (queue, _notifier, listener):
+        monkeypatch.setattr(notify, "send", send)
         job = queue.submit("demo", {"n": 1}).job
         assert not failures  # (its own notification was the one lost)
-        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == [job.id]
+        assert _next(listener, 10) == [job.id]
 
 
 def test_closing_sends_what_a_burst_left_without_waiting_out_the_linger(open_pg: Any, pg_dsn: str) -> None:
     """What waits for the end of a spell is sent when the queue closes (the process is about to end)."""
-    queue = open_pg()
-    backend = queue.store
-    backend.notifier.linger_s = 600
-    with psycopg.connect(pg_dsn, autocommit=True) as listener:
-        listener.execute(f"LISTEN {backend._channel}")
+    with _paced(open_pg, pg_dsn, 600) as (queue, _notifier, listener):
         first = queue.submit("demo", {"n": 1}).job
         second = queue.submit("demo", {"n": 2}).job  # (within the linger: held back)
         assert _told(listener, 0.5) == [first.id]
         started = time.monotonic()
         queue.close()
         assert time.monotonic() - started < 60
-        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == [second.id]
+        assert _next(listener, 10) == [second.id]
 
 
 def test_each_change_notifies_its_job_but_a_lease_renewal_alone_does_not(

@@ -441,19 +441,19 @@ class PgBackend:
                                     notifying.send(conn, notifier.channel, ids, if_new=guessed_id if alone else None)
                     except psycopg.Error as exc:
                         if notifier is not None and told is not None and told[1] != set():
-                            notifier.give_back(told[1])  # (other commits' ids: for the next one)
+                            notifier.hold(told[1])  # (other commits' ids: for the next one)
                         if not (committing and view.wrote_all):
                             raise
                         # the change is made: only its notification failed (the notifier's
                         # thread tries again; readers see the change at their next read)
                         log.warning("a change notification was not sent: %s", _reason(exc))
                         if notifier is not None and told is not None:
-                            notifier.give_back(view.changed)
+                            notifier.hold(view.changed)
                     after = view.after_images()
                     if view.missed:
                         raise _Guessed  # (the key was held: the commit wrote nothing)
                     if hold and notifier is not None:
-                        notifier.add(view.changed)  # (within a burst: the next due commit tells)
+                        notifier.hold(view.changed)  # (within a burst: the next due commit tells)
                     self._local.after = after
                     self._remember(view.committed_images(), everything=view.changed is None)
                     return change.value

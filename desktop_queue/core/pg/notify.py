@@ -86,7 +86,7 @@ class Notifier:
     A commit sends its notification in its own round trip (see :func:`send`), and only
     if it is *due*: :attr:`linger_s` has passed since this process last sent one. Then
     it names the ids of the commits since (:meth:`claim`); a commit that is not due
-    hands its ids over instead (:meth:`add`), for the next due commit to carry. So a
+    hands its ids over instead (:meth:`hold`), for the next due commit to carry. So a
     commit after a quiet spell is told without delay, and a busy process sends one
     notification per linger instead of a statement and a server transaction per commit.
 
@@ -114,16 +114,15 @@ class Notifier:
         self._waiting = False  # something is pending (an empty set of ids may not say so)
         self._sending = False
         self._last = float("-inf")  # (monotonic) when this process last sent a notification
-        self._sent = 0
         self._stop = False
         self._conn: Any = None
         self._thread: threading.Thread | None = None
 
     def claim(self, ids: set[str] | None) -> tuple[set[str] | None, set[str] | None] | None:
-        """Whether a commit that changed ``ids`` notifies now (None: not due; it hands them to :meth:`add`).
+        """Whether a commit that changed ``ids`` notifies now (None: not due; it hands them to :meth:`hold`).
 
         When due, what it sends (its ids and every held-back one) and the held-back part
-        alone (for :meth:`give_back` if the send fails), counted as sent now.
+        alone (for :meth:`hold` if the send fails), counted as sent now.
         """
         with self._cond:
             now = time.monotonic()
@@ -132,17 +131,15 @@ class Notifier:
             held = self._pending if self._waiting else set()
             self._pending, self._waiting = set(), False
             self._last = now
-            self._sent += 1
             if ids is None or held is None:
                 return None, held
             return ids | held, held
 
-    def add(self, ids: set[str] | None) -> None:
-        """Holds back the ids of a commit that was not due (None: everything), for the next due one."""
-        self.give_back(ids)
+    def hold(self, ids: set[str] | None) -> None:
+        """Holds ``ids`` back (None: everything) for the next due commit, or the thread.
 
-    def give_back(self, ids: set[str] | None) -> None:
-        """Holds ``ids`` again: a notification that carried them was not sent."""
+        Those of a commit that was not due, or of a notification that was not sent.
+        """
         with self._cond:
             if ids is None or self._pending is None:
                 self._pending = None
@@ -160,12 +157,6 @@ class Notifier:
         """Waits until everything held back so far was sent (False: not within ``timeout_s``)."""
         with self._cond:
             return self._cond.wait_for(lambda: not self._waiting and not self._sending, timeout_s)
-
-    @property
-    def sent(self) -> int:
-        """How many notifications this process sent (by its commits and by the thread)."""
-        with self._cond:
-            return self._sent
 
     def stop(self) -> None:
         """Sends what is held back, then stops."""
@@ -219,7 +210,7 @@ class Notifier:
                     stopping = self._stop
                 if stopping:
                     return
-                self.give_back(ids)
+                self.hold(ids)
                 with self._cond:
                     self._cond.wait(self.reconnect_s)
                 continue
@@ -227,7 +218,6 @@ class Notifier:
                 log.warning("a change notification was not sent: %s", type(exc).__name__)
             with self._cond:
                 self._sending = False
-                self._sent += 1
                 self._cond.notify_all()
 
 
