@@ -498,7 +498,7 @@ class LeaseDriver(QObject):
         self._held: dict[str, _Finish] = {}
         # committed outcomes flow control could not settle yet (its shared state did not
         # answer), oldest first: told again, so their slots and spend are not lost
-        self._unsettled: list[tuple[Any, Outcome | None, Any]] = []
+        self._unsettled: list[tuple[str, Any, Outcome | None, Any]] = []
         self._store_down: str | None = None
         self._store_retry_s = (max(0.0, store_retry_s[0]), max(store_retry_s))
         self._retry_wait = self._store_retry_s[0]
@@ -1334,21 +1334,21 @@ class LeaseDriver(QObject):
         outcome = finish.outcome
         if finish.timed_out:
             if self.flow is not None:
-                self._flow_outcome(lease.job, outcome, None)
+                self._flow_outcome(lease.job_id, lease.job, outcome, None)
             self.job_finished.emit(lease.job_id, state)
             return True
         if self.flow is not None:
             counted = (not cancelled or outcome.unreachable) and state not in ("", "cancelled")
             result = outcome.result if outcome.ok and isinstance(outcome.result, dict) else {}
-            self._flow_outcome(lease, outcome if counted else None, result.get("usage"))
+            self._flow_outcome(lease.job_id, lease, outcome if counted else None, result.get("usage"))
             self.drain_flow_events()
         self.job_finished.emit(lease.job_id, state)
         self._after_finish()
         return True
 
-    def _flow_outcome(self, job: Any, outcome: Outcome | None, usage: Any) -> None:
+    def _flow_outcome(self, job_id: str, job: Any, outcome: Outcome | None, usage: Any) -> None:
         """Tells flow control how an attempt ended (``FlowControl.on_outcome``), after any told before that it could not take."""
-        self._unsettled.append((job, outcome, usage))
+        self._unsettled.append((job_id, job, outcome, usage))
         self._settle_flow()
 
     def _settle_flow(self) -> None:
@@ -1358,11 +1358,10 @@ class LeaseDriver(QObject):
         raises before anything is changed, so telling again counts nothing twice.
         """
         while self._unsettled and self.flow is not None:
-            job, outcome, usage = self._unsettled[0]
+            job_id, job, outcome, usage = self._unsettled[0]
             try:
                 self.flow.on_outcome(job, outcome, usage)
             except QueueError as exc:
-                job_id = getattr(job, "job_id", None) or getattr(job, "id", "a job")
                 log.warning("flow control has not taken the outcome of %s yet: %s", job_id, exc)
                 return
             self._unsettled.pop(0)

@@ -440,15 +440,16 @@ class PgBackend:
                                     alone = held is not None and not held
                                     notifying.send(conn, notifier.channel, ids, if_new=guessed_id if alone else None)
                     except psycopg.Error as exc:
-                        if notifier is not None and told is not None and told[1] != set():
-                            notifier.hold(told[1])  # (other commits' ids: for the next one)
-                        if not (committing and view.wrote_all):
+                        made = committing and view.wrote_all
+                        if notifier is not None and told is not None:
+                            # (what the notification carried is held again: all of it if
+                            # this change is made, else only the other commits' ids)
+                            notifier.hold(told[0] if made else told[1])
+                        if not made:
                             raise
                         # the change is made: only its notification failed (the notifier's
                         # thread tries again; readers see the change at their next read)
                         log.warning("a change notification was not sent: %s", _reason(exc))
-                        if notifier is not None and told is not None:
-                            notifier.hold(view.changed)
                     after = view.after_images()
                     if view.missed:
                         raise _Guessed  # (the key was held: the commit wrote nothing)

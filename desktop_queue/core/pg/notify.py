@@ -138,8 +138,11 @@ class Notifier:
     def hold(self, ids: set[str] | None) -> None:
         """Holds ``ids`` back (None: everything) for the next due commit, or the thread.
 
-        Those of a commit that was not due, or of a notification that was not sent.
+        Those of a commit that was not due, or of a notification that was not sent. No
+        ids at all hold nothing back.
         """
+        if ids is not None and not ids:
+            return
         with self._cond:
             if ids is None or self._pending is None:
                 self._pending = None
