@@ -391,3 +391,27 @@ def test_a_covered_record_costs_no_system_call(
     assert not group.wait_durable(1, end - 50, segment)
     assert not group.wait_durable(1, end, segment)
     assert (group.syncs, group.skipped) == (1, 2)
+
+
+def test_a_first_opener_sweeping_unfinished_writes_does_not_break_a_state_being_made(
+    store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes open a new data dir at once: one makes ``sync.state`` before it holds any
+    lock, while the other, first to the store, removes what looks like an unfinished write."""
+    from desktop_queue.core.store import fileio
+
+    real = fileio.write_all
+
+    def swept_meanwhile(fd: int, data: bytes, **kwargs: object) -> None:
+        for path in store_dir.iterdir():
+            if fileio.TEMP_MARK in path.name:
+                path.unlink()
+        real(fd, data, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fileio, "write_all", swept_meanwhile)
+    monkeypatch.setattr(groupsync_module, "write_all", swept_meanwhile)
+    group = GroupSync(store_dir)
+    try:
+        assert (store_dir / STATE_NAME).read_bytes() == initial_state()
+    finally:
+        group.close()

@@ -58,7 +58,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from desktop_queue.core.store.fileio import FileLock, atomic_write, write_all
+from desktop_queue.core.store.fileio import FileLock, write_all
 
 STATE_NAME = "sync.state"
 LOCK_NAME = "sync.lock"  # Windows only (see the module docstring)
@@ -133,8 +133,7 @@ class GroupSync:
         self._failure: OSError | None = None
         self._threads = threading.Lock()
         self._counting = threading.Lock()  # the fast path counts without the sync lock
-        if not self.path.exists():
-            atomic_write(self.path, initial_state(), overwrite=False, durable=False)
+        self._create()
         self._lock = FileLock(self.path.with_name(LOCK_NAME) if sys.platform == "win32" else self.path)
         try:
             fd = os.open(self.path, os.O_RDWR)
@@ -148,6 +147,23 @@ class GroupSync:
         except BaseException:
             self._lock.close()
             raise
+
+    def _create(self) -> None:
+        """Makes the state file if there is none, in place: never through a temp file.
+
+        It is made before this process holds any lock of the store, and a first opener
+        meanwhile removes every temp file of the store directory as an unfinished write.
+        A file made in place and not yet written (or cut short by a crash) is not well
+        formed, and whoever opens it next repairs it (see :meth:`_repair`).
+        """
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return
+        try:
+            write_all(fd, initial_state())
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _well_formed(fd: int) -> bool:
