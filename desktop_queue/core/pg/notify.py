@@ -113,6 +113,7 @@ class Notifier:
         self._pending: set[str] | None = set()
         self._waiting = False  # something is pending (an empty set of ids may not say so)
         self._sending = False
+        self._parked = False  # the thread waits with no deadline: only a hold wakes it
         self._last = float("-inf")  # (monotonic) when this process last sent a notification
         self._stop = False
         self._conn: Any = None
@@ -153,8 +154,11 @@ class Notifier:
             if self._thread is None and not self._stop:
                 self._thread = threading.Thread(target=self._run, name="dq-pg-notify", daemon=True)
                 self._thread.start()
-            elif idle:
-                self._cond.notify_all()  # (the thread waits for something held back)
+            elif idle and self._parked:
+                # (the thread waits for something held back; one that waits out a linger
+                # looks again at its deadline anyway, and is left alone: a busy process
+                # holds back ids at nearly every commit)
+                self._cond.notify_all()
 
     def flush(self, timeout_s: float) -> bool:
         """Waits until everything held back so far was sent (False: not within ``timeout_s``)."""
@@ -182,7 +186,9 @@ class Notifier:
                 if self._stop and not self._waiting:
                     return False, None
                 if not self._waiting:
+                    self._parked = True
                     self._cond.wait()
+                    self._parked = False
                     continue
                 left = self._last + 2 * self.linger_s - time.monotonic()
                 if left > 0 and not self._stop:
