@@ -59,6 +59,31 @@ class Change(Generic[T]):
     value: T
 
 
+@dataclass(slots=True)
+class NextLease:
+    """What a view's lease in one statement (``lease_next``) took, once its commit answered.
+
+    A view that can take the next job and write its lease in one statement offers
+    ``lease_next(changes, event, now)``: ``changes`` and ``event`` are the lease the verb
+    made (``Queue._lease_fields``) for a job it does not know yet, and the view fills in
+    what depends on the job it takes: ``attempts`` and ``total_attempts`` one more than
+    the job's, ``lease_epoch`` a new epoch, and the event's ``attempt`` and ``epoch`` the
+    same. It writes nothing if a lease has expired (``expired``): the verb then leases the
+    usual way, which reaps first.
+
+    Attributes:
+        job_id: the job leased (None: nothing was).
+        epoch: its lease epoch.
+        attempt: its attempt, counted.
+        expired: a lease had expired, so nothing was leased.
+    """
+
+    job_id: str | None = None
+    epoch: int = 0
+    attempt: int = 0
+    expired: bool = False
+
+
 @dataclass
 class OpenReport:
     """What opening the backend found.

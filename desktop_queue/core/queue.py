@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from desktop_queue.core.backend import Backend, Change, OpenReport, ResultStored, View
+from desktop_queue.core.backend import Backend, Change, NextLease, OpenReport, ResultStored, View
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.decisions import Then, decide_failure, decide_reap, lost_lease_reason
 from desktop_queue.core.errors import (
@@ -596,6 +596,10 @@ class Queue:
         durable commit of this process syncs it too; until then a power cut can forget
         only this attempt (the job is then queued again, its attempt not counted).
 
+        A lease with no filter (``kinds``, ``accept``, ``lanes``) and one lease length for
+        every kind is one statement where the backend can (:class:`NextLease`), the same
+        lease written by the server; while a lease has expired it leases the usual way.
+
         Args:
             worker: who holds the lease (shown in timelines).
             kinds: only these job kinds (None: any).
@@ -610,6 +614,12 @@ class Queue:
         """
         who = worker or default_worker_id()
         owner = this_process() if kept else None
+        if kinds is None and accept is None and lanes is None and self._leases_in_one_statement:
+            length = lease_s if lease_s is not None else self._uniform_lease_length()
+            if length is not None:
+                done, taken = self._lease_next(who, owner, length, kept)
+                if done:
+                    return taken
         reaped: set[str] = set()
 
         def skip(job: JobDict) -> bool:
@@ -757,23 +767,85 @@ class Queue:
         token = secrets.token_urlsafe(24)
         attempts = job["attempts"] + 1
         length = self.lease_length(job["kind"]) if lease_s is None else lease_s
-        expires = now + length
+        changes, event = self._lease_fields(
+            token, epoch, attempts, job.get("total_attempts", 0) + 1, now, length, owner, who
+        )
+        if kept:
+            _KEPT.add(token)  # before the commit: no other thread of ours may reap it meanwhile
+        return self._upd(job["id"], changes, event), (job["id"], token, epoch, now + length, attempts)
+
+    @staticmethod
+    def _lease_fields(
+        token: str,
+        epoch: int,
+        attempts: int,
+        total_attempts: int,
+        now: float,
+        length: float,
+        owner: str | None,
+        who: str,
+    ) -> tuple[JobChanges, EventDict]:
+        """The changes and the ``leased`` event that lease a job whose counts become ``attempts``
+        and ``total_attempts``, under ``token`` and ``epoch``, for ``length`` seconds from ``now``.
+
+        The one definition of a lease: :meth:`_lease_record` fills in the job's counts, and
+        a view that leases in one statement (:class:`NextLease`) the job it takes.
+        """
         changes: JobChanges = {
             "state": State.RUNNING,
             "attempts": attempts,
-            "total_attempts": job.get("total_attempts", 0) + 1,
+            "total_attempts": total_attempts,
             "lease_token": token,
             "lease_epoch": epoch,
-            "lease_expires_at": expires,
+            "lease_expires_at": now + length,
             "lease_owner": owner,
             "worker": who,
             "started_at": now,
             "updated_at": now,
         }
         event = _event_dict(EventType.LEASED, now, attempts, epoch, who, Actor.SYSTEM, {"lease_s": length})
+        return changes, event
+
+    def _uniform_lease_length(self) -> float | None:
+        """The lease length of every kind, if all share one (None: it depends on the kind)."""
+        lengths = {self.lease_length(kind) for kind in self.providers}
+        lengths.add(self.policy.lease_s)  # (a kind without a provider)
+        return lengths.pop() if len(lengths) == 1 else None
+
+    def _lease_next(self, who: str, owner: str | None, length: float, kept: bool) -> tuple[bool, Lease | None]:
+        """:meth:`lease` in one statement, where the backend's view can (``lease_next``).
+
+        Returns (done, the lease or None if nothing was runnable); not done: the view
+        cannot, or a lease had expired, which only :meth:`lease`'s own scan reaps (nothing
+        was written).
+        """
+        token = secrets.token_urlsafe(24)
+        at: list[float] = []
+
+        def fn(state: View) -> Change[NextLease | None]:
+            lease_next = getattr(state, "lease_next", None)
+            if lease_next is None:
+                return Change((), None)
+            now = self.clock.now()
+            at[:] = [now]
+            changes, event = self._lease_fields(token, 0, 0, 0, now, length, owner, who)
+            return Change((), cast(NextLease, lease_next(changes, event, now)))
+
         if kept:
-            _KEPT.add(token)  # before the commit: no other thread of ours may reap it meanwhile
-        return self._upd(job["id"], changes, event), (job["id"], token, epoch, expires, attempts)
+            _KEPT.add(token)  # (as _lease_record: before the commit)
+        taken = self.store.commit(fn, durable=False)
+        if taken is None or taken.job_id is None:
+            _KEPT.discard(token)
+            return taken is not None and not taken.expired, None
+        return True, Lease(
+            job_id=taken.job_id,
+            token=token,
+            epoch=taken.epoch,
+            expires_at=at[0] + length,
+            attempt=taken.attempt,
+            worker=who,
+            job=self._view(taken.job_id),
+        )
 
     def _current(self, state: View, lease: Lease) -> JobDict:
         job = state.hot(lease.job_id)
@@ -1642,6 +1714,11 @@ class Queue:
     def changed_since(self, version: int) -> tuple[int, set[str] | None]:
         """Catches up, then the ids changed after ``version`` (None: reload everything)."""
         return self.store.changes(version)
+
+    @property
+    def _leases_in_one_statement(self) -> bool:
+        """Whether the backend's writing view can lease the next job in one statement (:class:`NextLease`)."""
+        return bool(getattr(self.store, "leases_in_one_statement", False))
 
     @property
     def _checks_new_results(self) -> bool:

@@ -130,3 +130,86 @@ def test_an_expired_lease_is_reaped_by_another_worker(open_pg: Callable[..., Que
     assert taken is not None and taken.job_id == job.id and taken.epoch > lost.epoch
     events = [e.type for e in other.get(job.id).events]
     assert events[-2:] == ["lease_expired", "leased"]
+
+
+def _row(pg_dsn: str, job_id: str) -> tuple[dict[str, object], list[dict[str, object]]]:
+    """The job's document and its events, as the database holds them."""
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT doc::text FROM dq_jobs WHERE id = %s", (job_id,)).fetchone()
+        events = conn.execute("SELECT doc::text FROM dq_events WHERE job_id = %s ORDER BY n", (job_id,)).fetchall()
+    assert row is not None
+    return orjson.loads(row[0]), [orjson.loads(e[0]) for e in events]
+
+
+def _lease_of(before: dict[str, object], after: dict[str, object]) -> dict[str, object]:
+    """What a lease changed in a job's document, its token and epoch (unique to each lease) aside."""
+    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    assert changed.pop("lease_token") and changed.pop("lease_epoch")
+    return changed
+
+
+def test_a_plain_lease_in_one_statement_writes_what_the_scanning_lease_writes(
+    open_pg: Callable[..., Queue], pg_dsn: str, clock: FakeClock
+) -> None:
+    # a plain lease (no filter) is one statement that fills in the job's counts itself
+    # (PgView.lease_next); a filtered one scans and writes the record the verb made. A job
+    # that has had an attempt already shows that the counts are the job's, plus one
+    queue = open_pg()
+    a = queue.submit("demo", {"n": 1}, max_attempts=5).job
+    b = queue.submit("demo", {"n": 2}, max_attempts=5).job
+    for _ in (a, b):  # an attempt each, lost: both queued again with one attempt counted
+        assert queue.lease("dies", lease_s=30, accept=lambda j: True) is not None
+    clock.advance(31)
+    assert sorted(queue.reap()) == sorted([a.id, b.id])
+    before = {j: _row(pg_dsn, j) for j in (a.id, b.id)}
+
+    plain = queue.lease("w", lease_s=60)  # one statement
+    scanned = queue.lease("w", lease_s=60, accept=lambda j: True)  # the scan, then the record
+    assert plain is not None and scanned is not None
+    assert {plain.job_id, scanned.job_id} == {a.id, b.id}
+    assert plain.epoch < scanned.epoch and plain.attempt == scanned.attempt == 2
+    made = {}
+    for lease in (plain, scanned):
+        doc, events = _row(pg_dsn, lease.job_id)
+        old_doc, old_events = before[lease.job_id]
+        assert doc["lease_token"] == lease.token and doc["lease_epoch"] == lease.epoch
+        assert doc["attempts"] == 2 and doc["total_attempts"] == 2
+        assert events[: len(old_events)] == old_events
+        (leased,) = events[len(old_events) :]
+        assert leased["epoch"] == lease.epoch and leased["attempt"] == 2
+        made[lease.job_id] = (_lease_of(old_doc, doc), {k: v for k, v in leased.items() if k != "epoch"})
+        # what the verb answers is the job as the database now holds it
+        assert queue.get(lease.job_id) == lease.job
+        assert [e.type for e in lease.job.events][-1] == "leased"
+    assert made[plain.job_id] == made[scanned.job_id]
+
+
+def test_a_plain_lease_reaps_an_expired_lease_before_it_takes_a_job(
+    open_pg: Callable[..., Queue], clock: FakeClock
+) -> None:
+    # the statement of a plain lease writes nothing while a lease has expired: the verb then
+    # leases the usual way, which reaps it in its commit
+    queue = open_pg()
+    job = queue.submit("demo", {"n": 1}, max_attempts=3).job
+    lost = queue.lease("dies", lease_s=30)
+    assert lost is not None
+    clock.advance(31)
+    other = queue.submit("demo", {"n": 2}).job
+    taken = queue.lease("lives", lease_s=30)
+    assert taken is not None and taken.job_id == other.id  # (the reaped job is not leased in its own reap)
+    assert [e.type for e in queue.get(job.id).events][-1] == "lease_expired"
+    assert queue.get(job.id).state == State.QUEUED
+    again = queue.lease("lives", lease_s=30)
+    assert again is not None and again.job_id == job.id and again.attempt == 2
+    assert queue.lease("lives") is None
+
+
+def test_a_kept_plain_lease_is_never_reaped_by_its_own_process(open_pg: Callable[..., Queue], clock: FakeClock) -> None:
+    queue = open_pg()
+    job = queue.submit("demo", {"n": 1}).job
+    kept = queue.lease("w", lease_s=30, kept=True)
+    assert kept is not None and kept.job_id == job.id
+    clock.advance(31)
+    assert queue.lease("w") is None  # (expired, but this process renews it: not lost)
+    assert queue.get(job.id).state == State.RUNNING
+    queue.unkeep(kept)

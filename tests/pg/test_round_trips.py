@@ -22,19 +22,15 @@ from desktop_queue.core import FakeClock, Queue, State
 from desktop_queue.core.pg import PgBackend
 from desktop_queue.core.pg.view import _HOLDER
 
-#: what one submit + lease + complete may cost at most on the pooled connection (before
-#: schema version 4: 37 statements and 44 waits there, and 3 more statements on a
-#: connection of the notifier's own)
-MAX_STATEMENTS = 7  # the change notification of each of the three transactions included (no burst)
-#: (17 until the lease asked for the expired leases and its pick in one statement, and the
-#: complete took the leased job from the lease's own commit instead of reading it again;
-#: 15 until a verb's transaction became the pipeline's implicit one, without BEGIN and COMMIT;
-#: 9 until a new submission's insert checked its key instead of a look-up before it; 8
-#: until a success's result insert checked that the key had none, instead of a look-up)
+#: what one submit + lease + complete may cost at most on the pooled connection: one
+#: statement per verb (a plain lease too: PgView.lease_next), and the change notifications
+#: of the submission and the completion (no burst; the lease's is carried by the next
+#: commit or the notifier's thread, on a connection of its own)
+MAX_STATEMENTS = 5
 #: ``Sync`` and ``Flush`` messages: the points where the client may wait for the server
-#: (each verb sends two syncs, one ending its transaction and one its notification's, and
-#: waits once for both; 11 until a success asked for no stored result first)
-MAX_WAITS = 10
+#: (a verb that notifies sends two syncs, one ending its transaction and one its
+#: notification's, and waits once for both)
+MAX_WAITS = 9
 
 
 class Wire:

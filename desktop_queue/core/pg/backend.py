@@ -453,6 +453,10 @@ class PgBackend:
                     after = view.after_images()
                     if view.missed:
                         raise _Guessed  # (the key was held: the commit wrote nothing)
+                    if view.changed_late and notifier is not None:
+                        # (a job leased in one statement is known only now: the next due
+                        # commit of this process tells it, or the notifier's thread soon)
+                        notifier.hold(view.changed_late)
                     if hold and notifier is not None:
                         notifier.hold(view.changed)  # (within a burst: the next due commit tells)
                     self._local.after = after
@@ -679,6 +683,8 @@ class PgBackend:
     #: a success's result marked new for its key is inserted only if the key has none
     #: (PgView._update): the verb need not ask carried_result first, a round trip
     checks_new_results = True
+    #: a plain lease (no filter, one lease length) is one statement (PgView.lease_next)
+    leases_in_one_statement = True
 
     def carried_result(self, key: str) -> dict[str, Any] | None:
         """The result document stored with the success of the job holding ``key``."""

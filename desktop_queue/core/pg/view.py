@@ -24,8 +24,18 @@ import orjson
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
 
+from desktop_queue.core.backend import NextLease
 from desktop_queue.core.model import Priority, State
-from desktop_queue.core.records import BatchRecord, JobDict, NewRecord, PurgeRecord, Record, UpdateRecord
+from desktop_queue.core.records import (
+    BatchRecord,
+    EventDict,
+    JobChanges,
+    JobDict,
+    NewRecord,
+    PurgeRecord,
+    Record,
+    UpdateRecord,
+)
 from desktop_queue.core.store.archive import PurgeFilter
 
 log = logging.getLogger(__name__)
@@ -74,19 +84,43 @@ _NEXT_EXPIRY = (
 # the first job due in lane order that no one holds, locked: the id chosen (and locked)
 # lane by lane, the row read and locked again by the outer query, so that a row changed
 # and committed meanwhile is read as it now is and still checked to be queued
-_PICK = (
-    _SELECT.replace(" FROM dq_jobs j", ", nextval('dq_lease_epoch') FROM dq_jobs j")
-    + " WHERE j.state = 'queued' AND j.id = coalesce("
+_PICK_ID = (
+    "coalesce("
     + ", ".join(
         f"(SELECT id FROM dq_jobs WHERE state = 'queued' AND priority = '{lane}' AND run_after <= %s"
         " ORDER BY run_after, seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
         for lane in _LANES
     )
-    + ") FOR UPDATE OF j"
+    + ")"
+)
+_PICK = (
+    _SELECT.replace(" FROM dq_jobs j", ", nextval('dq_lease_epoch') FROM dq_jobs j")
+    + " WHERE j.state = 'queued' AND j.id = "
+    + _PICK_ID
+    + " FOR UPDATE OF j"
 )
 # both in one statement (one snapshot, one statement less per lease): the expired leases,
 # and beside them the job picked (its columns all null when there is none to take)
 _EXPIRED_AND_PICK = "SELECT x.ids, p.* FROM (" + _EXPIRED + " AS ids) x LEFT JOIN LATERAL (" + _PICK + ") p ON true"
+# a whole lease in one statement (PgView.lease_next): the job picked as above, leased
+# with the verb's changes and the counts that depend on the job (one more attempt, a new
+# epoch), and its leased event; nothing if a lease has expired. Beside it: whether one
+# had, the job as leased, and its timeline before this event (the statement's snapshot)
+_LEASE_NEXT = (
+    "WITH x AS (" + _EXPIRED + " AS ids),"
+    " u AS (UPDATE dq_jobs j SET doc = j.doc || %s::jsonb || jsonb_build_object("
+    "'attempts', (j.doc->>'attempts')::int + 1,"
+    " 'total_attempts', coalesce((j.doc->>'total_attempts')::int, 0) + 1,"
+    " 'lease_epoch', nextval('dq_lease_epoch')),"
+    " rev = j.rev + 1, txid = pg_current_xact_id(), state = %s, lease_expires_at = %s, worker_id = %s"
+    " WHERE cardinality((SELECT ids FROM x)) = 0 AND j.state = 'queued' AND j.id = " + _PICK_ID + ""
+    " RETURNING j.id, j.doc, j.rev),"
+    " e AS (INSERT INTO dq_events (job_id, doc) SELECT u.id, %s::jsonb || jsonb_build_object("
+    "'attempt', u.doc->'attempts', 'epoch', u.doc->'lease_epoch') FROM u RETURNING 1)"
+    " SELECT cardinality(x.ids), u.doc::text, u.rev,"
+    " (SELECT coalesce(json_agg(v.doc ORDER BY v.n), '[]'::json)::text FROM dq_events v WHERE v.job_id = u.id),"
+    " u.id FROM x LEFT JOIN u ON true"
+)
 # the state spelled out, so that the prepared plan can use the partial index of that state
 # (schema version 4 keeps no index over every job's state)
 _IDS_IN = {str(s): f"SELECT id FROM dq_jobs WHERE state = '{s}' ORDER BY id" for s in State}
@@ -252,6 +286,10 @@ class PgView:
         self._empty: dict[str, float] = {}
         #: new jobs, and the statements that gave them their submission number
         self._numbered: list[tuple[JobDict, Any]] = []
+        #: leases in one statement (lease_next): what each took, its statement, its event
+        self._leases_next: list[tuple[NextLease, Any, EventDict]] = []
+        #: ids of the jobs leased so, known once the commit answered: what it notifies then
+        self.changed_late: set[str] = set()
         #: the cursor of the last write sent (see :meth:`wrote_all`)
         self._last_write: Any = None
         #: a key look-up answers "no holder" without asking (see :meth:`holder_id`)
@@ -473,6 +511,50 @@ class PgView:
         for lane in _LANES[: _LANES.index(str(job["priority"])) if job is not None else len(_LANES)]:
             self._empty[lane] = now
         return list(row[0]) if row[0] is not None else []
+
+    def lease_next(self, changes: JobChanges, event: EventDict, now: float) -> NextLease:
+        """Leases the first job due at ``now`` in lane order that no one holds, in one statement.
+
+        The lease is ``changes`` and ``event`` with the job's counts filled in (see
+        :class:`NextLease`), unless a lease has expired: then nothing is written, and the
+        verb leases the usual way, which reaps it first. What was taken is known once the
+        commit answered (:meth:`after_images` fills it in): the statement is sent with the
+        transaction's end, and a lease costs one round trip.
+        """
+        taken = NextLease()
+        cursor = self._write(
+            _LEASE_NEXT,
+            (
+                now,
+                _dumps(changes),
+                str(changes["state"]),
+                changes["lease_expires_at"],
+                self.worker,
+                *(now for _ in _LANES),
+                _dumps(event),
+            ),
+        )
+        self._leases_next.append((taken, cursor, event))
+        return taken
+
+    def _took(self) -> None:
+        """Fills in what each :meth:`lease_next` took, and that job's image, from its answer."""
+        for taken, cursor, event in self._leases_next:
+            row = cursor.fetchone()
+            if row is None:
+                continue
+            taken.expired = bool(row[0])
+            if row[4] is None:
+                continue
+            job = cast(JobDict, orjson.loads(row[1]))
+            done = {**event, "attempt": job["attempts"], "epoch": job["lease_epoch"]}
+            job["events"] = _appended(row[3], [done], _dumps([done]))
+            job_id = str(row[4])
+            self._after[job_id] = job
+            self._after_rev[job_id] = int(row[2])
+            self.changed_late.add(job_id)
+            taken.job_id, taken.epoch, taken.attempt = job_id, int(job["lease_epoch"]), int(job["attempts"])
+        self._leases_next.clear()
 
     def ids_in(self, state: str) -> Collection[str]:
         sql = _IDS_IN.get(str(state))
@@ -784,6 +866,7 @@ class PgView:
             elif job["key"] in self.guessed:
                 self.missed = True  # (the key was held: no row, nothing written)
         self._numbered.clear()
+        self._took()
         if self._purged:
             return {}
         images = {job_id: self._seen[job_id][0] for job_id in self._locked if job_id in self._seen}
