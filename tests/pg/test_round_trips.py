@@ -421,3 +421,42 @@ def test_a_completion_in_a_worker_s_batch_knows_its_job_holds_its_key(traced: tu
     # the pick, the two updates (one statement each), the notification: nothing asked twice
     assert counts["F Execute"] <= 4, counts
     assert counts["F Sync"] + counts["F Flush"] <= 4, counts
+
+
+def test_counting_the_jobs_ships_no_job_and_agrees_with_listing_them(
+    traced: tuple[Queue, Wire], clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Queue.counts`` (the window's status bar, at every change) is one row, however long the history."""
+    from desktop_queue.core import Outcome
+    from desktop_queue.core.pg.view import PgView
+
+    queue, wire = traced
+
+    def every_state(round_: int) -> None:
+        for n in range(3):
+            _lifecycle(queue, 100 * round_ + n)
+        for n in range(2):
+            dead = queue.submit("demo", {"round": round_, "dies": n}, max_attempts=1).job
+            lease = queue.lease("w")
+            assert lease is not None and lease.job_id == dead.id
+            queue.fail(lease, Outcome.failure("fatal", "no"))
+        queue.resolve(dead.id)
+        queue.cancel(queue.submit("demo", {"round": round_, "cancelled": 1}).job.id)
+        queue.submit("demo", {"round": round_, "runs": 1})
+        assert queue.lease("w", lease_s=3600) is not None
+        queue.submit("demo", {"round": round_, "waits": 1}, run_after=clock.now() + 3600)
+
+    every_state(0)
+    with wire.tracing() as few:
+        counted = queue.counts()
+    for n in range(1, 5):
+        every_state(n)
+    with wire.tracing() as many:
+        counted_more = queue.counts()
+    assert counted == {"queued": 1, "running": 1, "succeeded": 3, "dead": 1, "cancelled": 1, "resolved": 1}
+    assert many["B DataRow"] == few["B DataRow"] == 1, (few, many)
+    assert many["F Execute"] + many["F Query"] == few["F Execute"] + few["F Query"]
+    # the same answer as the count every other backend makes (every job's id listed)
+    monkeypatch.delattr(PgView, "state_counts")
+    assert queue.counts() == counted_more
+    assert counted_more == {"queued": 5, "running": 5, "succeeded": 15, "dead": 5, "cancelled": 5, "resolved": 5}

@@ -36,7 +36,7 @@ from desktop_queue.core.records import (
     Record,
     UpdateRecord,
 )
-from desktop_queue.core.store.archive import PurgeFilter
+from desktop_queue.core.store.archive import RESOLVED, PurgeFilter
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +133,18 @@ _LEASE_NEXT = (
     " SELECT cardinality(x.ids), u.doc::text, u.rev,"
     " (SELECT coalesce(json_agg(v.doc ORDER BY v.n), '[]'::json)::text FROM dq_events v WHERE v.job_id = u.id),"
     " u.id FROM x LEFT JOIN u ON true"
+)
+# how many jobs each state holds, and how many dead letters a person resolved, in one
+# statement (PgView.state_counts). Each state but one is counted through its partial index
+# (queued: dq_jobs_runnable, running: the expiry index, dead and cancelled: dq_jobs_stopped;
+# resolved reads the dead ones only); succeeded, nearly all of a long history, is the rest
+# of an index-only count of the table. Reading every job's id, as the other backends'
+# count does, shipped a million ids at a million jobs, on the window's thread, at each change
+_COUNTED = tuple(str(s) for s in State if s != State.SUCCEEDED)
+_STATE_COUNTS = (
+    "SELECT (SELECT count(*) FROM dq_jobs), "
+    + ", ".join(f"(SELECT count(*) FROM dq_jobs WHERE state = '{s}')" for s in _COUNTED)
+    + f", (SELECT count(*) FROM dq_jobs WHERE state = '{State.DEAD}' AND doc->>'resolved_at' IS NOT NULL)"
 )
 # the state spelled out, so that the prepared plan can use the partial index of that state
 # (schema version 4 keeps no index over every job's state)
@@ -568,6 +580,19 @@ class PgView:
             self.changed_late.add(job_id)
             taken.job_id, taken.epoch, taken.attempt = job_id, int(job["lease_epoch"]), int(job["attempts"])
         self._leases_next.clear()
+
+    def state_counts(self) -> dict[str, int]:
+        """How many jobs each state holds, and ``resolved``: the dead letters a person resolved (still counted as dead).
+
+        What :meth:`Queue.counts <desktop_queue.core.queue.Queue.counts>` asks a view
+        that can count without listing every job: one statement, through the indexes.
+        """
+        row = self._conn.execute(_STATE_COUNTS).fetchone()
+        assert row is not None  # (an aggregate always answers one row)
+        total, *counted, resolved = (int(n) for n in row)
+        out = dict(zip(_COUNTED, counted, strict=True))
+        out[str(State.SUCCEEDED)] = total - sum(counted)
+        return {str(s): out[str(s)] for s in State} | {RESOLVED: resolved}
 
     def ids_in(self, state: str) -> Collection[str]:
         sql = _IDS_IN.get(str(state))
