@@ -1598,13 +1598,18 @@ class Queue:
             State(state)
 
         def fn(st: View) -> list[Job]:
-            if state is None:
-                raw = list(st.hot_jobs().values())
+            # (a view that reads a page in place, PostgreSQL's, need not list every job first)
+            newest: Callable[[str | None, int], builtins.list[JobDict]] | None = getattr(st, "newest", None)
+            if newest is not None and limit is not None:
+                raw = newest(state, max(0, limit))
+            elif state is None:
+                raw = builtins.list(st.hot_jobs().values())
             else:
                 raw = [st.hot_jobs()[i] for i in st.ids_in(state)]
-            raw.sort(key=lambda j: j["seq"], reverse=True)
-            if limit is not None:
-                raw = raw[:limit]
+            if newest is None or limit is None:
+                raw.sort(key=lambda j: j["seq"], reverse=True)
+                if limit is not None:
+                    raw = raw[:limit]
             out = [Job.from_dict(j, with_events=with_events) for j in raw]
             if st.archive is not None and state not in (State.QUEUED, State.RUNNING):
                 wanted = None if limit is None else limit - len(out)

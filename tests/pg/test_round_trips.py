@@ -460,3 +460,31 @@ def test_counting_the_jobs_ships_no_job_and_agrees_with_listing_them(
     monkeypatch.delattr(PgView, "state_counts")
     assert queue.counts() == counted_more
     assert counted_more == {"queued": 5, "running": 5, "succeeded": 15, "dead": 5, "cancelled": 5, "resolved": 5}
+
+
+def test_a_page_of_the_newest_jobs_reads_that_page_and_agrees_with_listing_them(
+    traced: tuple[Queue, Wire], clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Queue.list(state, limit=N)`` (``list``, the API's ``GET /jobs``) reads N rows, however long the history."""
+    from desktop_queue.core import Outcome
+    from desktop_queue.core.pg.view import PgView
+
+    queue, wire = traced
+    for n in range(12):
+        _lifecycle(queue, n)
+        if n % 3 == 0:
+            dead = queue.submit("demo", {"dies": n}, max_attempts=1).job
+            lease = queue.lease("w")
+            assert lease is not None and lease.job_id == dead.id
+            queue.fail(lease, Outcome.failure("fatal", "no"))
+    queue.submit("demo", {"waits": 1}, run_after=clock.now() + 60)
+    with wire.tracing() as page:
+        newest = queue.list(State.SUCCEEDED, limit=2)
+    assert page["B DataRow"] == 2, page
+    assert [j.seq for j in newest] == sorted((j.seq for j in newest), reverse=True)
+    asked = [(s, n) for s in (None, *State) for n in (0, 1, 3, 100)]
+    paged = {(s, n): [j.to_json() for j in queue.list(s, limit=n, with_events=True)] for s, n in asked}
+    monkeypatch.delattr(PgView, "newest")  # the listing every other backend makes: every job, sorted
+    listed = {(s, n): [j.to_json() for j in queue.list(s, limit=n, with_events=True)] for s, n in asked}
+    assert paged == listed
+    assert len(paged[(None, 100)]) == 12 + 4 + 1 and len(paged[(State.DEAD, 3)]) == 3

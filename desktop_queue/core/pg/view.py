@@ -149,6 +149,13 @@ _STATE_COUNTS = (
 # the state spelled out, so that the prepared plan can use the partial index of that state
 # (schema version 4 keeps no index over every job's state)
 _IDS_IN = {str(s): f"SELECT id FROM dq_jobs WHERE state = '{s}' ORDER BY id" for s in State}
+# the newest jobs (of a state), newest first, with their timelines (PgView.newest): a
+# page read as a page, where listing every job of the state and sorting them in the
+# client read the whole history at a million jobs (the state spelled out: see above)
+_NEWEST: dict[str | None, str] = {
+    None: _SELECT + " ORDER BY j.seq DESC LIMIT %s",
+    **{str(s): _SELECT + f" WHERE j.state = '{s}' ORDER BY j.seq DESC LIMIT %s" for s in State},
+}
 _SEQ = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM dq_job_seq"
 # the states spelled out as the unique index's predicate is: a parameter there (state =
 # ANY(%s)) makes the prepared plan unable to use that index, and every submission would
@@ -580,6 +587,12 @@ class PgView:
             self.changed_late.add(job_id)
             taken.job_id, taken.epoch, taken.attempt = job_id, int(job["lease_epoch"]), int(job["attempts"])
         self._leases_next.clear()
+
+    def newest(self, state: str | None, limit: int) -> list[JobDict]:
+        """The ``limit`` newest jobs (in ``state``, a :class:`State`), newest first: a page of :meth:`Queue.list
+        <desktop_queue.core.queue.Queue.list>` read as a page."""
+        rows = self._conn.execute(_NEWEST[None if state is None else str(state)], (limit,)).fetchall()
+        return [self._job_of(r) for r in rows]
 
     def state_counts(self) -> dict[str, int]:
         """How many jobs each state holds, and ``resolved``: the dead letters a person resolved (still counted as dead).
