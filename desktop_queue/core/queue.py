@@ -2173,20 +2173,31 @@ class Queue:
 
         def fn(st: View) -> set[str]:
             out: set[str] = set()
-            if ids is None:  # the queued rows carry their input: the others (bounded by the hot set's)
-                wanted = [i for s in State if s != State.QUEUED for i in st.ids_in(s)]
+            # (a view that reads every input in one statement, PostgreSQL's, where every job
+            # is hot, need not read the jobs one by one)
+            bulk: Callable[[], builtins.list[tuple[str, str, Any]]] | None = getattr(st, "inputs_not_queued", None)
+            if ids is None and bulk is not None:
+                inputs = bulk()
             else:
-                wanted = [i for i in ids if i in st.hot_jobs()]
-            for job_id in wanted:
-                job = st.hot_jobs()[job_id]
-                digest = job.get("input_digest") or ""
+                if ids is None:  # the queued rows carry their input: the others (bounded by the hot set's)
+                    wanted = [i for s in State if s != State.QUEUED for i in st.ids_in(s)]
+                else:
+                    wanted = [i for i in ids if i in st.hot_jobs()]
+                jobs = [st.hot_jobs()[i] for i in wanted]
+                inputs = [(j["id"], j.get("input_digest") or "", j.get("input")) for j in jobs]
+            for job_id, digest, payload in inputs:
                 hit = cache.get(job_id)
                 if hit is None or hit[0] != digest:
-                    hit = (digest, prompt_text(job.get("input")).casefold())
+                    hit = (digest, prompt_text(payload).casefold())
                     cache[job_id] = hit
                 if needle in hit[1]:
                     out.add(job_id)
-            if len(cache) > 2 * max(1, len(st.hot_jobs())):
+            if bulk is not None and ids is None:
+                if len(cache) > 2 * max(1, len(inputs)):
+                    kept = {i for i, _, _ in inputs}
+                    for gone in [i for i in cache if i not in kept]:
+                        del cache[gone]
+            elif len(cache) > 2 * max(1, len(st.hot_jobs())):
                 for gone in [i for i in cache if i not in st.hot_jobs()]:
                     del cache[gone]
             return out

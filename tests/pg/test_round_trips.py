@@ -488,3 +488,33 @@ def test_a_page_of_the_newest_jobs_reads_that_page_and_agrees_with_listing_them(
     listed = {(s, n): [j.to_json() for j in queue.list(s, limit=n, with_events=True)] for s, n in asked}
     assert paged == listed
     assert len(paged[(None, 100)]) == 12 + 4 + 1 and len(paged[(State.DEAD, 3)]) == 3
+
+
+def test_the_prompt_search_reads_every_input_at_once_and_finds_what_the_job_by_job_search_finds(
+    traced: tuple[Queue, Wire], clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Queue.prompt_matches`` (the window's search box) is one statement, not one per job."""
+    from desktop_queue.core import Outcome
+    from desktop_queue.core.pg.view import PgView
+
+    queue, wire = traced
+    prompts = ["A lighthouse at dusk", "a LIGHTHOUSE in fog", "Straße im Regen", "a cat", "dusk over the sea"]
+    for n, prompt in enumerate(prompts * 3):
+        if n % 5 == 4:  # (queued: its row carries its input, the search leaves it out)
+            queue.submit("demo", {"prompt": prompt, "n": n}, run_after=clock.now() + 3600)
+            continue
+        job = queue.submit("demo", {"prompt": prompt, "n": n}).job
+        lease = queue.lease("w")
+        assert lease is not None and lease.job_id == job.id
+        if n % 3 == 0:
+            queue.fail(lease, Outcome.failure("fatal", "no"))
+        elif n % 3 == 1:
+            queue.complete(lease, {"n": n})
+    needles = ["lighthouse", "DUSK", "strasse", "straße", "cat", "nothing like it"]
+    with wire.tracing() as one:
+        found = {needle: queue.prompt_matches(needle) for needle in needles[:1]}
+    assert one["F Execute"] + one["F Query"] <= 3, one  # (the read's BEGIN, the statement, COMMIT)
+    found = {needle: queue.prompt_matches(needle) for needle in needles}
+    assert len(found["lighthouse"]) == 6 and found["nothing like it"] == set()
+    monkeypatch.delattr(PgView, "inputs_not_queued")  # every job read on its own, as before
+    assert {needle: queue.prompt_matches(needle) for needle in needles} == found

@@ -149,6 +149,10 @@ _STATE_COUNTS = (
 # the state spelled out, so that the prepared plan can use the partial index of that state
 # (schema version 4 keeps no index over every job's state)
 _IDS_IN = {str(s): f"SELECT id FROM dq_jobs WHERE state = '{s}' ORDER BY id" for s in State}
+# what the prompt search reads of the jobs whose rows do not carry their input
+_INPUTS_NOT_QUEUED = (
+    f"SELECT id, doc->>'input_digest', (doc->'input')::text FROM dq_jobs WHERE state <> '{State.QUEUED}'"
+)
 # the newest jobs (of a state), newest first, with their timelines (PgView.newest): a
 # page read as a page, where listing every job of the state and sorting them in the
 # client read the whole history at a million jobs (the state spelled out: see above)
@@ -593,6 +597,14 @@ class PgView:
         <desktop_queue.core.queue.Queue.list>` read as a page."""
         rows = self._conn.execute(_NEWEST[None if state is None else str(state)], (limit,)).fetchall()
         return [self._job_of(r) for r in rows]
+
+    def inputs_not_queued(self) -> list[tuple[str, str, Any]]:
+        """``(id, input digest, input)`` of every job not queued, in one statement: what the
+        window's prompt search (:meth:`Queue.prompt_matches
+        <desktop_queue.core.queue.Queue.prompt_matches>`) looks through, where reading the
+        jobs one by one cost a query each (3.7 s at 20,000 jobs)."""
+        rows = self._conn.execute(_INPUTS_NOT_QUEUED).fetchall()
+        return [(str(r[0]), r[1] or "", orjson.loads(r[2]) if r[2] is not None else None) for r in rows]
 
     def state_counts(self) -> dict[str, int]:
         """How many jobs each state holds, and ``resolved``: the dead letters a person resolved (still counted as dead).
