@@ -1763,6 +1763,10 @@ class Queue:
         """
 
         def fn(st: View) -> list[JobDict]:
+            # (a view that shapes them itself, PostgreSQL's, reads them in one statement)
+            shaped: Callable[[Collection[str] | None], builtins.list[JobDict]] | None = getattr(st, "window_jobs", None)
+            if shaped is not None:
+                return shaped(ids)
             hot = st.hot_jobs()
             source = hot.values() if ids is None else (hot[i] for i in ids if i in hot)
             return cast(

@@ -518,3 +518,36 @@ def test_the_prompt_search_reads_every_input_at_once_and_finds_what_the_job_by_j
     assert len(found["lighthouse"]) == 6 and found["nothing like it"] == set()
     monkeypatch.delattr(PgView, "inputs_not_queued")  # every job read on its own, as before
     assert {needle: queue.prompt_matches(needle) for needle in needles} == found
+
+
+def test_the_windows_jobs_come_in_one_statement_as_the_job_by_job_read_shapes_them(
+    traced: tuple[Queue, Wire], clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Queue.raw_jobs`` (the window's first look, and each refresh's changed jobs) is one statement."""
+    from desktop_queue.core import Outcome
+    from desktop_queue.core.pg.view import PgView
+
+    queue, wire = traced
+    ids = []
+    for n in range(12):
+        if n % 4 == 3:
+            ids.append(queue.submit("demo", {"prompt": f"later {n}"}, run_after=clock.now() + 60).job.id)
+            continue
+        ids.append(queue.submit("demo", {"prompt": f"job {n}"}).job.id)
+        lease = queue.lease("w")
+        assert lease is not None
+        if n % 4 == 1:
+            queue.fail(lease, Outcome.failure("fatal", "no"))
+        elif n % 4 == 0:
+            queue.complete(lease, {"n": n})
+    some = {ids[0], ids[1], ids[2], ids[3], "no-such-job"}
+    with wire.tracing() as one:
+        shaped_all = queue.raw_jobs()
+        shaped_some = queue.raw_jobs(some)
+    assert one["F Execute"] + one["F Query"] <= 6, one  # (two reads: BEGIN, the statement, COMMIT each)
+    monkeypatch.delattr(PgView, "window_jobs")  # every job read with its timeline, then trimmed
+    by_id = {j["id"]: j for j in queue.raw_jobs()}
+    assert {j["id"]: j for j in shaped_all} == by_id and len(by_id) == 12
+    assert {j["id"]: j for j in shaped_some} == {i: by_id[i] for i in some if i in by_id}
+    assert "input" in by_id[ids[3]] and "input" not in by_id[ids[0]]  # (queued jobs keep their input)
+    assert all("lease_token" not in j and "events" not in j for j in shaped_all)

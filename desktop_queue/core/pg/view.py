@@ -149,6 +149,11 @@ _STATE_COUNTS = (
 # the state spelled out, so that the prepared plan can use the partial index of that state
 # (schema version 4 keeps no index over every job's state)
 _IDS_IN = {str(s): f"SELECT id FROM dq_jobs WHERE state = '{s}' ORDER BY id" for s in State}
+# what the window's models take of each job (Queue.raw_jobs: no timeline, no lease token,
+# and the input of queued jobs only), shaped by the server: every job, or those of some ids
+_WINDOW_DOC = f"(CASE WHEN state = '{State.QUEUED}' THEN doc ELSE doc - 'input' END - 'lease_token' - 'events')::text"
+_WINDOW_ALL = f"SELECT {_WINDOW_DOC} FROM dq_jobs ORDER BY seq"
+_WINDOW_IDS = f"SELECT {_WINDOW_DOC} FROM dq_jobs WHERE id = ANY(%s) ORDER BY seq"
 # what the prompt search reads of the jobs whose rows do not carry their input
 _INPUTS_NOT_QUEUED = (
     f"SELECT id, doc->>'input_digest', (doc->'input')::text FROM dq_jobs WHERE state <> '{State.QUEUED}'"
@@ -597,6 +602,20 @@ class PgView:
         <desktop_queue.core.queue.Queue.list>` read as a page."""
         rows = self._conn.execute(_NEWEST[None if state is None else str(state)], (limit,)).fetchall()
         return [self._job_of(r) for r in rows]
+
+    def window_jobs(self, ids: Collection[str] | None = None) -> list[JobDict]:
+        """Every job (or those of ``ids`` that exist) as :meth:`Queue.raw_jobs
+        <desktop_queue.core.queue.Queue.raw_jobs>` hands them to the window, in one statement.
+
+        Without timelines (read per job with its row, they were most of the window's first
+        look) and trimmed by the server; the jobs of a refresh's changed ids in one
+        statement, where reading them one by one cost a query each.
+        """
+        if ids is None:
+            rows = self._conn.execute(_WINDOW_ALL).fetchall()
+        else:
+            rows = self._conn.execute(_WINDOW_IDS, (list(ids),)).fetchall()
+        return [cast(JobDict, orjson.loads(r[0])) for r in rows]
 
     def inputs_not_queued(self) -> list[tuple[str, str, Any]]:
         """``(id, input digest, input)`` of every job not queued, in one statement: what the
