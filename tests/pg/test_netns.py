@@ -518,6 +518,10 @@ def test_a_server_restart_mid_run_loses_no_acknowledged_job_and_workers_reconnec
     for host in net.hosts:
         cluster.start(host)
     assert cluster.productions.wait_for(None, RESTART_JOBS // 20, RUN_TIMEOUT_S), "the workers never got going"
+    # every worker mid-run, not still opening the queue (one that opens while the server is
+    # down for good finds no sign of a restart and says so: see test_restart.py)
+    for host in net.hosts:
+        assert cluster.productions.wait_for(host, 1, RUN_TIMEOUT_S), f"{host.name} never got going"
     before = {h.name: len(h.produced) for h in net.hosts}
     assert sum(before.values()) < RESTART_JOBS, "not mid-run: everything was done before the restart"
     cluster.server.restart()  # pg_ctl restart -m fast: every session of every host is cut

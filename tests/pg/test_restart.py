@@ -145,3 +145,50 @@ def test_after_a_restart_a_new_opener_is_not_taken_for_the_first(own_server: Any
             later.close()
     finally:
         queue.close()
+
+
+def test_opening_while_the_server_restarts_waits_for_it(
+    pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a worker started as the server restarts (pg_ctl restart) is told "the database system
+    # is shutting down", then finds no server, then one starting up: it waits, as a verb does
+    real = psycopg.connect
+    said = [
+        'connection to server at "10.9.0.1", port 5432 failed: FATAL:  the database system is shutting down',
+        'connection to server at "10.9.0.1", port 5432 failed: Connection refused',
+        'connection to server at "10.9.0.1", port 5432 failed: FATAL:  the database system is starting up',
+    ]
+    tries: list[str] = []
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        tries.append("try")
+        if said:
+            raise psycopg.OperationalError(f"connection failed: {said.pop(0)}")
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(psycopg, "connect", connect)
+        queue = Queue.open(tmp_path / "data", backend=PgBackend(pg_dsn, retry_s=10))
+    try:
+        assert len(tries) == 4
+        assert queue.submit("demo", {"n": 1}).job.state == State.QUEUED
+    finally:
+        queue.close()
+
+
+def test_opening_with_no_server_there_says_so_at_once(
+    pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # no sign of a restart: a wrong address or a server that is down is told without waiting
+    tries: list[str] = []
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        tries.append("try")
+        raise psycopg.OperationalError(
+            'connection failed: connection to server at "10.9.0.1" failed: Connection refused'
+        )
+
+    with monkeypatch.context() as patched, pytest.raises(StoreError, match="cannot connect to the PostgreSQL queue"):
+        patched.setattr(psycopg, "connect", connect)
+        Queue.open(tmp_path / "data", backend=PgBackend(pg_dsn, retry_s=10))
+    assert tries == ["try"]

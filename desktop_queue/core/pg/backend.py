@@ -55,6 +55,9 @@ _RACES = (Conflict, pg_errors.UniqueViolation, pg_errors.SerializationFailure, p
 _IMAGES_MAX = 4096
 #: errors that mean the server (or the way to it) is gone for now
 _GONE = (psycopg.OperationalError, PoolTimeout)
+#: what a server starting up or shutting down says to a new connection (SQLSTATE 57P03,
+#: "the database system is starting up", "... is shutting down", "... in recovery mode")
+_RESTARTING = "the database system is "
 
 
 class ServerClock:
@@ -178,10 +181,7 @@ class PgBackend:
         Raises:
             StoreError: the server cannot be reached, or its schema is newer than this code.
         """
-        try:
-            session = psycopg.connect(self.dsn, autocommit=True)
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to the PostgreSQL queue: {_reason(exc)}") from None
+        session = self._connect_opening()
         try:
             found, now = migrate(session)
             with session.transaction():
@@ -324,6 +324,33 @@ class PgBackend:
         row = self._session.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
         after = time.time()
         return float(row[0]) - (before + after) / 2 if row else 0.0
+
+    def _connect_opening(self) -> Any:
+        """The session connection of :meth:`open`, waiting out a server restart (up to ``retry_s``).
+
+        A server that says it is starting up or shutting down is restarting: a process
+        opening the queue right then waits for it, as a verb does, instead of exiting.
+        Any other failure (no server there, a wrong address, a refused login) is told at
+        once: a mistyped ``--store`` must not hang for half a minute.
+
+        Raises:
+            StoreError: the server cannot be reached.
+        """
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.05
+        restarting = False
+        while True:
+            try:
+                return psycopg.connect(self.dsn, autocommit=True)
+            except psycopg.Error as exc:
+                # (no SQLSTATE comes with a failed connection: the server's FATAL message
+                # says it; once seen, the refusals while it is down are the same restart)
+                restarting = restarting or _RESTARTING in str(exc)
+                if not restarting or time.monotonic() + delay > deadline:
+                    raise StoreError(f"cannot connect to the PostgreSQL queue: {_reason(exc)}") from None
+                log.info("the PostgreSQL server is restarting; connecting again in %.2f s", delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def _reconnect_session(self) -> None:
         """A new session (with the session lock held): the server restarted, say."""
