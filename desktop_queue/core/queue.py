@@ -1602,14 +1602,13 @@ class Queue:
             newest: Callable[[str | None, int], builtins.list[JobDict]] | None = getattr(st, "newest", None)
             if newest is not None and limit is not None:
                 raw = newest(state, max(0, limit))
-            elif state is None:
-                raw = builtins.list(st.hot_jobs().values())
             else:
-                raw = [st.hot_jobs()[i] for i in st.ids_in(state)]
-            if newest is None or limit is None:
+                if state is None:
+                    raw = builtins.list(st.hot_jobs().values())
+                else:
+                    raw = [st.hot_jobs()[i] for i in st.ids_in(state)]
                 raw.sort(key=lambda j: j["seq"], reverse=True)
-                if limit is not None:
-                    raw = raw[:limit]
+                raw = raw[:limit]
             out = [Job.from_dict(j, with_events=with_events) for j in raw]
             if st.archive is not None and state not in (State.QUEUED, State.RUNNING):
                 wanted = None if limit is None else limit - len(out)
@@ -2179,8 +2178,10 @@ class Queue:
             out: set[str] = set()
             # (a view that reads every input in one statement, PostgreSQL's, where every job
             # is hot, need not read the jobs one by one)
-            bulk: Callable[[], builtins.list[tuple[str, str, Any]]] | None = getattr(st, "inputs_not_queued", None)
-            if ids is None and bulk is not None:
+            bulk: Callable[[], builtins.list[tuple[str, str, Any]]] | None = (
+                getattr(st, "inputs_not_queued", None) if ids is None else None
+            )
+            if bulk is not None:
                 inputs = bulk()
             else:
                 if ids is None:  # the queued rows carry their input: the others (bounded by the hot set's)
@@ -2196,13 +2197,10 @@ class Queue:
                     cache[job_id] = hit
                 if needle in hit[1]:
                     out.add(job_id)
-            if bulk is not None and ids is None:
-                if len(cache) > 2 * max(1, len(inputs)):
-                    kept = {i for i, _, _ in inputs}
-                    for gone in [i for i in cache if i not in kept]:
-                        del cache[gone]
-            elif len(cache) > 2 * max(1, len(st.hot_jobs())):
-                for gone in [i for i in cache if i not in st.hot_jobs()]:
+            # (forget the jobs gone since: in bulk, every job not queued was just read)
+            known: Collection[str] = {i for i, _, _ in inputs} if bulk is not None else st.hot_jobs()
+            if len(cache) > 2 * max(1, len(known)):
+                for gone in [i for i in cache if i not in known]:
                     del cache[gone]
             return out
 

@@ -149,9 +149,10 @@ _STATE_COUNTS = (
 # the state spelled out, so that the prepared plan can use the partial index of that state
 # (schema version 4 keeps no index over every job's state)
 _IDS_IN = {str(s): f"SELECT id FROM dq_jobs WHERE state = '{s}' ORDER BY id" for s in State}
-# what the window's models take of each job (Queue.raw_jobs: no timeline, no lease token,
-# and the input of queued jobs only), shaped by the server: every job, or those of some ids
-_WINDOW_DOC = f"(CASE WHEN state = '{State.QUEUED}' THEN doc ELSE doc - 'input' END - 'lease_token' - 'events')::text"
+# what the window's models take of each job (Queue.raw_jobs: no timeline, which the row
+# does not hold, no lease token, and the input of queued jobs only), shaped by the server:
+# every job, or those of some ids
+_WINDOW_DOC = f"(CASE WHEN state = '{State.QUEUED}' THEN doc ELSE doc - 'input' END - 'lease_token')::text"
 _WINDOW_ALL = f"SELECT {_WINDOW_DOC} FROM dq_jobs ORDER BY seq"
 _WINDOW_IDS = f"SELECT {_WINDOW_DOC} FROM dq_jobs WHERE id = ANY(%s) ORDER BY seq"
 # what the prompt search reads of the jobs whose rows do not carry their input
@@ -566,7 +567,7 @@ class PgView:
         cursor = self._write(
             _LEASE_NEXT,
             (
-                *(now for _ in range(_EXPIRED_TIMES)),
+                *(now,) * _EXPIRED_TIMES,
                 _dumps(changes),
                 str(changes["state"]),
                 changes["lease_expires_at"],
