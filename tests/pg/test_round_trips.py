@@ -134,6 +134,70 @@ def test_a_lease_reads_no_running_job_but_its_own(
     assert reaper["F Execute"] > busy["F Execute"]  # (reading and requeueing them)
 
 
+def test_a_verb_that_only_writes_one_statement_sends_it_alone_with_one_sync(traced: tuple[Queue, Wire]) -> None:
+    """Submit, lease and complete, when no notification is due, are each one statement on the wire.
+
+    Outside a pipeline libpq sends the statement and its sync together, and the server
+    wakes once for it; in the pipeline it was the statement, the commit's sync and the
+    pipeline's closing sync, three sends and two syncs.
+    """
+    queue, wire = traced
+    notifier = wire.backend.notifier
+    assert notifier is not None
+    for n in range(6):
+        _lifecycle(queue, n)
+    notifier.linger_s = 3600.0  # (within a burst: every commit hands its ids to the notifier)
+    queue.submit("demo", {"n": 99})  # (the burst's first commit: due, it notifies)
+    assert queue.lease("w") is not None
+    rounds = 5
+    with wire.tracing() as counts:
+        for n in range(rounds):
+            _lifecycle(queue, 200 + n)
+    assert counts["F Execute"] == 3 * rounds, counts
+    assert counts["F Sync"] == 3 * rounds and counts["F Flush"] == 0, counts
+    assert queue.counts()[State.SUCCEEDED] == 6 + rounds
+
+
+def test_a_held_write_is_sent_before_the_verb_reads_and_a_verb_that_raises_commits_nothing(
+    open_pg: Callable[..., Queue], pg_dsn: str
+) -> None:
+    """A verb's writes wait for its commit only until it reads: the read sees them, in the same transaction,
+    and a verb that raises after its writes were sent leaves none of them (the pipeline's sync would commit them)."""
+    from desktop_queue.core.backend import Change
+
+    backend = PgBackend(pg_dsn, pool_size=1)
+    queue = open_pg(backend=backend)
+    said = _notices(backend)
+    job = queue.submit("demo", {"n": 1}, title="first").job
+    retitle = "UPDATE dq_jobs SET doc = jsonb_set(doc, '{title}', to_jsonb(%s::text)) WHERE id = %s"
+    title_of = "SELECT doc->>'title' FROM dq_jobs WHERE id = %s"
+    seen: list[str] = []
+
+    def fn(view: Any) -> Change[None]:
+        view._write(retitle, ("held", job.id))  # (held: nothing sent yet)
+        # a read of the verb's own, and a read by the backend inside the verb (a stored result, say)
+        seen.append(view._conn.execute(title_of, (job.id,)).fetchone()[0])
+        seen.append(backend.read(lambda inner: inner._conn.execute(title_of, (job.id,)).fetchone()[0]))
+        raise RuntimeError("the verb changed its mind")
+
+    with pytest.raises(RuntimeError, match="changed its mind"):
+        backend.commit(fn)
+    assert seen == ["held", "held"]
+    with psycopg.connect(pg_dsn, autocommit=True) as other:
+        assert other.execute(title_of, (job.id,)).fetchone()[0] == "first"
+
+    def held_then_raises(view: Any) -> Change[None]:
+        view._write(retitle, ("never sent", job.id))
+        raise RuntimeError("before any read")
+
+    with pytest.raises(RuntimeError, match="before any read"):
+        backend.commit(held_then_raises)
+    assert queue.get(job.id).title == "first"
+    queue.cancel(job.id)  # (and the connection is back in order)
+    assert queue.get(job.id).state == State.CANCELLED
+    assert said == []
+
+
 def test_the_answer_of_a_verb_is_the_job_as_committed(traced: tuple[Queue, Wire]) -> None:
     """Submit, lease and complete answer from their commit (no read after it), and say what a read says."""
     queue, wire = traced
@@ -246,6 +310,7 @@ def test_a_verb_that_fails_after_sending_writes_commits_none_of_them(
     second = queue.submit("demo", {"n": 2}, title="second").job
 
     def fn(view: Any) -> Change[None]:
+        view.exists(first.id)  # (a read: the transaction is in its pipeline, and each write is sent at once)
         sent: UpdateRecord = {"op": "upd", "id": first.id, "set": {"title": "changed"}, "ev": []}
         # (the second write cannot even be encoded: it raises in this process, after the first was sent)
         broken: UpdateRecord = {"op": "upd", "id": second.id, "set": {"title": object()}, "ev": []}

@@ -24,6 +24,7 @@ readers of ``changed_since`` when asking the server again is worth it (:mod:`.no
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import threading
@@ -391,6 +392,17 @@ class PgBackend:
             raise StoreError("the task store is closed")
         return self._pool.connection(timeout=min(5.0, self.retry_s))
 
+    def _outer(self) -> Any:
+        """The connection of this thread's transaction, if it is in one, ready for a statement in it.
+
+        A verb's transaction is in its pipeline only from its first read: a statement
+        made in it from outside its view enters it first (and sends what it held).
+        """
+        view = getattr(self._local, "view", None)
+        if view is not None:
+            view.pipelined()
+        return getattr(self._local, "conn", None)
+
     @contextlib.contextmanager
     def _active(self, conn: Any) -> Iterator[None]:
         """Marks ``conn`` as this thread's transaction while the block runs (see :meth:`read`)."""
@@ -399,6 +411,7 @@ class PgBackend:
             yield
         finally:
             self._local.conn = None
+            self._local.view = None  # (set by commit: its view, whose pipeline a nested read enters)
 
     def commit(self, fn: Callable[[PgView], Change[T]], *, durable: bool = True) -> T:
         """Runs ``fn`` in one transaction, writes its records, commits; returns its value.
@@ -420,6 +433,7 @@ class PgBackend:
             try:
                 with self._connection() as conn, self._active(conn), _settled(conn):
                     self._ensure_session()
+                    lazy = contextlib.ExitStack()  # (the pipeline, once the view enters it)
                     view = PgView(
                         conn,
                         write=True,
@@ -427,14 +441,22 @@ class PgBackend:
                         images=images,
                         guess_keys=guess,
                         artifacts=self._artifacts,
+                        pipeline=functools.partial(_enter_pipeline, lazy, conn),
                     )
+                    self._local.view = view
                     try:
                         # (an autocommit connection: what runs before the pipeline's first sync
-                        # is one implicit transaction, so no BEGIN is sent; see _end_writes)
-                        with conn.pipeline() as pipeline:
+                        # is one implicit transaction, so no BEGIN is sent; see _end_writes.
+                        # The view enters the pipeline at its first read; a verb that only
+                        # writes one statement may never need it: see PgView.send_alone)
+                        with lazy:
                             try:
                                 change = fn(view)
                             except Exception:
+                                if not view.sent_nothing:
+                                    # (a write it sent, say a lease, must not commit with the
+                                    # pipeline's closing sync: the verb made no change)
+                                    _abandon(conn, block=view.block)
                                 if view.guessed:
                                     raise _Guessed from None  # (it may have raised on a guess)
                                 if view.used_images:
@@ -447,16 +469,27 @@ class PgBackend:
                                 view.apply(change.records)
                                 view.validate()
                             except BaseException:
-                                _abandon(conn, block=view.block)  # (writes already sent must not commit)
+                                if not view.sent_nothing:
+                                    _abandon(conn, block=view.block)  # (writes already sent must not commit)
                                 raise
-                            committing = True
-                            # (sent with the writes; the end of the pipeline waits for all of
-                            # them at once, and raises what any of them met: then none committed)
-                            _end_writes(view, pipeline)
                             if notifier is not None and view.changed != set():
                                 told = notifier.claim(view.changed)
                                 hold = told is None
-                                if told is not None:
+                            single = told is None and not view.block and view.can_send_alone()
+                            if not single:
+                                try:
+                                    view.pipelined()  # (the held writes: none commits before the sync)
+                                except BaseException:
+                                    _abandon(conn, block=view.block)
+                                    raise
+                            committing = True
+                            if single:
+                                view.send_alone()  # (its own transaction, answered: nothing left to send)
+                            else:
+                                # (sent with the writes; the end of the pipeline waits for all of
+                                # them at once, and raises what any of them met: then none committed)
+                                _end_writes(view, view.pipeline)
+                                if told is not None and notifier is not None:
                                     # after the commit, in the same round trip: a transaction of
                                     # its own (implicit, ended by the pipeline's last sync), so
                                     # the listeners are told once the change is visible, and the
@@ -563,7 +596,7 @@ class PgBackend:
         say), ``fn`` reads in that transaction instead: it sees what the verb sees, and a
         verb never holds one pooled connection while waiting for a second.
         """
-        outer = getattr(self._local, "conn", None)
+        outer = self._outer()
         if outer is not None:
             return fn(PgView(outer, write=False))
 
@@ -728,7 +761,7 @@ class PgBackend:
         :meth:`read` for a single statement, without the round trips of a transaction
         around it: asked before every completion (:meth:`carried_result`).
         """
-        outer = getattr(self._local, "conn", None)
+        outer = self._outer()
         if outer is not None:
             found: tuple[Any, ...] | None = outer.execute(sql, params).fetchone()
             return found
@@ -824,6 +857,11 @@ def _settled(conn: Any) -> Iterator[None]:
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             with contextlib.suppress(psycopg.Error):
                 conn.rollback()  # (a verb or read that raised inside its BEGIN ... COMMIT)
+
+
+def _enter_pipeline(stack: contextlib.ExitStack, conn: Any) -> Any:
+    """Enters ``conn``'s pipeline for the rest of ``stack`` (a commit's: see PgView's ``pipeline``)."""
+    return stack.enter_context(conn.pipeline())
 
 
 def _end_writes(view: PgView, pipeline: Any) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import select
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence, ValuesView
 from typing import Any, cast
 
@@ -215,6 +216,13 @@ def _ran(cursor: Any) -> bool:
     return result is not None and result.status in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK)
 
 
+def _readable(conn: Any) -> bool:
+    """Whether ``conn``'s socket has something to read now (an idle connection has nothing: see PgView.can_send_alone)."""
+    poller = select.poll()
+    poller.register(conn.pgconn.socket, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
@@ -272,6 +280,9 @@ class PgView:
         worker: the ``dq_workers`` row of this process: a lease written here names it.
         artifacts: ``ref -> bytes`` of an artifact file in this machine's data dir: a
             success whose result refers to one stores its bytes (:meth:`_update`).
+        pipeline: enters ``conn``'s pipeline, which the transaction is in from then on,
+            and returns it (None: it is in one already). Until then nothing is sent: the writes are
+            held, and the first read sends them before itself (see :meth:`send_alone`).
     """
 
     archive = None  # (every job stays in the table: there is no separate archive to ask)
@@ -288,8 +299,14 @@ class PgView:
         images: Callable[[str], tuple[JobDict, int] | None] | None = None,
         guess_keys: bool = False,
         artifacts: Callable[[str], bytes | None] | None = None,
+        pipeline: Callable[[], Any] | None = None,
     ) -> None:
-        self._conn = conn
+        self._raw = conn
+        self._enter_pipeline = pipeline
+        #: the psycopg pipeline the transaction entered (see :meth:`pipelined`; None: not yet, or never)
+        self.pipeline: Any = None
+        #: writes not sent yet (cursor, statement, parameters): until the pipeline is entered
+        self._held: list[tuple[Any, str, Sequence[Any]]] = []
         self._artifacts = artifacts
         self.write = write
         #: the writing transaction became an explicit block (see :attr:`conn`): it ends with COMMIT
@@ -343,6 +360,52 @@ class PgView:
         #: a success's result was written as new for its key (``res_new``): a race lost
         #: by this transaction may be a stored result (see PgBackend.commit)
         self.checks_new_result = False
+
+    @property
+    def _conn(self) -> Any:
+        """The connection, in the transaction's pipeline (entered now if it was not, held writes sent first)."""
+        if self._enter_pipeline is not None:
+            self.pipelined()
+        return self._raw
+
+    def pipelined(self) -> None:
+        """Enters the transaction's pipeline if it is not in it, and sends the writes held until then."""
+        enter, self._enter_pipeline = self._enter_pipeline, None
+        if enter is None:
+            return
+        self.pipeline = enter()
+        for cursor, sql, params in self._held:
+            cursor.execute(sql, params)
+        self._held.clear()
+
+    def can_send_alone(self) -> bool:
+        """Whether the transaction is one write at most, sent nothing yet, on a connection the server left quiet.
+
+        Such a transaction needs no pipeline (see :meth:`send_alone`). The server speaks
+        on an idle connection only to end it (it shut down, or died): a connection with
+        something to read goes the pipeline's way, where the held writes are sent before
+        the sync, so that its loss is met before anything could commit.
+        """
+        return self._enter_pipeline is not None and len(self._held) <= 1 and not _readable(self._raw)
+
+    def send_alone(self) -> None:
+        """Sends the transaction's one write as a statement of its own (see :meth:`can_send_alone`).
+
+        On an autocommit connection, outside a pipeline, the statement is its own
+        transaction, committed by the sync libpq sends with it: one message to the server
+        and one answer, where in the pipeline the statement, the commit's sync and the
+        pipeline's closing sync were three sends, each a wake-up of the server's process.
+        Its answer, or its error, is in by the time this returns.
+        """
+        self._enter_pipeline = None
+        if self._held:
+            cursor, sql, params = self._held.pop()
+            cursor.execute(sql, params)
+
+    @property
+    def sent_nothing(self) -> bool:
+        """Whether no statement of this transaction has been sent (its writes, if any, are held)."""
+        return self._enter_pipeline is not None
 
     @property
     def conn(self) -> Any:
@@ -761,8 +824,16 @@ class PgView:
                 self._purge(cast(PurgeRecord, record))
 
     def _write(self, sql: str, params: Sequence[Any]) -> Any:
-        """Sends one write of this transaction (in a pipeline its answer comes with the commit)."""
-        cursor = self._conn.execute(sql, params)
+        """Sends one write of this transaction (in a pipeline its answer comes with the commit).
+
+        Before the pipeline is entered, the write is held (its cursor answers once it is
+        sent: with the next read, or at the commit).
+        """
+        if self._enter_pipeline is None:
+            cursor = self._raw.execute(sql, params)
+        else:
+            cursor = self._raw.cursor()
+            self._held.append((cursor, sql, params))
         self._last_write = cursor
         return cursor
 
