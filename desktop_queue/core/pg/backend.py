@@ -403,15 +403,11 @@ class PgBackend:
             view.pipelined()
         return getattr(self._local, "conn", None)
 
-    @contextlib.contextmanager
-    def _active(self, conn: Any) -> Iterator[None]:
-        """Marks ``conn`` as this thread's transaction while the block runs (see :meth:`read`)."""
-        self._local.conn = conn
-        try:
-            yield
-        finally:
-            self._local.conn = None
-            self._local.view = None  # (set by commit: its view, whose pipeline a nested read enters)
+    def _transaction(self) -> _Checkout:
+        """A pooled connection for one transaction of this thread (see :class:`_Checkout`)."""
+        if self._pool is None:
+            raise StoreError("the task store is closed")
+        return _Checkout(self._pool, min(5.0, self.retry_s), self._local)
 
     def commit(self, fn: Callable[[PgView], Change[T]], *, durable: bool = True) -> T:
         """Runs ``fn`` in one transaction, writes its records, commits; returns its value.
@@ -431,7 +427,7 @@ class PgBackend:
             hold = False  # (not due: its ids go to the notifier once it committed)
             notifier = self.notifier
             try:
-                with self._connection() as conn, self._active(conn), _settled(conn):
+                with self._transaction() as conn:
                     self._ensure_session()
                     lazy = contextlib.ExitStack()  # (the pipeline, once the view enters it)
                     view = PgView(
@@ -601,7 +597,7 @@ class PgBackend:
             return fn(PgView(outer, write=False))
 
         def attempt() -> T:
-            with self._connection() as conn, self._active(conn), _settled(conn):
+            with self._transaction() as conn:
                 self._ensure_session()
                 with conn.pipeline():
                     # (one snapshot for all of fn's statements; answered with its first read)
@@ -848,15 +844,38 @@ class _Committed:
         raise _NotKept(name)
 
 
-@contextlib.contextmanager
-def _settled(conn: Any) -> Iterator[None]:
-    """Leaves ``conn`` outside any transaction once the block ends (the pool would, with a warning)."""
-    try:
-        yield
-    finally:
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            with contextlib.suppress(psycopg.Error):
-                conn.rollback()  # (a verb or read that raised inside its BEGIN ... COMMIT)
+class _Checkout:
+    """A connection from ``pool`` for one transaction, marked as this thread's (``local.conn``) while it runs.
+
+    On the way out it leaves the connection outside any transaction (a verb or read that
+    raised inside its BEGIN ... COMMIT: the pool would roll back, with a warning) and
+    gives it back. ``pool.connection()`` does the checkout, and two context managers of
+    ours the rest; this is all three in one, once per verb.
+    """
+
+    __slots__ = ("_conn", "_local", "_pool", "_timeout")
+
+    def __init__(self, pool: Any, timeout: float, local: threading.local) -> None:
+        self._pool = pool
+        self._timeout = timeout
+        self._local = local
+        self._conn: Any = None
+
+    def __enter__(self) -> Any:
+        self._conn = conn = self._pool.getconn(timeout=self._timeout)
+        self._local.conn = conn
+        return conn
+
+    def __exit__(self, *exc: object) -> None:
+        conn = self._conn
+        self._local.conn = None
+        self._local.view = None  # (set by commit: its view, whose pipeline a nested read enters)
+        try:
+            if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    conn.rollback()
+        finally:
+            self._pool.putconn(conn)
 
 
 def _enter_pipeline(stack: contextlib.ExitStack, conn: Any) -> Any:
