@@ -31,7 +31,8 @@ results go wherever the task puts them). Each worker warms up (``--warmup``
 lifecycles), then all workers of a configuration start together; the rate is all their
 lifecycles over the span from the first start to the last end. Configurations run
 alternating the systems, ``--rounds`` times, so drifting load on the machine hits every
-column alike; every database keeps what earlier rounds left (all jobs finished).
+column alike, their order turning from one configuration run to the next, each on a
+synced disk; every database keeps what earlier rounds left (all jobs finished).
 
 The report: per configuration, lifecycles/s and client CPU per lifecycle of each
 system; then ``benchmarks/store.py``'s summary table, every figure as ours / peer (the
@@ -582,10 +583,21 @@ def _run_rounds(
     windows: dict[str, list[dict[str, Any]]],
     started: float,
 ) -> None:
-    """Runs every configuration ``config.rounds`` times (columns alternating), adding to ``windows``."""
+    """Runs every configuration ``config.rounds`` times (columns alternating), adding to ``windows``.
+
+    Each run starts on a synced disk (``os.sync``: the dirty pages of the run before it,
+    the JSON data dir's above all, are written out before the next one's clock starts),
+    and the order of the systems turns by one place for each configuration run, so that
+    no system always follows the same one (the first ran right after the JSON data dir's
+    fsync'd run in every configuration, and paid for its writeback).
+    """
+    turn = 0
     for index in range(config.rounds):
         for workers in config.workers:
-            for system in config.systems:
+            shift = turn % len(config.systems)
+            turn += 1
+            for system in [*config.systems[shift:], *config.systems[:shift]]:
+                os.sync()
                 store.log(
                     f"[{time.perf_counter() - started:6.0f} s] round {index + 1}/{config.rounds}: "
                     f"{TITLES[system]}, {workers} worker(s), {config.jobs:,} lifecycles"
