@@ -387,10 +387,15 @@ class PgBackend:
 
     # ------------------------------------------------------------------ transactions
 
-    def _connection(self) -> Any:
+    def _open_pool(self) -> tuple[Any, float]:
+        """The pool and how long a checkout may wait for a connection (StoreError once closed)."""
         if self._pool is None:
             raise StoreError("the task store is closed")
-        return self._pool.connection(timeout=min(5.0, self.retry_s))
+        return self._pool, min(5.0, self.retry_s)
+
+    def _connection(self) -> Any:
+        pool, timeout = self._open_pool()
+        return pool.connection(timeout=timeout)
 
     def _outer(self) -> Any:
         """The connection of this thread's transaction, if it is in one, ready for a statement in it.
@@ -405,9 +410,7 @@ class PgBackend:
 
     def _transaction(self) -> _Checkout:
         """A pooled connection for one transaction of this thread (see :class:`_Checkout`)."""
-        if self._pool is None:
-            raise StoreError("the task store is closed")
-        return _Checkout(self._pool, min(5.0, self.retry_s), self._local)
+        return _Checkout(*self._open_pool(), self._local)
 
     def commit(self, fn: Callable[[PgView], Change[T]], *, durable: bool = True) -> T:
         """Runs ``fn`` in one transaction, writes its records, commits; returns its value.
@@ -449,10 +452,9 @@ class PgBackend:
                             try:
                                 change = fn(view)
                             except Exception:
-                                if not view.sent_nothing:
-                                    # (a write it sent, say a lease, must not commit with the
-                                    # pipeline's closing sync: the verb made no change)
-                                    _abandon(conn, block=view.block)
+                                # (a write it sent, say a lease, must not commit with the
+                                # pipeline's closing sync: the verb made no change)
+                                view.abandon()
                                 if view.guessed:
                                     raise _Guessed from None  # (it may have raised on a guess)
                                 if view.used_images:
@@ -465,8 +467,7 @@ class PgBackend:
                                 view.apply(change.records)
                                 view.validate()
                             except BaseException:
-                                if not view.sent_nothing:
-                                    _abandon(conn, block=view.block)  # (writes already sent must not commit)
+                                view.abandon()  # (writes already sent must not commit)
                                 raise
                             if notifier is not None and view.changed != set():
                                 told = notifier.claim(view.changed)
@@ -476,7 +477,7 @@ class PgBackend:
                                 try:
                                     view.pipelined()  # (the held writes: none commits before the sync)
                                 except BaseException:
-                                    _abandon(conn, block=view.block)
+                                    view.abandon()
                                     raise
                             committing = True
                             if single:
@@ -901,19 +902,6 @@ def _end_writes(view: PgView, pipeline: Any) -> None:
         enqueue()
     else:
         pipeline.sync()
-
-
-def _abandon(conn: Any, *, block: bool) -> None:
-    """Makes sure nothing of the pipeline's transaction commits (a verb failed after sending writes).
-
-    ``BEGIN`` turns the implicit transaction into a block (statements already run
-    included) that ``ROLLBACK`` then undoes: a ``ROLLBACK`` alone would be refused with a
-    warning in the server's log, and the pipeline's sync would commit what was sent.
-    """
-    with contextlib.suppress(psycopg.Error):
-        if not block:
-            conn.execute("BEGIN")
-        conn.execute("ROLLBACK")
 
 
 def _reason(exc: BaseException) -> str:

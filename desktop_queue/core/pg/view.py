@@ -14,6 +14,7 @@ with the state they belong to.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -402,10 +403,21 @@ class PgView:
             cursor, sql, params = self._held.pop()
             cursor.execute(sql, params)
 
-    @property
-    def sent_nothing(self) -> bool:
-        """Whether no statement of this transaction has been sent (its writes, if any, are held)."""
-        return self._enter_pipeline is not None
+    def abandon(self) -> None:
+        """Makes sure nothing of the transaction commits (a verb failed, perhaps after sending writes).
+
+        Held writes are simply never sent. Once something was sent, ``BEGIN`` turns the
+        implicit transaction into a block (statements already run included) that
+        ``ROLLBACK`` then undoes: a ``ROLLBACK`` alone would be refused with a warning in
+        the server's log, and the pipeline's sync would commit what was sent.
+        """
+        self._held.clear()
+        if self._enter_pipeline is not None:
+            return  # (nothing sent)
+        with contextlib.suppress(pg_errors.Error):
+            if not self.block:
+                self._raw.execute("BEGIN")
+            self._raw.execute("ROLLBACK")
 
     @property
     def conn(self) -> Any:
