@@ -135,9 +135,7 @@ def _read_pg_batch(conn: Any, part: Sequence[Place]) -> list[JobDict]:
     """A batch of PostgreSQL jobs with their events, in one statement (not one per job)."""
     ids = [job_id for _, job_id, _ in part]
     rows = conn.execute(
-        "SELECT j.id, j.doc::text,"
-        " (SELECT coalesce(json_agg(e.doc ORDER BY e.n), '[]'::json)::text FROM dq_events e WHERE e.job_id = j.id)"
-        " FROM dq_jobs j WHERE j.id = ANY(%s)",
+        "SELECT j.id, j.doc::text, j.events::text FROM dq_jobs j WHERE j.id = ANY(%s)",
         (ids,),
     ).fetchall()
     found: dict[str, JobDict] = {}
@@ -250,7 +248,6 @@ def _write_pg(target: Queue, jobs: Sequence[JobDict], results: dict[str, dict[st
         if not fresh:
             return Change([], 0)
         rows: list[tuple[Any, ...]] = []
-        events: list[tuple[str, str]] = []
         for job in fresh:
             body = {k: v for k, v in job.items() if k != "events"}
             rows.append(
@@ -264,19 +261,17 @@ def _write_pg(target: Queue, jobs: Sequence[JobDict], results: dict[str, dict[st
                     job.get("run_after") or 0.0,
                     job.get("lease_expires_at"),
                     orjson.dumps(body).decode(),
+                    orjson.dumps(list(job.get("events") or ())).decode(),
                 )
             )
-            events.extend((job["id"], orjson.dumps(ev).decode()) for ev in job.get("events") or ())
         fresh_keys = {j["key"] for j in fresh}
         docs = [(k, orjson.dumps(d).decode()) for k, d in results.items() if k in fresh_keys]
         with conn.cursor() as cur:
             cur.executemany(
-                "INSERT INTO dq_jobs (id, seq, kind, priority, key, state, run_after, lease_expires_at, doc)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb)",
+                "INSERT INTO dq_jobs (id, seq, kind, priority, key, state, run_after, lease_expires_at, doc, events)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)",
                 rows,
             )
-            if events:
-                cur.executemany("INSERT INTO dq_events (job_id, doc) VALUES (%s, %s::jsonb)", events)
             if docs:
                 cur.executemany(
                     "INSERT INTO dq_results (key, doc) VALUES (%s, %s::jsonb) ON CONFLICT (key) DO NOTHING", docs

@@ -135,10 +135,9 @@ def test_an_expired_lease_is_reaped_by_another_worker(open_pg: Callable[..., Que
 def _row(pg_dsn: str, job_id: str) -> tuple[dict[str, object], list[dict[str, object]]]:
     """The job's document and its events, as the database holds them."""
     with psycopg.connect(pg_dsn) as conn:
-        row = conn.execute("SELECT doc::text FROM dq_jobs WHERE id = %s", (job_id,)).fetchone()
-        events = conn.execute("SELECT doc::text FROM dq_events WHERE job_id = %s ORDER BY n", (job_id,)).fetchall()
+        row = conn.execute("SELECT doc::text, events::text FROM dq_jobs WHERE id = %s", (job_id,)).fetchone()
     assert row is not None
-    return orjson.loads(row[0]), [orjson.loads(e[0]) for e in events]
+    return orjson.loads(row[0]), orjson.loads(row[1])
 
 
 def _lease_of(before: dict[str, object], after: dict[str, object]) -> dict[str, object]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import orjson
 import psycopg
 import pytest
 
@@ -108,10 +109,8 @@ def test_a_version_3_queue_is_brought_to_version_4_with_its_jobs(open_pg: Callab
     assert queue.complete(lease, {"ok": True}).state == "succeeded"
 
 
-def test_a_version_4_queue_loses_the_event_key_and_keeps_its_timelines(
-    open_pg: Callable[..., Queue], pg_dsn: str
-) -> None:
-    """Version 5 drops the per-event key check and the submission-number index; a purge still takes the events."""
+def test_a_version_4_queue_loses_the_submission_number_index(open_pg: Callable[..., Queue], pg_dsn: str) -> None:
+    """Version 5 drops the submission-number index (and the per-event key check, since gone with its table)."""
     from desktop_queue.core.pg.schema import MIGRATIONS
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:  # a queue as version 4 made it
@@ -124,13 +123,10 @@ def test_a_version_4_queue_loses_the_event_key_and_keeps_its_timelines(
     queue = open_pg()
     assert queue.report.notices == [f"brought the PostgreSQL queue's schema from version 4 to {SCHEMA_VERSION}"]
     with psycopg.connect(pg_dsn) as conn:
-        keys = conn.execute(
-            "SELECT count(*) FROM pg_constraint WHERE conrelid = 'dq_events'::regclass AND contype = 'f'"
-        ).fetchone()
         seq_index = conn.execute(
             "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'dq_jobs_seq'"
         ).fetchone()
-    assert keys == (0,) and seq_index == (0,)
+    assert seq_index == (0,)
     done, kept = (queue.submit("demo", {"n": i}).job for i in (1, 2))
     lease = queue.lease("w")
     assert lease is not None and lease.job_id == done.id
@@ -138,7 +134,60 @@ def test_a_version_4_queue_loses_the_event_key_and_keeps_its_timelines(
     assert [e.type for e in queue.get(done.id).events] == ["submitted", "leased", "succeeded"]
     assert {j.id for j in queue.list()} == {done.id, kept.id}
 
-    assert queue.purge_jobs([done.id]) == 1
+
+def test_a_version_6_queue_moves_its_timelines_into_their_jobs(open_pg: Callable[..., Queue], pg_dsn: str) -> None:
+    """Version 7 keeps each job's events in its row: the old event rows move there, in order, and the table goes."""
+    from desktop_queue.core.pg.schema import MIGRATIONS
+
+    first = open_pg()  # (real jobs, as this version writes them: a finished one, a queued one)
+    done, kept = (first.submit("demo", {"n": i}).job for i in (1, 2))
+    lease = first.lease("w")
+    assert lease is not None and lease.job_id == done.id
+    first.complete(lease, {"ok": True})
+    timelines = {j: first.get(j).events for j in (done.id, kept.id)}
+    first.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the same queue as version 6 kept it
+        rows = conn.execute(
+            "SELECT id, seq, kind, priority, key, state, run_after, lease_expires_at, doc::text, events FROM dq_jobs"
+        ).fetchall()
+        results = conn.execute("SELECT key, doc::text FROM dq_results").fetchall()
+        tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()").fetchall()
+        conn.execute("DROP FUNCTION dq_expect_one(bigint)")
+        for (table,) in tables:
+            conn.execute(f"DROP TABLE {table} CASCADE")
+        conn.execute("DROP SEQUENCE IF EXISTS dq_job_seq, dq_lease_epoch")
+        conn.execute(
+            "CREATE TABLE dq_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version in range(1, 7):
+            conn.execute(MIGRATIONS[version])
+            conn.execute("INSERT INTO dq_schema (version) VALUES (%s)", (version,))
+        for *columns, events in rows:
+            conn.execute(
+                "INSERT INTO dq_jobs (id, seq, kind, priority, key, state, run_after, lease_expires_at, doc)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb)",
+                columns,
+            )
+            for n, event in reversed(list(enumerate(events))):  # (the order is the numbers', not the rows')
+                conn.execute(
+                    "INSERT INTO dq_events (job_id, n, doc) VALUES (%s, %s, %s::jsonb)",
+                    (columns[0], 10 + n, orjson.dumps(event).decode()),
+                )
+        for key, doc in results:
+            conn.execute("INSERT INTO dq_results (key, doc) VALUES (%s, %s::jsonb)", (key, doc))
+        conn.execute("SELECT setval('dq_job_seq', 2)")
+
+    queue = open_pg()
+    assert queue.report.notices == [f"brought the PostgreSQL queue's schema from version 6 to {SCHEMA_VERSION}"]
     with psycopg.connect(pg_dsn) as conn:
-        left = conn.execute("SELECT DISTINCT job_id FROM dq_events ORDER BY job_id").fetchall()
-    assert left == [(kept.id,)]  # (the purged job's timeline went with it; the other one's stays)
+        gone = conn.execute("SELECT to_regclass('dq_events')").fetchone()
+    assert gone == (None,)
+    assert {j: queue.get(j).events for j in (done.id, kept.id)} == timelines
+    assert queue.get(done.id).state == "succeeded"
+    lease = queue.lease("w")
+    assert lease is not None and lease.job_id == kept.id
+    assert queue.complete(lease, {"ok": 2}).state == "succeeded"
+    assert [e.type for e in queue.get(kept.id).events] == ["submitted", "leased", "succeeded"]
+
+    assert queue.purge_jobs([done.id]) == 1
+    assert [j.id for j in queue.list()] == [kept.id]

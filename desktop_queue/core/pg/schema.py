@@ -16,7 +16,7 @@ from typing import Any
 from desktop_queue.core.errors import StoreError
 
 #: the schema version this code writes
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _V1 = """
 CREATE TABLE dq_jobs (
@@ -180,6 +180,21 @@ ALTER TABLE dq_artifacts ALTER COLUMN data SET STORAGE EXTERNAL;
 CREATE INDEX dq_artifacts_key ON dq_artifacts (key);
 """
 
+# version 7: a job's timeline in its own row. Events were rows of dq_events, one per step
+# of a job: each step wrote its job's new row version and, beside it, an event row and its
+# primary key entry (with a number drawn from a sequence), and each lease read the
+# timeline back through that index. A job's events are only ever read with their job
+# and appended by the statement that changes it, a handful per job: as a column they
+# cost no row, index entry or look-up of their own (the job's row is written by every
+# step anyway), and a purge's deleted jobs take their timelines with them.
+_V7_TIMELINE = """
+ALTER TABLE dq_jobs ADD COLUMN events jsonb NOT NULL DEFAULT '[]'::jsonb;
+UPDATE dq_jobs j SET events = e.events
+    FROM (SELECT job_id, jsonb_agg(doc ORDER BY n) AS events FROM dq_events GROUP BY job_id) e
+    WHERE e.job_id = j.id;
+DROP TABLE dq_events;
+"""
+
 #: version -> the SQL that lifts the schema from ``version - 1`` to it
 MIGRATIONS: dict[int, str] = {
     1: _V1,
@@ -188,6 +203,7 @@ MIGRATIONS: dict[int, str] = {
     4: _V4_EXPIRY,
     5: _V5_LEAN,
     6: _V6_ARTIFACTS,
+    7: _V7_TIMELINE,
 }
 
 

@@ -53,12 +53,7 @@ _RENEWAL = frozenset({"lease_expires_at", "heartbeat_at"})
 _COLUMNS = ("state", "run_after", "lease_expires_at")
 
 # the job and its timeline (as JSON text, parsed only if someone reads it: model.events_of)
-_SELECT = (
-    "SELECT j.doc::text, j.rev,"
-    " (SELECT coalesce(json_agg(e.doc ORDER BY e.n), '[]'::json)::text FROM dq_events e WHERE e.job_id = j.id),"
-    " j.id"
-    " FROM dq_jobs j"
-)
+_SELECT = "SELECT j.doc::text, j.rev, j.events::text, j.id FROM dq_jobs j"
 
 
 _RUNNABLE_WHERE = (
@@ -119,22 +114,20 @@ _PICK = (
 _EXPIRED_AND_PICK = "SELECT x.ids, p.* FROM (" + _EXPIRED + " AS ids) x LEFT JOIN LATERAL (" + _PICK + ") p ON true"
 # a whole lease in one statement (PgView.lease_next): the job picked as above, leased
 # with the verb's changes and the counts that depend on the job (one more attempt, a new
-# epoch), and its leased event; nothing if a lease has expired. Beside it: whether one
-# had, the job as leased, and its timeline before this event (the statement's snapshot)
+# epoch, drawn once for the document and the event alike), its leased event appended;
+# nothing if a lease has expired. Beside it: whether one had, and the job as leased
 _LEASE_NEXT = (
-    "WITH x AS (" + _EXPIRED + " AS ids),"
+    "WITH x AS (" + _EXPIRED + " AS ids), n AS (SELECT nextval('dq_lease_epoch') AS epoch),"
     " u AS (UPDATE dq_jobs j SET doc = j.doc || %s::jsonb || jsonb_build_object("
     "'attempts', (j.doc->>'attempts')::int + 1,"
     " 'total_attempts', coalesce((j.doc->>'total_attempts')::int, 0) + 1,"
-    " 'lease_epoch', nextval('dq_lease_epoch')),"
+    " 'lease_epoch', n.epoch),"
+    " events = j.events || jsonb_build_array(%s::jsonb || jsonb_build_object("
+    "'attempt', (j.doc->>'attempts')::int + 1, 'epoch', n.epoch)),"
     " rev = j.rev + 1, txid = pg_current_xact_id(), state = %s, lease_expires_at = %s, worker_id = %s"
-    " WHERE cardinality((SELECT ids FROM x)) = 0 AND j.state = 'queued' AND j.id = " + _PICK_ID + ""
-    " RETURNING j.id, j.doc, j.rev),"
-    " e AS (INSERT INTO dq_events (job_id, doc) SELECT u.id, %s::jsonb || jsonb_build_object("
-    "'attempt', u.doc->'attempts', 'epoch', u.doc->'lease_epoch') FROM u RETURNING 1)"
-    " SELECT cardinality(x.ids), u.doc::text, u.rev,"
-    " (SELECT coalesce(json_agg(v.doc ORDER BY v.n), '[]'::json)::text FROM dq_events v WHERE v.job_id = u.id),"
-    " u.id FROM x LEFT JOIN u ON true"
+    " FROM n WHERE cardinality((SELECT ids FROM x)) = 0 AND j.state = 'queued' AND j.id = " + _PICK_ID + ""
+    " RETURNING j.id, j.doc, j.rev, j.events)"
+    " SELECT cardinality(x.ids), u.doc::text, u.rev, u.events::text, u.id FROM x LEFT JOIN u ON true"
 )
 # how many jobs each state holds, and how many dead letters a person resolved, in one
 # statement (PgView.state_counts). Each state but one is counted through its partial index
@@ -174,21 +167,14 @@ _SEQ = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM dq_job_seq"
 # read every live job
 _HOLDER = f"SELECT (SELECT id FROM dq_jobs WHERE key = %s AND state IN {_LIVE_STATES} LIMIT 1), (" + _SEQ + ")"
 
-# a job's new events, appended in the order given (one statement, whatever their number)
-_EVENTS_OF = (
-    "INSERT INTO dq_events (job_id, doc) SELECT {job}, x.doc"
-    " FROM {source} CROSS JOIN LATERAL jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS x(doc, n) ORDER BY x.n"
-    " RETURNING 1"
-)
-
-# a new job, its submission number from the sequence (not from what the verb read: two
-# concurrent submissions must not share one, and the document must say the same), and its
-# events, in one statement
+# a new job with its first events, its submission number from the sequence (not from
+# what the verb read: two concurrent submissions must not share one, and the document must
+# say the same), in one statement
 _INSERT = (
     "WITH s AS (SELECT nextval('dq_job_seq') AS seq),"
-    " j AS (INSERT INTO dq_jobs (id, seq, kind, priority, key, state, run_after, lease_expires_at, doc)"
-    " SELECT %s, s.seq, %s, %s, %s, %s, %s, %s, %s::jsonb || jsonb_build_object('seq', s.seq) FROM s RETURNING id, seq),"
-    " e AS (" + _EVENTS_OF.format(job="j.id", source="j") + ")"
+    " j AS (INSERT INTO dq_jobs (id, seq, kind, priority, key, state, run_after, lease_expires_at, doc, events)"
+    " SELECT %s, s.seq, %s, %s, %s, %s, %s, %s, %s::jsonb || jsonb_build_object('seq', s.seq), %s::jsonb"
+    " FROM s RETURNING id, seq)"
     " SELECT seq FROM j"
 )
 
@@ -346,8 +332,8 @@ class PgView:
         self._empty: dict[str, float] = {}
         #: new jobs, and the statements that gave them their submission number
         self._numbered: list[tuple[JobDict, Any]] = []
-        #: leases in one statement (lease_next): what each took, its statement, its event
-        self._leases_next: list[tuple[NextLease, Any, EventDict]] = []
+        #: leases in one statement (lease_next): what each took, and its statement
+        self._leases_next: list[tuple[NextLease, Any]] = []
         #: ids of the jobs leased so, known once the commit answered: what it notifies then
         self.changed_late: set[str] = set()
         #: the cursor of the last write sent (see :meth:`wrote_all`)
@@ -644,19 +630,19 @@ class PgView:
             (
                 *(now,) * _EXPIRED_TIMES,
                 _dumps(changes),
+                _dumps(event),
                 str(changes["state"]),
                 changes["lease_expires_at"],
                 self.worker,
                 *(now for _ in _LANES),
-                _dumps(event),
             ),
         )
-        self._leases_next.append((taken, cursor, event))
+        self._leases_next.append((taken, cursor))
         return taken
 
     def _took(self) -> None:
         """Fills in what each :meth:`lease_next` took, and that job's image, from its answer."""
-        for taken, cursor, event in self._leases_next:
+        for taken, cursor in self._leases_next:
             row = cursor.fetchone()
             if row is None:
                 continue
@@ -664,8 +650,7 @@ class PgView:
             if row[4] is None:
                 continue
             job = cast(JobDict, orjson.loads(row[1]))
-            done = {**event, "attempt": job["attempts"], "epoch": job["lease_epoch"]}
-            job["events"] = _appended(row[3], [done], _dumps([done]))
+            job["events"] = row[3]
             job_id = str(row[4])
             self._after[job_id] = job
             self._after_rev[job_id] = int(row[2])
@@ -912,6 +897,11 @@ class PgView:
             # a new lease belongs to this process's worker row; a cleared one to no one
             assignments.append("worker_id = %s")
             params.append(self.worker if changes["lease_token"] else None)
+        events = list(record.get("ev") or ())
+        events_text = _dumps(events) if events else None
+        if events_text is not None:
+            assignments.append("events = events || %s::jsonb")
+            params.append(events_text)
         sql = f"WITH u AS (UPDATE dq_jobs SET {', '.join(assignments)} WHERE id = %s"
         params.append(job_id)
         seen = self._seen.get(job_id)
@@ -919,11 +909,6 @@ class PgView:
             sql += " AND rev = %s"
             params.append(seen[1])
         sql += " RETURNING id)"
-        events = list(record.get("ev") or ())
-        events_text = _dumps(events) if events else None
-        if events_text is not None:
-            sql += ", e AS (" + _EVENTS_OF.format(job="u.id", source="u") + ")"
-            params.append(events_text)
         doc = record.get("res")
         check = " SELECT dq_expect_one(count(*)) FROM u"
         if isinstance(doc, dict) and isinstance(doc.get("key"), str):
@@ -1047,9 +1032,7 @@ class PgView:
         if gone:
             ids = [j["id"] for j in gone]
             keys = [j["key"] for j in gone]
-            self._write("DELETE FROM dq_jobs WHERE id = ANY(%s)", (ids,))
-            # (no foreign key deletes them since schema version 5: the purge does)
-            self._write("DELETE FROM dq_events WHERE job_id = ANY(%s)", (ids,))
+            self._write("DELETE FROM dq_jobs WHERE id = ANY(%s)", (ids,))  # (their timelines with them)
             # a key's result (and its artifact) goes with its job, unless a job still here holds the key
             for table in ("dq_results", "dq_artifacts"):
                 self._write(
