@@ -3,7 +3,7 @@
 Every commit that changes jobs is told on the queue's channel (one per schema:
 :func:`channel_of`), after it committed, so a notification is delivered only once its
 change is visible. :class:`Notifier` paces them: a commit after a quiet spell notifies in
-its own round trip, the commits of a burst share one notification per 50 ms. The
+its own round trip, the commits of a burst share one notification per 200 ms. The
 payload is the changed job ids, comma-separated, or ``*`` (a purge, or more ids than fit
 the server's 8000-byte payload limit): a hint for whoever wants it, never the record of
 what changed (``changed_since`` still reads that from the table).
@@ -34,6 +34,14 @@ log = logging.getLogger(__name__)
 PAYLOAD_MAX = 7900
 #: what a payload says when it cannot list the ids: every job may have changed
 EVERYTHING = "*"
+#: the least time between two notifications of one busy process (:class:`Notifier`).
+#: Every notification wakes every listener on the queue (each window, each idle worker),
+#: and costs its sender a statement and the server a transaction, so the queue's rate is
+#: this times the busy processes: sixteen busy workers at 50 ms sent 320 a second, one in
+#: seven of their commits. A burst's later commits are told at most this late (its last
+#: ones at most twice this), still well within the second a window on another machine
+#: has to show a change in; the first commit after a quiet spell is told at once.
+LINGER_S = 0.2
 
 
 def channel_of(conn: Any) -> str:
@@ -104,7 +112,7 @@ class Notifier:
         reconnect_s: the pause after a failed send before trying again.
     """
 
-    def __init__(self, dsn: str, channel: str, *, linger_s: float = 0.05, reconnect_s: float = 0.5) -> None:
+    def __init__(self, dsn: str, channel: str, *, linger_s: float = LINGER_S, reconnect_s: float = 0.5) -> None:
         self.dsn = dsn
         self.channel = channel
         self.linger_s = linger_s
