@@ -114,8 +114,9 @@ _PICK = (
 _EXPIRED_AND_PICK = "SELECT x.ids, p.* FROM (" + _EXPIRED + " AS ids) x LEFT JOIN LATERAL (" + _PICK + ") p ON true"
 # a whole lease in one statement (PgView.lease_next): the job picked as above, leased
 # with the verb's changes and the counts that depend on the job (one more attempt, a new
-# epoch, drawn once for the document and the event alike), its leased event appended;
-# nothing if a lease has expired. Beside it: whether one had, and the job as leased
+# epoch, drawn once for the document and the event alike: drawn too when no job is taken,
+# an epoch never used, as the scanning lease's), its leased event appended; nothing if a
+# lease has expired. Beside it: whether one had, and the job as leased
 _LEASE_NEXT = (
     "WITH x AS (" + _EXPIRED + " AS ids), n AS (SELECT nextval('dq_lease_epoch') AS epoch),"
     " u AS (UPDATE dq_jobs j SET doc = j.doc || %s::jsonb || jsonb_build_object("
