@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication, QWidget
 
@@ -239,3 +239,27 @@ def test_usable_at_800_by_500(qtbot: Any, session: Any) -> None:
     for item in status.findChildren(QWidget):
         if item.isVisibleTo(status) and item.parentWidget() is status:
             assert item.geometry().right() <= status.width(), item.objectName()
+
+
+@pytest.mark.parametrize("width", [800, 1000, 1200, 1600])
+def test_the_dead_letter_buttons_stay_inside_their_pane(qtbot: Any, session: Any, width: int) -> None:
+    """Each button of the dead letters' row, the "Matching" menu included, is whole at any window width
+    (the row wraps under the search box rather than running past the pane's edge)."""
+    window = session.window
+    session.queue.submit("demo", {"prompt": "x"}, title="so the table shows")
+    window.refresh()
+    _settle(qtbot, window)
+    window.resize(width, 600)
+    window.tabs.setCurrentWidget(window.dead_pane)
+    QApplication.processEvents()
+    pane = window.dead_pane
+    buttons = (pane.retry_button, pane.replay_button, pane.resolve_button, pane.retry_all_button, pane.more_button)
+    for button in buttons:
+        assert button.isVisible(), button.text()
+        top_left = button.mapTo(pane, button.rect().topLeft())
+        bottom_right = button.mapTo(pane, button.rect().bottomRight())
+        assert pane.rect().contains(top_left) and pane.rect().contains(bottom_right), (button.text(), width)
+    assert {b.height() for b in buttons} == {pane.retry_all_button.height()}  # (one row of one height)
+    search = pane.search.geometry()
+    for button in buttons:  # (and none lies over the search box)
+        assert not pane.search.geometry().intersects(QRect(button.mapTo(pane, QPoint(0, 0)), button.size())), search

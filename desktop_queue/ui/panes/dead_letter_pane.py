@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QMenu,
     QPushButton,
     QSplitter,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -82,16 +81,18 @@ class DeadLetterPane(QWidget):
         self.resolve_button.setToolTip("Close the selected dead letters without retrying them")
         self.retry_all_button = QPushButton(icon("action-retry"), "Retr&y all matching")
         self.retry_all_button.setObjectName("retryAllButton")
-        self.more_button = QToolButton()
+        # a push button with a menu, as its neighbours are push buttons: the style sizes it
+        # to their height and leaves room for its arrow (a tool button here was shorter, its
+        # arrow drawn over the last letter)
+        self.more_button = QPushButton("Matchin&g")
         self.more_button.setObjectName("matchingMenuButton")
-        self.more_button.setText("Matchin&g")
         self.more_button.setToolTip("Replay or resolve every dead letter the filter matches")
-        self.more_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
-        self.more_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         menu = QMenu(self.more_button)
         self.replay_all_action = menu.addAction(icon("action-replay"), "Re&play all matching…")
         self.resolve_all_action = menu.addAction(icon("state-succeeded"), "Re&solve all matching…")
         self.more_button.setMenu(menu)
+        # (no icon of its own: as tall as its neighbours with theirs)
+        self.more_button.setMinimumHeight(self.retry_all_button.sizeHint().height())
         self.show_resolved = QCheckBox("Show reso&lved")
         self.show_resolved.setObjectName("showResolved")
         self.show_resolved.setToolTip("Also list the dead letters a person closed without retrying")
