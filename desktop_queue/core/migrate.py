@@ -131,24 +131,10 @@ def _full(job: JobDict) -> JobDict:
     return copy
 
 
-def _read_pg_batch(conn: Any, part: Sequence[Place]) -> list[JobDict]:
-    """A batch of PostgreSQL jobs with their events, in one statement (not one per job)."""
-    ids = [job_id for _, job_id, _ in part]
-    rows = conn.execute(
-        "SELECT j.id, j.doc::text, j.events::text FROM dq_jobs j WHERE j.id = ANY(%s)",
-        (ids,),
-    ).fetchall()
-    found: dict[str, JobDict] = {}
-    for job_id, doc, events in rows:
-        job = cast(JobDict, orjson.loads(doc))
-        job["events"] = orjson.loads(events)
-        found[job_id] = job
-    return [found[i] for i in ids if i in found]
-
-
 def _read_batch(st: View, part: Sequence[Place]) -> list[JobDict]:
-    if st.archive is None and hasattr(st, "conn"):
-        return _read_pg_batch(st.conn, part)  # (the PostgreSQL view: its connection, in its transaction)
+    by_id: Callable[[Sequence[str]], list[JobDict]] | None = getattr(st, "jobs_by_id", None)
+    if by_id is not None:  # (PostgreSQL's view reads the batch in one statement)
+        return [_full(job) for job in by_id([job_id for _, job_id, _ in part])]
     rows = [row for _, _, row in part if row is not None]
     archived: dict[str, JobDict] = {}
     if rows and st.archive is not None:

@@ -36,11 +36,11 @@ PAYLOAD_MAX = 7900
 EVERYTHING = "*"
 #: the least time between two notifications of one busy process (:class:`Notifier`).
 #: Every notification wakes every listener on the queue (each window, each idle worker),
-#: and costs its sender a statement and the server a transaction, so the queue's rate is
-#: this times the busy processes: sixteen busy workers at 50 ms sent 320 a second, one in
-#: seven of their commits. A burst's later commits are told at most this late (its last
-#: ones at most twice this), still well within the second a window on another machine
-#: has to show a change in; the first commit after a quiet spell is told at once.
+#: and costs its sender a statement and the server a transaction: the queue sends one
+#: per linger per busy process, so it must be long beside a commit, however many workers
+#: there are. A burst's later commits are told at most this late (its last ones at most
+#: twice this), well within the second a window on another machine has to show a change
+#: in; the first commit after a quiet spell is told at once.
 LINGER_S = 0.2
 
 
