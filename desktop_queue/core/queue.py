@@ -1656,28 +1656,34 @@ class Queue:
         """A page of archived jobs, newest first, found through the archive's index (no segment read).
 
         For the window's history and filters: ``before_seq`` continues after the last row
-        of the previous page. Jobs that the hot set holds (:meth:`raw_jobs`) are left out.
+        of the previous page. Jobs that the hot set holds (:meth:`raw_jobs`) are left out
+        (the archive may hold an older copy of them); on PostgreSQL, where every row is
+        the job's only copy, the newest finished ones may come in both.
         ``text`` is looked for in the title and the prompt; ``resolved`` keeps only the
         resolved dead letters (True) or the others (False); ``signature`` one error
         signature; ``created_after`` / ``created_before`` a date range.
         """
 
+        filters: dict[str, Any] = {
+            "state": state,
+            "kind": kind,
+            "profile": profile,
+            "error_class": error_class,
+            "text": text,
+            "before_seq": before_seq,
+            "limit": limit,
+            "resolved": resolved,
+            "signature": signature,
+            "created_after": created_after,
+            "created_before": created_before,
+        }
+
         def fn(st: View) -> builtins.list[ArchivedRow]:
             if st.archive is None:
-                return []
-            rows = st.archive.rows(
-                state=state,
-                kind=kind,
-                profile=profile,
-                error_class=error_class,
-                text=text,
-                before_seq=before_seq,
-                limit=limit,
-                resolved=resolved,
-                signature=signature,
-                created_after=created_after,
-                created_before=created_before,
-            )
+                # (a view that pages its one copy of every job itself, PostgreSQL's, hot ones too)
+                paged: Callable[..., builtins.list[ArchivedRow]] | None = getattr(st, "history_rows", None)
+                return paged(**filters) if paged is not None else []
+            rows = st.archive.rows(**filters)
             return [r for r in rows if r.id not in st.hot_jobs()]
 
         return self.store.read(fn)
@@ -2176,8 +2182,8 @@ class Queue:
 
         def fn(st: View) -> set[str]:
             out: set[str] = set()
-            # (a view that reads every input in one statement, PostgreSQL's, where every job
-            # is hot, need not read the jobs one by one)
+            # (a view that reads the hot jobs' inputs in one statement, PostgreSQL's, need
+            # not read the jobs one by one)
             bulk: Callable[[], builtins.list[tuple[str, str, Any]]] | None = (
                 getattr(st, "inputs_not_queued", None) if ids is None else None
             )

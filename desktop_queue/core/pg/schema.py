@@ -16,7 +16,7 @@ from typing import Any
 from desktop_queue.core.errors import StoreError
 
 #: the schema version this code writes
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _V1 = """
 CREATE TABLE dq_jobs (
@@ -195,6 +195,20 @@ UPDATE dq_jobs j SET events = e.events
 DROP TABLE dq_events;
 """
 
+# version 8: a long history read a page at a time. The window held every job, and the
+# newest finished jobs were found by sorting the whole table: both read every job, which
+# a long history makes slow. The window now holds the unfinished jobs and the newest
+# finished ones and pages older ones newest first (PgView.history_rows), as on the data
+# dir; this index serves both. A row version enters it only in a finished state: one
+# entry per lifecycle (its last step), not one per step as the index on the submission
+# number dropped in version 5 cost. The dead and cancelled ones are also found in
+# submission order.
+_V8_FINISHED = """
+CREATE INDEX dq_jobs_finished_seq ON dq_jobs (seq) WHERE state IN ('succeeded', 'dead', 'cancelled');
+DROP INDEX dq_jobs_stopped;
+CREATE INDEX dq_jobs_stopped ON dq_jobs (state, seq) WHERE state IN ('dead', 'cancelled');
+"""
+
 #: version -> the SQL that lifts the schema from ``version - 1`` to it
 MIGRATIONS: dict[int, str] = {
     1: _V1,
@@ -204,6 +218,7 @@ MIGRATIONS: dict[int, str] = {
     5: _V5_LEAN,
     6: _V6_ARTIFACTS,
     7: _V7_TIMELINE,
+    8: _V8_FINISHED,
 }
 
 

@@ -38,7 +38,9 @@ from desktop_queue.core.records import (
     Record,
     UpdateRecord,
 )
-from desktop_queue.core.store.archive import RESOLVED, PurgeFilter
+from desktop_queue.core.search import prompt_text
+from desktop_queue.core.store.archive import FINISHED_STATES, RESOLVED, ArchivedRow, PurgeFilter
+from desktop_queue.core.store.compaction import KEEP_FINISHED
 
 log = logging.getLogger(__name__)
 
@@ -145,23 +147,51 @@ _STATE_COUNTS = (
 # the state spelled out, so that the prepared plan can use the partial index of that state
 # (schema version 4 keeps no index over every job's state)
 _IDS_IN = {str(s): f"SELECT id FROM dq_jobs WHERE state = '{s}' ORDER BY id" for s in State}
+_FINISHED = "(" + ", ".join(f"'{s}'" for s in FINISHED_STATES) + ")"
+#: how many finished jobs the window holds beside the unfinished ones, newest first (the
+#: data dir's hot set keeps as many): the older ones are paged (PgView.history_rows)
+HOT_FINISHED = KEEP_FINISHED
+# the newest finished jobs, through dq_jobs_finished_seq (schema version 8)
+_NEWEST_FINISHED = f" WHERE state IN {_FINISHED} ORDER BY seq DESC LIMIT {HOT_FINISHED}"
 # what the window's models take of each job (Queue.raw_jobs: no timeline, which the row
 # does not hold, no lease token, and the input of queued jobs only), shaped by the server:
-# every job, or those of some ids
+# the window's hot set (the unfinished jobs and the newest finished ones), or some ids
 _WINDOW_DOC = f"(CASE WHEN state = '{State.QUEUED}' THEN doc ELSE doc - 'input' END - 'lease_token')::text"
-_WINDOW_ALL = f"SELECT {_WINDOW_DOC} FROM dq_jobs ORDER BY seq"
+# (each unfinished state apart: one IN list of both cannot use their partial indexes)
+_WINDOW_HOT = (
+    f"SELECT {_WINDOW_DOC}, seq FROM dq_jobs WHERE state = '{State.QUEUED}'"
+    f" UNION ALL SELECT {_WINDOW_DOC}, seq FROM dq_jobs WHERE state = '{State.RUNNING}'"
+    f" UNION ALL (SELECT {_WINDOW_DOC}, seq FROM dq_jobs{_NEWEST_FINISHED}) ORDER BY 2"
+)
 _WINDOW_IDS = f"SELECT {_WINDOW_DOC} FROM dq_jobs WHERE id = ANY(%s) ORDER BY seq"
-# what the prompt search reads of the jobs whose rows do not carry their input
+# what the prompt search reads of the hot jobs whose rows do not carry their input
+_INPUT = "id, doc->>'input_digest', (doc->'input')::text"
 _INPUTS_NOT_QUEUED = (
-    f"SELECT id, doc->>'input_digest', (doc->'input')::text FROM dq_jobs WHERE state <> '{State.QUEUED}'"
+    f"SELECT {_INPUT} FROM dq_jobs WHERE state = '{State.RUNNING}'"
+    f" UNION ALL (SELECT {_INPUT} FROM dq_jobs{_NEWEST_FINISHED})"
 )
 # the newest jobs (of a state), newest first, with their timelines (PgView.newest): a
-# page read as a page, where listing every job of the state and sorting them in the
-# client read the whole history at a million jobs (the state spelled out: see above)
+# page read as a page through an index (the state spelled out: see above). Of every
+# state: the newest finished ones through theirs, merged with the unfinished ones (as
+# few as the backlog), where ordering the whole table read every job
+_SELECT_SEQ = "SELECT j.doc::text AS doc, j.rev, j.events::text AS events, j.id, j.seq FROM dq_jobs j"
 _NEWEST: dict[str | None, str] = {
-    None: _SELECT + " ORDER BY j.seq DESC LIMIT %s",
+    None: (
+        f"SELECT doc, rev, events, id FROM (({_SELECT_SEQ} WHERE j.state IN {_FINISHED} ORDER BY j.seq DESC LIMIT %s)"
+        f" UNION ALL ({_SELECT_SEQ} WHERE j.state = '{State.QUEUED}' ORDER BY j.seq DESC LIMIT %s)"
+        f" UNION ALL ({_SELECT_SEQ} WHERE j.state = '{State.RUNNING}' ORDER BY j.seq DESC LIMIT %s)) u"
+        " ORDER BY seq DESC LIMIT %s"
+    ),
     **{str(s): _SELECT + f" WHERE j.state = '{s}' ORDER BY j.seq DESC LIMIT %s" for s in State},
 }
+# a page of finished jobs for the window's history (PgView.history_rows): what the data
+# dir's archive index knows of each (ArchivedRow), and what the filters done here read
+_HISTORY_COLUMNS = (
+    "seq, id, state, kind, doc->>'title', doc->'created_at', doc->'finished_at', doc->'updated_at',"
+    " doc->'last_error', doc->'resolved_at', doc->'profile', doc->'input'"
+)
+#: finished jobs read per statement when a filter is checked here (text, error signature)
+_HISTORY_SCAN = 500
 _SEQ = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM dq_job_seq"
 # the states spelled out as the unique index's predicate is: a parameter there (state =
 # ANY(%s)) makes the prepared plan unable to use that index, and every submission would
@@ -226,6 +256,44 @@ def _appended(old: Any, new: list[Any], new_text: str | None) -> Any:
     if not isinstance(old, str) or old.strip() in ("", "[]"):
         return new_text
     return old.rstrip()[:-1] + "," + new_text[1:]
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _history_row(r: Sequence[Any]) -> ArchivedRow:
+    """An :class:`ArchivedRow` of a row of ``_HISTORY_COLUMNS``, as the data dir's archive index has it."""
+    error = r[8] if isinstance(r[8], dict) else None
+    profile = r[10] if isinstance(r[10], str) else None
+    if profile is None and isinstance(r[11], dict) and isinstance(r[11].get("profile"), str):
+        profile = r[11]["profile"]
+    signature = None
+    if r[2] == State.DEAD:
+        # imported here, as the archive does: ``present`` pulls in flow control and the ledger
+        from desktop_queue.core.present import error_signature
+
+        signature = error_signature({"last_error": error})
+    return ArchivedRow(
+        int(r[0]),
+        str(r[1]),
+        str(r[2]),
+        r[3],
+        profile,
+        r[4],
+        _float(r[5]),
+        _float(r[6]),
+        _float(r[7]),
+        error.get("class") if error is not None else None,
+        resolved_at=_float(r[9]),
+        signature=signature,
+    )
+
+
+def _mentions(r: Sequence[Any], needle: str) -> bool:
+    """Whether the title or the prompt (as the archive indexes it) of a ``_HISTORY_COLUMNS`` row holds ``needle`` (casefolded)."""
+    title = r[4]
+    return (isinstance(title, str) and needle in title.casefold()) or needle in prompt_text(r[11]).casefold()
 
 
 class PgJobs(Mapping[str, JobDict]):
@@ -662,8 +730,82 @@ class PgView:
     def newest(self, state: str | None, limit: int) -> list[JobDict]:
         """The ``limit`` newest jobs (in ``state``, a :class:`State`), newest first: a page of :meth:`Queue.list
         <desktop_queue.core.queue.Queue.list>` read as a page."""
-        rows = self._conn.execute(_NEWEST[None if state is None else str(state)], (limit,)).fetchall()
+        args = (limit,) if state is not None else (limit,) * 4
+        rows = self._conn.execute(_NEWEST[None if state is None else str(state)], args).fetchall()
         return [self._job_of(r) for r in rows]
+
+    def history_rows(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        profile: str | None = None,
+        error_class: str | None = None,
+        text: str | None = None,
+        before_seq: int | None = None,
+        limit: int | None = None,
+        resolved: bool | None = None,
+        signature: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+    ) -> list[ArchivedRow]:
+        """Finished jobs newest first, filtered as the data dir's archive filters them
+        (:meth:`Archive.rows <desktop_queue.core.store.archive.Archive.rows>`): what
+        :meth:`Queue.history <desktop_queue.core.queue.Queue.history>` pages on PostgreSQL.
+
+        Every row is the job's only copy, so the window's hot ones are not left out
+        (it drops the rows it holds already). The fields are filtered by the server
+        through dq_jobs_finished_seq; ``text`` (in the title or the prompt, any case)
+        by the server in the title and the input's JSON, then here in the prompt's text
+        as the data dir indexes it; ``signature`` here (it is worked out in Python).
+        """
+        if state is not None and state not in FINISHED_STATES:
+            return []  # (the history holds finished jobs only)
+        where = [f"state = '{State(state)}'" if state is not None else f"state IN {_FINISHED}"]
+        args: list[Any] = []
+        for sql, value in (
+            ("kind = %s", kind),
+            ("coalesce(doc->>'profile', doc->'input'->>'profile') = %s", profile),
+            ("doc->'last_error'->>'class' = %s", error_class),
+            ("(doc->>'created_at')::float8 >= %s", created_after),
+            ("(doc->>'created_at')::float8 < %s", created_before),
+        ):
+            if value is not None:
+                where.append(sql)
+                args.append(value)
+        if resolved is not None:
+            where.append(f"doc->>'resolved_at' IS {'NOT ' if resolved else ''}NULL")
+        needle = text.casefold() if text else None
+        if text:
+            pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            if any(c in text for c in '"\\') or any(ord(c) < 0x20 for c in text):
+                where.append("(doc->>'title' ILIKE %s OR doc ? 'input')")  # (escaped in the JSON: found here)
+                args.append(pattern)
+            else:
+                where.append("(doc->>'title' ILIKE %s OR (doc->'input')::text ILIKE %s)")
+                args += [pattern, pattern]
+        checked = needle is not None or signature is not None
+        out: list[ArchivedRow] = []
+        cursor = before_seq
+        while limit is None or len(out) < limit:
+            page = _HISTORY_SCAN if checked or limit is None else limit - len(out)
+            sql = f"SELECT {_HISTORY_COLUMNS} FROM dq_jobs WHERE " + " AND ".join(where)
+            if cursor is not None:
+                sql += " AND seq < %s"
+            rows = self._conn.execute(
+                sql + " ORDER BY seq DESC LIMIT %s", (*args, *(() if cursor is None else (cursor,)), page)
+            ).fetchall()
+            for r in rows:
+                row = _history_row(r)
+                if needle is not None and not _mentions(r, needle):
+                    continue
+                if signature is not None and row.signature != signature:
+                    continue
+                out.append(row)
+            if len(rows) < page:
+                break
+            cursor = int(rows[-1][0])
+        return out if limit is None else out[:limit]
 
     def jobs_by_id(self, ids: Sequence[str]) -> list[JobDict]:
         """The jobs of ``ids`` that exist, in that order, with their timelines, in one statement
@@ -673,24 +815,27 @@ class PgView:
         return [found[i] for i in ids if i in found]
 
     def window_jobs(self, ids: Collection[str] | None = None) -> list[JobDict]:
-        """Every job (or those of ``ids`` that exist) as :meth:`Queue.raw_jobs
+        """The window's hot set (or the jobs of ``ids`` that exist) as :meth:`Queue.raw_jobs
         <desktop_queue.core.queue.Queue.raw_jobs>` hands them to the window, in one statement.
 
-        Without timelines (read per job with its row, they were most of the window's first
-        look) and trimmed by the server; the jobs of a refresh's changed ids in one
-        statement, where reading them one by one cost a query each.
+        The hot set is every unfinished job and the :data:`HOT_FINISHED` newest finished
+        ones: the window pages older ones through :meth:`history_rows`, as it pages the
+        data dir's archive. Without timelines (read per job with its row, they were most
+        of the window's first look) and trimmed by the server; the jobs of a refresh's
+        changed ids in one statement, where reading them one by one cost a query each.
         """
         if ids is None:
-            rows = self._conn.execute(_WINDOW_ALL).fetchall()
+            rows = self._conn.execute(_WINDOW_HOT).fetchall()
         else:
             rows = self._conn.execute(_WINDOW_IDS, (list(ids),)).fetchall()
         return [cast(JobDict, orjson.loads(r[0])) for r in rows]
 
     def inputs_not_queued(self) -> list[tuple[str, str, Any]]:
-        """``(id, input digest, input)`` of every job not queued, in one statement: what the
-        window's prompt search (:meth:`Queue.prompt_matches
+        """``(id, input digest, input)`` of the hot jobs not queued (see :meth:`window_jobs`),
+        in one statement: what the window's prompt search (:meth:`Queue.prompt_matches
         <desktop_queue.core.queue.Queue.prompt_matches>`) looks through, where reading the
-        jobs one by one cost a query each (3.7 s at 20,000 jobs)."""
+        jobs one by one cost a query each (3.7 s at 20,000 jobs). Older jobs are searched
+        by :meth:`history_rows`."""
         rows = self._conn.execute(_INPUTS_NOT_QUEUED).fetchall()
         return [(str(r[0]), r[1] or "", orjson.loads(r[2]) if r[2] is not None else None) for r in rows]
 

@@ -1,0 +1,240 @@
+"""The window's history on PostgreSQL: it holds the unfinished jobs and the newest finished
+ones, and pages the older ones newest first, filtered by the server (schema version 8).
+
+On the data dir the window pages the archive (tests/ui/test_history.py); on PostgreSQL
+every job stays in its table, and the window read all of them at once (17 s at a
+million jobs). These tests hold the same promises over the table: every finished job is
+reachable a page at a time and once, and each filter answers what a scan of every job
+would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QModelIndex
+
+from desktop_queue.core import Outcome, Queue
+from desktop_queue.core.model import State
+from desktop_queue.core.pg import view as pg_view
+from desktop_queue.core.present import error_signature
+from desktop_queue.core.search import prompt_text
+from desktop_queue.ui.models import DeadLetterModel, JobFilterProxy, JobRole, QueueModel, RefreshCoordinator
+
+HOT = pg_view.HOT_FINISHED
+JOBS = HOT + 45
+FINISHED = {str(State.SUCCEEDED), str(State.DEAD), str(State.CANCELLED)}
+ROOT = QModelIndex()
+
+
+def build(queue: Queue) -> dict[str, Any]:
+    """JOBS jobs run to the end in submission order (every sixth dead, every tenth from the
+    fifth cancelled, a third of the dead ones resolved; titles "pear …" or "apple …", kinds
+    "demo" and "echo"), then two queued jobs and a running one."""
+    made: dict[str, Any] = {"finished": [], "queued": [], "running": []}
+    for i in range(JOBS):
+        fruit = "pear" if i % 3 == 0 else "apple"
+        payload: dict[str, Any] = {"prompt": f"job {i}"}
+        if i == 7:
+            payload = {"prompt": 'say "hi" to Ñandú', "model": "needle-model"}
+        if i == 8:
+            payload = {"messages": [{"role": "user", "content": "a lighthouse at dusk"}], "profile": "studio"}
+        job_id = queue.submit("echo" if i % 4 == 1 else "demo", payload, title=f"{fruit} {i}").job.id
+        if i % 10 == 5:
+            queue.cancel(job_id)
+        else:
+            lease = queue.lease("w")
+            assert lease is not None and lease.job_id == job_id
+            if i % 6 == 0:
+                queue.fail(lease, Outcome.failure("fatal", f"demo: simulated invalid request {i} (req_{i:06d}x)"))
+                if i % 18 == 0:
+                    queue.resolve(job_id)
+            else:
+                queue.complete(lease, {"text": f"ok {i}"})
+        made["finished"].append(job_id)
+    for i in range(3):
+        made["queued"].append(queue.submit("demo", {"prompt": f"waiting {i}"}, title=f"pear waiting {i}").job.id)
+    lease = queue.lease("w")
+    assert lease is not None
+    made["running"] = [lease.job_id]
+    made["queued"].remove(lease.job_id)
+    return made
+
+
+@pytest.fixture
+def pg_history(open_pg: Callable[..., Queue]) -> tuple[Queue, dict[str, Any]]:
+    queue = open_pg()
+    return queue, build(queue)
+
+
+def _finished_jobs(queue: Queue, ids: list[str]) -> list[dict[str, Any]]:
+    """Every finished job, newest first, read one by one (the scan the history must agree with)."""
+    jobs = [{**job.to_json(), "seq": job.seq} for job in map(queue.get, ids)]
+    return sorted(jobs, key=lambda j: j["seq"], reverse=True)
+
+
+def test_the_window_holds_the_unfinished_and_the_newest_finished_jobs(
+    pg_history: tuple[Queue, dict[str, Any]],
+) -> None:
+    queue, made = pg_history
+    hot = queue.raw_jobs()
+    newest = [j["id"] for j in _finished_jobs(queue, made["finished"])[:HOT]]
+    assert {j["id"] for j in hot} == set(made["queued"]) | set(made["running"]) | set(newest)
+    assert len(hot) == HOT + 3
+    seqs = [j["seq"] for j in hot]
+    assert seqs == sorted(seqs)  # (as the data dir hands its hot set over: in submission order)
+    assert all("input" not in j for j in hot if j["state"] != State.QUEUED)
+    # the prompt search of the hot rows reads the hot jobs' inputs, not every job's
+    assert queue.prompt_matches("job 1") == {i for i in newest if "job 1" in queue.get(i).input.get("prompt", "")}
+    # the counts stay those of every job
+    counts = queue.counts()
+    assert sum(counts.values()) == JOBS + 3
+    assert counts["queued"] == 2 and counts["running"] == 1
+
+
+def test_every_finished_job_is_paged_newest_first_and_once(pg_history: tuple[Queue, dict[str, Any]]) -> None:
+    queue, made = pg_history
+    pages: list[str] = []
+    before = None
+    while True:
+        rows = queue.history(before_seq=before, limit=37)
+        pages += [r.id for r in rows]
+        if len(rows) < 37:
+            break
+        before = rows[-1].seq
+    assert pages == [j["id"] for j in _finished_jobs(queue, made["finished"])]
+    # a page of every state, newest first, through the index: the unfinished ones among them
+    everyone = sorted(
+        (queue.get(i) for i in made["finished"] + made["queued"] + made["running"]), key=lambda j: j.seq, reverse=True
+    )
+    assert [j.id for j in queue.list(None, limit=5)] == [j.id for j in everyone[:5]]
+    assert {j.id for j in queue.list(None, limit=3)} == set(made["queued"]) | set(made["running"])
+    assert [j.id for j in queue.list("succeeded", limit=4)] == [j.id for j in everyone if j.state == "succeeded"][:4]
+
+
+def _reference(jobs: list[dict[str, Any]], **f: Any) -> list[str]:
+    """What the data dir's archive index answers for the filters ``f`` (Archive.rows), by a scan."""
+
+    def keep(j: dict[str, Any]) -> bool:
+        error = j.get("last_error") or {}
+        profile = j.get("profile") or (j.get("input") or {}).get("profile")
+        text = f.get("text")
+        return (
+            (f.get("state") is None or j["state"] == f["state"])
+            and (f.get("kind") is None or j["kind"] == f["kind"])
+            and (f.get("profile") is None or profile == f["profile"])
+            and (f.get("error_class") is None or error.get("class") == f["error_class"])
+            and (f.get("resolved") is None or (j.get("resolved_at") is not None) == f["resolved"])
+            and (f.get("created_after") is None or j["created_at"] >= f["created_after"])
+            and (f.get("created_before") is None or j["created_at"] < f["created_before"])
+            and (f.get("signature") is None or (j["state"] == State.DEAD and error_signature(j) == f["signature"]))
+            and (
+                not text
+                or text.casefold() in (j.get("title") or "").casefold()
+                or text.casefold() in prompt_text(j.get("input")).casefold()
+            )
+        )
+
+    return [j["id"] for j in jobs if keep(j)]
+
+
+@pytest.mark.parametrize("scan", [pg_view._HISTORY_SCAN, 7])
+def test_each_filter_answers_what_a_scan_of_every_job_answers(
+    pg_history: tuple[Queue, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, scan: int
+) -> None:
+    queue, made = pg_history
+    monkeypatch.setattr(pg_view, "_HISTORY_SCAN", scan)  # 7: filters checked here span many statements
+    jobs = _finished_jobs(queue, made["finished"])
+    dead = [j for j in jobs if j["state"] == State.DEAD]
+    middle = jobs[len(jobs) // 2]["created_at"]
+    cases: list[dict[str, Any]] = [
+        {},
+        {"state": "dead"},
+        {"state": "cancelled"},
+        {"state": "succeeded", "kind": "echo"},
+        {"state": "dead", "resolved": False},
+        {"state": "dead", "resolved": True},
+        {"error_class": "fatal"},
+        {"profile": "studio"},
+        {"created_after": middle},
+        {"created_before": middle, "kind": "demo"},
+        {"text": "PEAR 1"},  # the title, in any case
+        {"text": "job 10"},  # the prompt: job 10, 100..109
+        {"text": "lighthouse"},  # a chat message's text
+        {"text": '"hi" to ñandú'},  # quoted, and not ASCII
+        {"text": "needle"},  # in the input, but not in its prompt: not found
+        {"text": "50%"},  # the wildcards of LIKE are plain characters
+        {"text": "zzz-none"},
+        {"state": "dead", "signature": error_signature(dead[0])},
+        {"state": "dead", "signature": error_signature(dead[0]), "text": "apple"},
+    ]
+    for f in cases:
+        want = _reference(jobs, **f)
+        assert [r.id for r in queue.history(limit=None, **f)] == want, f  # type: ignore[arg-type]
+        assert [r.id for r in queue.history(limit=3, **f)] == want[:3], f
+    assert _reference(jobs, text="needle") == [] and _reference(jobs, text='"hi" to ñandú') != []
+    row = queue.history(state="dead", limit=1)[0]
+    job = queue.get(row.id)
+    assert (row.state, row.kind, row.title, row.created_at, row.finished_at) == (
+        job.state, job.kind, job.title, job.created_at, job.finished_at,
+    )  # fmt: skip
+    assert row.error_class == "fatal" and row.signature == error_signature(job.to_json())
+    assert queue.history(state="queued") == [] and queue.history(state="running") == []
+
+
+def _all_ids(model: Any) -> list[str]:
+    return [model.index(r, 0).data(JobRole.ID) for r in range(model.rowCount())]
+
+
+def _fetch_all(model: Any) -> None:
+    while model.canFetchMore(ROOT):
+        model.fetchMore(ROOT)
+
+
+def test_the_panes_page_the_older_jobs_once_each(qtmodeltester: Any, pg_history: tuple[Queue, dict[str, Any]]) -> None:
+    queue, made = pg_history
+    everyone = made["finished"] + made["queued"] + made["running"]
+    model = QueueModel(history=queue, page_size=20)
+    dead_model = DeadLetterModel(history=queue, page_size=4)
+    refresher = RefreshCoordinator(queue, [model, dead_model])
+    refresher.refresh()
+    assert model.hot_count() == HOT + 3 and model.archived_count() == 0
+    assert model.canFetchMore(ROOT)
+    model.fetchMore(ROOT)
+    assert 0 < model.archived_count() <= 20  # one page, not the table
+    qtmodeltester.check(model)
+    _fetch_all(model)
+    ids = _all_ids(model)
+    assert len(ids) == len(everyone) and set(ids) == set(everyone)
+    seqs = [model.job_at(r)["seq"] for r in range(model.hot_count(), model.rowCount())]
+    assert seqs == sorted(seqs, reverse=True)
+    older = model.job_at(model.hot_count())
+    assert older["archived"] and older["attempts"] >= 0  # the whole job, read by id
+
+    # the dead letters: the hot ones, then every older one, once; "Retry all matching" finds them all
+    _fetch_all(dead_model)
+    dead = [j for j in _finished_jobs(queue, made["finished"]) if j["state"] == State.DEAD]
+    assert sorted(_all_ids(dead_model)) == sorted(j["id"] for j in dead)  # (the resolved ones are hidden by its proxy)
+    assert dead_model.hot_count() < len(dead)
+    assert set(dead_model.archived_ids()) | {dead_model.job_at(r)["id"] for r in range(dead_model.hot_count())} == {
+        j["id"] for j in dead
+    }
+
+    # the search field narrows the older rows through the server's filter
+    proxy = JobFilterProxy()
+    proxy.setSourceModel(model)
+    proxy.set_text("pear 1")
+    _fetch_all(model)
+    want = {j["id"] for j in _finished_jobs(queue, made["finished"]) if "pear 1" in j["title"]}
+    want |= {i for i in made["queued"] + made["running"] if "pear 1" in queue.get(i).title}
+    assert set(proxy.job_ids()) == want
+
+    # a job the window holds that another process retries comes back as a hot job, once
+    retried = next(j["id"] for j in dead if j.get("resolved_at") is None)
+    queue.retry(retried)
+    refresher.refresh()
+    _fetch_all(model)
+    assert _all_ids(model).count(retried) == 1
+    assert model.job_at(model.row_of(retried))["state"] == State.QUEUED
