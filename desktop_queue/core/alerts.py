@@ -613,6 +613,7 @@ def gather(
         stuck: the ids the repair scan found stuck.
         now: the time (default: the queue's clock).
     """
+    from desktop_queue.core.backend import scan_jobs
     from desktop_queue.core.estimate import model_of, run_times_of
 
     at = queue.clock.now() if now is None else now
@@ -626,21 +627,21 @@ def gather(
         throttles: list[float] = []
         dead: list[float] = []
         running: list[tuple[str, float, float | None]] = []
-        hot = st.hot_jobs()
-        queued = st.ids_in(State.QUEUED)
-        for job_id in queued:
-            job = hot[job_id]
+        hot = list(scan_jobs(st))
+        queued = [job for job in hot if job["state"] == State.QUEUED]
+        for job in queued:
             ready = job.get("run_after", job["created_at"])
             if ready <= at:
                 waits.append((at, at - ready))
-        for job_id in st.ids_in(State.RUNNING):
-            job = hot[job_id]
+        for job in hot:
+            if job["state"] != State.RUNNING:
+                continue
             started = job.get("started_at")
             if started is None:
                 continue
             usual = times.usual(str(job.get("kind") or ""), model_of(job))
-            running.append((job_id, max(0.0, at - started), usual.seconds if usual is not None else None))
-        for job in hot.values():
+            running.append((job["id"], max(0.0, at - started), usual.seconds if usual is not None else None))
+        for job in hot:
             if job.get("updated_at", job["created_at"]) < since:
                 continue  # nothing of it happened in the last hour: its events are not parsed
             ready = job["created_at"]

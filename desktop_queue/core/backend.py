@@ -303,6 +303,19 @@ class Backend(Protocol):
         ...
 
 
+def scan_jobs(st: View) -> Iterable[JobDict]:
+    """The hot jobs, with their timelines and inputs, for a pass over all of them (the
+    alerts' last hour, the usual run times, a webhook's job).
+
+    A view whose hot set is every job it keeps (PostgreSQL's table) answers with the
+    jobs a data dir keeps hot instead (its ``hot_set``: the unfinished jobs and the
+    newest finished ones), in one statement: a pass over its ``hot_jobs`` would read the
+    whole history, a job at a time.
+    """
+    read: Callable[[], Iterable[JobDict]] | None = getattr(st, "hot_set", None)
+    return read() if read is not None else st.hot_jobs().values()
+
+
 def wait_out(timeout_s: float, stop: threading.Event | None) -> bool:
     """``wait_changes`` of a backend without a change feed: ``timeout_s`` (or until ``stop``), then True."""
     if stop is not None:

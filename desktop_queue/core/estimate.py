@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from desktop_queue.core.backend import scan_jobs
 from desktop_queue.core.model import State
 from desktop_queue.core.present import seconds
 
@@ -124,7 +125,7 @@ def run_times_of(queue: Any) -> RunTimes:
                 "finished_at": j.get("finished_at"),
                 "input": {"model": model_of(j)},
             }
-            for j in st.jobs.values()
+            for j in scan_jobs(st)
             if j.get("state") == State.SUCCEEDED
         ]
 

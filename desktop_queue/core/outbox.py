@@ -151,7 +151,7 @@ class Outbox:
         self.now = now
         self.alive = alive or holder_alive
         self.me = this_process()
-        self._version = 0
+        self._version: int | None = None  # (None: not fed yet)
         self._window: FileLock | None = None
         self.notices: list[str] = []
 
@@ -282,12 +282,15 @@ class Outbox:
 
     def feed(self, queue: Any) -> list[Notice]:
         """Adds the notices of the jobs changed since the last feed (the store's changes feed)."""
+        if self._version is None:
+            # the first feed looks at the hot set whole: only the version to follow from is
+            # wanted (changes since the beginning would name every job ever written)
+            self._version = queue.refresh()
+            self.view()  # the outbox starts now if it did not exist: later endings count
+            return self.add_missing(queue)
         version, ids = queue.changed_since(self._version)
-        first = self._version == 0
         self._version = version
-        if ids is None or first:
-            if first:
-                self.view()  # the outbox starts now if it did not exist: later endings count
+        if ids is None:
             return self.add_missing(queue)
         if not ids:
             return []

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from desktop_queue.core.backend import Change, View
+from desktop_queue.core.backend import Change, View, scan_jobs
 from desktop_queue.core.errors import InvalidInput, QueueError
 from desktop_queue.core.model import ErrorClass, EventType, Job, State
 from desktop_queue.core.outcome import LookupResult, Outcome
@@ -139,7 +139,7 @@ def _matching(state: View, delivery: Delivery, profile_of: Callable[[JobDict], s
     a delivery is for a job that was running moments ago.
     """
     found = None
-    for job in state.hot_jobs().values():
+    for job in scan_jobs(state):
         if job.get("provider_job_id") != delivery.provider_job_id or job["kind"] != RESPONSES_KIND:
             continue
         if profile_of(job) != delivery.profile:

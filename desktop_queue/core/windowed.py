@@ -526,8 +526,11 @@ class WindowedMetrics:
             chunk = ids[start : start + FOLD_CHUNK]
 
             def fn(st: View, chunk: list[str] = chunk) -> None:
-                for job_id in chunk:
-                    job = st.job(job_id)
+                # (a view that reads a batch in one statement, PostgreSQL's, need not read
+                # the jobs one by one)
+                batch: Callable[[list[str]], list[JobDict]] | None = getattr(st, "jobs_by_id", None)
+                jobs = batch(chunk) if batch is not None else (st.job(job_id) for job_id in chunk)
+                for job in jobs:
                     if job is not None:  # (only a purge removes a job, and a purge rebuilds)
                         agg.fold(job)
 
@@ -563,9 +566,15 @@ class WindowedMetrics:
     def _rebuild_once(self, now: float) -> bool:
         """The hot set, the archive a page of index rows at a time, then what changed meanwhile;
         False: a purge (or a reload) came in between."""
-        self._agg = Aggregates(self._profile_of)
-        version = self.queue.changed_since(-1)[0]
+        agg = self._agg = Aggregates(self._profile_of)
+        version = self.queue.refresh()  # (the changes since the beginning would name every job)
         floor = now - HORIZON_S - ARCHIVE_MARGIN_S
+
+        def named(st: View) -> tuple[list[str], list[str]] | None:
+            # (a view that keeps every job, PostgreSQL's, names those of the horizon itself:
+            # there its hot set is the whole history)
+            horizon: Callable[[float], tuple[list[str], list[str]]] | None = getattr(st, "horizon_ids", None)
+            return horizon(floor) if horizon is not None else None
 
         def page(st: View, before: int | None) -> tuple[list[ArchivedRow], list[ArchivedRow], int | None]:
             archive = st.archive
@@ -580,17 +589,23 @@ class WindowedMetrics:
             ]
             return recent, waiting, found[-1].seq if len(found) == PAGE_ROWS else None
 
-        # hot first: a job archived meanwhile is folded already (its archived copy folds
-        # nothing more), and one that came back to the hot set was changed, so
-        # changed_since names it; each job has one cursor, whichever copy was read
-        self._fold_ids(self.queue.store.read(lambda st: list(st.hot_jobs())))
-        before: int | None = None
-        while True:
-            recent, waiting, before = self.queue.store.read(lambda st, b=before: page(st, b))  # type: ignore[misc]
-            self._fold_rows(recent, waiting=False)
-            self._fold_rows(waiting, waiting=True)
-            if before is None:
-                break
+        horizon = self.queue.store.read(named)
+        if horizon is not None:
+            recent_ids, waiting_ids = horizon
+            self._fold_ids(recent_ids)
+            agg.unfolded_dead.update(i for i in waiting_ids if i not in agg.cursors)
+        else:
+            # hot first: a job archived meanwhile is folded already (its archived copy folds
+            # nothing more), and one that came back to the hot set was changed, so
+            # changed_since names it; each job has one cursor, whichever copy was read
+            self._fold_ids(self.queue.store.read(lambda st: list(st.hot_jobs())))
+            before: int | None = None
+            while True:
+                recent, waiting, before = self.queue.store.read(lambda st, b=before: page(st, b))  # type: ignore[misc]
+                self._fold_rows(recent, waiting=False)
+                self._fold_rows(waiting, waiting=True)
+                if before is None:
+                    break
         latest, ids = self.queue.changed_since(version)
         if ids is None:
             self._version = latest

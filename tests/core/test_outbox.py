@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -264,3 +265,29 @@ def test_a_malformed_line_in_the_middle_is_skipped_with_a_note(
     assert len(outbox.feed(queue)) == 1
     view = outbox.view()
     assert len(view.pending()) == 1 and any("line 2 is damaged" in n for n in view.notices)
+
+
+def test_the_first_feed_follows_from_the_current_version_not_from_every_change(tmp_path: Path) -> None:
+    """Changes "since the beginning" name every job ever written (a million rows on
+    PostgreSQL, read at each start of a window): the first feed reads the hot set once
+    and follows the store's changes from the version it had then."""
+    calls: list[Any] = []
+    ended = {"id": "a1", "state": "succeeded", "finished_at": 5.0, "title": "t", "kind": "demo"}
+
+    class _Queue:
+        def refresh(self) -> int:
+            calls.append("refresh")
+            return 7
+
+        def changed_since(self, version: int) -> tuple[int, set[str]]:
+            calls.append(("changed_since", version))
+            return 9, {"a1"}
+
+        def raw_jobs(self, ids: set[str] | None = None) -> list[dict[str, Any]]:
+            calls.append(("raw_jobs", ids))
+            return [ended]
+
+    outbox = Outbox(tmp_path, lambda: 0.0)
+    assert [n.job_id for n in outbox.feed(_Queue())] == ["a1"]
+    assert outbox.feed(_Queue()) == []  # (announced once)
+    assert calls == ["refresh", ("raw_jobs", None), ("changed_since", 7), ("raw_jobs", {"a1"})]

@@ -238,3 +238,42 @@ def test_the_panes_page_the_older_jobs_once_each(qtmodeltester: Any, pg_history:
     _fetch_all(model)
     assert _all_ids(model).count(retried) == 1
     assert model.job_at(model.row_of(retried))["state"] == State.QUEUED
+
+
+def test_the_window_upkeep_reads_the_hot_set_not_the_history(
+    pg_history: tuple[Queue, dict[str, Any]], tmp_path: Any
+) -> None:
+    """The repair scan, the alerts' signals and the outbox of a window on PostgreSQL look at
+    the jobs a data dir keeps hot: the upkeep failed on PostgreSQL (the usual run times read
+    the data dir's job table), and the alerts' pass read every job a query at a time."""
+    from desktop_queue.core.alerts import gather
+    from desktop_queue.core.estimate import run_times_of
+    from desktop_queue.core.outbox import ANNOUNCED, Outbox
+    from desktop_queue.core.repair import RepairScan, Upkeep
+
+    queue, made = pg_history
+    hot = {j["id"]: j for j in queue.raw_jobs()}
+    succeeded_hot = [j for j in hot.values() if j["state"] == State.SUCCEEDED]
+    times = run_times_of(queue)
+    usual = times.usual("echo", None)  # (fewer than the samples kept per kind)
+    assert usual is not None and usual.samples == sum(1 for j in succeeded_hot if j["kind"] == "echo")
+
+    signals = gather(queue, run_times=times)
+    assert signals.backlog == 2
+    assert [r[0] for r in signals.running] == made["running"]
+    hot_dead = [j for j in hot.values() if j["state"] == State.DEAD]
+    assert hot_dead and len(signals.dead_lettered) == len(hot_dead)  # the hot ones, as on a data dir
+
+    outbox = Outbox(tmp_path / "outbox", lambda: 0.0)  # (started before every ending)
+    outbox.start()
+    upkeep = Upkeep(RepairScan(queue, outbox=outbox, providers={}))
+    upkeep.tick()
+    assert upkeep.last is not None
+    announced = {e.notice.job_id for e in outbox.view().entries.values()}
+    assert announced == {i for i, j in hot.items() if j["state"] in ANNOUNCED}
+    # a job that ends later is announced by the next round, from the change feed
+    lease = queue.lease("w2")
+    assert lease is not None
+    queue.complete(lease, {"text": "late"})
+    upkeep.tick()
+    assert lease.job_id in {e.notice.job_id for e in outbox.view().entries.values()}

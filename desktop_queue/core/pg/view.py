@@ -148,6 +148,8 @@ _STATE_COUNTS = (
 # (schema version 4 keeps no index over every job's state)
 _IDS_IN = {str(s): f"SELECT id FROM dq_jobs WHERE state = '{s}' ORDER BY id" for s in State}
 _FINISHED = "(" + ", ".join(f"'{s}'" for s in FINISHED_STATES) + ")"
+# a job as _SELECT reads it, with its submission number to order a union of several reads by
+_SELECT_SEQ = "SELECT j.doc::text AS doc, j.rev, j.events::text AS events, j.id, j.seq FROM dq_jobs j"
 #: how many finished jobs the window holds beside the unfinished ones, newest first (the
 #: data dir's hot set keeps as many): the older ones are paged (PgView.history_rows)
 HOT_FINISHED = KEEP_FINISHED
@@ -164,6 +166,23 @@ _WINDOW_HOT = (
     f" UNION ALL (SELECT {_WINDOW_DOC}, seq FROM dq_jobs{_NEWEST_FINISHED}) ORDER BY 2"
 )
 _WINDOW_IDS = f"SELECT {_WINDOW_DOC} FROM dq_jobs WHERE id = ANY(%s) ORDER BY seq"
+# the same hot set whole, timelines and inputs included (PgView.hot_set)
+_HOT_SET = (
+    f"SELECT doc, rev, events, id FROM ({_SELECT_SEQ} WHERE j.state = '{State.QUEUED}'"
+    f" UNION ALL {_SELECT_SEQ} WHERE j.state = '{State.RUNNING}'"
+    f" UNION ALL ({_SELECT_SEQ}{_NEWEST_FINISHED})) h ORDER BY seq"
+)
+# what the windowed metrics fold (PgView.horizon_ids): the unfinished jobs and the finished
+# ones changed since a time; and the older dead letters still waiting (through dq_jobs_stopped)
+_UPDATED = "coalesce((doc->>'updated_at')::float8, 0)"
+_HORIZON_IDS = (
+    f"SELECT id FROM dq_jobs WHERE state = '{State.QUEUED}'"
+    f" UNION ALL SELECT id FROM dq_jobs WHERE state = '{State.RUNNING}'"
+    f" UNION ALL SELECT id FROM dq_jobs WHERE state IN {_FINISHED} AND {_UPDATED} >= %s"
+)
+_WAITING_BEFORE = (
+    f"SELECT id FROM dq_jobs WHERE state = '{State.DEAD}' AND doc->>'resolved_at' IS NULL AND {_UPDATED} < %s"
+)
 # what the prompt search reads of the hot jobs whose rows do not carry their input
 _INPUT = "id, doc->>'input_digest', (doc->'input')::text"
 _INPUTS_NOT_QUEUED = (
@@ -174,7 +193,6 @@ _INPUTS_NOT_QUEUED = (
 # page read as a page through an index (the state spelled out: see above). Of every
 # state: the newest finished ones through theirs, merged with the unfinished ones (as
 # few as the backlog), where ordering the whole table read every job
-_SELECT_SEQ = "SELECT j.doc::text AS doc, j.rev, j.events::text AS events, j.id, j.seq FROM dq_jobs j"
 _NEWEST: dict[str | None, str] = {
     None: (
         f"SELECT doc, rev, events, id FROM (({_SELECT_SEQ} WHERE j.state IN {_FINISHED} ORDER BY j.seq DESC LIMIT %s)"
@@ -829,6 +847,20 @@ class PgView:
         else:
             rows = self._conn.execute(_WINDOW_IDS, (list(ids),)).fetchall()
         return [cast(JobDict, orjson.loads(r[0])) for r in rows]
+
+    def hot_set(self) -> list[JobDict]:
+        """The jobs of :meth:`window_jobs` whole, timelines and inputs included, in one
+        statement: what a pass over the hot jobs reads (:func:`~desktop_queue.core.backend.scan_jobs`)."""
+        return [self._job_of(r) for r in self._conn.execute(_HOT_SET).fetchall()]
+
+    def horizon_ids(self, floor: float) -> tuple[list[str], list[str]]:
+        """What :class:`~desktop_queue.core.windowed.WindowedMetrics` folds when it rebuilds,
+        where a data dir folds its hot set and the archived jobs changed since ``floor``:
+        the unfinished jobs and the finished ones changed since ``floor``; and, apart, the
+        dead letters still waiting that changed before it (counted, not folded)."""
+        recent = [r[0] for r in self._conn.execute(_HORIZON_IDS, (floor,)).fetchall()]
+        waiting = [r[0] for r in self._conn.execute(_WAITING_BEFORE, (floor,)).fetchall()]
+        return recent, waiting
 
     def inputs_not_queued(self) -> list[tuple[str, str, Any]]:
         """``(id, input digest, input)`` of the hot jobs not queued (see :meth:`window_jobs`),
