@@ -1831,11 +1831,14 @@ class Queue:
 
         def fn(st: View) -> Stats:
             if st.archive is None:
-                stats = compute_stats(st.hot_jobs().values())
+                # (a view that keeps every job, PostgreSQL's, streams their timelines: a page at a time)
+                streamed: Callable[[], Iterable[JobDict]] | None = getattr(st, "timelines", None)
+                stats = compute_stats(streamed() if streamed is not None else st.hot_jobs().values())
             else:
                 stats = compute_stats(st.hot_jobs().values(), archived=self._archived_totals(st))
             # a resolved dead letter waits for nobody: counted apart, not among the dead letters
-            resolved = self._hot_resolved(st)
+            counted: Callable[[], dict[str, int]] | None = getattr(st, "state_counts", None)
+            resolved = counted()[RESOLVED] if counted is not None else self._hot_resolved(st)
             stats.counts[State.DEAD] = stats.counts.get(State.DEAD, 0) - resolved
             stats.counts[RESOLVED] = stats.counts.get(RESOLVED, 0) + resolved
             if not stats.counts[RESOLVED]:

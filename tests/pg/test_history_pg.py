@@ -277,3 +277,31 @@ def test_the_window_upkeep_reads_the_hot_set_not_the_history(
     queue.complete(lease, {"text": "late"})
     upkeep.tick()
     assert lease.job_id in {e.notice.job_id for e in outbox.view().entries.values()}
+
+
+@pytest.mark.parametrize("page", [pg_view.TIMELINE_PAGE, 7])
+def test_stats_read_every_timeline_a_page_at_a_time(
+    pg_history: tuple[Queue, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, page: int
+) -> None:
+    """``stats`` on PostgreSQL held every whole job in memory at once (7.8 GB at a million):
+    it streams the timelines now, and answers what the figures of every whole job say."""
+    from desktop_queue.core.metrics import compute
+
+    queue, _made = pg_history
+    monkeypatch.setattr(pg_view, "TIMELINE_PAGE", page)  # 7: many pages
+    every = queue.store.read(lambda st: [dict(j) for j in st.hot_jobs().values()])
+    want = compute(every)
+    resolved = sum(1 for j in every if j["state"] == State.DEAD and j.get("resolved_at") is not None)
+    assert resolved > 0
+    got = queue.stats()
+    assert got.jobs == want.jobs == JOBS + 3
+    figures = ("attempts", "retries", "throttled", "lease_expiries", "reconciled", "stale_results")
+    assert [getattr(got, f) for f in figures] == [getattr(want, f) for f in figures]
+    assert (got.wait_p50_s, got.wait_p95_s, got.run_p50_s, got.run_p95_s) == (
+        want.wait_p50_s, want.wait_p95_s, want.run_p50_s, want.run_p95_s,
+    )  # fmt: skip
+    assert got.counts["resolved"] == resolved and got.counts["dead"] == want.counts["dead"] - resolved
+    assert got.dead_letters == got.counts["dead"]
+    assert {k: v for k, v in got.counts.items() if k not in ("dead", "resolved")} == {
+        k: v for k, v in want.counts.items() if k != "dead"
+    }

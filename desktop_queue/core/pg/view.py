@@ -183,6 +183,10 @@ _HORIZON_IDS = (
 _WAITING_BEFORE = (
     f"SELECT id FROM dq_jobs WHERE state = '{State.DEAD}' AND doc->>'resolved_at' IS NULL AND {_UPDATED} < %s"
 )
+# what stats reads of every job (PgView.timelines): a page at a time, in id order
+_TIMELINES = "SELECT id, state, events::text FROM dq_jobs WHERE id > %s ORDER BY id LIMIT %s"
+#: jobs read per statement by PgView.timelines (a bounded memory whatever the history)
+TIMELINE_PAGE = 5000
 # what the prompt search reads of the hot jobs whose rows do not carry their input
 _INPUT = "id, doc->>'input_digest', (doc->'input')::text"
 _INPUTS_NOT_QUEUED = (
@@ -852,6 +856,19 @@ class PgView:
         """The jobs of :meth:`window_jobs` whole, timelines and inputs included, in one
         statement: what a pass over the hot jobs reads (:func:`~desktop_queue.core.backend.scan_jobs`)."""
         return [self._job_of(r) for r in self._conn.execute(_HOT_SET).fetchall()]
+
+    def timelines(self) -> Iterator[JobDict]:
+        """Every job's id, state and timeline (as JSON text, parsed by ``events_of``), a page
+        of :data:`TIMELINE_PAGE` at a time: what ``stats`` derives its figures from, where
+        reading every whole job at once held them all in memory (gigabytes at a million)."""
+        after = ""
+        while True:
+            rows = self._conn.execute(_TIMELINES, (after, TIMELINE_PAGE)).fetchall()
+            for r in rows:
+                yield cast(JobDict, {"id": r[0], "state": r[1], "events": r[2]})
+            if len(rows) < TIMELINE_PAGE:
+                return
+            after = rows[-1][0]
 
     def horizon_ids(self, floor: float) -> tuple[list[str], list[str]]:
         """What :class:`~desktop_queue.core.windowed.WindowedMetrics` folds when it rebuilds,
