@@ -1851,8 +1851,7 @@ class Queue:
     @staticmethod
     def _hot_resolved(st: View) -> int:
         """How many hot dead jobs are resolved (bounded by the hot set's finished jobs)."""
-        jobs = st.hot_jobs()
-        return sum(1 for i in st.ids_in(State.DEAD) if jobs[i].get("resolved_at") is not None)
+        return sum(1 for j in Queue._hot_in(st, State.DEAD) if j.get("resolved_at") is not None)
 
     def purge(self, finished_before: float, states: Sequence[str] | None = None, *, dry_run: bool = False) -> int:
         """Removes finished jobs (with their results and artifacts) finished before a wall time.
@@ -2101,8 +2100,7 @@ class Queue:
             counts: dict[str, int] = {}
             example: dict[str, str] = {}
             klass: dict[str, str | None] = {}
-            for job_id in st.ids_in(State.DEAD):
-                job = st.hot_jobs()[job_id]
+            for job in self._hot_in(st, State.DEAD):
                 if (job.get("resolved_at") is not None) != resolved:
                     continue
                 sig = error_signature(job)
@@ -2140,11 +2138,11 @@ class Queue:
 
         def fn(st: View) -> builtins.list[str]:
             hot = [
-                st.hot_jobs()[i]
-                for i in st.ids_in(State.DEAD)
-                if (st.hot_jobs()[i].get("resolved_at") is not None) == resolved
-                and (signature is None or error_signature(st.hot_jobs()[i]) == signature)
-                and q.matches(st.hot_jobs()[i], self._searchable(st.hot_jobs()[i]))
+                j
+                for j in self._hot_in(st, State.DEAD)
+                if (j.get("resolved_at") is not None) == resolved
+                and (signature is None or error_signature(j) == signature)
+                and q.matches(j, self._searchable(j))
             ]
             hot.sort(key=lambda j: j["seq"], reverse=True)
             out = [j["id"] for j in hot]
@@ -2163,6 +2161,16 @@ class Queue:
             return out
 
         return self.store.read(fn)
+
+    @staticmethod
+    def _hot_in(st: View, state: State) -> builtins.list[JobDict]:
+        """The hot jobs in ``state``; a view that reads them in one statement (PostgreSQL's,
+        whose every dead letter is hot) need not read them one by one."""
+        read: Callable[[str], builtins.list[JobDict]] | None = getattr(st, "jobs_in", None)
+        if read is not None:
+            return read(str(state))
+        hot = st.hot_jobs()
+        return [hot[i] for i in st.ids_in(state)]
 
     @staticmethod
     def _searchable(job: JobDict) -> str:

@@ -305,3 +305,29 @@ def test_stats_read_every_timeline_a_page_at_a_time(
     assert {k: v for k, v in got.counts.items() if k not in ("dead", "resolved")} == {
         k: v for k, v in want.counts.items() if k != "dead"
     }
+
+
+def test_the_dead_letter_groups_and_ids_read_the_dead_letters_at_once(
+    pg_history: tuple[Queue, dict[str, Any]],
+) -> None:
+    """The error groups and "retry all matching" read every dead letter (on PostgreSQL all of
+    them are hot) in one statement: they answer what a look at each one would."""
+    from desktop_queue.core.search import SearchQuery
+
+    queue, made = pg_history
+    dead = [j for j in _finished_jobs(queue, made["finished"]) if j["state"] == State.DEAD]
+    for resolved in (False, True):
+        mine = [j for j in dead if (j.get("resolved_at") is not None) == resolved]
+        groups: dict[str, int] = {}
+        for j in mine:
+            groups[error_signature(j)] = groups.get(error_signature(j), 0) + 1
+        got = queue.dead_letter_groups(resolved=resolved)
+        assert {g.signature: g.count for g in got} == groups
+        assert [g.count for g in got] == sorted(groups.values(), reverse=True)
+        assert queue.dead_letter_ids(resolved=resolved) == [j["id"] for j in mine]  # newest first
+        one = error_signature(mine[0])
+        assert queue.dead_letter_ids(signature=one, resolved=resolved) == [
+            j["id"] for j in mine if error_signature(j) == one
+        ]
+    pears = queue.dead_letter_ids(query=SearchQuery.parse("pear"))
+    assert pears == [j["id"] for j in dead if j.get("resolved_at") is None and "pear" in j["title"]]

@@ -183,6 +183,8 @@ _HORIZON_IDS = (
 _WAITING_BEFORE = (
     f"SELECT id FROM dq_jobs WHERE state = '{State.DEAD}' AND doc->>'resolved_at' IS NULL AND {_UPDATED} < %s"
 )
+# every job of a state, timelines as text (PgView.jobs_in; the state spelled out: see above)
+_JOBS_IN = {str(s): _SELECT + f" WHERE j.state = '{s}' ORDER BY j.id" for s in State}
 # what stats reads of every job (PgView.timelines): a page at a time, in id order
 _TIMELINES = "SELECT id, state, events::text FROM dq_jobs WHERE id > %s ORDER BY id LIMIT %s"
 #: jobs read per statement by PgView.timelines (a bounded memory whatever the history)
@@ -856,6 +858,15 @@ class PgView:
         """The jobs of :meth:`window_jobs` whole, timelines and inputs included, in one
         statement: what a pass over the hot jobs reads (:func:`~desktop_queue.core.backend.scan_jobs`)."""
         return [self._job_of(r) for r in self._conn.execute(_HOT_SET).fetchall()]
+
+    def jobs_in(self, state: str) -> list[JobDict]:
+        """Every job in ``state`` (a :class:`State`), in one statement: the dead letters that
+        the error groups and "retry all matching" look through, where reading them by id
+        cost a statement each."""
+        sql = _JOBS_IN.get(str(state))
+        if sql is None:  # (not a state: none is in it)
+            return []
+        return [self._job_of(r) for r in self._conn.execute(sql).fetchall()]
 
     def timelines(self) -> Iterator[JobDict]:
         """Every job's id, state and timeline (as JSON text, parsed by ``events_of``), a page
