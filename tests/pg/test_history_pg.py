@@ -34,7 +34,9 @@ def build(queue: Queue) -> dict[str, Any]:
     fifth cancelled, a third of the dead ones resolved; titles "pear …" or "apple …", kinds
     "demo" and "echo"), then two queued jobs and a running one."""
     made: dict[str, Any] = {"finished": [], "queued": [], "running": []}
+    clock = queue.clock
     for i in range(JOBS):
+        clock.advance(1.0)  # type: ignore[attr-defined]  # (a FakeClock: each job ends a second later)
         fruit = "pear" if i % 3 == 0 else "apple"
         payload: dict[str, Any] = {"prompt": f"job {i}"}
         if i == 7:
@@ -331,3 +333,37 @@ def test_the_dead_letter_groups_and_ids_read_the_dead_letters_at_once(
         ]
     pears = queue.dead_letter_ids(query=SearchQuery.parse("pear"))
     assert pears == [j["id"] for j in dead if j.get("resolved_at") is None and "pear" in j["title"]]
+
+
+def test_a_purge_is_matched_and_counted_by_the_server(pg_history: tuple[Queue, dict[str, Any]], pg_dsn: str) -> None:
+    """A purge (and its dry run) read every finished job whole to match it (the command the
+    README advises for a long history held that history in memory): the server matches
+    them now, as ``PurgeFilter.matches`` says, and a purged job's result goes with it."""
+    import psycopg
+
+    from desktop_queue.core.store.archive import PurgeFilter
+
+    queue, made = pg_history
+    jobs = _finished_jobs(queue, made["finished"])
+    cut = sorted(j["finished_at"] for j in jobs if j.get("finished_at") is not None)[len(jobs) // 2]
+
+    def matching(purge: PurgeFilter) -> set[str]:
+        every = queue.store.read(lambda st: [dict(j) for j in st.hot_jobs().values()])
+        return {j["id"] for j in every if purge.matches(j)}
+
+    dead_old = matching(PurgeFilter(cut, ("dead",)))
+    assert dead_old and queue.purge(cut, ["dead"], dry_run=True) == len(dead_old)
+    succeeded_old = matching(PurgeFilter(cut, ("succeeded",)))
+    keys = {queue.get(i).idempotency_key for i in succeeded_old}
+    assert queue.purge(cut, ["dead", "succeeded"]) == len(dead_old | succeeded_old)
+    left = {j["id"] for j in queue.store.read(lambda st: [dict(j) for j in st.hot_jobs().values()])}
+    assert not (dead_old | succeeded_old) & left
+    assert left == set(made["finished"] + made["queued"] + made["running"]) - dead_old - succeeded_old
+    with psycopg.connect(pg_dsn) as conn:  # (the test's schema is the first of its search path)
+        stored = {r[0] for r in conn.execute("SELECT key FROM dq_results WHERE key = ANY(%s)", (list(keys),))}
+    assert stored == set()
+    # a person's selection: only those, only if finished
+    chosen = [made["queued"][0], *sorted(left - set(made["queued"]) - set(made["running"]))[:3]]
+    assert queue.purge_jobs(chosen, dry_run=True) == 3
+    assert queue.purge_jobs(chosen) == 3
+    assert queue.get(made["queued"][0]).state == State.QUEUED

@@ -282,6 +282,16 @@ def _appended(old: Any, new: list[Any], new_text: str | None) -> Any:
     return old.rstrip()[:-1] + "," + new_text[1:]
 
 
+def _purge_where(purge: PurgeFilter) -> tuple[str, list[Any]]:
+    """``PurgeFilter.matches`` as SQL: the condition and its arguments."""
+    where = "state = ANY(%s) AND (doc->>'finished_at')::float8 < %s"
+    args: list[Any] = [list(purge.states), purge.before]
+    if purge.ids is not None:
+        where += " AND id = ANY(%s)"
+        args.append(sorted(purge.ids))
+    return where, args
+
+
 def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -859,6 +869,13 @@ class PgView:
         statement: what a pass over the hot jobs reads (:func:`~desktop_queue.core.backend.scan_jobs`)."""
         return [self._job_of(r) for r in self._conn.execute(_HOT_SET).fetchall()]
 
+    def count_matching(self, purge: PurgeFilter) -> int:
+        """How many jobs ``purge`` matches (:meth:`PurgeFilter.matches
+        <desktop_queue.core.store.archive.PurgeFilter.matches>`), counted by the server."""
+        where, args = _purge_where(purge)
+        row = self._conn.execute(f"SELECT count(*) FROM dq_jobs WHERE {where}", args).fetchone()
+        return int(row[0]) if row is not None else 0
+
     def jobs_in(self, state: str) -> list[JobDict]:
         """Every job in ``state`` (a :class:`State`), in one statement: the dead letters that
         the error groups and "retry all matching" look through, where reading them by id
@@ -1238,14 +1255,11 @@ class PgView:
         return images
 
     def _purge(self, record: PurgeRecord) -> None:
-        purge = PurgeFilter.from_json(record["filter"])
-        finished = [str(State.SUCCEEDED), str(State.DEAD), str(State.CANCELLED)]
-        rows = self._conn.execute(_SELECT + " WHERE j.state = ANY(%s)", (finished,)).fetchall()
-        gone = [job for job in (self._job_of(r) for r in rows) if purge.matches(job)]
-        if gone:
-            ids = [j["id"] for j in gone]
-            keys = [j["key"] for j in gone]
-            self._write("DELETE FROM dq_jobs WHERE id = ANY(%s)", (ids,))  # (their timelines with them)
+        where, args = _purge_where(PurgeFilter.from_json(record["filter"]))
+        # (matched by the server: reading every finished job to match them here held a long
+        # history in memory; their timelines go with their rows)
+        keys = [r[0] for r in self._conn.execute(f"DELETE FROM dq_jobs WHERE {where} RETURNING key", args).fetchall()]
+        if keys:
             # a key's result (and its artifact) goes with its job, unless a job still here holds the key
             for table in ("dq_results", "dq_artifacts"):
                 self._write(
