@@ -2166,6 +2166,21 @@ class Queue:
 
         return self.store.read(fn)
 
+    def _find_paged(self, fits: Callable[[JobDict], bool], state: str | None, page: int) -> Iterator[Job]:
+        """:meth:`find_jobs` over a view that pages every job itself (``newest`` with ``before_seq``)."""
+        before: int | None = None
+        while True:
+
+            def fn(st: View, before: int | None = before) -> tuple[builtins.list[Job], int | None]:
+                jobs: builtins.list[JobDict] = st.newest(state, page, before)  # type: ignore[attr-defined]
+                last = int(jobs[-1]["seq"]) if len(jobs) >= page else None
+                return [Job.from_dict(j) for j in jobs if fits(j)], last
+
+            found, before = self.store.read(fn)
+            yield from found
+            if before is None:
+                return
+
     @staticmethod
     def _hot_in(st: View, state: State) -> builtins.list[JobDict]:
         """The hot jobs in ``state``; a view that reads them in one statement (PostgreSQL's,
@@ -2243,6 +2258,11 @@ class Queue:
                 return False
             return q.matches(job, self._searchable(job))
 
+        if self.store.read(lambda st: st.archive is None and getattr(st, "newest", None) is not None):
+            # a view whose hot set is the whole history (PostgreSQL's) pages it newest first:
+            # gathering every matching job first held them all in memory
+            yield from self._find_paged(fits, q.state, page)
+            return
         hot = self.store.read(lambda st: sorted((j["seq"], j["id"]) for j in st.hot_jobs().values() if fits(j)))
         for _seq, job_id in reversed(hot):
             try:

@@ -367,3 +367,24 @@ def test_a_purge_is_matched_and_counted_by_the_server(pg_history: tuple[Queue, d
     assert queue.purge_jobs(chosen, dry_run=True) == 3
     assert queue.purge_jobs(chosen) == 3
     assert queue.get(made["queued"][0]).state == State.QUEUED
+
+
+@pytest.mark.parametrize("typed", ["", "state:dead", "pear", "kind:echo apple", "state:queued"])
+def test_an_export_pages_the_jobs_newest_first(pg_history: tuple[Queue, dict[str, Any]], typed: str) -> None:
+    """``find_jobs`` (what ``export`` writes) gathered every matching job of the table before
+    the first one came out: it pages them now, newest first, a page a statement."""
+    from desktop_queue.core.search import SearchQuery
+
+    queue, made = pg_history
+    query = SearchQuery.parse(typed)
+    everyone = sorted(
+        (queue.get(i) for i in made["finished"] + made["queued"] + made["running"]), key=lambda j: j.seq, reverse=True
+    )
+    want = [j.id for j in everyone if query.matches(j.to_json(), Queue._searchable(j.to_json()))]
+    assert want
+    assert [j.id for j in queue.find_jobs(query, page=7)] == want
+    assert [j.id for j in queue.find_jobs(query)] == want
+    resolved = [j.id for j in queue.find_jobs(query, resolved=True, page=7)]
+    assert resolved == [i for i in want if queue.get(i).resolved_at is not None]
+    exported = next(iter(queue.find_jobs(query, page=7)))
+    assert exported.events  # (with its timeline, as export writes it)

@@ -208,6 +208,17 @@ _NEWEST: dict[str | None, str] = {
     ),
     **{str(s): _SELECT + f" WHERE j.state = '{s}' ORDER BY j.seq DESC LIMIT %s" for s in State},
 }
+# the same pages, older than a submission number (PgView.newest with ``before_seq``)
+_NEWEST_BEFORE: dict[str | None, str] = {
+    None: (
+        f"SELECT doc, rev, events, id FROM (({_SELECT_SEQ} WHERE j.state IN {_FINISHED} AND j.seq < %s"
+        " ORDER BY j.seq DESC LIMIT %s)"
+        f" UNION ALL ({_SELECT_SEQ} WHERE j.state = '{State.QUEUED}' AND j.seq < %s ORDER BY j.seq DESC LIMIT %s)"
+        f" UNION ALL ({_SELECT_SEQ} WHERE j.state = '{State.RUNNING}' AND j.seq < %s ORDER BY j.seq DESC LIMIT %s)) u"
+        " ORDER BY seq DESC LIMIT %s"
+    ),
+    **{str(s): _SELECT + f" WHERE j.state = '{s}' AND j.seq < %s ORDER BY j.seq DESC LIMIT %s" for s in State},
+}
 # a page of finished jobs for the window's history (PgView.history_rows): what the data
 # dir's archive index knows of each (ArchivedRow), and what the filters done here read
 _HISTORY_COLUMNS = (
@@ -761,12 +772,18 @@ class PgView:
             taken.job_id, taken.epoch, taken.attempt = job_id, int(job["lease_epoch"]), int(job["attempts"])
         self._leases_next.clear()
 
-    def newest(self, state: str | None, limit: int) -> list[JobDict]:
-        """The ``limit`` newest jobs (in ``state``, a :class:`State`), newest first: a page of :meth:`Queue.list
-        <desktop_queue.core.queue.Queue.list>` read as a page."""
-        args = (limit,) if state is not None else (limit,) * 4
-        rows = self._conn.execute(_NEWEST[None if state is None else str(state)], args).fetchall()
-        return [self._job_of(r) for r in rows]
+    def newest(self, state: str | None, limit: int, before_seq: int | None = None) -> list[JobDict]:
+        """The ``limit`` newest jobs (in ``state``, a :class:`State`; submitted before ``before_seq``),
+        newest first: a page of :meth:`Queue.list <desktop_queue.core.queue.Queue.list>` or of
+        :meth:`Queue.find_jobs <desktop_queue.core.queue.Queue.find_jobs>`, read as a page."""
+        key = None if state is None else str(state)
+        args: tuple[int, ...]
+        if before_seq is None:
+            sql, args = _NEWEST[key], (limit,) if state is not None else (limit,) * 4
+        else:
+            bounded = (before_seq, limit)
+            sql, args = _NEWEST_BEFORE[key], bounded if state is not None else (*bounded * 3, limit)
+        return [self._job_of(r) for r in self._conn.execute(sql, args).fetchall()]
 
     def history_rows(
         self,
