@@ -324,7 +324,9 @@ class Queue:
         if job is not None:
             return job
         if len(job_id) >= 4:
-            ids = {i for i in state.hot_jobs() if i.startswith(job_id)}
+            # (a view that keeps every job, PostgreSQL's, finds them itself: not by every id)
+            named: Callable[[str], Iterable[str]] | None = getattr(state, "ids_with_prefix", None)
+            ids = set(named(job_id)) if named is not None else {i for i in state.hot_jobs() if i.startswith(job_id)}
             if state.archive is not None and len(ids) < 2:
                 ids.update(state.archive.with_prefix(job_id))
             if len(ids) == 1:

@@ -28,6 +28,7 @@ from desktop_queue.core import (
     InputTooLarge,
     InvalidInput,
     Lease,
+    NoSuchJob,
     NotAllowed,
     Outcome,
     Priority,
@@ -440,6 +441,17 @@ def test_cancel_a_running_job_rejects_its_late_result(queue: Queue) -> None:
 def test_cancel_accepts_a_unique_id_prefix(queue: Queue) -> None:
     job = queue.submit("demo", {"n": 1}).job
     assert queue.cancel(job.id[:6]).id == job.id
+
+
+def test_an_id_prefix_names_its_job_and_holds_no_wildcard(any_queue: Queue) -> None:
+    """Over every backend (PostgreSQL finds the prefix with the server, not by every id)."""
+    ids = [any_queue.submit("demo", {"n": n}).job.id for n in range(40)]
+    first = ids[0]
+    assert any_queue.get(first[:8]).id == first
+    assert any_queue.get(first).id == first
+    for typed in ("%%%%", "____", first[:3] + "%", first[:3] + "_"):  # (no wildcard, whatever the backend)
+        with pytest.raises(NoSuchJob, match="no job"):
+            any_queue.get(typed)
 
 
 # =========================================================================== retry

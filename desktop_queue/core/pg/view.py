@@ -886,6 +886,14 @@ class PgView:
         statement: what a pass over the hot jobs reads (:func:`~desktop_queue.core.backend.scan_jobs`)."""
         return [self._job_of(r) for r in self._conn.execute(_HOT_SET).fetchall()]
 
+    def ids_with_prefix(self, prefix: str, limit: int = 3) -> list[str]:
+        """Up to ``limit`` ids starting with ``prefix`` (what a short id a person typed names),
+        found by the server: through the primary key where the collation allows (C), else by
+        a scan there, where reading every id here shipped them all."""
+        pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._conn.execute("SELECT id FROM dq_jobs WHERE id LIKE %s ORDER BY id LIMIT %s", (pattern, limit))
+        return [r[0] for r in rows.fetchall()]
+
     def count_matching(self, purge: PurgeFilter) -> int:
         """How many jobs ``purge`` matches (:meth:`PurgeFilter.matches
         <desktop_queue.core.store.archive.PurgeFilter.matches>`), counted by the server."""
