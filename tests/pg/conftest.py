@@ -14,10 +14,10 @@ import pytest
 from desktop_queue.core import FakeClock, Queue, RetryPolicy
 
 
-def _harness() -> Any:
-    name = "dq_pg_harness"
+def _load(name: str, path: Path) -> Any:
+    """The module of the file ``path``, loaded once as ``name`` (its directory need not be on sys.path)."""
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("harness.py"))
+        spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
@@ -25,8 +25,19 @@ def _harness() -> Any:
     return sys.modules[name]
 
 
+def _harness() -> Any:
+    return _load("dq_pg_harness", Path(__file__).with_name("harness.py"))
+
+
 pg_server = _harness().pg_server
 pg_dsn = _harness().pg_dsn
+
+
+@pytest.fixture
+def core_tests() -> Callable[[str], Any]:
+    """Loads a module of tests/core by file name (whose machines and references these tests reuse)."""
+    core = Path(__file__).resolve().parents[1] / "core"
+    return lambda filename: _load(f"dq_core_{Path(filename).stem}", core / filename)
 
 
 @pytest.fixture

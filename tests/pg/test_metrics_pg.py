@@ -10,10 +10,7 @@ the horizon and a dead letter that waits past it.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,19 +18,6 @@ import pytest
 from desktop_queue.core import FakeClock, Outcome, Queue
 from desktop_queue.core.model import events_of
 from desktop_queue.core.windowed import WindowedMetrics, jobs_of
-
-
-def _reference() -> Any:
-    """tests/core/test_windowed_metrics.py: the recount every figure is checked against."""
-    name = "dq_windowed_reference"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "core" / "test_windowed_metrics.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def _run(queue: Queue, clock: FakeClock, i: int) -> str:
@@ -56,7 +40,7 @@ def _run(queue: Queue, clock: FakeClock, i: int) -> str:
 
 
 def test_a_rebuild_folds_the_horizon_and_counts_the_older_dead_letters(
-    open_pg: Callable[..., Queue], clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    open_pg: Callable[..., Queue], clock: FakeClock, monkeypatch: pytest.MonkeyPatch, core_tests: Callable[[str], Any]
 ) -> None:
     queue = open_pg()
     old = [_run(queue, clock, i) for i in range(12)]  # three dead letters among them
@@ -69,7 +53,7 @@ def test_a_rebuild_folds_the_horizon_and_counts_the_older_dead_letters(
     queue.submit("demo", {"later": True})
     clock.advance(30.0)
 
-    ref = _reference()
+    ref = core_tests("test_windowed_metrics.py")  # (its recount is the reference)
     folded: list[str] = []
     metrics = WindowedMetrics(queue)
     fold = metrics._fold_ids

@@ -9,10 +9,8 @@ nothing acknowledged may be lost, and the next verb reconnects by itself.
 
 from __future__ import annotations
 
-import importlib.util
 import secrets
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -24,22 +22,9 @@ from desktop_queue.core import Queue
 from desktop_queue.core.pg import PgBackend
 
 
-def _property_module() -> Any:
-    """tests/core/test_property.py, loaded by path (its directory need not be on sys.path)."""
-    name = "dq_core_test_property"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "core" / "test_property.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.mark.slow
-def test_queue_state_machine_on_postgresql(own_server: Any, pg_harness: Any) -> None:
-    prop = _property_module()
+def test_queue_state_machine_on_postgresql(own_server: Any, pg_harness: Any, core_tests: Callable[[str], Any]) -> None:
+    prop = core_tests("test_property.py")
 
     class PgQueueMachine(prop.QueueMachine):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
