@@ -153,25 +153,27 @@ _SELECT_SEQ = "SELECT j.doc::text AS doc, j.rev, j.events::text AS events, j.id,
 #: how many finished jobs the window holds beside the unfinished ones, newest first (the
 #: data dir's hot set keeps as many): the older ones are paged (PgView.history_rows)
 HOT_FINISHED = KEEP_FINISHED
-# the newest finished jobs, through dq_jobs_finished_seq (schema version 8)
-_NEWEST_FINISHED = f" WHERE state IN {_FINISHED} ORDER BY seq DESC LIMIT {HOT_FINISHED}"
+
+
+def _hot(select: str, *, queued: bool = True) -> str:
+    """``select`` (columns and ``FROM dq_jobs``, its alias ``j`` if any) of every job of the
+    window's hot set: the unfinished ones (each state apart: an ``IN`` list of both cannot
+    use their partial indexes) and the newest finished ones, through dq_jobs_finished_seq
+    (schema version 8). A ``UNION ALL`` of its parts, in no order."""
+    parts = [f"{select} WHERE state = '{State.QUEUED}'"] if queued else []
+    parts.append(f"{select} WHERE state = '{State.RUNNING}'")
+    parts.append(f"({select} WHERE state IN {_FINISHED} ORDER BY seq DESC LIMIT {HOT_FINISHED})")
+    return " UNION ALL ".join(parts)
+
+
 # what the window's models take of each job (Queue.raw_jobs: no timeline, which the row
 # does not hold, no lease token, and the input of queued jobs only), shaped by the server:
-# the window's hot set (the unfinished jobs and the newest finished ones), or some ids
+# the window's hot set, or some ids
 _WINDOW_DOC = f"(CASE WHEN state = '{State.QUEUED}' THEN doc ELSE doc - 'input' END - 'lease_token')::text"
-# (each unfinished state apart: one IN list of both cannot use their partial indexes)
-_WINDOW_HOT = (
-    f"SELECT {_WINDOW_DOC}, seq FROM dq_jobs WHERE state = '{State.QUEUED}'"
-    f" UNION ALL SELECT {_WINDOW_DOC}, seq FROM dq_jobs WHERE state = '{State.RUNNING}'"
-    f" UNION ALL (SELECT {_WINDOW_DOC}, seq FROM dq_jobs{_NEWEST_FINISHED}) ORDER BY 2"
-)
+_WINDOW_HOT = _hot(f"SELECT {_WINDOW_DOC}, seq FROM dq_jobs") + " ORDER BY 2"
 _WINDOW_IDS = f"SELECT {_WINDOW_DOC} FROM dq_jobs WHERE id = ANY(%s) ORDER BY seq"
 # the same hot set whole, timelines and inputs included (PgView.hot_set)
-_HOT_SET = (
-    f"SELECT doc, rev, events, id FROM ({_SELECT_SEQ} WHERE j.state = '{State.QUEUED}'"
-    f" UNION ALL {_SELECT_SEQ} WHERE j.state = '{State.RUNNING}'"
-    f" UNION ALL ({_SELECT_SEQ}{_NEWEST_FINISHED})) h ORDER BY seq"
-)
+_HOT_SET = f"SELECT doc, rev, events, id FROM ({_hot(_SELECT_SEQ)}) h ORDER BY seq"
 # what the windowed metrics fold (PgView.horizon_ids): the unfinished jobs and the finished
 # ones changed since a time; and the older dead letters still waiting (through dq_jobs_stopped)
 _UPDATED = "coalesce((doc->>'updated_at')::float8, 0)"
@@ -191,10 +193,7 @@ _TIMELINES = "SELECT id, state, events::text FROM dq_jobs WHERE id > %s ORDER BY
 TIMELINE_PAGE = 5000
 # what the prompt search reads of the hot jobs whose rows do not carry their input
 _INPUT = "id, doc->>'input_digest', (doc->'input')::text"
-_INPUTS_NOT_QUEUED = (
-    f"SELECT {_INPUT} FROM dq_jobs WHERE state = '{State.RUNNING}'"
-    f" UNION ALL (SELECT {_INPUT} FROM dq_jobs{_NEWEST_FINISHED})"
-)
+_INPUTS_NOT_QUEUED = _hot(f"SELECT {_INPUT} FROM dq_jobs", queued=False)
 # the newest jobs (of a state), newest first, with their timelines (PgView.newest): a
 # page read as a page through an index (the state spelled out: see above). Of every
 # state: the newest finished ones through theirs, merged with the unfinished ones (as
