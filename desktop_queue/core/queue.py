@@ -2260,12 +2260,17 @@ class Queue:
                 return False
             return q.matches(job, self._searchable(job))
 
-        if self.store.read(lambda st: st.archive is None and getattr(st, "newest", None) is not None):
-            # a view whose hot set is the whole history (PostgreSQL's) pages it newest first:
-            # gathering every matching job first held them all in memory
+        def matching(st: View) -> builtins.list[tuple[int, str]] | None:
+            if st.archive is None and getattr(st, "newest", None) is not None:
+                # a view whose hot set is the whole history (PostgreSQL's) pages it newest
+                # first: gathering every matching job first held them all in memory
+                return None
+            return sorted((j["seq"], j["id"]) for j in st.hot_jobs().values() if fits(j))
+
+        hot = self.store.read(matching)
+        if hot is None:
             yield from self._find_paged(fits, q.state, page)
             return
-        hot = self.store.read(lambda st: sorted((j["seq"], j["id"]) for j in st.hot_jobs().values() if fits(j)))
         for _seq, job_id in reversed(hot):
             try:
                 yield self.get(job_id)

@@ -28,6 +28,12 @@ _TEXT_FIELDS = ("prompt", "system", "text", "input", "instructions")
 FIELDS = ("kind", "profile", "state", "after", "before", "id")
 
 
+def escape_like(text: str) -> str:
+    """``text`` as a literal in a SQL ``LIKE`` pattern whose escape character is ``\\``
+    (SQLite's ``ESCAPE '\\'``, PostgreSQL's default): its ``%`` and ``_`` match themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def prompt_text(payload: Any, limit: int = PROMPT_INDEX_CHARS) -> str:
     """The text a person wrote in an input (prompt, system prompt, speech text, messages).
 

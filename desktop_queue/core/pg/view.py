@@ -38,7 +38,7 @@ from desktop_queue.core.records import (
     Record,
     UpdateRecord,
 )
-from desktop_queue.core.search import prompt_text
+from desktop_queue.core.search import escape_like, prompt_text
 from desktop_queue.core.store.archive import FINISHED_STATES, RESOLVED, ArchivedRow, PurgeFilter
 from desktop_queue.core.store.compaction import KEEP_FINISHED
 
@@ -155,14 +155,15 @@ _SELECT_SEQ = "SELECT j.doc::text AS doc, j.rev, j.events::text AS events, j.id,
 HOT_FINISHED = KEEP_FINISHED
 
 
-def _hot(select: str, *, queued: bool = True) -> str:
-    """``select`` (columns and ``FROM dq_jobs``, its alias ``j`` if any) of every job of the
-    window's hot set: the unfinished ones (each state apart: an ``IN`` list of both cannot
-    use their partial indexes) and the newest finished ones, through dq_jobs_finished_seq
-    (schema version 8). A ``UNION ALL`` of its parts, in no order."""
+def _hot(select: str, *, queued: bool = True, finished: str = f"ORDER BY seq DESC LIMIT {HOT_FINISHED}") -> str:
+    """``select`` (columns and ``FROM dq_jobs``, its alias ``j`` if any) of every unfinished
+    job (each state apart: an ``IN`` list of both cannot use their partial indexes) and of
+    the finished ones ``finished`` keeps (by default the newest, through
+    dq_jobs_finished_seq: with the unfinished ones, the window's hot set). A ``UNION ALL``
+    of its parts, in no order."""
     parts = [f"{select} WHERE state = '{State.QUEUED}'"] if queued else []
     parts.append(f"{select} WHERE state = '{State.RUNNING}'")
-    parts.append(f"({select} WHERE state IN {_FINISHED} ORDER BY seq DESC LIMIT {HOT_FINISHED})")
+    parts.append(f"({select} WHERE state IN {_FINISHED} {finished})")
     return " UNION ALL ".join(parts)
 
 
@@ -177,11 +178,7 @@ _HOT_SET = f"SELECT doc, rev, events, id FROM ({_hot(_SELECT_SEQ)}) h ORDER BY s
 # what the windowed metrics fold (PgView.horizon_ids): the unfinished jobs and the finished
 # ones changed since a time; and the older dead letters still waiting (through dq_jobs_stopped)
 _UPDATED = "coalesce((doc->>'updated_at')::float8, 0)"
-_HORIZON_IDS = (
-    f"SELECT id FROM dq_jobs WHERE state = '{State.QUEUED}'"
-    f" UNION ALL SELECT id FROM dq_jobs WHERE state = '{State.RUNNING}'"
-    f" UNION ALL SELECT id FROM dq_jobs WHERE state IN {_FINISHED} AND {_UPDATED} >= %s"
-)
+_HORIZON_IDS = _hot("SELECT id FROM dq_jobs", finished=f"AND {_UPDATED} >= %s")
 _WAITING_BEFORE = (
     f"SELECT id FROM dq_jobs WHERE state = '{State.DEAD}' AND doc->>'resolved_at' IS NULL AND {_UPDATED} < %s"
 )
@@ -194,30 +191,25 @@ TIMELINE_PAGE = 5000
 # what the prompt search reads of the hot jobs whose rows do not carry their input
 _INPUT = "id, doc->>'input_digest', (doc->'input')::text"
 _INPUTS_NOT_QUEUED = _hot(f"SELECT {_INPUT} FROM dq_jobs", queued=False)
-# the newest jobs (of a state), newest first, with their timelines (PgView.newest): a
-# page read as a page through an index (the state spelled out: see above). Of every
-# state: the newest finished ones through theirs, merged with the unfinished ones (as
-# few as the backlog), where ordering the whole table read every job
-_NEWEST: dict[str | None, str] = {
-    None: (
-        f"SELECT doc, rev, events, id FROM (({_SELECT_SEQ} WHERE j.state IN {_FINISHED} ORDER BY j.seq DESC LIMIT %s)"
-        f" UNION ALL ({_SELECT_SEQ} WHERE j.state = '{State.QUEUED}' ORDER BY j.seq DESC LIMIT %s)"
-        f" UNION ALL ({_SELECT_SEQ} WHERE j.state = '{State.RUNNING}' ORDER BY j.seq DESC LIMIT %s)) u"
-        " ORDER BY seq DESC LIMIT %s"
-    ),
-    **{str(s): _SELECT + f" WHERE j.state = '{s}' ORDER BY j.seq DESC LIMIT %s" for s in State},
-}
-# the same pages, older than a submission number (PgView.newest with ``before_seq``)
-_NEWEST_BEFORE: dict[str | None, str] = {
-    None: (
-        f"SELECT doc, rev, events, id FROM (({_SELECT_SEQ} WHERE j.state IN {_FINISHED} AND j.seq < %s"
-        " ORDER BY j.seq DESC LIMIT %s)"
-        f" UNION ALL ({_SELECT_SEQ} WHERE j.state = '{State.QUEUED}' AND j.seq < %s ORDER BY j.seq DESC LIMIT %s)"
-        f" UNION ALL ({_SELECT_SEQ} WHERE j.state = '{State.RUNNING}' AND j.seq < %s ORDER BY j.seq DESC LIMIT %s)) u"
-        " ORDER BY seq DESC LIMIT %s"
-    ),
-    **{str(s): _SELECT + f" WHERE j.state = '{s}' AND j.seq < %s ORDER BY j.seq DESC LIMIT %s" for s in State},
-}
+# the newest jobs (of a state) submitted before a number, newest first, with their
+# timelines (PgView.newest): a page read as a page through an index (the state spelled
+# out: see above). Of every state: the newest finished ones through theirs, merged with
+# the unfinished ones (as few as the backlog), where ordering the whole table read every
+# job. Its arguments: (before, limit) for each read, then the limit of the merge
+_PAGE = "AND j.seq < %s ORDER BY j.seq DESC LIMIT %s"
+
+
+def _newest(state: State | None) -> str:
+    if state is not None:
+        return f"{_SELECT} WHERE j.state = '{state}' {_PAGE}"
+    parts = (f"j.state IN {_FINISHED}", f"j.state = '{State.QUEUED}'", f"j.state = '{State.RUNNING}'")
+    reads = " UNION ALL ".join(f"({_SELECT_SEQ} WHERE {where} {_PAGE})" for where in parts)
+    return f"SELECT doc, rev, events, id FROM ({reads}) u ORDER BY seq DESC LIMIT %s"
+
+
+_NEWEST: dict[str | None, str] = {None: _newest(None), **{str(s): _newest(s) for s in State}}
+#: the bound of a first page (above every submission number)
+_NO_BOUND = 2**63 - 1
 # a page of finished jobs for the window's history (PgView.history_rows): what the data
 # dir's archive index knows of each (ArchivedRow), and what the filters done here read
 _HISTORY_COLUMNS = (
@@ -775,14 +767,10 @@ class PgView:
         """The ``limit`` newest jobs (in ``state``, a :class:`State`; submitted before ``before_seq``),
         newest first: a page of :meth:`Queue.list <desktop_queue.core.queue.Queue.list>` or of
         :meth:`Queue.find_jobs <desktop_queue.core.queue.Queue.find_jobs>`, read as a page."""
-        key = None if state is None else str(state)
-        args: tuple[int, ...]
-        if before_seq is None:
-            sql, args = _NEWEST[key], (limit,) if state is not None else (limit,) * 4
-        else:
-            bounded = (before_seq, limit)
-            sql, args = _NEWEST_BEFORE[key], bounded if state is not None else (*bounded * 3, limit)
-        return [self._job_of(r) for r in self._conn.execute(sql, args).fetchall()]
+        page = (_NO_BOUND if before_seq is None else before_seq, limit)
+        args = page if state is not None else (*page * 3, limit)
+        rows = self._conn.execute(_NEWEST[None if state is None else str(state)], args).fetchall()
+        return [self._job_of(r) for r in rows]
 
     def history_rows(
         self,
@@ -827,7 +815,7 @@ class PgView:
             where.append(f"doc->>'resolved_at' IS {'NOT ' if resolved else ''}NULL")
         needle = text.casefold() if text else None
         if text:
-            pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            pattern = "%" + escape_like(text) + "%"
             if any(c in text for c in '"\\') or any(ord(c) < 0x20 for c in text):
                 where.append("(doc->>'title' ILIKE %s OR doc ? 'input')")  # (escaped in the JSON: found here)
                 args.append(pattern)
@@ -889,8 +877,9 @@ class PgView:
         """Up to ``limit`` ids starting with ``prefix`` (what a short id a person typed names),
         found by the server: through the primary key where the collation allows (C), else by
         a scan there, where reading every id here shipped them all."""
-        pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        rows = self._conn.execute("SELECT id FROM dq_jobs WHERE id LIKE %s ORDER BY id LIMIT %s", (pattern, limit))
+        rows = self._conn.execute(
+            "SELECT id FROM dq_jobs WHERE id LIKE %s ORDER BY id LIMIT %s", (escape_like(prefix) + "%", limit)
+        )
         return [r[0] for r in rows.fetchall()]
 
     def count_matching(self, purge: PurgeFilter) -> int:

@@ -56,7 +56,7 @@ import zstandard
 from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.model import EventType, State, events_of
 from desktop_queue.core.records import JobDict
-from desktop_queue.core.search import prompt_text
+from desktop_queue.core.search import escape_like, prompt_text
 from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs
 
 log = logging.getLogger(__name__)
@@ -920,7 +920,7 @@ class Archive:
             args.append(before_seq)
         if not text:
             return self._select(where, args, limit)
-        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        pattern = "%" + escape_like(text) + "%"
         scan = (
             ["(title LIKE ? ESCAPE '\\' OR prompt LIKE ? ESCAPE '\\')"],
             [pattern, pattern],
