@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from desktop_queue.core.store.fileio import atomic_write, fsync_dir
+from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,8 @@ class FindingsLog:
         decisions = list(decisions)
         if not decisions:
             return []
+        # (a queue on PostgreSQL keeps nothing else here: its data dir may not exist yet)
+        make_dirs(self.data_dir)
         kept = self.read()
         seq = kept[-1].seq if kept else 0
         pid, host = os.getpid(), socket.gethostname()

@@ -23,6 +23,13 @@ def test_findings_are_numbered_kept_and_marked_seen(tmp_path: Path) -> None:
         assert set(json.loads(line)) == {"seq", "at", "job_id", "decision", "reason", "pid", "host"}  # no title
 
 
+def test_findings_make_a_data_dir_that_does_not_exist_yet(tmp_path: Path) -> None:
+    """A queue on PostgreSQL writes nothing else to its data dir, which a first run may lack."""
+    log = FindingsLog(tmp_path / "new" / "data")
+    log.record([("a", "requeued", "the worker's process ended")], at=1.0)
+    assert [f.job_id for f in FindingsLog(tmp_path / "new" / "data").unseen()] == ["a"]
+
+
 def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
     log = FindingsLog(tmp_path)
     log.record([("a", "requeued", "r")], at=1.0)
