@@ -553,10 +553,18 @@ class JobTally:
         self._recent: dict[str, float] = {}
         self._cutoff = float("-inf")
 
-    def reset(self, jobs: Iterable[Mapping[str, Any]]) -> None:
-        """Forgets everything and counts ``jobs`` (the whole hot set)."""
+    def reset(self, jobs: Iterable[Mapping[str, Any]], recent: Mapping[str, float] | None = None) -> None:
+        """Forgets everything and counts ``jobs`` (the whole hot set).
+
+        ``recent`` (``id -> finished_at``, :meth:`Queue.succeeded_since
+        <desktop_queue.core.queue.Queue.succeeded_since>`) names the recent successes the
+        hot set may lack: the jobs already archived. A job of ``jobs`` answers for itself.
+        """
         self._clear()
         self.apply(jobs)
+        for job_id, finished in (recent or {}).items():
+            if job_id not in self._state:
+                self._recent[job_id] = float(finished)
 
     def apply(self, jobs: Iterable[Mapping[str, Any]]) -> None:
         """Takes the new copies of changed jobs (a job not named keeps its last copy)."""

@@ -27,6 +27,7 @@ from desktop_queue.core.flow import FlowEventType
 from desktop_queue.core.model import State
 from desktop_queue.core.outbox import Notice
 from desktop_queue.core.paths import config_dir
+from desktop_queue.core.present import RECENT_WINDOW_S
 from desktop_queue.core.windowed import WindowedMetrics
 from desktop_queue.ui import dialogs, help_menu
 from desktop_queue.ui.actions import ActionRegistry, ActionState
@@ -475,7 +476,7 @@ class MainWindow(QMainWindow):
         if counts is None:
             return
         driver = self.controller.driver
-        done = self.controller.refresher.tally.done_since(time.time() - 60)
+        done = self.controller.refresher.tally.done_since(self.controller.queue.clock.now() - RECENT_WINDOW_S)
         if flow_due:
             self._update_providers()
         if self._ran_something:

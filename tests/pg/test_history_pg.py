@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 from PySide6.QtCore import QModelIndex
 
@@ -388,3 +389,29 @@ def test_an_export_pages_the_jobs_newest_first(pg_history: tuple[Queue, dict[str
     assert resolved == [i for i in want if queue.get(i).resolved_at is not None]
     exported = next(iter(queue.find_jobs(query, page=7)))
     assert exported.events  # (with its timeline, as export writes it)
+
+
+def test_the_jobs_finished_since_a_time_are_found_through_an_index(
+    pg_history: tuple[Queue, dict[str, Any]], pg_dsn: str
+) -> None:
+    """The status bar's successes of the last minute and the metrics' horizon (schema 9):
+    both ask for the finished jobs that changed since a time, which read every finished
+    job unless the statement spells the index's expression and states."""
+    queue, made = pg_history
+    now = queue.clock.now()
+    for back in (10.5, 60, 100, 10_000):
+        jobs = [queue.get(i) for i in made["finished"]]
+        expected = {
+            j.id: j.finished_at
+            for j in jobs
+            if j.state == State.SUCCEEDED and j.finished_at is not None and j.finished_at >= now - back
+        }
+        assert queue.succeeded_since(now - back) == expected
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("SET enable_seqscan = off")  # (so few rows would be read whole anyway)
+        for sql, args in ((pg_view._SUCCEEDED_SINCE, (now - 60, now - 60)), (pg_view._HORIZON_IDS, (now - 60,))):
+            plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN {sql}", args).fetchall())
+            # (an index whose states match serves as a read of every finished job too: the
+            # time must be its condition)
+            assert "Index Cond: (COALESCE(((doc ->> 'updated_at'::text))::double precision" in plan, plan
+            assert "dq_jobs_finished_updated" in plan, plan

@@ -239,3 +239,20 @@ def test_retry_all_matching_includes_archived_dead_letters_not_loaded(
     window.retry_all_matching()
     assert prompts.confirms and "Retry 10 dead jobs" in prompts.confirms[-1]
     qtbot.waitUntil(lambda: window.controller.queue.counts()["dead"] == 0, timeout=5000)
+
+
+def test_the_jobs_done_in_the_last_minute_count_the_archived_ones(queue: Queue, store: dict[str, list[str]]) -> None:
+    """The status bar's figure starts from the store, not from the hot set (which holds 5 here)."""
+    refresher = RefreshCoordinator(queue, [])
+    refresher.refresh()
+    assert refresher.tally.done_since(queue.clock.now() - 60) == len(store["succeeded"]) == 50
+    job_id = queue.submit("demo", {"prompt": "one more"}).job.id
+    lease = queue.lease("w")
+    assert lease is not None and lease.job_id == job_id
+    queue.complete(lease, {"text": "ok"})
+    refresher.refresh()  # a change: counted on top
+    assert refresher.tally.done_since(queue.clock.now() - 60) == 51
+    queue.store.compact_now()
+    refresher.version = -1  # a full reload counts them again, from the store
+    refresher.refresh()
+    assert refresher.tally.done_since(queue.clock.now() - 60) == 51

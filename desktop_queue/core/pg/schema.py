@@ -16,7 +16,7 @@ from typing import Any
 from desktop_queue.core.errors import StoreError
 
 #: the schema version this code writes
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _V1 = """
 CREATE TABLE dq_jobs (
@@ -209,6 +209,21 @@ DROP INDEX dq_jobs_stopped;
 CREATE INDEX dq_jobs_stopped ON dq_jobs (state, seq) WHERE state IN ('dead', 'cancelled');
 """
 
+# version 9: the finished jobs found by when they last changed. The metrics' rebuild folds
+# the finished jobs changed within its horizon, and the window's status bar counts the
+# jobs that succeeded in the last minute when it loads: both read every finished job
+# without it. Like version 8's, a row version enters it only in a finished state. The
+# expression is PgView's ``_UPDATED``, spelled the same so that the planner matches it.
+# The planner knows nothing of an expression's values until the table is analyzed, and
+# guesses that a third of the rows match: it reads the whole table instead (0.5 s at a
+# million jobs) until autovacuum next analyzes it, which a long history puts off for
+# days. So the step analyzes the table (about a second at a million jobs).
+_V9_UPDATED = """
+CREATE INDEX dq_jobs_finished_updated ON dq_jobs ((coalesce((doc->>'updated_at')::float8, 0)))
+    WHERE state IN ('succeeded', 'dead', 'cancelled');
+ANALYZE dq_jobs;
+"""
+
 #: version -> the SQL that lifts the schema from ``version - 1`` to it
 MIGRATIONS: dict[int, str] = {
     1: _V1,
@@ -219,6 +234,7 @@ MIGRATIONS: dict[int, str] = {
     6: _V6_ARTIFACTS,
     7: _V7_TIMELINE,
     8: _V8_FINISHED,
+    9: _V9_UPDATED,
 }
 
 

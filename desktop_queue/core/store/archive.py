@@ -1000,6 +1000,13 @@ class Archive:
                 out[job_id] = (state, resolved, sig)
         return out
 
+    def succeeded_since(self, cutoff: float) -> dict[str, float]:
+        """``id -> finished_at`` of the archived jobs that succeeded at or after ``cutoff`` (by jobs_finished)."""
+        rows = self._query(
+            "SELECT id, finished FROM jobs WHERE finished >= ? AND state = ?", (cutoff, str(State.SUCCEEDED))
+        )
+        return {job_id: finished for job_id, finished in rows}
+
     def totals(self) -> Totals:
         """Counts and stats figures of every archived job (kept up to date as segments are indexed)."""
         rows = self._query("SELECT blob FROM totals WHERE k = 0")

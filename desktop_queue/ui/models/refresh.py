@@ -27,7 +27,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QWidget
 
 from desktop_queue.core import Queue, QueueError
-from desktop_queue.core.present import JobTally
+from desktop_queue.core.present import RECENT_WINDOW_S, JobTally
 from desktop_queue.core.watch import ChangeWatcher
 from desktop_queue.ui.models.job_table import JobTableModel
 
@@ -279,7 +279,8 @@ class RefreshCoordinator(QObject):
         self.refreshed.emit()
 
     def _reset(self, jobs: Sequence[Mapping[str, Any]]) -> None:
-        self.tally.reset(jobs)
+        # the hot set keeps the newest finished jobs only: a busy minute finishes more
+        self.tally.reset(jobs, recent=self.queue.succeeded_since(self.queue.clock.now() - RECENT_WINDOW_S))
         for model in self.models:
             model.reset_jobs(jobs)
         self.jobs_changed.emit(None)
