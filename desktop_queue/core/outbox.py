@@ -302,8 +302,8 @@ class Outbox:
 
     # ------------------------------------------------------------------ delivering
 
-    def claim(self, limit: int = 50) -> list[Notice]:
-        """Takes up to ``limit`` pending notices for this process to deliver (oldest first)."""
+    def claim(self, limit: int | None = None) -> list[Notice]:
+        """Takes the pending notices (up to ``limit``) for this process to deliver (oldest first)."""
         with self._locked():
             view = self._read()
             pending = sorted(view.pending(), key=lambda n: n.finished_at)[:limit]
@@ -319,8 +319,12 @@ class Outbox:
         with self._locked():
             self._append([{"op": "ack", "key": k, "at": self.now()} for k in keys])
 
-    def deliver(self, send: Callable[[list[Notice]], None], limit: int = 50) -> list[Notice]:
+    def deliver(self, send: Callable[[list[Notice]], None], limit: int | None = None) -> list[Notice]:
         """Claims pending notices, hands them to ``send``, acknowledges them; returns them.
+
+        Every pending notice by default: a deliverer looks every half minute or so, and a
+        worker that finishes more than a page of jobs in that time must not fall behind
+        (the window tells a batch in one notification).
 
         If ``send`` raises, the claim stays unacknowledged and the repair scan queues the
         notices again once this process is gone (or the claim is old).

@@ -95,6 +95,21 @@ def test_notices_come_from_the_store_and_are_added_once(
     assert texts[0] == "job 0: dead-lettered; it waits for you in Dead letters" and texts[1] == "job 1: finished"
 
 
+def test_a_round_delivers_every_pending_notice_at_once(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
+    """A deliverer looks every half minute: a worker that finished 120 jobs meanwhile is
+    told in one round (one notification in the window), not 50 a round, falling behind."""
+    queue = open_queue()
+    outbox = Outbox(data_dir, clock.now)
+    outbox.view()
+    clock.advance(1)
+    ids = _finish(queue, 120, dead=3)
+    outbox.feed(queue)
+    rounds: list[list[str]] = []
+    assert len(outbox.deliver(lambda notices: rounds.append([n.job_id for n in notices]))) == 120
+    assert rounds == [ids]  # one round, oldest first
+    assert outbox.view().pending() == [] and outbox.deliver(lambda notices: rounds.append([])) == []
+
+
 def test_history_before_the_outbox_is_not_announced(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
     queue = open_queue()
     _finish(queue, 2)
