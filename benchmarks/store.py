@@ -74,6 +74,7 @@ Usage::
     python benchmarks/store.py --json                  # raw figures on stdout (table on stderr)
     python benchmarks/store.py --json out.json         # table on stdout, raw figures in out.json
     python benchmarks/store.py --workdir /some/disk    # where the temporary stores live (not tmpfs)
+    python benchmarks/store.py --only concurrency --flush-latency-ms 1  # as on a disk whose flush takes 1 ms
     make bench ARGS="--only history --sizes 1k,100k"   # the same through make (installs the bench extras)
 
 Requires ``huey`` and ``psutil`` (``pip install -e '.[bench]'``).
@@ -1547,6 +1548,7 @@ def environment(config: Config) -> dict[str, Any]:
         "memory_total": memory_total,
         "workdir": str(config.workdir),
         "filesystem": filesystem_of(config.workdir),
+        "flush_latency_ms": int(os.environ.get(FLUSH_ENV, "0")) / 1000,
         "huey": getattr(huey, "__version__", "?"),
         "sqlite": sqlite3.sqlite_version,
         "sizes": list(config.sizes),
@@ -1602,6 +1604,11 @@ def format_report(
         "Desktop Queue store benchmark (reference: huey SqliteStorage)",
         f"python {env['python']} on {env['platform']}, {env['cpus']} CPUs, huey {env['huey']}, SQLite {env['sqlite']}",
         f"stores under {env['workdir']} ({env['filesystem']}); warm OS page cache; cases: {', '.join(env['cases'])}",
+        *(
+            [f"emulated slower disk: every fsync/fdatasync returns {env['flush_latency_ms']:g} ms later (slowsync.c)"]
+            if env.get("flush_latency_ms")
+            else []
+        ),
         f"load average at start {env['loadavg_start']}, at end {env.get('loadavg_end')} "
         f"({env['cpus']} CPUs; other processes skew timings)",
     ]
@@ -1793,8 +1800,42 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--repopulate", action="store_true", help="with --keep: rebuild the kept history stores even when they fit"
     )
+    parser.add_argument(
+        "--flush-latency-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="emulate a slower disk: every fsync and fdatasync, ours and SQLite's alike, returns MS later "
+        "(Linux and a C compiler: benchmarks/slowsync.c is preloaded; default: the disk as it is)",
+    )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return parser
+
+
+#: the emulated flush latency in microseconds, for benchmarks/slowsync.c (set: it is preloaded)
+FLUSH_ENV = "DQ_BENCH_FLUSH_US"
+
+
+def with_flush_latency(ms: float, argv: Sequence[str]) -> int:
+    """Runs this benchmark again with benchmarks/slowsync.c preloaded, so that every process
+    it starts (ours and huey's, populating and measuring) waits ``ms`` more per sync.
+
+    Group commit shares a sync among committers: what it is worth depends on what a sync
+    costs, and a laptop's disk takes a millisecond or more where a server's write cache
+    answers in tens of microseconds. Returns the exit status.
+    """
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if not sys.platform.startswith("linux") or compiler is None:
+        print("--flush-latency-ms needs Linux and a C compiler (cc)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="dq-bench-flush-") as tmp:
+        library = Path(tmp) / "slowsync.so"
+        source = Path(__file__).with_name("slowsync.c")
+        subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(source), "-ldl"], check=True)
+        env = dict(os.environ)
+        env["LD_PRELOAD"] = " ".join(filter(None, [str(library), env.get("LD_PRELOAD")]))
+        env[FLUSH_ENV] = str(round(ms * 1000))
+        return subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], env=env).returncode
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1807,6 +1848,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker is not None:
         run_worker(json.loads(args.worker))
         return 0
+    if args.flush_latency_ms < 0:
+        print("--flush-latency-ms must be 0 or more", file=sys.stderr)
+        return 2
+    if args.flush_latency_ms > 0 and FLUSH_ENV not in os.environ:
+        return with_flush_latency(args.flush_latency_ms, sys.argv[1:] if argv is None else list(argv))
 
     for module in ("huey", "psutil"):
         try:
