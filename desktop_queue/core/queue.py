@@ -32,6 +32,7 @@ from desktop_queue.core.errors import (
     UnknownKind,
 )
 from desktop_queue.core.fingerprint import canonical_json, fingerprint, input_digest
+from desktop_queue.core.inputspec import InputSpec, spec_of, title_for
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.metrics import Stats
 from desktop_queue.core.metrics import compute as compute_stats
@@ -217,6 +218,9 @@ class Queue:
     ) -> None:
         self.data_dir = Path(data_dir)
         self.providers: Mapping[str, Any] = providers if providers is not None else {}
+        #: kind -> (its provider, that provider's input description): what names a job
+        #: submitted without a title (asking the provider costs 20 µs a submit)
+        self._specs: dict[str, tuple[Any, InputSpec | None]] = {}
         self.clock: Clock = clock or SystemClock()
         self.policy = policy or RetryPolicy()
         self.rng = rng or random.Random()
@@ -345,6 +349,15 @@ class Queue:
 
     # ------------------------------------------------------------------ submit
 
+    def _title_of(self, kind: str, provider: Any, payload: Any) -> str | None:
+        """The title of a job submitted without one: its prompt's first line (as the window,
+        the CLI and the HTTP API name it), else None (then the job is named by its kind)."""
+        known = self._specs.get(kind)
+        if known is None or known[0] is not provider:
+            known = (provider, spec_of(provider) if provider is not None else None)
+            self._specs[kind] = known
+        return title_for(known[1], payload)
+
     def _submission(
         self,
         kind: str,
@@ -386,6 +399,8 @@ class Queue:
         key_source = "replay" if replay_of else ("caller" if key else "fingerprint")
         the_key = key or fingerprint(kind, version, payload, body=body)
         digest = input_digest(kind, payload, body=body)
+        if title is None:
+            title = self._title_of(kind, provider, payload)
         clean_title = " ".join((title or "").split())[:MAX_TITLE]
         now = self.clock.now()
         if run_after is not None and not (isinstance(run_after, int | float) and math.isfinite(run_after)):

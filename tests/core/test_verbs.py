@@ -107,6 +107,20 @@ def test_submit_creates_a_durable_queued_job(json_queue: Queue, open_queue: Open
     assert other.get(job.id).to_json() == job.to_json()
 
 
+def test_a_job_submitted_without_a_title_is_named_by_its_prompt(open_queue: OpenQueue) -> None:
+    """As the window, the CLI and the HTTP API name it: a script's jobs are not all "demo job"."""
+    from desktop_queue.providers.demo import DemoProvider
+
+    queue = open_queue(providers={"demo": DemoProvider()})
+    assert queue.submit("demo", {"prompt": "  write a haiku\nabout rain"}).job.title == "write a haiku"
+    assert queue.submit("demo", {"prompt": "p", "seed": 2}, title="Mine").job.title == "Mine"
+    assert queue.submit("demo", {"prompt": "p", "seed": 3}, title="").job.title == "demo job"  # asked for none
+    bare = open_queue(path=None, providers={})  # a kind no provider describes: the usual input fields
+    chat = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Summarise it"}]}
+    assert bare.submit("echo", chat).job.title == "Summarise it"
+    assert bare.submit("echo", {"n": 1}).job.title == "echo job"
+
+
 def test_duplicate_submit_returns_the_existing_job(queue: Queue) -> None:
     first = queue.submit("demo", {"prompt": "same", "n": 1})
     # key order does not matter: the fingerprint is over canonical JSON
@@ -757,16 +771,18 @@ def test_error_messages_are_redacted_everywhere(open_queue: OpenQueue, data_dir:
     for path, raw in all_file_bytes(data_dir).items():
         assert API_KEY.encode() not in raw, path
         assert b"sk-proj" not in raw, path
+    # (the job's title is its prompt's first line, as every front end names a job: a
+    # field of the job, like its input, never an event, a log or an error)
     for line, record in journal_records(data_dir):
         if record.get("op") == "new":
-            rest = {k: v for k, v in record["job"].items() if k != "input"}
+            rest = {k: v for k, v in record["job"].items() if k not in ("input", "title")}
             assert b"CANARY" not in orjson.dumps([rest, record.get("ev")])
         else:
             assert b"CANARY" not in line and b"lighthouse" not in line
     for snap in (data_dir / "store").glob("snapshot-*.json"):
         doc, _ = decode_snapshot(snap.read_bytes(), snap.name)
         for raw_job in doc["data"]["jobs"]:
-            rest = {k: v for k, v in raw_job.items() if k not in ("input", "events")}
+            rest = {k: v for k, v in raw_job.items() if k not in ("input", "events", "title")}
             assert b"CANARY" not in orjson.dumps(rest)
             assert b"CANARY" not in raw_job["events"] and b"lighthouse" not in raw_job["events"]
 
