@@ -38,7 +38,7 @@ from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.job_tabs import JobTabs
 from desktop_queue.ui.local_api import LocalApi
 from desktop_queue.ui.models.metrics_model import MetricsSource
-from desktop_queue.ui.notifier import Banner, Level, Notifier
+from desktop_queue.ui.notifier import Banner, Channel, Level, Notifier
 from desktop_queue.ui.panes.alerts_pane import AlertRulesDialog, AlertsPane
 from desktop_queue.ui.panes.dead_letter_pane import DeadLetterPane
 from desktop_queue.ui.panes.metrics_pane import MetricsPane
@@ -57,6 +57,15 @@ from desktop_queue.ui.settings import (
 from desktop_queue.ui.spend_view import SpendDialog
 from desktop_queue.ui.status_bar import StatusBar
 from desktop_queue.ui.timeline import LiveTimelineModel
+
+
+def _finished_text(finished: int, dead_n: int) -> str:
+    """One notice for several finished jobs: "1,204 jobs finished; 3 dead-lettered: …"."""
+    text = f"{finished:,} jobs finished"
+    if dead_n:
+        text += f"; {dead_n:,} dead-lettered: {'it waits' if dead_n == 1 else 'they wait'} for you in Dead letters"
+    return text
+
 
 #: the window's size on a first start (smaller when the screen is)
 DEFAULT_SIZE = (1200, 720)
@@ -156,7 +165,11 @@ class MainWindow(QMainWindow):
         self.splitter.setCollapsible(1, True)
         self.splitter.splitterMoved.connect(lambda *_: self._job_side_moved())
         self.banner = Banner()
+        self.banner.dismissed.connect(self._banner_dismissed)
         self._store_message: str | None = None  # what the banner says while the store takes no changes
+        #: (finished, dead-lettered): what the banner has told of finished jobs since it was
+        #: last dismissed, so that a later batch adds to it instead of hiding it
+        self._told: tuple[int, int] = (0, 0)
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 6, 6, 0)
@@ -567,17 +580,34 @@ class MainWindow(QMainWindow):
             self.notifier.notify(t.describe(), Level.WARNING if fired else Level.INFO, 8000 if fired else 5000)
 
     def _announce_notices(self, notices: list[Notice]) -> None:
-        """Finished jobs from the outbox (each delivered once across processes): one notice for the batch."""
+        """Finished jobs from the outbox (each delivered once across processes): one notice for the batch.
+
+        A desktop notification tells each batch and fades. The banner stays until it is
+        dismissed, so there a batch adds to what it told since: a second batch of 48 jobs
+        must not hide that 4,900 finished and 51 were dead-lettered before them, even if
+        another message ("the queue is empty") came in between.
+        """
+        if not notices:
+            return
+        if self.notifier.channel() is Channel.BANNER:
+            finished = self._told[0] + len(notices)
+            dead_n = self._told[1] + sum(1 for n in notices if n.state == State.DEAD)
+            text = notices[0].text() if finished == 1 else _finished_text(finished, dead_n)
+            self.notifier.notify(text, Level.WARNING if dead_n else Level.INFO, 8000 if dead_n else 5000)
+            self._told = (finished, dead_n)
+            return
         if len(notices) <= 2:
             for notice in notices:
                 dead = notice.state == State.DEAD
                 self.notifier.notify(notice.text(), Level.WARNING if dead else Level.INFO, 8000 if dead else 5000)
             return
         dead_n = sum(1 for n in notices if n.state == State.DEAD)
-        text = f"{len(notices)} jobs finished"
-        if dead_n:
-            text += f"; {dead_n} dead-lettered: they wait for you in Dead letters"
-        self.notifier.notify(text, Level.WARNING if dead_n else Level.INFO, 8000 if dead_n else 5000)
+        self.notifier.notify(
+            _finished_text(len(notices), dead_n), Level.WARNING if dead_n else Level.INFO, 8000 if dead_n else 5000
+        )
+
+    def _banner_dismissed(self) -> None:
+        self._told = (0, 0)  # read: the next finished jobs are told afresh
 
     def edit_alert_rules(self) -> AlertRulesDialog:
         """Opens the alert rules (thresholds, windows, on/off); saved to the config dir."""

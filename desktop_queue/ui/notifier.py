@@ -17,7 +17,7 @@ import shutil
 import sys
 from enum import StrEnum
 
-from PySide6.QtCore import QObject, QProcess, Qt
+from PySide6.QtCore import QObject, QProcess, Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QSystemTrayIcon, QToolButton, QWidget
 
@@ -57,7 +57,13 @@ def find_notify_send() -> str | None:
 
 
 class Banner(QFrame):
-    """A dismissable, non-blocking message strip at the top of the window."""
+    """A dismissable, non-blocking message strip at the top of the window.
+
+    Signals:
+        dismissed(): the person closed it.
+    """
+
+    dismissed = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -79,6 +85,7 @@ class Banner(QFrame):
         close.setAutoRaise(True)
         close.setToolTip("Dismiss")
         close.clicked.connect(self.hide)
+        close.clicked.connect(self.dismissed)
         layout.addWidget(self.icon, 0, Qt.AlignmentFlag.AlignTop)
         layout.addWidget(self.text, 1)
         layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)

@@ -78,3 +78,33 @@ def test_a_tray_that_shows_messages_comes_first(qtbot: Any, session: Any, tmp_pa
     assert window.notifier.sent[-1][0] is Channel.TRAY
     window.notifier.use_tray(tray, shows_messages=False)  # a tray without balloons: not used
     assert window.notifier.channel() is Channel.DESKTOP
+
+
+def _notices(start: int, n: int, dead: frozenset[int] | set[int] = frozenset()) -> list[Any]:
+    from desktop_queue.core.outbox import Notice
+
+    return [
+        Notice(f"j{i}:1:x", f"j{i}", State.DEAD if i in dead else State.SUCCEEDED, f"job {i}", "demo", float(i))
+        for i in range(start, start + n)
+    ]
+
+
+def test_the_banner_adds_a_later_batch_of_finished_jobs_to_what_it_told(session: Any) -> None:
+    """The banner stays until dismissed: a batch of 48 must not hide that 4,900 finished and
+    51 were dead-lettered before them (a desktop notification tells each batch and fades)."""
+    from PySide6.QtWidgets import QToolButton
+
+    window = session.window
+    window.notifier.notify_send = None
+    assert window.notifier.channel() is Channel.BANNER
+    session.controller.alerts.notices.emit(_notices(0, 4900, dead=set(range(0, 4900, 97))))
+    assert window.banner.text.text() == "4,900 jobs finished; 51 dead-lettered: they wait for you in Dead letters"
+    window.banner.show_message("The queue is empty: every job has finished.")  # something else in between
+    session.controller.alerts.notices.emit(_notices(4900, 48))
+    assert window.banner.text.text() == "4,948 jobs finished; 51 dead-lettered: they wait for you in Dead letters"
+    window.banner.findChild(QToolButton, "bannerClose").click()  # read and dismissed: told afresh
+    assert window.banner.isHidden()
+    session.controller.alerts.notices.emit(_notices(5000, 1))
+    assert window.banner.text.text() == "job 5000: finished"
+    session.controller.alerts.notices.emit(_notices(5001, 1, dead={5001}))
+    assert window.banner.text.text() == "2 jobs finished; 1 dead-lettered: it waits for you in Dead letters"
