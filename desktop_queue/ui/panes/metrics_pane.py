@@ -141,6 +141,7 @@ class MetricsPane(QWidget):
         self.summary = QLabel()
         self.summary.setObjectName("metricsSummary")
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.summary.setWordWrap(True)  # (cut at the pane's edge otherwise, at the window's first size)
         top.addSpacing(12)
         top.addWidget(self.summary, 1)
 
@@ -241,8 +242,8 @@ class MetricsPane(QWidget):
             return "–" if v is None else f"{v:.2f} s"
 
         self.summary.setText(
-            f"In {what}: {done} finished ({t['finished_per_min']:.2f} / min), success {rate}, "
-            f"wait p95 {sec(t['wait_p95_s'])}, run p95 {sec(t['run_p95_s'])}, {t['dead_letters']} dead letters"
+            f"In {what}: {done:,} finished ({t['finished_per_min']:,.2f} / min), success {rate}, "
+            f"wait p95 {sec(t['wait_p95_s'])}, run p95 {sec(t['run_p95_s'])}, {t['dead_letters']:,} dead letters"
         )
         x = figures.times
         # a step's depth is taken at its end; drawn at its start, the line would lead by a step
