@@ -207,6 +207,30 @@ def test_another_process_lets_go_of_what_a_compaction_archived(
     assert reader.get(ids[0]).state == State.SUCCEEDED
 
 
+def test_another_process_is_told_when_a_purge_removes_archived_jobs(
+    small_hot: Callable[..., Queue], clock: FakeClock
+) -> None:
+    """The window keeps its counts until the store's version moves. A purge's record moves
+    it before the compaction removes the archived jobs, which moved nothing: a window went
+    on showing 2,313 purged jobs as succeeded."""
+    window = small_hot()
+    worker = small_hot()
+    run_jobs(worker, clock, 30, fail_every=10)
+    worker.store.compact_now()
+    version = window.refresh()
+    assert window.counts()["succeeded"] == 27
+    window.store._follow_at = float("inf")  # (the purge record comes first: the window reads then)
+    cutoff = clock.now() + 0.5
+    assert worker.purge(cutoff, ["succeeded"], dry_run=True) == 27
+    worker.purge(cutoff, ["succeeded"])  # its record, then the compaction that removes the archived ones
+    version, changed = window.changed_since(version)
+    assert changed is None  # the purge's record: read everything again
+    window.store._follow_at = 0.0  # (it looks at the archive every few seconds)
+    version, changed = window.changed_since(version)
+    assert changed is None, "the archive lost jobs: read everything again"
+    assert window.counts() == worker.counts() == {**worker.counts(), "succeeded": 0, "dead": 3}
+
+
 def test_prefix_lookup_reaches_the_archive(small_hot: Callable[..., Queue], clock: FakeClock) -> None:
     queue = small_hot()
     ids = run_jobs(queue, clock, 20)

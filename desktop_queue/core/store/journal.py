@@ -1494,7 +1494,12 @@ class Store:
                     self._archive_seen = numbers[-1]
                 if self.state.purges:
                     folded = snapshot_gen if snapshot_gen is not None else self._newest_snapshot_gen()
-                    self.state.purges = [(g, p) for g, p in self.state.purges if g > folded]
+                    pending = [(g, p) for g, p in self.state.purges if g > folded]
+                    if len(pending) < len(self.state.purges):
+                        self.state.purges = pending
+                        # the archive lost jobs, which no record names: what readers keep of
+                        # it (the window's counts, its history pages) must be read again
+                        self.state.touch_all()
             except (OSError, StoreError) as exc:  # memory only: the next look tries again
                 log.warning("could not follow the archive: %s", exc)
             for notice in self.archive.notices:

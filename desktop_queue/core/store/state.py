@@ -341,6 +341,10 @@ class StoreState:
             self.version += 1
             self.changes.append((self.version, job_id))
         self.purges.append((self.gen, purge))
+        self.touch_all()
+
+    def touch_all(self) -> None:
+        """Says that anything may have changed (:meth:`changed_since` answers None past this)."""
         self.version += 1
         self.changes.append((self.version, "*"))
 
