@@ -197,7 +197,7 @@ def _compact(
                 raise StoreError(f"{notice}; nothing was folded")
             if notices is not None:
                 notices.append(notice)
-    gone_results = _purge_archive(archive, purges, jobs, results, notices) | purged_keys
+    gone_results = _purge_archive(archive, purges, jobs, results) | purged_keys
     leaving = choose_archived(jobs.values(), now=now, keep_finished=keep_finished, keep_for_s=keep_finished_s)
     inlined: set[str] = set()  # keys whose result document the archive holds from now on
     as_files: set[str] = set()  # keys whose (large) result stays a file
@@ -292,9 +292,11 @@ def _purge_archive(
     purges: list[PurgeFilter],
     hot: dict[str, JobDict],
     results: ResultStore,
-    notices: list[str] | None,
 ) -> set[str]:
     """Writes the archive segments holding jobs ``purges`` match again without them.
+
+    What went is the purge's answer, told by whoever asked for it (``purge`` says how
+    many): not a notice, which is for what the store set aside and a person must hear of.
 
     Returns the keys of purged succeeded jobs, whose result files go once the snapshot
     is written; their artifacts (images, audio) go now, as nothing refers to them.
@@ -316,8 +318,8 @@ def _purge_archive(
                 return True
 
             removed += archive.rewrite(number, keep)
-        if notices is not None and removed:
-            notices.append(f"purged {removed} archived jobs finished before {time.ctime(purge.before)}")
+        if removed:
+            log.info("purged %d archived jobs finished before %s", removed, time.ctime(purge.before))
     return keys
 
 
