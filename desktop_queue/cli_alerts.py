@@ -202,7 +202,7 @@ def work_upkeep(
 
     data_dir = Path(queue.data_dir)
     outbox = Outbox(data_dir, queue.clock.now)
-    outbox.start()  # what this worker finishes is announced, by it or by a window
+    outbox.start(queue)  # what this worker finishes is announced, by it or by a window
     scan = RepairScan(
         queue,
         outbox=outbox,

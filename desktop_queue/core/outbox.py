@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from desktop_queue.core.errors import StoreError
+from desktop_queue.core.errors import QueueError, StoreError
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.model import State
 from desktop_queue.core.store.fileio import FileLock, atomic_write, locked, make_dirs
@@ -151,7 +151,8 @@ class Outbox:
         self.now = now
         self.alive = alive or holder_alive
         self.me = this_process()
-        self._version: int | None = None  # (None: not fed yet)
+        self._version: int | None = None  # the store version fed up to (None: not yet)
+        self._looked = False  # the hot set was looked through once for what is missing
         self._window: FileLock | None = None
         self.notices: list[str] = []
 
@@ -255,11 +256,19 @@ class Outbox:
 
     # ------------------------------------------------------------------ adding
 
-    def start(self) -> None:
+    def start(self, queue: Any = None) -> None:
         """Creates the outbox if there is none, so that every job that ends from now on is announced.
+
+        Given the queue, the feed follows its changes from now: a worker's first feed comes
+        a moment after it starts leasing, and the jobs it finished meanwhile may be
+        archived by then, out of the hot set that a first feed looks through (a worker
+        on 3,000 instant jobs never announced its first 660).
 
         Never raises: an outbox that cannot be written now is created by the next feed.
         """
+        if queue is not None and self._version is None:
+            with contextlib.suppress(QueueError, OSError):
+                self._version = queue.refresh()
         with contextlib.suppress(OSError, StoreError):
             self.view()
 
@@ -287,14 +296,26 @@ class Outbox:
             # wanted (changes since the beginning would name every job ever written)
             self._version = queue.refresh()
             self.view()  # the outbox starts now if it did not exist: later endings count
+            self._looked = True
             return self.add_missing(queue)
         version, ids = queue.changed_since(self._version)
         self._version = version
         if ids is None:
             return self.add_missing(queue)
-        if not ids:
-            return []
-        return self.add(queue.raw_jobs(ids))
+        added: list[Notice] = []
+        if ids:
+            jobs = queue.raw_jobs(ids)
+            archived = ids.difference(j["id"] for j in jobs)
+            if archived:
+                # a compaction archived them since they changed: a busy worker finishes more
+                # jobs between two feeds than the hot set keeps, and each must be told
+                jobs += queue.job_dicts(archived)
+            added = self.add(jobs)
+        if not self._looked:
+            # once: what a process that died before announcing left in the hot set
+            self._looked = True
+            added += self.add_missing(queue)
+        return added
 
     def add_missing(self, queue: Any) -> list[Notice]:
         """Adds a notice for every finished job of the hot set that has none (the repair scan's pass)."""

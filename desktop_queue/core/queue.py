@@ -1596,6 +1596,27 @@ class Queue:
         """One job with its timeline; ``job_id`` may be a unique prefix of 4+ characters."""
         return self.store.read(lambda state: Job.from_dict(self._find(state, job_id)))
 
+    def job_dicts(self, ids: Collection[str], chunk: int = 500) -> builtins.list[JobDict]:
+        """Every job of ``ids``, hot or archived, as stored (a purged or unknown id is left
+        out), ``chunk`` a read so that the store is never held for long.
+
+        For readers that follow the change feed and must see a job even if a compaction
+        archived it since it changed (the outbox), where :meth:`raw_jobs` holds the hot set.
+        """
+        wanted = builtins.list(ids)
+        out: builtins.list[JobDict] = []
+        for start in range(0, len(wanted), chunk):
+            part = wanted[start : start + chunk]
+
+            def fn(st: View, part: builtins.list[str] = part) -> builtins.list[JobDict]:
+                # (a view that reads a batch in one statement, PostgreSQL's, need not read them one by one)
+                batch: Callable[[Sequence[str]], builtins.list[JobDict]] | None = getattr(st, "jobs_by_id", None)
+                found = batch(part) if batch is not None else (st.job(job_id) for job_id in part)
+                return [job for job in found if job is not None]
+
+            out.extend(self.store.read(fn))
+        return out
+
     def lease_token(self, job_id: str) -> str | None:
         """The current lease token (tests and the crash drill only; never shown to people)."""
         return self.lease_holder(job_id)[1]

@@ -183,7 +183,7 @@ class AlertWatch(QObject):
         data_dir = Path(queue.data_dir)
         self.book = AlertBook(data_dir)
         self.outbox = Outbox(data_dir, queue.clock.now)
-        self.outbox.start()  # jobs that end while the window is open are announced
+        self.outbox.start(queue)  # jobs that end while the window is open are announced
         try:
             self.outbox.hold_window()  # workers on this data dir leave the notices to this window
         except OSError:
