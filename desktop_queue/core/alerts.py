@@ -613,7 +613,7 @@ def gather(
         stuck: the ids the repair scan found stuck.
         now: the time (default: the queue's clock).
     """
-    from desktop_queue.core.backend import scan_jobs
+    from desktop_queue.core.backend import finished_since, scan_jobs
     from desktop_queue.core.estimate import model_of, run_times_of
 
     at = queue.clock.now() if now is None else now
@@ -655,6 +655,10 @@ def gather(
                     waits.append((t, max(0.0, t - ready)))
                 elif kind == EventType.DEAD_LETTERED and t >= since:
                     dead.append(t)
+        # the dead letters of the hour that left the hot set (it keeps the newest finished
+        # jobs: a few failures among many successes are archived before the next scan)
+        seen = {job["id"] for job in hot}
+        dead += [t for job_id, t in finished_since(st, since, State.DEAD).items() if job_id not in seen]
         return len(queued), waits, throttles, dead, running
 
     backlog, waits, throttles, dead, running = queue.store.read(fn)

@@ -124,7 +124,7 @@ class History(Protocol):
     def with_prefix(self, prefix: str, limit: int = 3) -> list[str]: ...
     def dead_groups(self, *, resolved: bool = False) -> list[tuple[str, int, str | None]]: ...
     def facts_of(self, ids: Iterable[str]) -> dict[str, tuple[str, float | None, str | None]]: ...
-    def succeeded_since(self, cutoff: float) -> dict[str, float]: ...
+    def finished_since(self, cutoff: float, state: str) -> dict[str, float]: ...
 
 
 class View(Protocol):
@@ -315,6 +315,29 @@ def scan_jobs(st: View) -> Iterable[JobDict]:
     """
     read: Callable[[], Iterable[JobDict]] | None = getattr(st, "hot_set", None)
     return read() if read is not None else st.hot_jobs().values()
+
+
+def finished_since(st: View, cutoff: float, state: str) -> dict[str, float]:
+    """``id -> finished_at`` of every job that ended in ``state`` at or after ``cutoff``,
+    hot or archived: where the hot set keeps only the newest finished jobs, and a busy
+    minute finishes more (the status bar's "done in the last minute", the alerts' dead
+    letters).
+
+    A view that keeps every job in one table (PostgreSQL's) finds them by an index; a
+    data dir looks through its hot jobs, and through the archive's index for the others.
+    """
+    found: Callable[[float, str], dict[str, float]] | None = getattr(st, "finished_since", None)
+    if found is not None:
+        return found(cutoff, state)
+    hot = st.hot_jobs()
+    out = {} if st.archive is None else st.archive.finished_since(cutoff, state)
+    for job_id in [i for i in out if i in hot]:
+        del out[job_id]  # (the hot copy is the newer one)
+    for job_id in st.ids_in(state):
+        finished = hot[job_id].get("finished_at")
+        if finished is not None and finished >= cutoff:
+            out[job_id] = float(finished)
+    return out
 
 
 def wait_out(timeout_s: float, stop: threading.Event | None) -> bool:

@@ -556,8 +556,8 @@ class JobTally:
     def reset(self, jobs: Iterable[Mapping[str, Any]], recent: Mapping[str, float] | None = None) -> None:
         """Forgets everything and counts ``jobs`` (the whole hot set).
 
-        ``recent`` (``id -> finished_at``, :meth:`Queue.succeeded_since
-        <desktop_queue.core.queue.Queue.succeeded_since>`) names the recent successes the
+        ``recent`` (``id -> finished_at``, :meth:`Queue.finished_since
+        <desktop_queue.core.queue.Queue.finished_since>`) names the recent successes the
         hot set may lack: the jobs already archived. A job of ``jobs`` answers for itself.
         """
         self._clear()

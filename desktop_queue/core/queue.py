@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from desktop_queue.core.backend import Backend, Change, NextLease, OpenReport, ResultStored, View
+from desktop_queue.core.backend import finished_since as backend_finished_since
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.decisions import Then, decide_failure, decide_reap, lost_lease_reason
 from desktop_queue.core.errors import (
@@ -1726,31 +1727,14 @@ class Queue:
 
         return self.store.read(fn)
 
-    def succeeded_since(self, cutoff: float) -> dict[str, float]:
-        """``id -> finished_at`` of every job that succeeded at or after ``cutoff``, hot or archived.
+    def finished_since(self, cutoff: float, state: str = State.SUCCEEDED) -> dict[str, float]:
+        """``id -> finished_at`` of every job that ended in ``state`` at or after ``cutoff``, hot or archived.
 
         What the window's "done in the last minute" starts from when it loads (then it
         follows the changes): the hot set keeps only the newest finished jobs, and a busy
         worker finishes more than that in a minute.
         """
-
-        def fn(st: View) -> dict[str, float]:
-            # (a view that keeps every job in one table, PostgreSQL's, finds them by an index)
-            found: Callable[[float], dict[str, float]] | None = getattr(st, "succeeded_since", None)
-            if found is not None:
-                return found(cutoff)
-            hot = st.hot_jobs()
-            out = {} if st.archive is None else st.archive.succeeded_since(cutoff)
-            for job_id in list(out):
-                if job_id in hot:
-                    del out[job_id]  # (the hot copy is the newer one)
-            for job_id in st.ids_in(State.SUCCEEDED):
-                finished = hot[job_id].get("finished_at")
-                if finished is not None and finished >= cutoff:
-                    out[job_id] = float(finished)
-            return out
-
-        return self.store.read(fn)
+        return self.store.read(lambda st: backend_finished_since(st, cutoff, state))
 
     def counts(self) -> dict[str, int]:
         """Jobs per state, hot and archived; resolved dead letters count as ``resolved`` (a key

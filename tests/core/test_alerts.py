@@ -278,6 +278,25 @@ def test_gather_reads_the_queue_flow_and_spend(tmp_path: Path) -> None:
     assert waiting == [31.0, 37.0]
 
 
+def test_gather_counts_the_dead_letters_a_compaction_archived(tmp_path: Path) -> None:
+    """The hot set keeps the newest finished jobs: three dead letters among many successes
+    within the window were archived before the scan, and the alert never saw them."""
+    clock = FakeClock(T0)
+    with Queue.open(tmp_path / "data", clock=clock, keep_finished=5, background_compaction=False) as queue:
+        for i in range(30):
+            queue.submit("demo", {"i": i})
+            lease = queue.lease("w")
+            assert lease is not None
+            clock.advance(10)
+            if i in (2, 5, 9):
+                queue.fail(lease, Outcome.failure(ErrorClass.FATAL, "400"))
+            else:
+                queue.complete(lease, {"ok": i})
+        queue.store.compact_now()
+        sig = gather(queue, run_times=RunTimes())
+    assert sig.dead_lettered == (T0 + 30, T0 + 60, T0 + 100)
+
+
 # ---------------------------------------------------------------------- the book
 
 

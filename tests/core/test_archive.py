@@ -90,7 +90,7 @@ def test_finished_jobs_leave_memory_and_answer_the_same(small_hot: Callable[...,
     assert answers(again, ids) == before
 
 
-def test_the_jobs_that_succeeded_since_a_time_are_found_hot_and_archived(
+def test_the_jobs_finished_since_a_time_are_found_hot_and_archived(
     small_hot: Callable[..., Queue], clock: FakeClock
 ) -> None:
     queue = small_hot()
@@ -104,18 +104,18 @@ def test_the_jobs_that_succeeded_since_a_time_are_found_hot_and_archived(
             for j in jobs
             if j.state == State.SUCCEEDED and j.finished_at is not None and j.finished_at >= now - back
         }
-        assert queue.succeeded_since(now - back) == expected
-    assert len(queue.succeeded_since(now - 1000)) == 22 > len(queue.raw_jobs())  # most of them archived
+        assert queue.finished_since(now - back) == expected
+    assert len(queue.finished_since(now - 1000)) == 22 > len(queue.raw_jobs())  # most of them archived
 
 
-def test_the_jobs_that_succeeded_since_a_time_over_every_backend(any_queue: Queue, clock: FakeClock) -> None:
+def test_the_jobs_finished_since_a_time_over_every_backend(any_queue: Queue, clock: FakeClock) -> None:
     """PostgreSQL finds them through an index on when finished jobs changed (schema 9)."""
     ids = run_jobs(any_queue, clock, 12, fail_every=5)
     stale = any_queue.submit("demo", {"prompt": "queued"}).job.id
     now = clock.now()
-    found = any_queue.succeeded_since(now - 4.5)
+    found = any_queue.finished_since(now - 4.5)
     assert found == {i: any_queue.get(i).finished_at for i in ids[-5:] if i != ids[10]}
-    assert stale not in any_queue.succeeded_since(0) and len(any_queue.succeeded_since(0)) == 9
+    assert stale not in any_queue.finished_since(0) and len(any_queue.finished_since(0)) == 9
 
 
 def test_result_files_of_archived_jobs_are_gone_and_results_still_read(

@@ -179,12 +179,12 @@ _HOT_SET = f"SELECT doc, rev, events, id FROM ({_hot(_SELECT_SEQ)}) h ORDER BY s
 # ones changed since a time; and the older dead letters still waiting (through dq_jobs_stopped)
 _UPDATED = "coalesce((doc->>'updated_at')::float8, 0)"
 _HORIZON_IDS = _hot("SELECT id FROM dq_jobs", finished=f"AND {_UPDATED} >= %s")
-# the jobs that succeeded since a time (PgView.succeeded_since): a finished job changed
-# when it finished, so dq_jobs_finished_updated finds them (the state list and the
-# expression spelled as the index's)
-_SUCCEEDED_SINCE = (
+# the jobs that ended in a state since a time (PgView.finished_since): a finished job
+# changed when it finished, so dq_jobs_finished_updated finds them (the state list and
+# the expression spelled as the index's)
+_FINISHED_SINCE = (
     f"SELECT id, (doc->>'finished_at')::float8 FROM dq_jobs WHERE state IN {_FINISHED} AND {_UPDATED} >= %s"
-    f" AND state = '{State.SUCCEEDED}' AND (doc->>'finished_at')::float8 >= %s"
+    " AND state = %s AND (doc->>'finished_at')::float8 >= %s"
 )
 _WAITING_BEFORE = (
     f"SELECT id FROM dq_jobs WHERE state = '{State.DEAD}' AND doc->>'resolved_at' IS NULL AND {_UPDATED} < %s"
@@ -927,10 +927,10 @@ class PgView:
         waiting = [r[0] for r in self._conn.execute(_WAITING_BEFORE, (floor,)).fetchall()]
         return recent, waiting
 
-    def succeeded_since(self, cutoff: float) -> dict[str, float]:
-        """Every job that succeeded at or after ``cutoff``, by id, with when (through
+    def finished_since(self, cutoff: float, state: str) -> dict[str, float]:
+        """Every job that ended in ``state`` at or after ``cutoff``, by id, with when (through
         dq_jobs_finished_updated, where the window's hot set holds only the newest)."""
-        rows = self._conn.execute(_SUCCEEDED_SINCE, (cutoff, cutoff)).fetchall()
+        rows = self._conn.execute(_FINISHED_SINCE, (cutoff, str(state), cutoff)).fetchall()
         return {str(r[0]): float(r[1]) for r in rows}
 
     def inputs_not_queued(self) -> list[tuple[str, str, Any]]:

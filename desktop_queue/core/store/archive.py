@@ -1000,11 +1000,9 @@ class Archive:
                 out[job_id] = (state, resolved, sig)
         return out
 
-    def succeeded_since(self, cutoff: float) -> dict[str, float]:
-        """``id -> finished_at`` of the archived jobs that succeeded at or after ``cutoff`` (by jobs_finished)."""
-        rows = self._query(
-            "SELECT id, finished FROM jobs WHERE finished >= ? AND state = ?", (cutoff, str(State.SUCCEEDED))
-        )
+    def finished_since(self, cutoff: float, state: str) -> dict[str, float]:
+        """``id -> finished_at`` of the archived jobs that ended in ``state`` at or after ``cutoff`` (by jobs_finished)."""
+        rows = self._query("SELECT id, finished FROM jobs WHERE finished >= ? AND state = ?", (cutoff, str(state)))
         return {job_id: finished for job_id, finished in rows}
 
     def totals(self) -> Totals:

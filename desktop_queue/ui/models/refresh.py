@@ -280,7 +280,7 @@ class RefreshCoordinator(QObject):
 
     def _reset(self, jobs: Sequence[Mapping[str, Any]]) -> None:
         # the hot set keeps the newest finished jobs only: a busy minute finishes more
-        self.tally.reset(jobs, recent=self.queue.succeeded_since(self.queue.clock.now() - RECENT_WINDOW_S))
+        self.tally.reset(jobs, recent=self.queue.finished_since(self.queue.clock.now() - RECENT_WINDOW_S))
         for model in self.models:
             model.reset_jobs(jobs)
         self.jobs_changed.emit(None)
