@@ -61,10 +61,10 @@ from desktop_queue.ui.timeline import LiveTimelineModel
 
 def _finished_text(finished: int, dead_n: int) -> str:
     """One notice for several finished jobs: "1,204 jobs finished; 3 dead-lettered: …"."""
-    text = f"{finished:,} jobs finished"
-    if dead_n:
-        text += f"; {dead_n:,} dead-lettered: {'it waits' if dead_n == 1 else 'they wait'} for you in Dead letters"
-    return text
+    waits = f"{'it waits' if dead_n == 1 else 'they wait'} for you in Dead letters"
+    if dead_n == finished:  # (a retry of dead letters that all failed again: none "finished")
+        return f"{dead_n:,} jobs dead-lettered: {waits}"
+    return f"{finished:,} jobs finished" + (f"; {dead_n:,} dead-lettered: {waits}" if dead_n else "")
 
 
 #: the window's size on a first start (smaller when the screen is)

@@ -108,3 +108,6 @@ def test_the_banner_adds_a_later_batch_of_finished_jobs_to_what_it_told(session:
     assert window.banner.text.text() == "job 5000: finished"
     session.controller.alerts.notices.emit(_notices(5001, 1, dead={5001}))
     assert window.banner.text.text() == "2 jobs finished; 1 dead-lettered: it waits for you in Dead letters"
+    window.banner.findChild(QToolButton, "bannerClose").click()
+    session.controller.alerts.notices.emit(_notices(5002, 31, dead=set(range(5002, 5033))))  # "retry all", failed again
+    assert window.banner.text.text() == "31 jobs dead-lettered: they wait for you in Dead letters"
