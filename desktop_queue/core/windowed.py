@@ -523,18 +523,8 @@ class WindowedMetrics:
         agg = self._agg
         assert agg is not None
         for start in range(0, len(ids), FOLD_CHUNK):
-            chunk = ids[start : start + FOLD_CHUNK]
-
-            def fn(st: View, chunk: list[str] = chunk) -> None:
-                # (a view that reads a batch in one statement, PostgreSQL's, need not read
-                # the jobs one by one)
-                batch: Callable[[list[str]], list[JobDict]] | None = getattr(st, "jobs_by_id", None)
-                jobs = batch(chunk) if batch is not None else (st.job(job_id) for job_id in chunk)
-                for job in jobs:
-                    if job is not None:  # (only a purge removes a job, and a purge rebuilds)
-                        agg.fold(job)
-
-            self.queue.store.read(fn)
+            for job in self.queue.job_dicts(ids[start : start + FOLD_CHUNK], chunk=FOLD_CHUNK):
+                agg.fold(job)  # (a purged job is left out: a purge rebuilds)
 
     def _fold_rows(self, rows: list[ArchivedRow], *, waiting: bool) -> None:
         """Folds archived jobs (``waiting``: only notes the old dead letters still waiting), a chunk a read."""
