@@ -68,7 +68,7 @@ from desktop_queue.core.retention import RetentionPolicy, load_policy, purge_qua
 from desktop_queue.core.retention import cutoff as retention_cutoff
 from desktop_queue.core.retry import RetryPolicy
 from desktop_queue.core.search import SearchQuery, prompt_text
-from desktop_queue.core.store.archive import RESOLVED, ArchivedRow, PurgeFilter, Totals, as_hot
+from desktop_queue.core.store.archive import RESOLVED, ArchivedRow, HistoryQuery, PurgeFilter, Totals, as_hot
 from desktop_queue.core.store.compaction import KEEP_FINISHED, KEEP_FINISHED_S
 from desktop_queue.core.store.journal import Store
 from desktop_queue.core.webhooks import Delivery, WebhookResult
@@ -1703,7 +1703,7 @@ class Queue:
         signature; ``created_after`` / ``created_before`` a date range.
         """
 
-        filters: dict[str, Any] = {
+        query: HistoryQuery = {
             "state": state,
             "kind": kind,
             "profile": profile,
@@ -1720,9 +1720,9 @@ class Queue:
         def fn(st: View) -> builtins.list[ArchivedRow]:
             if st.archive is None:
                 # (a view that pages its one copy of every job itself, PostgreSQL's, hot ones too)
-                paged: Callable[..., builtins.list[ArchivedRow]] | None = getattr(st, "history_rows", None)
-                return paged(**filters) if paged is not None else []
-            rows = st.archive.rows(**filters)
+                paged: Callable[[HistoryQuery], builtins.list[ArchivedRow]] | None = getattr(st, "history_rows", None)
+                return paged(query) if paged is not None else []
+            rows = st.archive.rows(**query)
             return [r for r in rows if r.id not in st.hot_jobs()]
 
         return self.store.read(fn)

@@ -39,7 +39,7 @@ from desktop_queue.core.records import (
     UpdateRecord,
 )
 from desktop_queue.core.search import escape_like, prompt_text
-from desktop_queue.core.store.archive import FINISHED_STATES, RESOLVED, ArchivedRow, PurgeFilter
+from desktop_queue.core.store.archive import FINISHED_STATES, RESOLVED, ArchivedRow, HistoryQuery, PurgeFilter
 from desktop_queue.core.store.compaction import KEEP_FINISHED
 
 log = logging.getLogger(__name__)
@@ -779,21 +779,7 @@ class PgView:
         rows = self._conn.execute(_NEWEST[None if state is None else str(state)], args).fetchall()
         return [self._job_of(r) for r in rows]
 
-    def history_rows(
-        self,
-        *,
-        state: str | None = None,
-        kind: str | None = None,
-        profile: str | None = None,
-        error_class: str | None = None,
-        text: str | None = None,
-        before_seq: int | None = None,
-        limit: int | None = None,
-        resolved: bool | None = None,
-        signature: str | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-    ) -> list[ArchivedRow]:
+    def history_rows(self, query: HistoryQuery) -> list[ArchivedRow]:
         """Finished jobs newest first, filtered as the data dir's archive filters them
         (:meth:`Archive.rows <desktop_queue.core.store.archive.Archive.rows>`): what
         :meth:`Queue.history <desktop_queue.core.queue.Queue.history>` pages on PostgreSQL.
@@ -804,16 +790,18 @@ class PgView:
         by the server in the title and the input's JSON, then here in the prompt's text
         as the data dir indexes it; ``signature`` here (it is worked out in Python).
         """
+        state, text, signature = query.get("state"), query.get("text"), query.get("signature")
+        limit, resolved = query.get("limit"), query.get("resolved")
         if state is not None and state not in FINISHED_STATES:
             return []  # (the history holds finished jobs only)
         where = [f"state = '{State(state)}'" if state is not None else f"state IN {_FINISHED}"]
         args: list[Any] = []
         for sql, value in (
-            ("kind = %s", kind),
-            ("coalesce(doc->>'profile', doc->'input'->>'profile') = %s", profile),
-            ("doc->'last_error'->>'class' = %s", error_class),
-            ("(doc->>'created_at')::float8 >= %s", created_after),
-            ("(doc->>'created_at')::float8 < %s", created_before),
+            ("kind = %s", query.get("kind")),
+            ("coalesce(doc->>'profile', doc->'input'->>'profile') = %s", query.get("profile")),
+            ("doc->'last_error'->>'class' = %s", query.get("error_class")),
+            ("(doc->>'created_at')::float8 >= %s", query.get("created_after")),
+            ("(doc->>'created_at')::float8 < %s", query.get("created_before")),
         ):
             if value is not None:
                 where.append(sql)
@@ -831,7 +819,7 @@ class PgView:
                 args += [pattern, pattern]
         checked = needle is not None or signature is not None
         out: list[ArchivedRow] = []
-        cursor = before_seq
+        cursor = query.get("before_seq")
         while limit is None or len(out) < limit:
             page = _HISTORY_SCAN if checked or limit is None else limit - len(out)
             sql = f"SELECT {_HISTORY_COLUMNS} FROM dq_jobs WHERE " + " AND ".join(where)

@@ -48,7 +48,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 import orjson
 import zstandard
@@ -385,6 +385,24 @@ class ArchivedRow:
     resolved_at: float | None = None
     #: the error with its varying parts blanked (``present.error_signature``)
     signature: str | None = None
+
+
+class HistoryQuery(TypedDict, total=False):
+    """A page of the history as :meth:`Archive.rows` takes it, by keyword: the form in
+    which :meth:`Queue.history <desktop_queue.core.queue.Queue.history>` hands it to a
+    view that pages the history itself (PostgreSQL's ``history_rows``)."""
+
+    state: str | None
+    kind: str | None
+    profile: str | None
+    error_class: str | None
+    text: str | None
+    before_seq: int | None
+    limit: int | None
+    resolved: bool | None
+    signature: str | None
+    created_after: float | None
+    created_before: float | None
 
 
 def _row(r: Sequence[Any]) -> ArchivedRow:
