@@ -150,7 +150,8 @@ class ResultStore:
             return key
         return "k-" + hashlib.sha256(key.encode()).hexdigest()
 
-    def _path_s(self, key: str) -> str:
+    def path_str_for(self, key: str) -> str:
+        """:meth:`path_for` as a string, for loops over thousands of keys (a ``Path`` costs more than the look-up)."""
         name = self._safe(key)
         return f"{self._root_s}{os.sep}{name[:2]}{os.sep}{name}.json"
 
@@ -430,7 +431,7 @@ class ResultStore:
             doc = self._carried(key)
             if doc is not None:
                 return doc
-        path_s = self._path_s(key)
+        path_s = self.path_str_for(key)
         if not os.access(path_s, os.F_OK):
             # the usual miss, told without raising (a third of a failed open's cost)
             if self._archived is None or not (archived() if callable(archived) else archived):

@@ -274,7 +274,7 @@ def _remove_result_files(results: ResultStore, keys: set[str]) -> None:
     """
     by_dir: dict[str, list[str]] = {}
     for key in keys:
-        shard, name = os.path.split(results.path_for(key))
+        shard, name = os.path.split(results.path_str_for(key))
         by_dir.setdefault(shard, []).append(name)
     for directory, names in by_dir.items():
         try:
