@@ -101,6 +101,24 @@ class SegmentRead:
     out_of_order: str | None = None  # why a checksummed record at bad_line was refused (its number)
 
 
+_ZERO_CHUNK = bytes(1 << 16)
+
+
+def _zeros_from(data: bytes, start: int) -> bool:
+    """Whether every byte of ``data`` from ``start`` on is zero.
+
+    Every open asks this of the unwritten rest of a segment (megabytes): compared a
+    chunk at a time with zeros (``memcmp``), not counted byte by byte, which took most
+    of an open's read of an almost empty segment.
+    """
+    step = len(_ZERO_CHUNK)
+    for at in range(start, len(data), step):
+        chunk = data[at : at + step]
+        if chunk != (_ZERO_CHUNK if len(chunk) == step else _ZERO_CHUNK[: len(chunk)]):
+            return False
+    return True
+
+
 def _written_end(data: bytes, start: int = 0) -> int:
     """Where the written part of segment bytes ends: at the first zero byte, or the end."""
     end = data.find(b"\0", start)
@@ -122,7 +140,7 @@ def read_segment(data: bytes, start: int, after_n: int | None = None) -> Segment
     can only be writes a power cut left behind a hole: it is reported as a bad record.
     """
     size = _written_end(data, start)
-    if size < len(data) and data.count(b"\0", size) != len(data) - size:
+    if size < len(data) and not _zeros_from(data, size):
         out = _read_lines(data, start, size, after_n)
         if out.bad_line is None:
             out.bad_line = out.end
