@@ -8,9 +8,11 @@ moved line is told apart from a good one (:func:`read_segment`).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import cast
 
 import orjson
@@ -101,7 +103,9 @@ class SegmentRead:
     out_of_order: str | None = None  # why a checksummed record at bad_line was refused (its number)
 
 
-_ZERO_CHUNK = bytes(1 << 16)
+_ZERO_CHUNK = bytes(1 << 18)
+#: (not on Windows, which reads a segment whole)
+_HAS_PREADV = hasattr(os, "preadv") and hasattr(os, "pread")
 
 
 def _zeros_from(data: bytes, start: int) -> bool:
@@ -116,6 +120,50 @@ def _zeros_from(data: bytes, start: int) -> bool:
         chunk = data[at : at + step]
         if chunk != (_ZERO_CHUNK if len(chunk) == step else _ZERO_CHUNK[: len(chunk)]):
             return False
+    return True
+
+
+def read_segment_file(path: Path) -> bytes:
+    """A segment file's bytes, less the zeros that fill its unwritten rest.
+
+    A segment is created filled with zeros to past its rotation threshold (megabytes),
+    and every open reads the one being appended to, mostly zeros. The written part is
+    read, and the rest compared with zeros a chunk at a time in one buffer, instead of
+    being read into one large new object. Should the rest hold anything but zeros
+    (writes a power cut left behind a hole), the whole file is returned, for
+    :func:`read_segment` to report.
+    """
+    if not _HAS_PREADV:
+        return path.read_bytes()
+    step = len(_ZERO_CHUNK)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        parts: list[bytes] = []
+        offset = 0
+        while True:
+            chunk = os.pread(fd, step, offset)
+            if not chunk:
+                return b"".join(parts)  # written to its end
+            zero = chunk.find(b"\0")
+            if zero >= 0:
+                parts.append(chunk[:zero])
+                break
+            parts.append(chunk)
+            offset += len(chunk)
+        zeros = _zeros_from(chunk, zero) and _zeros_in_file(fd, offset + len(chunk))
+    finally:
+        os.close(fd)
+    return b"".join(parts) if zeros else path.read_bytes()
+
+
+def _zeros_in_file(fd: int, offset: int) -> bool:
+    """Whether the file holds only zero bytes from ``offset`` to its end (read into one reused buffer)."""
+    step = len(_ZERO_CHUNK)
+    buf = bytearray(step)
+    while (n := os.preadv(fd, [buf], offset)) > 0:
+        if (buf if n == step else buf[:n]) != (_ZERO_CHUNK if n == step else _ZERO_CHUNK[:n]):
+            return False
+        offset += n
     return True
 
 

@@ -39,6 +39,7 @@ from desktop_queue.core.store.codec import (
     _SEGMENT_RE,
     _SNAPSHOT_RE,
     read_segment,
+    read_segment_file,
     segment_name,
     snapshot_name,
 )
@@ -164,7 +165,7 @@ def _compact(
     purges: list[PurgeFilter] = []
     purged_keys: set[str] = set()
     for gen in range(base_gen + 1, upto + 1):
-        data = (root / segment_name(gen)).read_bytes()
+        data = read_segment_file(root / segment_name(gen))
         read = read_segment(data, 0, last_n)
         if read.bad_line is not None or read.torn_tail:
             raise StoreCorrupt(f"{segment_name(gen)} is damaged; left for the next open to recover")

@@ -98,6 +98,7 @@ from desktop_queue.core.store.codec import (
     journal_header,
     new_segment_bytes,
     read_segment,
+    read_segment_file,
     segment_name,
     snapshot_name,
     spare_name,
@@ -694,7 +695,7 @@ class Store:
         """Applies one segment: ``(where appends continue in it, whether later segments are set
         aside, what is known lost so far)``."""
         path = self.root / segment_name(gen)
-        data = path.read_bytes()
+        data = read_segment_file(path)
         if gen == synced[0]:
             lost = self._lost_by_synced_mark(synced, base, segs, data)
             if lost:
