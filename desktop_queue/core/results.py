@@ -110,6 +110,19 @@ def artifact_extension(name: Any, mime: Any) -> str:
     return "bin"
 
 
+#: In results/: its modification time is when the last sweep of a first opener began
+#: (see :meth:`ResultStore.remove_temp_files`).
+SWEPT_MARK = ".swept"
+
+
+def _changed_since(entry: os.DirEntry[str], since_ns: int) -> bool:
+    """Whether a directory's entries changed at or after ``since_ns`` (True when unknown)."""
+    try:
+        return entry.stat(follow_symlinks=False).st_mtime_ns >= since_ns
+    except OSError:
+        return True
+
+
 class ResultStore:
     """Results keyed by idempotency key, under ``<data dir>/results/<k[:2]>/<k>.json``.
 
@@ -514,11 +527,24 @@ class ResultStore:
         Without ``older_than_s`` this is only safe while no other process runs (another
         one's write in progress would go too): the first opener of the store, at open.
         Compaction passes an hour, far longer than any write takes.
+
+        The first opener's sweep (every command's, when no window runs) looks only in
+        the directories changed since the last such sweep began: creating a file
+        changes its directory's modification time, and ``results/.swept`` keeps that
+        time (the file system's own clock) from the sweep before. A long history
+        leaves hundreds of directories, which would each be listed at every command's
+        start. Compaction's sweep still lists them all.
         """
         removed = 0
         cutoff = time.time() - older_than_s if older_than_s is not None else None
+        marker = os.path.join(self._root_s, SWEPT_MARK)
+        since = self._begin_sweep(marker) if older_than_s is None else None
         try:
-            subdirs = [e.path for e in os.scandir(self._root_s) if e.is_dir(follow_symlinks=False)]
+            subdirs = [
+                e.path
+                for e in os.scandir(self._root_s)
+                if e.is_dir(follow_symlinks=False) and (since is None or _changed_since(e, since))
+            ]
         except FileNotFoundError:
             return 0
         for subdir in subdirs:
@@ -534,7 +560,26 @@ class ResultStore:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
                     removed += 1
+        if older_than_s is None:
+            # (a sweep that failed on the way leaves the marker of the one before)
+            with contextlib.suppress(OSError):
+                os.replace(marker + "-next", marker)
         return removed
+
+    @staticmethod
+    def _begin_sweep(marker: str) -> int | None:
+        """When the last complete sweep began (ns, as the file system tells time), or None;
+        notes when this one begins (in ``.swept-next``, which becomes the marker once done)."""
+        try:
+            since: int | None = os.stat(marker).st_mtime_ns
+        except OSError:
+            since = None
+        try:
+            os.close(os.open(marker + "-next", os.O_WRONLY | os.O_CREAT, 0o600))
+            os.utime(marker + "-next")  # now, by the clock that stamps the directories
+        except OSError:
+            return None  # (no results directory yet, or it cannot be written: look everywhere)
+        return since
 
     def has(self, key: str) -> bool:
         if self._carried is not None and self._carried(key) is not None:

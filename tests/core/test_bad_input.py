@@ -46,12 +46,27 @@ def read_bytes(self):
     return real_read_bytes(self)
 pathlib.Path.read_bytes = read_bytes
 
-real_pread = os.pread
-def pread(*args):
-    if armed[0] and mode == "pread":
-        raise eio()
-    return real_pread(*args)
-os.pread = pread
+# the target's descriptors: a read from one fails in "read_bytes" mode (as from any, in "pread")
+target_fds = set()
+real_os_open, real_os_close = os.open, os.close
+def os_open(path, *args, **kwargs):
+    fd = real_os_open(path, *args, **kwargs)
+    if os.path.basename(os.fspath(path)).startswith(target):
+        target_fds.add(fd)
+    return fd
+def os_close(fd):
+    target_fds.discard(fd)
+    return real_os_close(fd)
+os.open, os.close = os_open, os_close
+
+def failing(real):
+    def read(fd, *args):
+        if armed[0] and (mode == "pread" or (mode == "read_bytes" and fd in target_fds)):
+            raise eio()
+        return real(fd, *args)
+    return read
+os.pread = failing(os.pread)
+os.preadv = failing(os.preadv)
 
 real_flock = fcntl.flock
 def flock(fd, op):
@@ -247,6 +262,53 @@ def test_the_first_opener_sweeps_leftover_writes_even_without_an_orphan(open_que
 
     assert not fresh.exists()
     assert any("1 unfinished result write" in n for n in reopened.report.notices), reopened.report.notices
+
+
+def test_the_first_openers_sweep_looks_only_where_files_changed_since_the_last_one(
+    open_queue: Callable[..., Queue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each command's open would list every result directory of a long history; it lists
+    those changed since the sweep before began, and still finds what a crash left there."""
+    queue = open_queue()
+    queue.submit("demo", {"prompt": "p"})
+    root = queue.results.root
+    for shard in ("aa", "ab", "cd"):
+        (root / shard).mkdir(parents=True)
+    queue.close()
+    open_queue().close()  # a first opener: it sweeps, and notes when
+    marker = root / ".swept"
+    assert marker.exists() and not (root / ".swept-next").exists()
+    before = marker.stat().st_mtime - 60
+    for shard in ("aa", "ab", "cd", "pending"):
+        if (root / shard).exists():
+            os.utime(root / shard, (before, before))  # unchanged since that sweep
+    crashed = root / "cd" / ".cdef.json.tmp-99999-deadbeef"
+    crashed.write_bytes(b'{"half')  # a write a crash left since (it changes its directory)
+
+    listed: list[str] = []
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        listed.append(os.path.basename(os.fspath(path)))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    reopened = open_queue()
+    monkeypatch.undo()
+
+    assert not crashed.exists()
+    assert any("1 unfinished result write" in n for n in reopened.report.notices), reopened.report.notices
+    assert "cd" in listed and "aa" not in listed and "ab" not in listed, listed
+    reopened.close()
+
+    marker.unlink()  # without the note, every directory is looked in
+    for shard in ("aa", "ab"):
+        os.utime(root / shard, (before, before))
+    listed.clear()
+    monkeypatch.setattr(os, "scandir", scandir)
+    open_queue().close()
+    monkeypatch.undo()
+    assert {"aa", "ab", "cd"} <= set(listed), listed
 
 
 def test_an_opener_that_is_not_first_sweeps_nothing(open_queue: Callable[..., Queue]) -> None:

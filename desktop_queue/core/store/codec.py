@@ -151,6 +151,10 @@ def read_segment_file(path: Path) -> bytes:
             parts.append(chunk)
             offset += len(chunk)
         zeros = _zeros_from(chunk, zero) and _zeros_in_file(fd, offset + len(chunk))
+    except OSError as exc:
+        if exc.filename is None:  # (a read names no file: the error the user sees must)
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     finally:
         os.close(fd)
     return b"".join(parts) if zeros else path.read_bytes()
