@@ -135,3 +135,47 @@ def test_the_first_open_starts_no_compaction_for_jobs_that_finished_after_the_sn
     again = open_queue(keep_finished=2, background_compaction=True)
     assert again.store.report.first
     assert again.store._compactor is None
+
+
+def test_a_tail_small_next_to_a_large_hot_set_is_left(
+    open_queue: Callable[..., Queue], clock: FakeClock, data_dir: Path, small_fold: int
+) -> None:
+    """A fold writes the whole snapshot again: beside many queued jobs, a tail that the
+    next open replays in a fraction of the snapshot's time is not worth one."""
+    queue = open_queue(keep_finished=5, background_compaction=False)
+    for i in range(400):
+        queue.submit("demo", {"prompt": f"waiting {i} " + "words " * 40})
+    queue.store.compact_now()
+    folded = snapshots(data_dir)
+    snapshot_bytes = (data_dir / "store" / folded[-1]).stat().st_size
+    start = queue.store.write_offset
+    for i in range(40):
+        queue.submit("demo", {"prompt": f"later {i} " + "words " * 40})
+    tail = queue.store.write_offset - start
+    assert small_fold < tail < snapshot_bytes // 4
+    queue.close()
+    assert snapshots(data_dir) == folded
+
+
+def test_a_closed_segment_small_next_to_a_large_hot_set_is_left(
+    open_queue: Callable[..., Queue], data_dir: Path, small_fold: int
+) -> None:
+    """The same for a segment that closed but was not folded (its compaction could not
+    run): what counts is how much the next open replays, not that a segment closed."""
+    from desktop_queue.core.store.fileio import FileLock
+
+    queue = open_queue(keep_finished=5, background_compaction=False, rotate_bytes=4096)
+    for i in range(400):
+        queue.submit("demo", {"prompt": f"waiting {i} " + "words " * 40})
+    queue.store.compact_now()
+    folded = snapshots(data_dir)
+    held = FileLock(data_dir / "store" / "compact.lock")
+    assert held.acquire(blocking=False)  # another process's compaction, all along
+    segment = queue.store.segment
+    i = 0
+    while queue.store.segment == segment:
+        queue.submit("demo", {"prompt": f"later {i} " + "words " * 40})
+        i += 1
+    held.close()
+    queue.close()
+    assert snapshots(data_dir) == folded

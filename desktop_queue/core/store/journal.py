@@ -484,7 +484,9 @@ class Store:
         are folded once either way, and it is the one moment no process is appending.
         A process that others still share the store with leaves it to them (a CLI
         command beside the window stays quick), and a tail too small to matter next to
-        the snapshot is left as it is.
+        the snapshot is left as it is: a fold writes the whole snapshot again, and
+        beside tens of thousands of queued jobs that costs more than the next open
+        saves.
         """
         if self._refusal is not None or self._commit_lock is None:
             return
@@ -493,11 +495,12 @@ class Store:
                 if not self._alone():
                     return
                 self._catch_up(exclusive=True)
-                folded = self._newest_snapshot_gen()
-                small = self._offset <= max(CLOSE_FOLD_BYTES, self._snapshot_bytes // 4)
-                if small and self._gen - 1 <= folded:
+                sealed = max(0, self._gen - 1 - self._newest_snapshot_gen())  # closed, not yet folded
+                tail = sealed * self._rotate_threshold() + self._offset
+                if tail <= max(CLOSE_FOLD_BYTES, self._snapshot_bytes // 4):
                     return
-                if not small and not self._rotate():
+                # (a current segment with little in it stays: a rotation would make a new one)
+                if self._offset > CLOSE_FOLD_BYTES and not self._rotate():
                     return
                 upto = self._gen - 1
         except (OSError, StoreError) as exc:
