@@ -28,6 +28,7 @@ from desktop_queue.core.present import reconciliation_summary
 from desktop_queue.core.store.fileio import FileLock
 from desktop_queue.runtime import qtcompat
 from desktop_queue.ui import dialogs
+from desktop_queue.ui.activation import ActivationServer, ask_running_window
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.main_window import MainWindow
 from desktop_queue.ui.models.refresh import FALLBACK_MS
@@ -86,9 +87,13 @@ class Session:
     queue: Queue
     lock: InstanceLock
     banner: list[str] = field(default_factory=list)
+    #: where a second start on this data directory asks the window to show itself
+    activation: ActivationServer | None = None
 
     def close(self) -> None:
         """Closes the window if open, stops the driver, closes the store, drops the lock."""
+        if self.activation is not None:
+            self.activation.close()
         self.window.close()
         self.controller.shutdown(self.window.shutdown_timeout_ms)
         self.queue.close()
@@ -175,10 +180,14 @@ def start(
     try:
         lock.acquire()
     except AlreadyRunning:
+        if ask_running_window(path):
+            print(f"Desktop Queue is already open on {path}: its window was brought to the front.", file=sys.stderr)
+            return 0
         dialogs.show_error(
             None,
             "Desktop Queue is already open",
-            f"Another Desktop Queue window is already using\n{path}\n\n"
+            f"Another Desktop Queue window is already using\n{path}\n"
+            "and did not come to the front when asked (it may be busy).\n\n"
             "Switch to that window, or start this one with another --data-dir.\n"
             "(Command-line tools and desktop-queue work can share the directory.)",
         )
@@ -259,8 +268,10 @@ def start(
         except (OSError, StoreError) as exc:
             log.warning("could not remember the findings shown: %s", type(exc).__name__)
     controller.setParent(window)
+    activation = ActivationServer(path, window)
+    activation.asked.connect(window.bring_to_front)
     controller.start(lease=lease)
-    return Session(window, controller, queue, lock, lines)
+    return Session(window, controller, queue, lock, lines, activation)
 
 
 def main(data_dir: str | None = None, store: str | None = None) -> int:

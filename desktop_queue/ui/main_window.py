@@ -268,7 +268,15 @@ class MainWindow(QMainWindow):
         self.notifier.build_tray(menu, self._show_from_tray)
 
     def _show_from_tray(self) -> None:
-        self.showNormal()
+        self.bring_to_front()
+
+    def bring_to_front(self) -> None:
+        """Shows the window over the others (the tray's Show, a second start): out of the
+        tray or the task bar if it was there, and as large as it was (a maximized window
+        stays maximized)."""
+        if self.isMinimized():
+            self.setWindowState(self.windowState() & ~Qt.WindowState.WindowMinimized)
+        self.show()
         self.raise_()
         self.activateWindow()
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from PySide6.QtCore import QSettings, QThreadPool
 from PySide6.QtWidgets import QApplication
 
@@ -239,14 +240,60 @@ def test_start_up_reconciles_an_orphan_before_leasing_and_says_so(
     assert types == ["submitted", "leased", "reconciled", "leased", "succeeded"]
 
 
-def test_a_second_window_on_the_same_data_dir_is_refused_clearly(
-    open_session: Any, data_dir: Path, prompts: Any
+@pytest.mark.qt_log_ignore(r"This plugin does not support (propagateSizeHints|raise)\(\)")  # offscreen
+def test_a_second_start_brings_the_running_window_to_the_front(open_session: Any, data_dir: Path, qtbot: Any) -> None:
+    """As most desktop apps do: the second start shows the first window and exits, no dialog."""
+    first = open_session(data_dir)
+    assert not isinstance(first, int)
+    first.window.show()
+    first.window.showMinimized()
+    qtbot.waitUntil(first.window.isMinimized)
+    second = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from desktop_queue.app import main; sys.exit(main(sys.argv[1]))",
+            str(data_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with qtbot.waitSignal(first.activation.asked, timeout=20000):
+        pass
+    qtbot.waitUntil(lambda: second.poll() is not None, timeout=20000)
+    _out, err = second.communicate()
+    assert second.returncode == 0, err
+    assert "brought to the front" in err
+    assert not first.window.isMinimized() and first.window.isVisible()
+
+
+def test_a_second_window_is_refused_clearly_when_the_first_does_not_answer(
+    open_session: Any, data_dir: Path, prompts: Any, monkeypatch: Any
 ) -> None:
+    """A window too busy to answer (here: this same thread, blocked in the second start)
+    is explained instead."""
+    from desktop_queue.ui import activation
+
+    monkeypatch.setattr(activation, "ANSWER_MS", 200)
     first = open_session(data_dir)
     assert not isinstance(first, int)
     assert open_session(data_dir) == 1
     title, text = prompts.errors[-1]
-    assert "already open" in title and str(data_dir) in text
+    assert "already open" in title and str(data_dir) in text and "did not come to the front" in text
+
+
+def test_a_socket_a_crashed_window_left_does_not_stop_the_next_one(open_session: Any, data_dir: Path) -> None:
+    from PySide6.QtNetwork import QLocalServer
+
+    from desktop_queue.ui.activation import server_name
+
+    stale = QLocalServer()
+    assert stale.listen(server_name(data_dir))  # as if its process had died without closing it
+    session = open_session(data_dir)
+    assert not isinstance(session, int)
+    assert session.activation.listening
+    stale.close()
 
 
 def test_a_damaged_store_opens_and_the_banner_says_what_happened(open_session: Any, data_dir: Path) -> None:
