@@ -19,7 +19,7 @@ main one always shows) and reset them; the header's saved state keeps the choice
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from PySide6.QtCore import QObject, QPoint, Qt, QTimer
 from PySide6.QtGui import QAction, QFontMetrics
@@ -107,13 +107,22 @@ class ColumnFitter(QObject):
         }
         self.fit()
 
-    def adopt_current(self) -> None:
-        """Takes the current widths as preferred (after a saved header state was restored)."""
-        self.preferred = {
-            i: self.header.sectionSize(i)
-            for i in range(len(self.keys))
-            if i != self.main and self.header.sectionSize(i) > 0
-        }
+    def preferred_by_key(self) -> dict[str, int]:
+        """The widths the columns take when there is room (the defaults, or the user's drags), by key.
+
+        What the window saves: a header's own state holds the widths of the moment, which
+        a narrow window, or a pane never shown (fitted to a viewport of a few pixels),
+        squeezed; taken back as preferred, they would stay squeezed for good.
+        """
+        return {self.keys[i]: width for i, width in self.preferred.items()}
+
+    def restore_preferred(self, widths: Mapping[str, object]) -> None:
+        """Takes back saved :meth:`preferred_by_key` widths (unknown keys and bad values are
+        ignored; a column not named keeps its default)."""
+        for i, key in enumerate(self.keys):
+            width = widths.get(key)
+            if i != self.main and isinstance(width, int) and not isinstance(width, bool) and width > 0:
+                self.preferred[i] = width
         self.fit()
 
     def minimum(self, column: int) -> int:

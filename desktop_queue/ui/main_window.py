@@ -6,6 +6,7 @@ The actions come from :mod:`desktop_queue.ui.actions`, the status bar from
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -83,7 +84,20 @@ LAYOUT_KEYS = (
     "dead_header",
     "queue_header_columns",
     "dead_header_columns",
+    "queue_header_widths",
+    "dead_header_widths",
 )
+
+
+def _json_object(blob: QByteArray | None) -> dict[str, object]:
+    """A saved JSON object, or an empty one (none saved, or not readable)."""
+    if blob is None:
+        return {}
+    try:
+        value = json.loads(bytes(blob.data()))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 class MainWindow(QMainWindow):
@@ -305,7 +319,9 @@ class MainWindow(QMainWindow):
                 header.restoreState(saved)
                 # the restored sort indicator sorts the model (restoreState does not say so)
                 view.sortByColumn(header.sortIndicatorSection(), header.sortIndicatorOrder())
-                pane.columns.adopt_current()  # the saved widths are the preferred ones; Title refits
+                # the widths the columns had room for, not those of the moment the state was
+                # saved (a state saved without them, by an older version, keeps the defaults)
+                pane.columns.restore_preferred(_json_object(load_window_state(f"{key}_widths")))
         self._job_side_moved()
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
@@ -379,6 +395,8 @@ class MainWindow(QMainWindow):
             "splitter": self.splitter.saveState(),
             "queue_header": self.queue_pane.view.horizontalHeader().saveState(),
             "dead_header": self.dead_pane.view.horizontalHeader().saveState(),
+            "queue_header_widths": QByteArray(json.dumps(self.queue_pane.columns.preferred_by_key()).encode()),
+            "dead_header_widths": QByteArray(json.dumps(self.dead_pane.columns.preferred_by_key()).encode()),
         }
         save_window_state(
             values,

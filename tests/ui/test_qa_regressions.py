@@ -351,6 +351,33 @@ def test_a_header_state_saved_with_other_columns_is_not_restored(open_session: A
     assert pane.columns.preferred == _default_widths(pane)  # the default widths, not the saved ones
 
 
+def test_a_pane_never_shown_does_not_save_its_columns_squeezed(open_session: Any, data_dir: Path) -> None:
+    """The Dead letters pane, never opened, was fitted to a viewport of a few pixels: its
+    titles read "a short poem…" at every later start, as the saved widths came back as
+    the preferred ones. What is saved now is what the columns want when there is room."""
+    first = open_session(data_dir, lease=False)
+    first.window.show()  # on the Queue tab: Dead letters is never shown
+    first.close()
+    second = open_session(data_dir, lease=False)
+    pane = second.window.dead_pane
+    assert pane.columns.preferred == _default_widths(pane)
+
+
+def test_a_column_the_user_widened_keeps_its_width_at_the_next_start(
+    qtbot: Any, open_session: Any, data_dir: Path
+) -> None:
+    first = open_session(data_dir, lease=False)
+    first.window.show()
+    first.window.tabs.setCurrentWidget(first.window.dead_pane)
+    pane = first.window.dead_pane
+    title = pane.columns.keys.index("title")
+    pane.view.horizontalHeader().resizeSection(title, 260)  # as a drag does
+    assert pane.columns.preferred[title] == 260
+    first.close()
+    second = open_session(data_dir, lease=False)
+    assert second.window.dead_pane.columns.preferred[title] == 260
+
+
 def _default_widths(pane: Any) -> dict[int, int]:
     fitter = pane.columns
     scale = fitter._scale()
