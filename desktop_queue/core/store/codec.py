@@ -112,8 +112,7 @@ def _zeros_from(data: bytes, start: int) -> bool:
     """Whether every byte of ``data`` from ``start`` on is zero.
 
     Every open asks this of the unwritten rest of a segment (megabytes): compared a
-    chunk at a time with zeros (``memcmp``), not counted byte by byte, which took most
-    of an open's read of an almost empty segment.
+    chunk at a time with zeros (``memcmp``), several times quicker than counting them.
     """
     step = len(_ZERO_CHUNK)
     for at in range(start, len(data), step):

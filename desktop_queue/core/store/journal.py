@@ -478,8 +478,8 @@ class Store:
         the store, so that the next open reads the snapshot and replays next to nothing.
 
         Each open replays every record after the newest snapshot: a segment of 4 MiB (a
-        few thousand records) costs an open about 50 ms, while a snapshot of the hot set
-        opens in about 15. As SQLite checkpoints its write-ahead log when its last
+        few thousand records) costs an open several times what reading the snapshot of
+        the hot set does. As SQLite checkpoints its write-ahead log when its last
         connection closes, the last process folds the tail as it leaves: the records
         are folded once either way, and it is the one moment no process is appending.
         A process that others still share the store with leaves it to them (a CLI
