@@ -655,28 +655,30 @@ class Archive:
         self.notices.append(f"the archive index was damaged ({why}); it was rebuilt from the archive (nothing lost)")
         log.warning("archive index reset: %s", why)
 
-    def catch_up(self) -> None:
+    def catch_up(self) -> list[int]:
         """Indexes every segment the index does not know (all of them if it was deleted or damaged),
-        and forgets those that are gone."""
+        and forgets those that are gone; returns the segment numbers on disk, oldest first
+        (what :meth:`numbers` would say: an open needs both, and the listing grows with history)."""
         with self._lock:
             try:
-                self._while_busy(self._catch_up)
+                return self._while_busy(self._catch_up)
             except sqlite3.DatabaseError as exc:
                 self._reset_index(str(exc))
-                self._catch_up()
+                return self._catch_up()
 
-    def _catch_up(self) -> None:
+    def _catch_up(self) -> list[int]:
         numbers = self.numbers()
         if not numbers and not self.index_path.exists():
-            return
+            return numbers
         db = self._connect()
         known = dict(db.execute("SELECT n, nonce FROM segments").fetchall())
         on_disk = set(numbers)
         for number in known.keys() - on_disk:
             self._forget_segment(number)
-        for number in numbers:
-            if number not in known:  # (one written again but not indexed: see _reindex)
-                self._reindex(number)
+        unknown = [number for number in numbers if number not in known]
+        for number in unknown:  # (one written again but not indexed: see _reindex)
+            self._reindex(number)
+        return self.numbers() if unknown else numbers  # (a damaged one was moved aside)
 
     def _quarantine(self, path: Path, why: str) -> None:
         target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")

@@ -587,10 +587,9 @@ class Store:
         lost = self._lost_by_synced_mark(synced, base, segs)  # a missing segment; a cut one is seen below
         if lost:
             self.report.notices.append(lost)
-        self.archive.catch_up()  # replaying may bring archived jobs back (a retry of a dead one)
+        archived = self.archive.catch_up()  # replaying may bring archived jobs back (a retry of a dead one)
         self.report.notices.extend(self.archive.notices)
         self.archive.notices.clear()
-        archived = self.archive.numbers()
         self._archive_seen = archived[-1] if archived else 0
         state = StoreState(archive=self.archive)
         state.rebuild(jobs, seq, epoch)
