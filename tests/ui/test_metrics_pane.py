@@ -62,6 +62,9 @@ def test_charts_show_the_window_with_units_and_legends(qtbot: Any, data_dir: Pat
         assert pane.dead_chart.getAxis("bottom")._tickLevels[0][0][1].startswith("fatal")  # noqa: SLF001
         depth = pane.depth_chart.getPlotItem().listDataItems()[0].getData()[1]
         assert depth[-1] == 2  # two jobs still queued
+        # a percentile of one bucket is a lone point: p95's marks differ from p50's of its colour
+        marks = {item.name(): item.opts["symbol"] for item in pane.times_chart.getPlotItem().listDataItems()}
+        assert marks["wait p50"] != marks["wait p95"] and marks["run p50"] != marks["run p95"]
         pane.grab().save(str(tmp_path / "metrics.png"))
         pane.grab().save("/tmp/metrics.png")
         pane.buttons["7d"].click()

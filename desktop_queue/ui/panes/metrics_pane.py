@@ -44,8 +44,8 @@ COLOURS = {
     "dead": "#d62728",
     "succeeded": "#2ca02c",
     "cancelled": "#7f7f7f",
-    "p50": "#1f77b4",
-    "p95": "#9467bd",
+    "wait": "#1f77b4",
+    "run": "#9467bd",
     "retries": "#ff7f0e",
     "throttled": "#9467bd",
     "lease_expiries": "#8c564b",
@@ -86,7 +86,9 @@ class Chart(pg.PlotWidget):
         self, times: Sequence[float], series: dict[str, tuple[np.ndarray[Any, Any], str, bool]], *, dots: bool = False
     ) -> None:
         """Draws ``name -> (values, colour, dashed)`` over ``times`` (step starts), with the legend;
-        ``dots`` marks each value too (a sparse series, such as a percentile, has lone points)."""
+        ``dots`` marks each value too (a sparse series, such as a percentile, has lone points):
+        a dashed series with triangles, so that a lone point (which draws no line) and the
+        legend's short sample still tell it from the solid one of its colour."""
         self.clear()
         self.legend.clear()
         x = np.array(times, dtype=float)
@@ -95,7 +97,8 @@ class Chart(pg.PlotWidget):
             pen = pg.mkPen(colour, width=2, style=style)
             marks: dict[str, Any] = {}
             if dots and np.isfinite(values).any():  # (no marks for nothing: an all-NaN scatter warns)
-                marks = {"symbol": "o", "symbolSize": 5, "symbolPen": None, "symbolBrush": colour}
+                marks = {"symbol": "t" if dashed else "o", "symbolSize": 7 if dashed else 5}
+                marks.update(symbolPen=None, symbolBrush=colour)
             self.plot(x, values, pen=pen, name=name, connect="finite", **marks)
         # from zero, and at least to 1: a flat line of zeros still reads as "none"
         top = max((float(np.nanmax(v)) for v, _, _ in series.values() if np.isfinite(v).any()), default=0.0)
@@ -272,10 +275,10 @@ class MetricsPane(QWidget):
         self.times_chart.lines(
             x,
             {
-                "wait p50": (_values(figures.wait_p50_s), COLOURS["p50"], False),
-                "wait p95": (_values(figures.wait_p95_s), COLOURS["p50"], True),
-                "run p50": (_values(figures.run_p50_s), COLOURS["p95"], False),
-                "run p95": (_values(figures.run_p95_s), COLOURS["p95"], True),
+                "wait p50": (_values(figures.wait_p50_s), COLOURS["wait"], False),
+                "wait p95": (_values(figures.wait_p95_s), COLOURS["wait"], True),
+                "run p50": (_values(figures.run_p50_s), COLOURS["run"], False),
+                "run p95": (_values(figures.run_p95_s), COLOURS["run"], True),
             },
             dots=True,
         )
