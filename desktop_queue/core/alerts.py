@@ -202,6 +202,11 @@ def _backlog_growth(rule: Rule, samples: Sequence[tuple[float, float]], now: flo
     return Reading(grew, f"the backlog went from {first:.0f} to {last:.0f} jobs in {minutes} min")
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 job``, ``7 jobs``: what an alert says, in the banner and the tray, reads as a sentence."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def readings(rule: Rule, signals: Signals, samples: Sequence[tuple[float, float]], now: float) -> dict[str, Reading]:
     """The rule's value per subject (absent subject: the condition does not hold)."""
     since = now - rule.window_s
@@ -213,10 +218,10 @@ def readings(rule: Rule, signals: Signals, samples: Sequence[tuple[float, float]
         return {"": Reading(p95, f"queue wait p95 is {p95:.0f} s")} if p95 is not None else {}
     if rule.name == DEAD_LETTERS_GROWING:
         n = sum(1 for t in signals.dead_lettered if t >= since)
-        return {"": Reading(n, f"{n} job(s) dead-lettered in {round(rule.window_s / 60)} min")}
+        return {"": Reading(n, f"{_count(n, 'job')} dead-lettered in {round(rule.window_s / 60)} min")}
     if rule.name == THROTTLE_SPIKE:
         n = sum(1 for t in signals.throttles if t >= since)
-        return {"": Reading(n, f"{n} rate-limit (429) answer(s) in {round(rule.window_s / 60)} min")}
+        return {"": Reading(n, f"{_count(n, 'rate-limit (429) answer')} in {round(rule.window_s / 60)} min")}
     if rule.name == LONG_RUNNING:
         worst: tuple[float, str, float, float] | None = None
         for job_id, elapsed, usual in signals.running:
@@ -242,7 +247,7 @@ def readings(rule: Rule, signals: Signals, samples: Sequence[tuple[float, float]
         }
     if rule.name == JOBS_STUCK:
         n = len(signals.stuck)
-        return {"": Reading(n, f"{n} queued job(s) stuck past their run time while capacity is free")}
+        return {"": Reading(n, f"{_count(n, 'queued job')} stuck past their run time while capacity is free")}
     return {}
 
 

@@ -47,7 +47,7 @@ def test_alerts_lists_the_active_ones_and_the_history_newest_first(dq: Cli) -> N
     text = dq.run("alerts")
     assert text.code == OK
     assert text.out.index("active:") < text.out.index("history")
-    assert "15 rate-limit (429) answer(s)" in text.out
+    assert "15 rate-limit (429) answers in" in text.out
     assert len(dq.run("alerts", "--json", "--limit", "1").json()["history"]) == 1
 
 

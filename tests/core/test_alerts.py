@@ -38,6 +38,7 @@ from desktop_queue.core.alerts import (
     evaluate,
     gather,
     load_rules,
+    readings,
     rules_path,
     save_rules,
 )
@@ -487,3 +488,14 @@ def test_a_cleared_breaker_alert_says_the_breaker_closed() -> None:
     assert fired[0].describe() == "Alert: profile openai: the circuit breaker is open"
     _state, cleared = evaluate([rule], Signals(at=T0 + 1, breakers={"openai": "closed"}), state, T0 + 1)
     assert cleared[0].describe() == "Cleared: profile openai: the circuit breaker is closed again"
+
+
+def test_what_an_alert_says_reads_as_a_sentence() -> None:
+    """It reaches the banner and the tray: "1 job", "7 jobs", never "job(s)"."""
+    now = 1_800_000_000.0
+    dead = DEFAULTS[DEAD_LETTERS_GROWING]
+    one = readings(dead, Signals(at=now, dead_lettered=(now - 1,)), [], now)[""].text
+    seven = readings(dead, Signals(at=now, dead_lettered=(now - 1,) * 7), [], now)[""].text
+    assert one.startswith("1 job dead-lettered in ") and seven.startswith("7 jobs dead-lettered in ")
+    spike = readings(DEFAULTS[THROTTLE_SPIKE], Signals(at=now, throttles=(now - 1,) * 1200), [], now)[""].text
+    assert spike.startswith("1,200 rate-limit (429) answers in ")

@@ -22,6 +22,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersisten
 from desktop_queue.core.alerts import FIRED, AlertBook, HistoryTail, Rule, Transition, load_rules
 from desktop_queue.core.model import iso
 from desktop_queue.core.outbox import Notice, Outbox
+from desktop_queue.core.present import clock_time
 from desktop_queue.core.repair import RepairScan, Upkeep
 from desktop_queue.ui.icons import icon
 
@@ -93,7 +94,7 @@ class AlertsModel(QAbstractTableModel):
         if role == self.ROW_ROLE:
             return row
         if role == Qt.ItemDataRole.ToolTipRole:
-            return t.describe()
+            return iso(t.at) if col == 0 else t.describe()  # (the date and zone in full)
         if role == Qt.ItemDataRole.DecorationRole and col == 1:
             if row.section == ACTIVE:
                 return icon("provider-down")
@@ -101,7 +102,7 @@ class AlertsModel(QAbstractTableModel):
         if role != Qt.ItemDataRole.DisplayRole:
             return None
         if col == 0:
-            return iso(t.at)
+            return clock_time(t.at)  # as the job tables read: today's time, else date and time
         if col == 1:
             if row.section == ACTIVE:
                 return "Active"
