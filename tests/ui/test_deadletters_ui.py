@@ -127,6 +127,7 @@ def test_groups_count_hot_and_archived_and_a_group_is_resolved_at_once(
     assert pane.group_panel.isVisible()
     labels = [pane.group_model.index(r, 0).data() for r in range(pane.group_model.rowCount())]
     assert labels == ["fatal 401 demo: unauthorized (request req_…) ×8", "fatal 429 demo: rate limited ×4"]
+    assert pane.group_heading.text() == "Errors (2 kinds, 12 dead letters)"
     assert pane.select_group(pane.group_model.index(1, 0).data(DeadGroupModel.SIGNATURE))
     assert sorted(all_rows(pane)) == sorted(store["limit"])  # archived ones included
     assert pane.group_resolve.isEnabled()
@@ -137,6 +138,7 @@ def test_groups_count_hot_and_archived_and_a_group_is_resolved_at_once(
     assert sorted(result.done) == sorted(store["limit"])
     qtbot.waitUntil(lambda: window.tabs.tabText(1) == "&Dead letters (8)", timeout=3000)
     qtbot.waitUntil(lambda: pane.group_model.rowCount() == 1, timeout=3000)
+    assert pane.group_heading.text() == "Errors (1 kind, 8 dead letters)"  # not "1 kinds"
     assert not pane.group_view.selectionModel().selectedRows()  # the group went: all dead letters again
     assert sorted(all_rows(pane)) == sorted(store["auth"])
     pane.show_resolved.setChecked(True)

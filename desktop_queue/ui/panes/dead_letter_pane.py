@@ -288,7 +288,9 @@ class DeadLetterPane(QWidget):
         self.group_model.set_groups(groups)
         self._reselect_group()
         total = sum(g.count for g in groups)
-        self.group_heading.setText(f"Errors ({len(groups):,} kinds, {total:,} dead letters)")
+        kinds = f"{len(groups):,} kind{'' if len(groups) == 1 else 's'}"
+        letters = f"{total:,} dead letter{'' if total == 1 else 's'}"
+        self.group_heading.setText(f"Errors ({kinds}, {letters})")
 
     def _reselect_group(self) -> None:
         sig = self._group_signature
