@@ -26,6 +26,7 @@ from desktop_queue import __version__, cli_alerts, cli_migrate, cli_pause, cli_s
 from desktop_queue.core.errors import InputTooLarge, InvalidInput, NotAllowed, QueueError, StoreError, UnknownKind
 from desktop_queue.core.model import Job, State, iso
 from desktop_queue.core.paths import data_dir as resolve_data_dir
+from desktop_queue.core.wording import counted, were
 
 # The engine (queue, store, archive, flow control) is imported by the commands that open
 # a queue, not here: `--help`, a refused flag and the light commands start without it.
@@ -628,7 +629,7 @@ def cmd_submit_batch(args: argparse.Namespace) -> int:
                 _err(f"{where}: {problem}")
             more = len(read.problems) - 10
             tail = f" (and {more:,} more)" if more > 0 else ""
-            raise InvalidInput(f"{where}: {len(read.problems):,} bad line(s){tail}; nothing was submitted")
+            raise InvalidInput(f"{where}: {counted(len(read.problems), 'bad line')}{tail}; nothing was submitted")
         if not read.items:
             raise InvalidInput(f"{where} has no jobs (every line is blank)")
         results = queue.submit_many(
@@ -649,7 +650,7 @@ def cmd_submit_batch(args: argparse.Namespace) -> int:
                 print(f"submitted {result.job.id}  {result.job.title}  ({result.job.priority})")
         created = sum(1 for r in results if not r.duplicate)
         print(
-            f"{created:,} job(s) submitted"
+            f"{counted(created, 'job')} submitted"
             + (f", {len(results) - created:,} already existed" if created < len(results) else "")
         )
     return EXIT_OK
@@ -1033,7 +1034,7 @@ def cmd_spend(args: argparse.Namespace) -> int:
     total = report_total(rows)
     damaged = ledger.damaged_lines()
     if damaged:
-        _err(f"note: {damaged} damaged or torn ledger line(s) were skipped")
+        _err(f"note: {counted(damaged, 'damaged or torn ledger line')} {were(damaged)} skipped")
     if args.json:
         _out({"by": args.by, "since": args.since, "rows": rows, "total": total})
         return EXIT_OK
@@ -1223,7 +1224,9 @@ def cmd_work(args: argparse.Namespace) -> int:
     watch.timeout.connect(check)
     watch.start()
     if not args.json:
-        _err(f"working on {resolve_data_dir(args.data_dir)} with {args.concurrency} slot(s) as {driver.worker_id}")
+        _err(
+            f"working on {resolve_data_dir(args.data_dir)} with {counted(args.concurrency, 'slot')} as {driver.worker_id}"
+        )
     cli_pause.note_if_paused(driver.background, _err)
     driver.start()
     app.exec()
@@ -1248,7 +1251,7 @@ def cmd_work(args: argparse.Namespace) -> int:
         _out(summary)
     else:
         done = ", ".join(f"{v} {k}" for k, v in sorted(finished.items())) or "nothing finished"
-        again = f" ({requeued['n']} attempt(s) queued again)" if requeued["n"] else ""
+        again = f" ({counted(requeued['n'], 'attempt')} queued again)" if requeued["n"] else ""
         _err(
             f"stopped ({stop['why']}): {done}{again}; queue now "
             + ", ".join(f"{k} {v}" for k, v in counts.items() if v)

@@ -20,6 +20,7 @@ import orjson
 
 from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.paths import data_dir as resolve_data_dir
+from desktop_queue.core.wording import counted, were
 
 # desktop_queue.core.migrate imports the queue, its store and the archive: `run` loads it,
 # so that every other command's parser (which adds `migrate`) starts without them
@@ -117,8 +118,9 @@ def run(args: argparse.Namespace) -> int:
         report.notes.extend(copy_data_files(source_dir, Path(target_loc)))
     if report.running:
         report.notes.append(
-            f"{report.running:,} job(s) were running in the source: they are copied as running, and the "
-            "target's first opener reconciles them (stop the source's workers before migrating)"
+            f"{counted(report.running, 'job')} {were(report.running)} running in the source, copied as running; the "
+            f"target's first opener reconciles {'it' if report.running == 1 else 'them'} "
+            "(stop the source's workers before migrating)"
         )
     _print(report, describe(source_loc), describe(target_loc), args.json)
     if not report.equal:

@@ -40,6 +40,7 @@ from desktop_queue.core.errors import QueueError
 from desktop_queue.core.model import EventType, State, events_of
 from desktop_queue.core.paths import config_dir
 from desktop_queue.core.store.fileio import atomic_write, locked, make_dirs
+from desktop_queue.core.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -202,11 +203,6 @@ def _backlog_growth(rule: Rule, samples: Sequence[tuple[float, float]], now: flo
     return Reading(grew, f"the backlog went from {first:.0f} to {last:.0f} jobs in {minutes} min")
 
 
-def _count(n: int, noun: str) -> str:
-    """``1 job``, ``7 jobs``: what an alert says, in the banner and the tray, reads as a sentence."""
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
-
 def readings(rule: Rule, signals: Signals, samples: Sequence[tuple[float, float]], now: float) -> dict[str, Reading]:
     """The rule's value per subject (absent subject: the condition does not hold)."""
     since = now - rule.window_s
@@ -218,10 +214,10 @@ def readings(rule: Rule, signals: Signals, samples: Sequence[tuple[float, float]
         return {"": Reading(p95, f"queue wait p95 is {p95:.0f} s")} if p95 is not None else {}
     if rule.name == DEAD_LETTERS_GROWING:
         n = sum(1 for t in signals.dead_lettered if t >= since)
-        return {"": Reading(n, f"{_count(n, 'job')} dead-lettered in {round(rule.window_s / 60)} min")}
+        return {"": Reading(n, f"{counted(n, 'job')} dead-lettered in {round(rule.window_s / 60)} min")}
     if rule.name == THROTTLE_SPIKE:
         n = sum(1 for t in signals.throttles if t >= since)
-        return {"": Reading(n, f"{_count(n, 'rate-limit (429) answer')} in {round(rule.window_s / 60)} min")}
+        return {"": Reading(n, f"{counted(n, 'rate-limit (429) answer')} in {round(rule.window_s / 60)} min")}
     if rule.name == LONG_RUNNING:
         worst: tuple[float, str, float, float] | None = None
         for job_id, elapsed, usual in signals.running:
@@ -247,7 +243,7 @@ def readings(rule: Rule, signals: Signals, samples: Sequence[tuple[float, float]
         }
     if rule.name == JOBS_STUCK:
         n = len(signals.stuck)
-        return {"": Reading(n, f"{_count(n, 'queued job')} stuck past their run time while capacity is free")}
+        return {"": Reading(n, f"{counted(n, 'queued job')} stuck past their run time while capacity is free")}
     return {}
 
 

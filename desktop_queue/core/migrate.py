@@ -42,6 +42,7 @@ from desktop_queue.core.records import JobDict, NewRecord, Record
 from desktop_queue.core.results import ResultStore
 from desktop_queue.core.store.archive import as_hot
 from desktop_queue.core.store.fileio import atomic_write, make_dirs
+from desktop_queue.core.wording import counted
 
 #: jobs a batch (one commit) holds by default
 BATCH = 500
@@ -418,7 +419,7 @@ def copy_data_files(source_dir: Path, target_dir: Path) -> list[str]:
         shutil.copystat(src, dst)
         copied += 1
     if copied:
-        notes.append(f"copied {copied} data file(s) (schedules, prices, spend ledger) into {target_dir}")
+        notes.append(f"copied {counted(copied, 'data file')} (schedules, prices, spend ledger) into {target_dir}")
     return notes
 
 

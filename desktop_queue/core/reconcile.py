@@ -22,6 +22,7 @@ from desktop_queue.core.liveness import holder_alive
 from desktop_queue.core.model import Actor, EventType, State
 from desktop_queue.core.outcome import LookupResult
 from desktop_queue.core.records import ErrorDict, JobChanges
+from desktop_queue.core.wording import counted
 
 if TYPE_CHECKING:
     from desktop_queue.core.queue import Queue
@@ -127,10 +128,12 @@ def sweep_results(queue: Queue, alone: bool) -> None:
         )
         return
     if removed:
-        queue.report.notices.append(f"removed {removed} unfinished result write(s) left by a crash (nothing lost)")
+        queue.report.notices.append(
+            f"removed {counted(removed, 'unfinished result write')} left by a crash (nothing lost)"
+        )
     if stale:
         queue.report.notices.append(
-            f"removed {stale} kept result(s) of attempts that can no longer commit (nothing lost)"
+            f"removed {counted(stale, 'kept result')} of attempts that can no longer commit (nothing lost)"
         )
 
 

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.ledger import Budget, PriceTable, SpendLedger
 from desktop_queue.core.spend import BudgetBar, budget_bars, cost_text, is_estimate, report_total
+from desktop_queue.core.wording import counted, were
 
 #: (key, heading, alignment right?)
 COLUMNS: tuple[tuple[str, str, bool], ...] = (
@@ -276,7 +277,7 @@ class SpendDialog(QDialog):
             rows, models, problem = [], [], f"The ledger cannot be read: {exc}"
         damaged = self.ledger.damaged_lines()
         if damaged and problem is None:
-            problem = f"{damaged} damaged ledger line(s) were skipped."
+            problem = f"{counted(damaged, 'damaged ledger line')} {were(damaged)} skipped."
         self.problem.setText(problem or "")
         self.problem.setVisible(problem is not None)
         self.model.set_rows(by, rows, models)

@@ -36,7 +36,7 @@ def test_plain_text_puts_each_line_into_the_kinds_prompt_field_over_the_template
     batch.write_text("a haiku about queues\n\n  a limerick about retries  \n", encoding="utf-8")
     run = dq.sub("submit", "demo", "--batch", str(batch), "--input", '{"prompt": "", "duration_s": 0.25}')
     assert run.code == 0, run.err
-    assert "2 job(s) submitted" in run.out
+    assert "2 jobs submitted" in run.out
     inputs = sorted((j.input for j in stored_jobs(dq.data_dir)), key=lambda i: i["prompt"])
     assert inputs == [
         {"prompt": "a haiku about queues", "duration_s": 0.25},

@@ -367,7 +367,7 @@ def test_pending_results_nothing_can_commit_are_swept_and_the_current_one_is_use
     assert reopened.results.get(key)["result"] == {"text": f"epoch {second.epoch}"}
     assert not stale.exists() and not current.exists() and not finished.exists()
     assert list((reopened.results.root / "pending").iterdir()) == []
-    assert any("2 kept result(s)" in n for n in reopened.report.notices), reopened.report.notices
+    assert any("2 kept results" in n for n in reopened.report.notices), reopened.report.notices
 
 
 def test_a_reopen_beside_its_own_running_attempts_keeps_their_writes(open_queue: Callable[..., Queue]) -> None:

@@ -157,4 +157,4 @@ def test_the_set_aside_copy_reads_back_as_journal_records(open_queue: OpenQueue,
     (kept,) = set_aside(data_dir)
     assert read_segment(kept.read_bytes(), 0).records == [ORPHAN, second]
     notice = " ".join(reopened.report.notices)
-    assert "2 update(s)" in notice and GHOST in notice and "ghost-job-0002" in notice
+    assert "2 updates of jobs" in notice and GHOST in notice and "ghost-job-0002" in notice

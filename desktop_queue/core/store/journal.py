@@ -119,6 +119,7 @@ from desktop_queue.core.store.state import (
     _stamp,
     set_aside_orphans,
 )
+from desktop_queue.core.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -806,7 +807,7 @@ class Store:
             f"{path.name} has a damaged record at byte {read.bad_line}"
             + (f" ({read.out_of_order}: a line repeated, lost or moved)" if read.out_of_order else "")
             + f"; it was kept aside as {moved.name}. "
-            f"Everything before it was loaded; {lost_n} later change(s) could not be applied{detail}."
+            f"Everything before it was loaded; {counted(lost_n, 'later change')} could not be applied{detail}."
         )
         return len(good)
 

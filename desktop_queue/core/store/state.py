@@ -35,6 +35,7 @@ from desktop_queue.core.store.codec import (
     encode_record,
 )
 from desktop_queue.core.store.fileio import atomic_write
+from desktop_queue.core.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ def set_aside_orphans(root: Path, segment: str, records: list[Record]) -> tuple[
     tag = f"{segment}.orphans-{zlib.crc32(payload):08x}.corrupt-"
     ids = sorted({str(r.get("id")) for r in records})
     what = (
-        f"{segment} holds {len(records)} update(s) of job(s) {', '.join(ids)} whose creation record is missing; "
+        f"{segment} holds {counted(len(records), 'update')} of {'job' if len(ids) == 1 else 'jobs'} {', '.join(ids)} "
+        "whose creation record is missing; "
         "they were not applied (every other job loaded)"
     )
     try:
