@@ -1597,15 +1597,15 @@ class Queue:
         """One job with its timeline; ``job_id`` may be a unique prefix of 4+ characters."""
         return self.store.read(lambda state: Job.from_dict(self._find(state, job_id)))
 
-    def job_dicts(self, ids: Collection[str], chunk: int = 500) -> builtins.list[JobDict]:
+    def job_dicts(self, ids: Collection[str], chunk: int = 500) -> Iterator[JobDict]:
         """Every job of ``ids``, hot or archived, as stored (a purged or unknown id is left
-        out), ``chunk`` a read so that the store is never held for long.
+        out), ``chunk`` a read so that the store is never held for long, and read as the
+        caller goes (one that folds them holds a chunk at a time).
 
         For readers that follow the change feed and must see a job even if a compaction
         archived it since it changed (the outbox), where :meth:`raw_jobs` holds the hot set.
         """
         wanted = builtins.list(ids)
-        out: builtins.list[JobDict] = []
         for start in range(0, len(wanted), chunk):
             part = wanted[start : start + chunk]
 
@@ -1615,8 +1615,7 @@ class Queue:
                 found = batch(part) if batch is not None else (st.job(job_id) for job_id in part)
                 return [job for job in found if job is not None]
 
-            out.extend(self.store.read(fn))
-        return out
+            yield from self.store.read(fn)
 
     def lease_token(self, job_id: str) -> str | None:
         """The current lease token (tests and the crash drill only; never shown to people)."""

@@ -575,8 +575,7 @@ class ResultStore:
         except OSError:
             since = None
         try:
-            os.close(os.open(marker + "-next", os.O_WRONLY | os.O_CREAT, 0o600))
-            os.utime(marker + "-next")  # now, by the clock that stamps the directories
+            Path(marker + "-next").touch(0o600)  # now, by the clock that stamps the directories
         except OSError:
             return None  # (no results directory yet, or it cannot be written: look everywhere)
         return since

@@ -522,9 +522,8 @@ class WindowedMetrics:
         never held for long: the window's driver commits meanwhile)."""
         agg = self._agg
         assert agg is not None
-        for start in range(0, len(ids), FOLD_CHUNK):
-            for job in self.queue.job_dicts(ids[start : start + FOLD_CHUNK], chunk=FOLD_CHUNK):
-                agg.fold(job)  # (a purged job is left out: a purge rebuilds)
+        for job in self.queue.job_dicts(ids, chunk=FOLD_CHUNK):
+            agg.fold(job)  # (a purged job is left out: a purge rebuilds)
 
     def _fold_rows(self, rows: list[ArchivedRow], *, waiting: bool) -> None:
         """Folds archived jobs (``waiting``: only notes the old dead letters still waiting), a chunk a read."""

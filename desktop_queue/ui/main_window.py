@@ -618,19 +618,19 @@ class MainWindow(QMainWindow):
         if self.notifier.channel() is Channel.BANNER:
             finished = self._told[0] + len(notices)
             dead_n = self._told[1] + sum(1 for n in notices if n.state == State.DEAD)
-            text = notices[0].text() if finished == 1 else _finished_text(finished, dead_n)
-            self.notifier.notify(text, Level.WARNING if dead_n else Level.INFO, 8000 if dead_n else 5000)
+            self._tell_finished(notices[0].text() if finished == 1 else _finished_text(finished, dead_n), dead_n > 0)
             self._told = (finished, dead_n)
             return
         if len(notices) <= 2:
             for notice in notices:
-                dead = notice.state == State.DEAD
-                self.notifier.notify(notice.text(), Level.WARNING if dead else Level.INFO, 8000 if dead else 5000)
+                self._tell_finished(notice.text(), notice.state == State.DEAD)
             return
         dead_n = sum(1 for n in notices if n.state == State.DEAD)
-        self.notifier.notify(
-            _finished_text(len(notices), dead_n), Level.WARNING if dead_n else Level.INFO, 8000 if dead_n else 5000
-        )
+        self._tell_finished(_finished_text(len(notices), dead_n), dead_n > 0)
+
+    def _tell_finished(self, text: str, dead: bool) -> None:
+        """A notice of finished jobs: a warning shown longer when any was dead-lettered."""
+        self.notifier.notify(text, Level.WARNING if dead else Level.INFO, 8000 if dead else 5000)
 
     def _banner_dismissed(self) -> None:
         self._told = (0, 0)  # read: the next finished jobs are told afresh

@@ -115,11 +115,13 @@ def _zeros_from(data: bytes, start: int) -> bool:
     chunk at a time with zeros (``memcmp``), several times quicker than counting them.
     """
     step = len(_ZERO_CHUNK)
-    for at in range(start, len(data), step):
-        chunk = data[at : at + step]
-        if chunk != (_ZERO_CHUNK if len(chunk) == step else _ZERO_CHUNK[: len(chunk)]):
-            return False
-    return True
+    return all(_zero(data[at : at + step]) for at in range(start, len(data), step))
+
+
+def _zero(chunk: bytes | bytearray) -> bool:
+    """Whether a chunk of at most :data:`_ZERO_CHUNK`'s size is all zeros (a whole-length
+    slice of the constant is the constant itself: nothing is copied)."""
+    return chunk == _ZERO_CHUNK[: len(chunk)]
 
 
 def read_segment_file(path: Path) -> bytes:
@@ -164,7 +166,7 @@ def _zeros_in_file(fd: int, offset: int) -> bool:
     step = len(_ZERO_CHUNK)
     buf = bytearray(step)
     while (n := os.preadv(fd, [buf], offset)) > 0:
-        if (buf if n == step else buf[:n]) != (_ZERO_CHUNK if n == step else _ZERO_CHUNK[:n]):
+        if not _zero(buf if n == step else buf[:n]):
             return False
         offset += n
     return True
