@@ -208,6 +208,45 @@ class Event:
         )
 
 
+def job_fields(raw: JobDict, with_events: bool = True) -> dict[str, Any]:
+    """The field values of :class:`Job` for a stored job: the one place that maps one to the other.
+
+    A stored job leaves out what is still at its default (no lease yet, no error, …).
+    """
+    return {
+        "id": raw["id"],
+        "seq": raw["seq"],
+        "kind": raw["kind"],
+        "title": raw.get("title") or "",
+        "priority": raw["priority"],
+        "input": raw.get("input"),
+        "idempotency_key": raw["key"],
+        "key_source": raw.get("key_source", "fingerprint"),
+        "max_attempts": raw["max_attempts"],
+        "state": raw["state"],
+        "attempts": raw.get("attempts", 0),
+        "total_attempts": raw.get("total_attempts", 0),
+        "run": raw.get("run", 1),
+        "created_at": raw["created_at"],
+        "updated_at": raw.get("updated_at", raw["created_at"]),
+        "run_after": raw.get("run_after", raw["created_at"]),
+        "deadline_at": raw.get("deadline_at"),
+        "lease_epoch": raw.get("lease_epoch", 0),
+        "lease_expires_at": raw.get("lease_expires_at"),
+        "worker": raw.get("worker"),
+        "last_error": raw.get("last_error"),
+        "result_ref": raw.get("result_ref"),
+        "provider_job_id": raw.get("provider_job_id"),
+        "replay_of": raw.get("replay_of"),
+        "replayed_as": tuple(raw.get("replayed_as") or ()),
+        "poison_count": raw.get("poison_count", 0),
+        "started_at": raw.get("started_at"),
+        "finished_at": raw.get("finished_at"),
+        "resolved_at": raw.get("resolved_at"),
+        "raw_events": tuple(events_of(raw)) if with_events else (),
+    }
+
+
 @dataclass(frozen=True)
 class Job:
     """A read-only snapshot of one job, as of the moment it was taken."""
@@ -257,38 +296,7 @@ class Job:
 
         The view is a copy: later changes to the stored job do not show in it.
         """
-        return cls(
-            id=raw["id"],
-            seq=raw["seq"],
-            kind=raw["kind"],
-            title=raw.get("title") or "",
-            priority=raw["priority"],
-            input=raw.get("input"),
-            idempotency_key=raw["key"],
-            key_source=raw.get("key_source", "fingerprint"),
-            max_attempts=raw["max_attempts"],
-            state=raw["state"],
-            attempts=raw.get("attempts", 0),
-            total_attempts=raw.get("total_attempts", 0),
-            run=raw.get("run", 1),
-            created_at=raw["created_at"],
-            updated_at=raw.get("updated_at", raw["created_at"]),
-            run_after=raw.get("run_after", raw["created_at"]),
-            deadline_at=raw.get("deadline_at"),
-            lease_epoch=raw.get("lease_epoch", 0),
-            lease_expires_at=raw.get("lease_expires_at"),
-            worker=raw.get("worker"),
-            last_error=raw.get("last_error"),
-            result_ref=raw.get("result_ref"),
-            provider_job_id=raw.get("provider_job_id"),
-            replay_of=raw.get("replay_of"),
-            replayed_as=tuple(raw.get("replayed_as") or ()),
-            poison_count=raw.get("poison_count", 0),
-            started_at=raw.get("started_at"),
-            finished_at=raw.get("finished_at"),
-            resolved_at=raw.get("resolved_at"),
-            raw_events=tuple(events_of(raw)) if with_events else (),
-        )
+        return cls(**job_fields(raw, with_events))
 
     @property
     def is_finished(self) -> bool:

@@ -71,6 +71,7 @@ from desktop_queue.core.search import SearchQuery, prompt_text
 from desktop_queue.core.store.archive import RESOLVED, ArchivedRow, HistoryQuery, PurgeFilter, Totals, as_hot
 from desktop_queue.core.store.compaction import KEEP_FINISHED, KEEP_FINISHED_S
 from desktop_queue.core.store.journal import Store
+from desktop_queue.core.store.views import job_views
 from desktop_queue.core.webhooks import Delivery, WebhookResult
 
 log = logging.getLogger(__name__)
@@ -1647,11 +1648,11 @@ class Queue:
                     raw = [st.hot_jobs()[i] for i in st.ids_in(state)]
                 raw.sort(key=lambda j: j["seq"], reverse=True)
                 raw = raw[:limit]
-            out = [Job.from_dict(j, with_events=with_events) for j in raw]
+            out = job_views(raw, with_events=with_events)
             if st.archive is not None and state not in (State.QUEUED, State.RUNNING):
                 wanted = None if limit is None else limit - len(out)
                 if wanted is None or wanted > 0:
-                    out.extend(Job.from_dict(j, with_events=with_events) for j in self._archived(st, state, wanted))
+                    out.extend(job_views(self._archived(st, state, wanted), with_events=with_events))
                 out.sort(key=lambda j: j.seq, reverse=True)
             return out
 
