@@ -23,7 +23,7 @@ from desktop_queue.core import FakeClock, Queue
 from desktop_queue.core.errors import NoSuchJob, StoreCorrupt
 from desktop_queue.core.model import State
 from desktop_queue.core.outcome import Outcome
-from desktop_queue.core.store.archive import Archive, encode_segment, read_segment
+from desktop_queue.core.store.archive import FINISHED_SINCE_SQL, Archive, encode_segment, read_segment
 
 
 def run_jobs(queue: Queue, clock: FakeClock, n: int, *, tag: str = "j", fail_every: int = 0) -> list[str]:
@@ -106,6 +106,23 @@ def test_the_jobs_finished_since_a_time_are_found_hot_and_archived(
         }
         assert queue.finished_since(now - back) == expected
     assert len(queue.finished_since(now - 1000)) == 22 > len(queue.raw_jobs())  # most of them archived
+
+
+def test_the_jobs_finished_since_a_time_are_read_through_the_finished_index(
+    small_hot: Callable[..., Queue], clock: FakeClock
+) -> None:
+    """Not through the state's: that reads every succeeded job of the history (the status
+    bar asks at every window start for the last minute's, the alerts every upkeep)."""
+    queue = small_hot()
+    run_jobs(queue, clock, 12, fail_every=4)
+    queue.store.compact_now()
+    archive = queue.store.archive
+    assert archive is not None and archive.count() > 0
+    for state in (State.SUCCEEDED, State.DEAD):
+        plan = " ".join(
+            str(row[-1]) for row in archive._query("EXPLAIN QUERY PLAN " + FINISHED_SINCE_SQL, (0.0, state))
+        )
+        assert "USING INDEX jobs_finished" in plan, plan
 
 
 def test_the_jobs_finished_since_a_time_over_every_backend(any_queue: Queue, clock: FakeClock) -> None:

@@ -308,6 +308,12 @@ def read_segment(data: bytes, name: str) -> tuple[dict[str, Any], list[tuple[int
 
 # --------------------------------------------------------------------------- index
 
+#: the jobs that ended in a state since a time, through the index on ``finished``: the
+#: ``+`` keeps SQLite from taking the index on ``state`` instead (it guesses an equality
+#: narrower than a range), and would then read every succeeded job of the history to find
+#: the last minute's
+FINISHED_SINCE_SQL = "SELECT id, finished FROM jobs WHERE finished >= ? AND +state = ?"
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS segments (n INTEGER PRIMARY KEY, nonce TEXT NOT NULL, jobs INTEGER NOT NULL);
@@ -1025,7 +1031,7 @@ class Archive:
 
     def finished_since(self, cutoff: float, state: str) -> dict[str, float]:
         """``id -> finished_at`` of the archived jobs that ended in ``state`` at or after ``cutoff`` (by jobs_finished)."""
-        rows = self._query("SELECT id, finished FROM jobs WHERE finished >= ? AND state = ?", (cutoff, str(state)))
+        rows = self._query(FINISHED_SINCE_SQL, (cutoff, str(state)))
         return {job_id: finished for job_id, finished in rows}
 
     def totals(self) -> Totals:
