@@ -131,7 +131,9 @@ class ColumnFitter(QObject):
         text = self.view.model().headerData(column, Qt.Orientation.Horizontal) or ""
         pad = HEADING_PAD + (SORT_PAD if self.header.sortIndicatorSection() == column else 0)
         least = max(CELL_MIN, metrics.horizontalAdvance(str(text)) + pad)
-        if column in self.content:
+        if column in self.content and self.view.isVisible():
+            # (a hidden view, a pane not shown yet, would be measured over every row up to
+            # Qt's resizeContentsPrecision, not the visible ones: it is fitted again on Show)
             least = max(least, self.view.sizeHintForColumn(column))
         chars = self.floors.get(column)
         if chars is not None:

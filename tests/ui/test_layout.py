@@ -13,6 +13,7 @@ from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication, QWidget
 
 from desktop_queue.core import FakeClock, Queue
+from desktop_queue.core.outcome import Outcome
 from desktop_queue.providers.demo import DemoProvider
 from desktop_queue.ui.columns import column_menu
 
@@ -263,3 +264,41 @@ def test_the_dead_letter_buttons_stay_inside_their_pane(qtbot: Any, session: Any
     search = pane.search.geometry()
     for button in buttons:  # (and none lies over the search box)
         assert not pane.search.geometry().intersects(QRect(button.mapTo(pane, QPoint(0, 0)), button.size())), search
+
+
+def test_a_hidden_pane_is_fitted_without_measuring_its_rows_and_shows_dates_whole(
+    qtbot: Any, open_session: Any, data_dir: Path, prompts: Any
+) -> None:
+    """Qt sizes a hidden view's column over every row (up to its resizeContentsPrecision),
+    not the visible ones: the Dead letters pane, not shown at start, is measured once shown."""
+    old = Queue.open(data_dir, {"demo": DemoProvider()}, clock=FakeClock(time.time() - 3 * 86400))
+    for i in range(3):
+        old.submit("demo", {"prompt": f"dies {i}", "fail_with": "fatal", "duration_s": 0}, title=f"dies {i}")
+        lease = old.lease("w")
+        assert lease is not None
+        old.fail(lease, Outcome.failure("fatal", "refused", status=400))
+    old.close()
+    session = _open(open_session, data_dir, prompts)
+    window = session.window
+    _settle(qtbot, window)
+    pane = window.dead_pane
+    view = pane.view
+    measured: list[int] = []
+    real = view.sizeHintForColumn
+
+    def counting(column: int) -> int:
+        measured.append(column)
+        return real(column)
+
+    view.sizeHintForColumn = counting  # (the fitter calls it from Python)
+    assert not view.isVisible()
+    pane.columns.fit()
+    assert measured == []  # hidden: its cells are not measured
+    window.tabs.setCurrentWidget(pane)
+    qtbot.waitUntil(lambda: view.isVisible() and view.viewport().width() > 0, timeout=3000)
+    QApplication.processEvents()
+    assert measured  # shown: fitted again, to its visible cells
+    died = pane.columns.keys.index("died")
+    text = view.model().index(0, died).data()
+    assert len(text) == len("2026-11-30 16:24")  # a date and a time
+    assert view.horizontalHeader().sectionSize(died) >= QFontMetrics(view.font()).horizontalAdvance(text)
