@@ -546,7 +546,7 @@ class MainWindow(QMainWindow):
         # (a dead letter's notice comes from the outbox: once, whichever process it died in)
         self._dead_count = dead
         status.show_dead(dead, self._dead_seen or 0)
-        self.tabs.setTabText(1, f"&Dead letters ({dead})" if dead else "&Dead letters")
+        self.tabs.setTabText(1, f"&Dead letters ({dead:,})" if dead else "&Dead letters")
 
     #: (refresher version, counts) of the last ``Queue.counts()``; what the status bar last showed
     _counts_cache: tuple[int, dict[str, int]] | None = None

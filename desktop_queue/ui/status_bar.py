@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QStatusBar, QWid
 
 from desktop_queue.core.model import State
 from desktop_queue.core.present import clock_time
+from desktop_queue.core.wording import counted
 from desktop_queue.ui.elided import ElidedLabel
 from desktop_queue.ui.icons import icon, state_icon
 
@@ -160,21 +161,19 @@ class StatusBar(QStatusBar):
 
     def show_counts(self, counts: dict[str, int]) -> None:
         for state, label in self.state_labels.items():
-            label.setText(f"{counts.get(state, 0)} {state}")
+            label.setText(f"{counts.get(state, 0):,} {state}")
         self.fit_items()
 
     def show_capacity(self, running: int, concurrency: int, note: str = "") -> None:
         self.capacity_label.setText(f"{running}/{concurrency} slots busy here{note}")
 
     def show_throughput(self, done_last_minute: int) -> None:
-        self.throughput_label.setText(f"{done_last_minute} done in the last minute")
+        self.throughput_label.setText(f"{done_last_minute:,} done in the last minute")
 
     def show_dead(self, dead: int, seen: int) -> None:
         """The dead-letter button: the count, and how many arrived since the pane was last looked at."""
         grown = dead > seen
-        self.dead_button.setText(
-            f"{dead} dead letter{'s' if dead != 1 else ''}" + (f"  (+{dead - seen} new)" if grown else "")
-        )
+        self.dead_button.setText(counted(dead, "dead letter") + (f"  (+{dead - seen:,} new)" if grown else ""))
         font = self.dead_button.font()
         font.setBold(grown)
         self.dead_button.setFont(font)

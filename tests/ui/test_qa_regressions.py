@@ -518,3 +518,21 @@ def test_the_connection_test_closes_its_client_before_it_reports(qtbot: Any) -> 
     assert pool.waitForDone(3000)
     assert blocker.args == ["connection refused"]
     assert closed_at_emit == [True]
+
+
+def test_large_counts_read_with_thousands_separators(session: Any) -> None:
+    """At a million jobs the status bar read "941000 succeeded" beside "1,000 jobs finished"."""
+    window = session.window
+    counts = {"queued": 1200, "running": 3, "succeeded": 941_000, "dead": 50_000, "cancelled": 10_000}
+    window.status.show_counts(counts)
+    window.status.show_throughput(1500)
+    window.status.show_dead(50_000, 48_800)
+    window.queue_pane.set_counts(counts)
+    assert window.status.state_labels["succeeded"].text() == "941,000 succeeded"
+    assert window.status.state_labels["queued"].text() == "1,200 queued"
+    assert window.status.throughput_label.text() == "1,500 done in the last minute"
+    assert window.status.dead_button.text() == "50,000 dead letters  (+1,200 new)"
+    assert window.queue_pane.state_filter.itemText(0) == "All states (1,002,203)"
+    assert "Succeeded (941,000)" in [window.queue_pane.state_filter.itemText(i) for i in range(6)]
+    window.status.show_dead(1, 1)
+    assert window.status.dead_button.text() == "1 dead letter"

@@ -150,12 +150,12 @@ class QueuePane(QWidget):
         """Shows the live count of every state in the state filter (and the first-run state when empty)."""
         total = sum(counts.values())
         self.set_first_run(total == 0)
-        self.state_filter.setItemText(0, f"All states ({total})")
+        self.state_filter.setItemText(0, f"All states ({total:,})")
         for i, state in enumerate(STATE_ORDER, start=1):
             n = counts.get(state, 0)
             if state == State.DEAD:
                 n += counts.get("resolved", 0)  # this pane lists resolved dead letters among the dead
-            self.state_filter.setItemText(i, f"{state.capitalize()} ({n})")
+            self.state_filter.setItemText(i, f"{state.capitalize()} ({n:,})")
 
     def selected(self) -> list[dict]:
         return selected_jobs(self.view)
