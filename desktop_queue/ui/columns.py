@@ -45,6 +45,8 @@ class ColumnFitter(QObject):
         content_keys: columns that widen to their widest visible cell (dates).
         samples: key -> the text the column must show whole (e.g. the longest state),
             beside an icon.
+        texts: key -> the text a column without icons must show whole (the longest
+            value it holds: "background").
         floors: key -> the least width of that column, in average characters (a
             title beside the main column stays readable).
     """
@@ -58,6 +60,7 @@ class ColumnFitter(QObject):
         content_keys: Sequence[str] = (),
         samples: dict[str, str] | None = None,
         floors: dict[str, int] | None = None,
+        texts: dict[str, str] | None = None,
     ) -> None:
         super().__init__(view)
         self.view = view
@@ -68,6 +71,7 @@ class ColumnFitter(QObject):
         self.content = {self.keys.index(k) for k in content_keys if k in self.keys}
         self.samples = {self.keys.index(k): text for k, text in (samples or {}).items() if k in self.keys}
         self.floors = {self.keys.index(k): chars for k, chars in (floors or {}).items() if k in self.keys}
+        self.texts = {self.keys.index(k): text for k, text in (texts or {}).items() if k in self.keys}
         self._fitting = False
         #: column -> width the user (or the default layout) wants when there is room
         self.preferred: dict[int, int] = {}
@@ -126,7 +130,8 @@ class ColumnFitter(QObject):
         self.fit()
 
     def minimum(self, column: int) -> int:
-        """The least width of a column: its heading, or (date columns) its widest visible cell."""
+        """The least width of a column: its heading, its widest visible cell (date columns), or
+        the text it must show whole."""
         metrics = QFontMetrics(self.header.font())
         text = self.view.model().headerData(column, Qt.Orientation.Horizontal) or ""
         pad = HEADING_PAD + (SORT_PAD if self.header.sortIndicatorSection() == column else 0)
@@ -142,6 +147,9 @@ class ColumnFitter(QObject):
         if sample is not None:
             icon = self.view.iconSize().width() if self.view.iconSize().width() > 0 else 16
             least = max(least, QFontMetrics(self.view.font()).horizontalAdvance(sample) + icon + 14)
+        text = self.texts.get(column)
+        if text is not None:
+            least = max(least, QFontMetrics(self.view.font()).horizontalAdvance(text) + 12)
         return least
 
     def schedule(self) -> None:

@@ -302,3 +302,20 @@ def test_a_hidden_pane_is_fitted_without_measuring_its_rows_and_shows_dates_whol
     text = view.model().index(0, died).data()
     assert len(text) == len("2026-11-30 16:24")  # a date and a time
     assert view.horizontalHeader().sectionSize(died) >= QFontMetrics(view.font()).horizontalAdvance(text)
+
+
+def test_priority_and_wait_show_their_values_whole(qtbot: Any, open_session: Any, data_dir: Path, prompts: Any) -> None:
+    """At the window's first size the Priority cells read "backgrou…" and a Wait "109…"."""
+    session = _open(open_session, data_dir, prompts)
+    window = session.window
+    _settle(qtbot, window)
+    view = window.queue_pane.view
+    metrics = QFontMetrics(view.font())
+    for key, widest in (("priority", "background"), ("priority", "interactive"), ("wait", "119 min")):
+        qtbot.waitUntil(
+            lambda key=key, widest=widest: (
+                view.horizontalHeader().sectionSize(_column(window, key)) > metrics.horizontalAdvance(widest)
+            ),
+            timeout=3000,
+        )
+    assert view.horizontalScrollBar().maximum() == 0  # and the table still fits its pane

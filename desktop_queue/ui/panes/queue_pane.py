@@ -101,6 +101,9 @@ class QueuePane(QWidget):
             },
             content_keys=("kind", "created"),
             samples={"state": "succeeded"},
+            # the widest value each holds: a priority ("background" is wider than "interactive"
+            # in proportional fonts), a wait ("3 min" up to "119 min", then "2.0 h")
+            texts={"priority": "background", "wait": "119 min"},
         )
         self.default_header = self.view.horizontalHeader().saveState()
         install_column_chooser(self.view, [c.header for c in model.columns], self.columns.main, self.reset_columns)
