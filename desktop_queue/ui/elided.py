@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt
@@ -34,9 +35,28 @@ class ElidedLabel(QLabel):
         hint = super().minimumSizeHint()
         return QSize(min(hint.width(), self.MIN_WIDTH), hint.height())
 
+    #: (text, its shorter forms, most complete first), from :meth:`set_text`
+    _shorter: tuple[str, tuple[str, ...]] = ("", ())
+
+    def set_text(self, text: str, shorter: Sequence[str] = ()) -> None:
+        """Sets the text and shorter forms of it that leave out what matters least: the
+        first form that fits is shown whole, else the shortest elides. (``setText``
+        forgets them.)"""
+        self._shorter = (text, tuple(shorter))
+        self.setText(text)
+
     def shown_text(self) -> str:
         """The text as painted at the current width."""
-        return self.fontMetrics().elidedText(self.text(), self.mode, self.contentsRect().width())
+        width = self.contentsRect().width()
+        metrics = self.fontMetrics()
+        text = self.text()
+        of, shorter = self._shorter
+        if shorter and of == text:
+            for candidate in (text, *shorter):
+                if metrics.horizontalAdvance(candidate) <= width:
+                    return candidate
+                text = candidate
+        return metrics.elidedText(text, self.mode, width)
 
     @property
     def elided(self) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtCore import Qt
 
 from desktop_queue.core import FakeClock, Outcome, Queue, RetryPolicy
 from desktop_queue.core.model import Event, EventType
@@ -129,3 +130,37 @@ def test_a_submission_names_the_machine_it_was_made_on(tmp_path: Path) -> None:
     assert event_detail(submitted).split(" · ")[0] == f"by user on {host}"
     assert f"host: {host}" not in event_detail(submitted)  # said once, in the words
     assert event_who(EventType.SUBMITTED, "cli", None, "studio") == "by cli on studio"
+
+
+def test_a_narrow_heading_leaves_out_the_machine_then_the_id_before_the_title(ran_twice: Queue, qtbot: Any) -> None:
+    """Elided in the middle, "Lighthouse study 999  ·  job 07db…  ·  succeeded" read
+    "Lighthouse study…7)  ·  succeeded": the title's end, what tells one job from the next, was gone."""
+    (job,) = ran_twice.list()
+    job = ran_twice.get(job.id)
+    model = TimelineModel()
+    model.show_job(job)
+    pane = TimelinePane(model)
+    qtbot.addWidget(pane)
+    pane.refresh_heading()
+    heading = pane.heading
+    full = heading.text()
+    metrics = heading.fontMetrics()
+    title = job.title
+    without_host = f"{title}  ·  job {job.id}  ·  succeeded"
+    shortest = f"{title}  ·  succeeded"
+    margins = heading.width() - heading.contentsRect().width()
+    for width, shown in (
+        (metrics.horizontalAdvance(full) + 2, full),
+        (metrics.horizontalAdvance(without_host) + 2, without_host),
+        (metrics.horizontalAdvance(shortest) + 2, shortest),
+    ):
+        heading.resize(width + margins, heading.height())
+        assert heading.shown_text() == shown
+    heading.resize(metrics.horizontalAdvance(shortest) // 2 + margins, heading.height())
+    assert heading.shown_text() == metrics.elidedText(
+        shortest, Qt.TextElideMode.ElideMiddle, heading.contentsRect().width()
+    )
+    assert heading.elided and heading.toolTip() == full  # the whole text on hover
+    heading.setText("Select a job to see its timeline")  # a plain text forgets the shorter forms
+    heading.resize(metrics.horizontalAdvance(heading.text()) + 2 + margins, heading.height())
+    assert heading.shown_text() == "Select a job to see its timeline"

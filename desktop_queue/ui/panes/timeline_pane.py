@@ -261,9 +261,13 @@ class TimelinePane(QWidget):
             hosts = attempt_hosts(job.events)
             # the machine of the latest attempt: on a shared queue it may be any of them
             where = f"  ·  attempt {hosts[-1][0]} on {hosts[-1][1]}" if hosts else ""
-            self.heading.setText(
-                # (the state last: the heading elides in the middle, and the state must stay in sight)
-                f"{job.title}  ·  job {job.id}{where}  ·  {job.state}" + (f"  ·  {note}" if note else "")
+            end = f"  ·  {job.state}" + (f"  ·  {note}" if note else "")
+            # narrower, the machine goes first, then the id; then the title elides in the
+            # middle (the state last: it must stay in sight; a title's end tells "study 998"
+            # from "study 999")
+            self.heading.set_text(
+                f"{job.title}  ·  job {job.id}{where}{end}",
+                shorter=[f"{job.title}  ·  job {job.id}{end}", f"{job.title}{end}"] if where else [f"{job.title}{end}"],
             )
         self.heading.setToolTip(self.heading.text())
 
