@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,8 @@ def test_charts_show_the_window_with_units_and_legends(qtbot: Any, data_dir: Pat
         _wait_drawn(qtbot, pane, "1h")
         assert pane.stack.currentIndex() == 0
         assert "4 finished" in pane.summary.text() and "success 75 %" in pane.summary.text()
+        # waits of minutes read in minutes, a run of seconds in hundredths of a second
+        assert re.search(r"wait p95 \d+ min, run p95 \d\.\d\d s,", pane.summary.text()), pane.summary.text()
         assert pane.depth_chart.names() == ["queued", "running", "dead letters"]
         assert pane.depth_chart.getAxis("left").labelText == "jobs"
         assert pane.depth_chart.getAxis("bottom").labelText == "local time"

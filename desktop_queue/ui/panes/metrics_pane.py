@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_queue.core.present import seconds
 from desktop_queue.core.windowed import WindowFigures
 from desktop_queue.ui.models.metrics_model import MetricsSource
 
@@ -242,7 +243,8 @@ class MetricsPane(QWidget):
         done = sum(t["finished"].values())
 
         def sec(v: float | None) -> str:
-            return "–" if v is None else f"{v:.2f} s"
+            # hundredths tell short attempts apart; a long wait reads "109 min", not "6540.88 s"
+            return "–" if v is None else f"{v:.2f} s" if v < 10 else seconds(v)
 
         self.summary.setText(
             f"In {what}: {done:,} finished ({t['finished_per_min']:,.2f} / min), success {rate}, "
