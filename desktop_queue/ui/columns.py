@@ -45,7 +45,7 @@ class ColumnFitter(QObject):
         content_keys: columns that widen to their widest visible cell (dates).
         samples: key -> the text the column must show whole (e.g. the longest state),
             beside an icon.
-        texts: key -> the text a column without icons must show whole (the longest
+        texts: key -> the text a column without icons must show whole (the widest
             value it holds: "background").
         floors: key -> the least width of that column, in average characters (a
             title beside the main column stays readable).

@@ -16,6 +16,7 @@ class ElidedLabel(QLabel):
     Its minimum width is :attr:`MIN_WIDTH`, whatever the text: a long title or provider
     state never widens a pane, a splitter or the window. The full text stays in
     :meth:`text` (give it to the tooltip); :attr:`elided` says whether it is cut now.
+    :meth:`set_text` also takes shorter forms, shown whole before the text elides.
 
     Args:
         text: the text.
@@ -24,6 +25,8 @@ class ElidedLabel(QLabel):
     """
 
     MIN_WIDTH = 72
+    #: (text, its shorter forms, most complete first), from :meth:`set_text`
+    _shorter: tuple[str, tuple[str, ...]] = ("", ())
 
     def __init__(
         self, text: str = "", mode: Qt.TextElideMode = Qt.TextElideMode.ElideRight, parent: QWidget | None = None
@@ -34,9 +37,6 @@ class ElidedLabel(QLabel):
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt API
         hint = super().minimumSizeHint()
         return QSize(min(hint.width(), self.MIN_WIDTH), hint.height())
-
-    #: (text, its shorter forms, most complete first), from :meth:`set_text`
-    _shorter: tuple[str, tuple[str, ...]] = ("", ())
 
     def set_text(self, text: str, shorter: Sequence[str] = ()) -> None:
         """Sets the text and shorter forms of it that leave out what matters least: the

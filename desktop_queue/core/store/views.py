@@ -1,10 +1,10 @@
 """Many :class:`~desktop_queue.core.model.Job` views at once, for the verbs that list jobs.
 
 A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``: for
-:class:`Job`'s 30 fields that is three quarters of building a view (measured: 4.4 of
-5.7 ms for 1,000 jobs, most of what ``list --state queued`` spends once the store is
-open). :func:`job_views` gives each new instance its field dict instead, which is what
-``__init__`` would have left, and is four times faster.
+:class:`Job`'s 30 fields that is most of building a view, and building a thousand views
+was most of what ``list --state queued`` spent once the store was open.
+:func:`job_views` gives each new instance its field dict instead, which is what
+``__init__`` would have left.
 
 This lives here, beside the store, and not in the model: ``Job`` stays a plain frozen
 dataclass that everything else builds through its constructor. It is sound only while
