@@ -959,12 +959,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
     def sec(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}s"
 
-    print("jobs      " + "  ".join(f"{k} {v}" for k, v in stats.counts.items()) + f"  (total {stats.jobs})")
+    print("jobs      " + "  ".join(f"{k} {v:,}" for k, v in stats.counts.items()) + f"  (total {stats.jobs:,})")
     print(f"wait      p50 {sec(stats.wait_p50_s)}  p95 {sec(stats.wait_p95_s)}")
     print(f"run       p50 {sec(stats.run_p50_s)}  p95 {sec(stats.run_p95_s)}")
     print(
-        f"attempts  {stats.attempts}  retries {stats.retries}  throttled {stats.throttled}  "
-        f"lease expiries {stats.lease_expiries}  reconciled {stats.reconciled}  dead letters {stats.dead_letters}"
+        f"attempts  {stats.attempts:,}  retries {stats.retries:,}  throttled {stats.throttled:,}  "
+        f"lease expiries {stats.lease_expiries:,}  reconciled {stats.reconciled:,}  dead letters {stats.dead_letters:,}"
     )
     return EXIT_OK
 
@@ -991,12 +991,12 @@ def _stats_window(args: argparse.Namespace) -> int:
         return "-" if v is None else f"{v:.2f}s"
 
     rate = "-" if t["success_rate"] is None else f"{100 * t['success_rate']:.1f}%"
-    print(f"window    last {figures.window} ({figures.events} events)")
-    print("now       " + "  ".join(f"{k} {v}" for k, v in t["depth_now"].items()))
+    print(f"window    last {figures.window} ({counted(figures.events, 'event')})")
+    print("now       " + "  ".join(f"{k} {v:,}" for k, v in t["depth_now"].items()))
     print(
         "finished  "
-        + "  ".join(f"{k} {v}" for k, v in t["finished"].items())
-        + f"  ({t['finished_per_min']:.2f}/min, success {rate})"
+        + "  ".join(f"{k} {v:,}" for k, v in t["finished"].items())
+        + f"  ({t['finished_per_min']:,.2f}/min, success {rate})"
     )
     print(f"wait      p50 {sec(t['wait_p50_s'])}  p95 {sec(t['wait_p95_s'])}")
     print(f"run       p50 {sec(t['run_p50_s'])}  p95 {sec(t['run_p95_s'])}")
@@ -1004,7 +1004,7 @@ def _stats_window(args: argparse.Namespace) -> int:
         f"per hour  retries {t['retries_per_hour']:.2f}  throttled {t['throttled_per_hour']:.2f}  "
         f"lease expiries {t['lease_expiries_per_hour']:.2f}"
     )
-    classes = "  ".join(f"{k} {v}" for k, v in sorted(figures.dead_letters_by_class.items())) or "none"
+    classes = "  ".join(f"{k} {v:,}" for k, v in sorted(figures.dead_letters_by_class.items())) or "none"
     print(f"dead      {classes}")
     for prof in figures.profiles:
         peak = max(prof.requests_per_min, default=0.0)

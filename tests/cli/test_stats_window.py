@@ -86,3 +86,19 @@ def test_metrics_follow_other_processes(dq: Cli, data_dir: Path) -> None:
         there = dq.sub("stats", "--json", "--window", "1h").json()
         assert there["totals"]["depth_now"] == here.totals["depth_now"]
         assert there["finished"] == here.finished and there["depth"] == here.depth
+
+
+def test_large_counts_read_with_thousands_separators(dq: Cli, data_dir: Path) -> None:
+    """At a million jobs `stats` read "succeeded 941000  dead 50000  (total 1001000)"."""
+    with Queue.open(data_dir) as queue:
+        queue.submit_many("demo", [{"i": i} for i in range(1001)])
+        while (lease := queue.lease()) is not None:
+            queue.complete(lease, {"text": "ok"})
+    plain = dq.run("stats")
+    assert plain.code == 0, plain.err
+    assert "succeeded 1,001" in plain.out and "(total 1,001)" in plain.out
+    assert "attempts  1,001  " in plain.out
+    window = dq.run("stats", "--window", "1h")
+    assert window.code == 0, window.err
+    assert "finished  succeeded 1,001  dead 0" in window.out
+    assert "events)" in window.out and "(3,003 events)" in window.out
