@@ -5,9 +5,10 @@
 expiries, leases per provider profile, changes of the queue depth per state) and of
 histograms (queue wait and run time, in the archive's 2 % log-spaced bins,
 :func:`~desktop_queue.core.store.archive.bucket_of`), in three tiers: per minute, per ten
-minutes and per hour (:data:`TIERS`), one for each window's step. A window's figures
-read its 60, 144 or 168 buckets, whatever the store holds: nothing rescans the jobs when
-the window repaints.
+minutes and per hour (:data:`TIERS`), one for each window's step, each reaching back as
+far as its window reads (:data:`TIER_REACH_S`: an event of yesterday is counted by the
+hourly tier alone). A window's figures read its 60, 144 or 168 buckets, whatever the
+store holds: nothing rescans the jobs when the window repaints.
 
 Incremental: a job's events only ever grow (a purge removes a whole job), so each job
 keeps a small *cursor* (how many of its events are folded, the state they left it in,
@@ -67,6 +68,9 @@ WINDOWS: dict[str, tuple[int, int]] = {"1h": (3600, 60), "24h": (86_400, 600), "
 TIERS = (60, 600, 3600)
 #: how far back the buckets reach: the longest window, and one step more (a window is aligned to its steps)
 HORIZON_S = 7 * 86_400 + 3600
+#: how far back each tier reaches: its window, and one step more (the per-minute tier is read
+#: by the last hour only; keeping a week of it would add every event to three tiers for nothing)
+TIER_REACH_S: dict[int, int] = {step: length + step for length, step in WINDOWS.values()}
 #: archived jobs updated this long ago still count (a late stale result does not touch ``updated_at``)
 ARCHIVE_MARGIN_S = 86_400
 #: the states whose depth is shown over time (the others only grow)
@@ -270,10 +274,21 @@ class Aggregates:
         self.depth: dict[str, int] = dict.fromkeys(DEPTH_STATES, 0)
         #: archived dead letters still waiting that are not folded (older than the horizon)
         self.unfolded_dead: set[str] = set()
+        #: bucket width -> the earliest time its tier still counts (see :meth:`advance`)
+        self.floors: dict[int, float] = dict.fromkeys(TIERS, -math.inf)
+
+    def advance(self, now: float) -> None:
+        """From now on, a tier leaves out events before its reach (:data:`TIER_REACH_S`) back
+        from ``now``: no window asked at ``now`` or later reads them (``now`` only moves on)."""
+        for width in self.tiers:
+            self.floors[width] = max(self.floors[width], now - TIER_REACH_S[width])
 
     def _add(self, at: float, counts: list[tuple[str, int]], wait: int | None, run: int | None) -> None:
-        """Adds one event's counts (and wait or run time bin) to its bucket of every tier."""
+        """Adds one event's counts (and wait or run time bin) to its bucket of every tier that reaches it."""
+        floors = self.floors
         for width, buckets in self.tiers.items():
+            if at < floors[width]:
+                continue
             number = int(at // width)
             bucket = buckets.get(number)
             if bucket is None:
@@ -352,8 +367,10 @@ class Aggregates:
         in a window; a dead letter still waiting is remembered by its id alone.
         """
         floor = now - HORIZON_S
+        self.advance(now)
         for width, buckets in self.tiers.items():
-            for number in [n for n in buckets if (n + 1) * width <= floor]:
+            reach = now - TIER_REACH_S[width]
+            for number in [n for n in buckets if (n + 1) * width <= reach]:
                 del buckets[number]
         for job_id, cursor in list(self.cursors.items()):
             if cursor.last_at >= floor or cursor.state in (State.QUEUED, State.RUNNING):
@@ -487,6 +504,8 @@ class WindowedMetrics:
         """Folds every change committed since the last call (any process's)."""
         now = self.queue.clock.now() if now is None else now
         with self._lock:
+            if self._agg is not None:
+                self._agg.advance(now)
             if self._agg is None:
                 self._rebuild(now)
             else:
@@ -556,6 +575,7 @@ class WindowedMetrics:
         """The hot set, the archive a page of index rows at a time, then what changed meanwhile;
         False: a purge (or a reload) came in between."""
         agg = self._agg = Aggregates(self._profile_of)
+        agg.advance(now)
         version = self.queue.refresh()  # (the changes since the beginning would name every job)
         floor = now - HORIZON_S - ARCHIVE_MARGIN_S
 

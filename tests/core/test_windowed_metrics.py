@@ -31,6 +31,7 @@ from desktop_queue.core.records import JobDict
 from desktop_queue.core.search import profile_of
 from desktop_queue.core.windowed import (
     PERCENTILE_BOUND,
+    TIER_REACH_S,
     WINDOWS,
     Aggregates,
     WindowedMetrics,
@@ -384,3 +385,35 @@ def test_aggregates_prune_keeps_live_jobs() -> None:
     agg.prune(1000.0 + 30 * 86_400)
     assert "j1" in agg.cursors and agg.depth["queued"] == 1
     assert all(not buckets for buckets in agg.tiers.values())
+
+
+def test_each_tier_keeps_only_what_its_window_reads(open_queue: Any, clock: FakeClock) -> None:
+    """The per-minute tier is read by the last hour only, the ten-minute one by the last day:
+    a job of two days ago is counted in the hourly tier alone, and the windows are those of a recount."""
+    queue = open_queue()
+
+    def run_one(i: int) -> None:
+        queue.submit("demo", {"i": i})
+        lease = queue.lease()
+        assert lease is not None
+        clock.advance(3.0)
+        queue.complete(lease, {"text": "ok"})
+
+    run_one(0)
+    clock.advance(2 * 86_400.0)
+    run_one(1)
+    now = clock.now()
+    metrics = WindowedMetrics(queue)
+    for window in WINDOWS:
+        jobs = queue.store.read(lambda st: [dict(j, events=list(j["events"])) for j in _all(st)])
+        assert_equal(metrics.figures(window, now), recount(jobs, window, now))
+    agg = metrics._agg
+    assert agg is not None
+    for width, buckets in agg.tiers.items():
+        reach = now - TIER_REACH_S[width]
+        assert buckets and all((n + 1) * width > reach for n in buckets), width
+    assert sum(b.counters.get("f:succeeded", 0) for b in agg.tiers[3600].values()) == 2
+    assert sum(b.counters.get("f:succeeded", 0) for b in agg.tiers[60].values()) == 1
+    clock.advance(2 * 3600.0)  # later, what left a tier's reach is let go at the next prune
+    metrics.figures("1h", clock.now() + 601.0)
+    assert not agg.tiers[60] and agg.tiers[3600]
