@@ -813,7 +813,10 @@ def cmd_export(args: argparse.Namespace) -> int:
                 with contextlib.suppress(OSError):
                     partial.unlink()
                 raise StoreError(f"cannot write {target}: {exc.strerror or exc}") from exc
-            _err(f"exported {count} jobs to {target}" + ("" if args.with_inputs else " (without their inputs)"))
+            _err(
+                f"exported {counted(count, 'job')} to {target}"
+                + ("" if args.with_inputs else " (without their inputs)")
+            )
         else:
             count = write_export(jobs, sys.stdout.buffer, args.format, with_input=args.with_inputs)
             sys.stdout.buffer.flush()
@@ -836,7 +839,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.json:
         _out({"added": result.added, "skipped": result.skipped})
     else:
-        print(f"imported {len(result.added)} jobs" + (f", skipped {len(result.skipped)}" if result.skipped else ""))
+        print(
+            f"imported {counted(len(result.added), 'job')}"
+            + (f", skipped {len(result.skipped):,}" if result.skipped else "")
+        )
         for job_id, why in list(result.skipped.items())[:20]:
             print(f"  skipped {job_id}: {why}")
     return EXIT_OK
@@ -1132,7 +1138,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     try:
         purged, files = queue.apply_retention()  # a no-op unless a policy was set (see `retention`)
         if purged or files:
-            _err(f"note: retention removed {purged} finished jobs and {files} damaged files")
+            _err(f"note: retention removed {counted(purged, 'finished job')} and {counted(files, 'damaged file')}")
     except QueueError as exc:
         _err(f"note: retention not applied: {exc}")
     driver = LeaseDriver(
@@ -1433,13 +1439,13 @@ def cmd_purge(args: argparse.Namespace) -> int:
             policy = load_policy(queue.data_dir)
             jobs, files = queue.apply_retention(policy, dry_run=args.dry_run)
             data = {"policy": policy.to_json(), "jobs": jobs, "quarantined_files": files, "dry_run": args.dry_run}
-            text = f"{policy.describe()}: {jobs} jobs and {files} damaged files"
+            text = f"{policy.describe()}: {counted(jobs, 'job')} and {counted(files, 'damaged file')}"
         else:
             jobs = queue.purge(args.finished_before, args.state, dry_run=args.dry_run)
             before = datetime.datetime.fromtimestamp(args.finished_before).astimezone().isoformat(timespec="seconds")
             data = {"before": before, "states": args.state or ["succeeded", "dead", "cancelled"], "jobs": jobs}
             data["dry_run"] = args.dry_run
-            text = f"{jobs} jobs finished before {before}"
+            text = f"{counted(jobs, 'job')} finished before {before}"
     if args.json:
         _out(data)
     else:

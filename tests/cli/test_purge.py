@@ -96,3 +96,14 @@ def test_list_prints_the_newest_thousand_unless_told(dq: Cli, data_dir: Path, mo
     run = dq.run("list", "--limit", "7", "--json")
     assert len(run.json()) == 7 and run.err == ""
     assert dq.run("list", "--all", "--limit", "2").code == 2
+
+
+def test_one_job_is_one_job(dq: Cli, data_dir: Path) -> None:
+    """ "removed 1 jobs finished before …" read as a slip; counts say their noun in the singular for one."""
+    finish_jobs(data_dir, 1, tag="only")
+    run = dq.run("purge", "--finished-before", "0d", "--dry-run")
+    assert run.code == 0, run.err
+    assert run.out.startswith("would remove 1 job finished before "), run.out
+    export = dq.run("export", "--output", str(data_dir.parent / "out.jsonl"))
+    assert export.code == 0, export.err
+    assert "exported 1 job to " in export.err
