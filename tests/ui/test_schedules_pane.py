@@ -127,6 +127,8 @@ def test_disable_enable_and_remove(pane: SchedulesPane, session: Any, prompts: A
     prompts.answer = True
     pane.remove()
     assert model.rowCount() == 0 and pane.empty.isVisibleTo(pane)
+    # the empty pane names the button as it reads ("Add…" stood beside a "New…" button)
+    assert pane.empty.text().startswith("No schedules yet: New… makes a job run") and pane.add_button.text() == "Ne&w…"
     assert "Remove the schedule news?" in prompts.confirms[-1]
 
 

@@ -250,7 +250,11 @@ class SchedulesPane(QWidget):
         self.detail.setWordWrap(True)
         self.detail.setTextFormat(Qt.TextFormat.PlainText)
         self.detail.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.empty = QLabel("No schedules yet: Add… makes a job run on a cron schedule, e.g. every hour.")
+        # (named after the button, whose text it must match: it read "Add…" beside "New…")
+        self.empty = QLabel(
+            f"No schedules yet: {self.add_button.text().replace('&', '')} makes a job run on a cron schedule,"
+            " e.g. every hour."
+        )
         self.empty.setObjectName("schedulesEmpty")
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
         bar = QHBoxLayout()
