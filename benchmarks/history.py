@@ -65,8 +65,6 @@ REPO_ROOT = HERE.parent
 
 #: The page ``desktop-queue list`` shows unless given ``--limit`` (its LIST_DEFAULT_LIMIT).
 LIST_PAGE = 1_000
-#: A ``--limit`` above any store's dead letters: the whole list.
-ALL = 100_000_000
 #: Bump when what populating writes changes: kept stores of another recipe are rebuilt.
 RECIPE = 1
 ACTIVE = 1_000
@@ -81,7 +79,7 @@ SUCCEEDED, DEAD, CANCELLED = "succeeded", "dead", "cancelled"
 QUERIES = (
     ("stats --json", "stats", "queue.stats()"),
     ("list --state dead --json", "list_dead_page", f'queue.list("dead", limit={LIST_PAGE:,})'),
-    ("list --state dead --limit <all> --json", "list_dead", 'queue.list("dead")'),
+    ("list --state dead --all --json", "list_dead", 'queue.list("dead")'),
     ("show ID", "show", "queue.get(archived id)"),
 )
 #: Queries that the "queries use indexes" goal names. ``list --state S`` answers the newest
@@ -723,7 +721,7 @@ def cli_argv(backend: str, data_dir: Path, query: str, job_id: str) -> list[str]
         args = {
             "stats": ["stats", "--json"],
             "list_dead_page": ["list", "--state", "dead", "--json"],
-            "list_dead": ["list", "--state", "dead", "--limit", str(ALL), "--json"],
+            "list_dead": ["list", "--state", "dead", "--all", "--json"],
         }.get(query, ["show", job_id])
         return [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), *args]
     if backend == "huey" and query in ("list_dead", "list_dead_page"):

@@ -504,11 +504,10 @@ class WindowedMetrics:
         """Folds every change committed since the last call (any process's)."""
         now = self.queue.clock.now() if now is None else now
         with self._lock:
-            if self._agg is not None:
-                self._agg.advance(now)
             if self._agg is None:
                 self._rebuild(now)
             else:
+                self._agg.advance(now)
                 version, ids = self.queue.changed_since(self._version)
                 if ids is None:
                     self._rebuild(now)

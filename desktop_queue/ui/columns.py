@@ -69,9 +69,14 @@ class ColumnFitter(QObject):
         self.main = self.keys.index(main)
         self.defaults = dict(widths)
         self.content = {self.keys.index(k) for k in content_keys if k in self.keys}
-        self.samples = {self.keys.index(k): text for k, text in (samples or {}).items() if k in self.keys}
         self.floors = {self.keys.index(k): chars for k, chars in (floors or {}).items() if k in self.keys}
-        self.texts = {self.keys.index(k): text for k, text in (texts or {}).items() if k in self.keys}
+        #: column -> (the text it shows whole, whether an icon stands beside it): samples and texts
+        self.whole = {
+            self.keys.index(k): (text, icon)
+            for given, icon in ((samples, True), (texts, False))
+            for k, text in (given or {}).items()
+            if k in self.keys
+        }
         self._fitting = False
         #: column -> width the user (or the default layout) wants when there is room
         self.preferred: dict[int, int] = {}
@@ -143,13 +148,12 @@ class ColumnFitter(QObject):
         chars = self.floors.get(column)
         if chars is not None:
             least = max(least, QFontMetrics(self.view.font()).averageCharWidth() * chars + 16)
-        sample = self.samples.get(column)
-        if sample is not None:
-            icon = self.view.iconSize().width() if self.view.iconSize().width() > 0 else 16
-            least = max(least, QFontMetrics(self.view.font()).horizontalAdvance(sample) + icon + 14)
-        text = self.texts.get(column)
-        if text is not None:
-            least = max(least, QFontMetrics(self.view.font()).horizontalAdvance(text) + 12)
+        whole = self.whole.get(column)
+        if whole is not None:
+            shown, beside_icon = whole
+            size = self.view.iconSize().width()  # (-1 until set: the style's 16)
+            icon = (size if size > 0 else 16) + 2 if beside_icon else 0
+            least = max(least, QFontMetrics(self.view.font()).horizontalAdvance(shown) + icon + 12)
         return least
 
     def schedule(self) -> None:

@@ -6,7 +6,6 @@ The actions come from :mod:`desktop_queue.ui.actions`, the status bar from
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -50,6 +49,7 @@ from desktop_queue.ui.settings import (
     Preferences,
     clear_window_state,
     load_preferences,
+    load_window_mapping,
     load_window_number,
     load_window_state,
     save_preferences,
@@ -87,17 +87,6 @@ LAYOUT_KEYS = (
     "queue_header_widths",
     "dead_header_widths",
 )
-
-
-def _json_object(blob: QByteArray | None) -> dict[str, object]:
-    """A saved JSON object, or an empty one (none saved, or not readable)."""
-    if blob is None:
-        return {}
-    try:
-        value = json.loads(bytes(blob.data()))
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 class MainWindow(QMainWindow):
@@ -321,7 +310,7 @@ class MainWindow(QMainWindow):
                 view.sortByColumn(header.sortIndicatorSection(), header.sortIndicatorOrder())
                 # the widths the columns had room for, not those of the moment the state was
                 # saved (a state saved without them, by an older version, keeps the defaults)
-                pane.columns.restore_preferred(_json_object(load_window_state(f"{key}_widths")))
+                pane.columns.restore_preferred(load_window_mapping(f"{key}_widths"))
         self._job_side_moved()
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
@@ -395,14 +384,16 @@ class MainWindow(QMainWindow):
             "splitter": self.splitter.saveState(),
             "queue_header": self.queue_pane.view.horizontalHeader().saveState(),
             "dead_header": self.dead_pane.view.horizontalHeader().saveState(),
-            "queue_header_widths": QByteArray(json.dumps(self.queue_pane.columns.preferred_by_key()).encode()),
-            "dead_header_widths": QByteArray(json.dumps(self.dead_pane.columns.preferred_by_key()).encode()),
         }
         save_window_state(
             values,
             {
                 "queue_header_columns": self.queue_pane.view.horizontalHeader().count(),
                 "dead_header_columns": self.dead_pane.view.horizontalHeader().count(),
+            },
+            {
+                "queue_header_widths": self.queue_pane.columns.preferred_by_key(),
+                "dead_header_widths": self.dead_pane.columns.preferred_by_key(),
             },
         )
 

@@ -8,6 +8,7 @@ Provider profiles are not here: they live in ``profiles.json`` in the config dir
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,13 +131,32 @@ def load_window_number(key: str) -> int | None:
         return None
 
 
-def save_window_state(values: dict[str, QByteArray], numbers: dict[str, int] | None = None) -> None:
-    """Writes ``window/<key>`` blobs and numbers (what the window remembers about itself)."""
+def load_window_mapping(key: str) -> dict[str, object]:
+    """A saved ``window/<key>`` mapping (e.g. a table's preferred widths by column), or an
+    empty one (none saved, or not readable)."""
+    blob = load_window_state(key)
+    if blob is None:
+        return {}
+    try:
+        value = json.loads(bytes(blob.data()))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def save_window_state(
+    values: dict[str, QByteArray],
+    numbers: dict[str, int] | None = None,
+    mappings: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """Writes ``window/<key>`` blobs, numbers and mappings (what the window remembers about itself)."""
     settings = _settings()
     for key, value in values.items():
         settings.setValue(f"window/{key}", value)
     for key, number in (numbers or {}).items():
         settings.setValue(f"window/{key}", number)
+    for key, mapping in (mappings or {}).items():
+        settings.setValue(f"window/{key}", QByteArray(json.dumps(mapping).encode()))
     settings.sync()
 
 

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_queue.core.wording import counted
 from desktop_queue.ui.columns import ColumnFitter, install_column_chooser
 from desktop_queue.ui.flow_layout import FlowLayout
 from desktop_queue.ui.icons import icon
@@ -288,9 +289,7 @@ class DeadLetterPane(QWidget):
         self.group_model.set_groups(groups)
         self._reselect_group()
         total = sum(g.count for g in groups)
-        kinds = f"{len(groups):,} kind{'' if len(groups) == 1 else 's'}"
-        letters = f"{total:,} dead letter{'' if total == 1 else 's'}"
-        self.group_heading.setText(f"Errors ({kinds}, {letters})")
+        self.group_heading.setText(f"Errors ({counted(len(groups), 'kind')}, {counted(total, 'dead letter')})")
 
     def _reselect_group(self) -> None:
         sig = self._group_signature
