@@ -12,6 +12,7 @@ from typing import Any
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon
 from PySide6.QtWidgets import (
+    QApplication,
     QMainWindow,
     QMenu,
     QSplitter,
@@ -282,6 +283,12 @@ class MainWindow(QMainWindow):
         self.show()
         self.raise_()
         self.activateWindow()
+        # a dialog the window is waiting on (Quit's confirmation, a form) stays over it:
+        # where no window manager keeps it there (Xvfb), raising the window alone hid it
+        modal = QApplication.activeModalWidget()
+        if modal is not None and modal is not self:
+            modal.raise_()
+            modal.activateWindow()
 
     # ----------------------------------------------------------------- window state
 

@@ -268,6 +268,26 @@ def test_a_second_start_brings_the_running_window_to_the_front(open_session: Any
     assert not first.window.isMinimized() and first.window.isVisible()
 
 
+@pytest.mark.qt_log_ignore(r"This plugin does not support (propagateSizeHints|raise)\(\)")  # offscreen
+def test_bringing_the_window_forward_keeps_its_open_dialog_over_it(open_session: Any, data_dir: Path) -> None:
+    """Under Xvfb a second start raised the window over its own "Quit Desktop Queue?" dialog,
+    which then waited out of sight."""
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    session = open_session(data_dir)
+    assert not isinstance(session, int)
+    session.window.show()
+    dialog = QMessageBox(QMessageBox.Icon.Question, "Quit Desktop Queue?", "Quit anyway?", parent=session.window)
+    dialog.setModal(True)
+    dialog.show()
+    assert QApplication.activeModalWidget() is dialog
+    raised: list[str] = []
+    dialog.raise_ = lambda: raised.append("dialog")  # type: ignore[method-assign]
+    session.window.bring_to_front()
+    assert raised == ["dialog"] and dialog.isVisible()
+    dialog.done(0)
+
+
 def test_a_second_window_is_refused_clearly_when_the_first_does_not_answer(
     open_session: Any, data_dir: Path, prompts: Any, monkeypatch: Any
 ) -> None:
