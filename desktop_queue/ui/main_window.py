@@ -30,6 +30,7 @@ from desktop_queue.core.outbox import Notice
 from desktop_queue.core.paths import config_dir
 from desktop_queue.core.present import RECENT_WINDOW_S
 from desktop_queue.core.windowed import WindowedMetrics
+from desktop_queue.core.wording import counted
 from desktop_queue.ui import dialogs, help_menu
 from desktop_queue.ui.actions import ActionRegistry, ActionState
 from desktop_queue.ui.commands import Command, actions_for, applies_to
@@ -677,7 +678,7 @@ class MainWindow(QMainWindow):
         dead = counts.get(State.DEAD, 0)
         message = "The queue is empty: every job has finished."
         if dead:
-            message += f" {dead} dead letter{'s wait' if dead != 1 else ' waits'} for you."
+            message += f" {counted(dead, 'dead letter')} {'waits' if dead == 1 else 'wait'} for you."
         self.notifier.notify(message, Level.INFO, 5000)
         self.drained.emit(message)
 

@@ -115,3 +115,16 @@ def test_the_banner_adds_a_later_batch_of_finished_jobs_to_what_it_told(session:
     window.banner.findChild(QToolButton, "bannerClose").click()
     session.controller.alerts.notices.emit(_notices(5002, 31, dead=set(range(5002, 5033))))  # "retry all", failed again
     assert window.banner.text.text() == "31 jobs dead-lettered: they wait for you in Dead letters"
+
+
+@pytest.mark.parametrize(
+    ("dead", "said"),
+    [(0, ""), (1, " 1 dead letter waits for you."), (50_000, " 50,000 dead letters wait for you.")],
+)
+def test_the_queue_drained_notice_counts_its_dead_letters_with_separators(
+    qtbot: Any, session: Any, dead: int, said: str
+) -> None:
+    window = session.window
+    with qtbot.waitSignal(window.drained, timeout=5000) as drained:
+        window._announce_if_drained({State.DEAD: dead, State.SUCCEEDED: 3})
+    assert drained.args[0] == "The queue is empty: every job has finished." + said
