@@ -3,8 +3,7 @@
 
 For stores already holding 1,000 / 10,000 / 100,000 completed jobs (kept with their
 events and result files; ``--sizes`` chooses others: ``--sizes 1m`` works, but
-populating and measuring a 1,000,000-job store takes tens of minutes and, with today's
-store, several GiB of memory and disk), this prints, per size:
+populating and measuring a 1,000,000-job store takes many minutes), this prints, per size:
 
 * durable enqueue ops/s: ``Queue.submit`` with distinct inputs (one ``fsync``'d commit);
 * full lifecycle jobs/s: ``submit`` + ``lease`` + ``complete(lease, result)`` (the result
@@ -65,7 +64,7 @@ Usage::
 
     python benchmarks/store.py                         # every case; 1,000 / 10,000 / 100,000 jobs
     python benchmarks/store.py --sizes 1000,10000
-    python benchmarks/store.py --sizes 1m --only store # 1,000,000 jobs: tens of minutes, several GiB of RAM
+    python benchmarks/store.py --sizes 1m --only store # 1,000,000 jobs: many minutes to populate
     python benchmarks/store.py --only concurrency      # 1 and 4 processes, 4 threads on one data dir (seconds)
     python benchmarks/store.py --only worker --rounds 1  # work --concurrency 4 vs huey's consumer
     python benchmarks/store.py --only history --sizes 1k,100k,1m --workdir /work/scratch-bench \
@@ -1737,8 +1736,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_sizes,
         default=None,
         help="store sizes in completed jobs (the history case: finished jobs beside 1,000 queued), comma "
-        "separated, k and m suffixes allowed (default: 1000,10000,100000; 1m works but takes long and, with "
-        "today's store, several GiB of memory)",
+        "separated, k and m suffixes allowed (default: 1000,10000,100000; 1m works but takes many minutes to "
+        "populate)",
     )
     parser.add_argument(
         "--only",
