@@ -184,10 +184,10 @@ def resolve_api_key(profile: str = DEFAULT_PROFILE, *, env: bool = True) -> KeyL
         if key:
             return KeyLookup(key, "keyring")
     except Exception as exc:  # NoKeyringError, a locked or broken backend: say so, never crash
-        notice = f"no usable OS keyring ({type(exc).__name__}); using the OPENAI_API_KEY environment variable"
+        notice = f"no usable OS keyring ({type(exc).__name__})"
     value = os.environ.get("OPENAI_API_KEY") if env else None
     if value:
-        return KeyLookup(value, "environment", notice)
+        return KeyLookup(value, "environment", notice and f"{notice}; using the OPENAI_API_KEY environment variable")
     return KeyLookup(None, "none", notice)
 
 
@@ -743,7 +743,8 @@ class _OpenAIBase:
             else:
                 found = resolve_api_key(self.profile.name, env=self.profile.env_key)
                 key, self.key_notice = found.key, found.notice
-                if self.key_notice:
+                # (a server that needs no key runs the same without a keyring: nothing to warn of)
+                if self.key_notice and (key or self.profile.require_key):
                     log.warning("profile %s: %s", self.profile.name, self.key_notice)
             if not key:
                 if self.profile.require_key:

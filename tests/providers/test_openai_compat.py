@@ -184,6 +184,25 @@ def test_without_a_keyring_the_environment_is_used_and_saving_refuses(
     assert OpenAIChatProvider().run(JobView(CHAT), ctx()).ok
 
 
+def test_without_a_keyring_a_profile_that_needs_no_key_warns_of_nothing(
+    server: FakeOpenAI, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyring.set_keyring(keyring.backends.fail.Keyring())
+    found = resolve_api_key("local")
+    # (no OPENAI_API_KEY either: the notice must not say it is used)
+    assert found.source == "none" and found.notice == "no usable OS keyring (NoKeyringError)"
+    with caplog.at_level("WARNING", logger="desktop_queue.providers.openai_compat"):
+        OpenAIChatProvider(OpenAIProfile(name="local", base_url=server.url, require_key=False)).client()
+    assert caplog.records == []
+    # a profile that needs one still says why it has none, and where the key came from
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    with caplog.at_level("WARNING", logger="desktop_queue.providers.openai_compat"):
+        OpenAIChatProvider(OpenAIProfile(base_url=server.url)).client()
+    assert [r.getMessage() for r in caplog.records] == [
+        "profile openai: no usable OS keyring (NoKeyringError); using the OPENAI_API_KEY environment variable"
+    ]
+
+
 def test_no_key_at_all_waits_without_a_request_and_never_dead_letters(server: FakeOpenAI) -> None:
     outcome = OpenAIChatProvider(OpenAIProfile(base_url=server.url)).run(JobView(CHAT), ctx())
     assert outcome.error_class is ErrorClass.RETRYABLE, outcome
