@@ -9,7 +9,11 @@ every title as "…". :class:`ColumnFitter` fits the columns to the viewport ins
 * when that is not enough, the other columns give way first, each in proportion to
   what it has above its own minimum (its heading, or the widest cell it shows now, for
   date columns such as Created, whose cells read "2026-11-30 16:24" for older days);
-* only when every column is at its minimum does the table scroll horizontally.
+* then the main column gives way too, down to :attr:`ColumnFitter.main_floor` (about 20
+  characters), if that is enough for the table to fit: a wide kind ("openai.responses")
+  would otherwise push the last column behind a scroll bar at the window's first size;
+* only when that is not enough either does the table scroll horizontally, and then the
+  main column keeps its 28 characters (giving less would not spare the scrolling).
 
 A column the user drags keeps that width as its preferred one; hidden columns take no
 room. :func:`column_menu` is the header's context menu: show or hide each column (the
@@ -32,6 +36,8 @@ SORT_PAD = 14
 CELL_MIN = 36
 #: the main column's minimum, in average characters of the view's font
 MAIN_MIN_CHARS = 28
+#: the least it gives way to when that spares the table a horizontal scroll bar
+MAIN_FLOOR_CHARS = 20
 
 
 class ColumnFitter(QObject):
@@ -103,6 +109,11 @@ class ColumnFitter(QObject):
     def main_min(self) -> int:
         """The main column's least width: about 28 characters (it grows with the font)."""
         return QFontMetrics(self.view.font()).averageCharWidth() * MAIN_MIN_CHARS + 16
+
+    @property
+    def main_floor(self) -> int:
+        """The least the main column gives way to when that lets the table fit: about 20 characters."""
+        return QFontMetrics(self.view.font()).averageCharWidth() * MAIN_FLOOR_CHARS + 16
 
     def _scale(self) -> float:
         """The view's font against the 9-point font the default widths were chosen for."""
@@ -189,7 +200,9 @@ class ColumnFitter(QObject):
             for i, width in widths.items():
                 if header.sectionSize(i) != width:
                     header.resizeSection(i, width)
-            header.resizeSection(self.main, max(main_min, available - sum(widths.values())))
+            left = available - sum(widths.values())
+            # (below its floor the table scrolls whatever the main column gives: it keeps its 28 characters)
+            header.resizeSection(self.main, left if left >= self.main_floor else max(main_min, left))
         finally:
             self._fitting = False
 

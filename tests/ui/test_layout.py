@@ -319,3 +319,29 @@ def test_priority_and_wait_show_their_values_whole(qtbot: Any, open_session: Any
             timeout=3000,
         )
     assert view.horizontalScrollBar().maximum() == 0  # and the table still fits its pane
+
+
+def test_a_wide_kind_leaves_every_column_in_view_at_the_first_size(
+    qtbot: Any, open_session: Any, data_dir: Path
+) -> None:
+    """A chat job at the window's first size put Last error behind a horizontal scroll bar:
+    Kind widened to "openai.responses" and Title, at its 28 characters, gave nothing."""
+    demo = DemoProvider()
+    session = open_session(data_dir, lease=False, providers={"demo": demo, "openai.responses": demo})
+    assert not isinstance(session, int)
+    window = session.window
+    window.show()
+    session.queue.submit("openai.responses", {"prompt": "How many ships passed the lighthouse last night?"})
+    window.refresh()
+    _settle(qtbot, window)
+    view = window.queue_pane.view
+    header = view.horizontalHeader()
+    fitter = window.queue_pane.columns
+    kind = _column(window, "kind")
+    qtbot.waitUntil(lambda: header.sectionSize(kind) >= view.sizeHintForColumn(kind), timeout=3000)
+    qtbot.waitUntil(lambda: view.horizontalScrollBar().maximum() == 0, timeout=3000)
+    for i, column in enumerate(window.controller.queue_model.columns):
+        right = header.sectionViewportPosition(i) + header.sectionSize(i)
+        assert right <= view.viewport().width(), f"{column.key} is behind horizontal scrolling"
+    title = header.sectionSize(_column(window, "title"))
+    assert fitter.main_floor <= title < fitter.main_min  # Title gave a little, no more

@@ -209,7 +209,7 @@ class DeadLetterPane(QWidget):
         self.replay_button.clicked.connect(self.replay_requested)
         self.retry_all_button.clicked.connect(self.retry_all_requested)
         self.view.sortByColumn(5, Qt.SortOrder.DescendingOrder)  # most recent death first
-        # Last error takes what is left (never less than ~28 characters): the columns fit
+        # Last error takes what is left (~28 characters, ~20 if that spares scrolling): the columns fit
         # the pane, no horizontal scrolling hides "Died at" at the default window size
         self.columns = ColumnFitter(
             self.view,

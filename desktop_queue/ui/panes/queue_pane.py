@@ -82,8 +82,9 @@ class QueuePane(QWidget):
         self.escape = _clear_on_escape(self, self.clear_filter)
         self._live_painted = -math.inf
         # Title takes what is left, but never less than ~28 characters: the other columns
-        # give way first (Next run elides; its tooltip has the whole phrase), and only then
-        # does the table scroll. Created widens for older days ("2026-11-30 16:24").
+        # give way first (Next run elides; its tooltip has the whole phrase), then Title to
+        # ~20 if that lets the table fit, and only then does the table scroll. Created widens
+        # for older days ("2026-11-30 16:24").
         self.columns = ColumnFitter(
             self.view,
             [c.key for c in model.columns],
