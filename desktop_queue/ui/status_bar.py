@@ -131,17 +131,25 @@ class StatusBar(QStatusBar):
         ]
         for item in [*self._optional, self.dead_button]:
             item.setMinimumWidth(1)  # never what keeps the window wide: it hides instead (fit_items)
+        # a message ("Background work paused for every process…") is drawn left of the items:
+        # they make room for it while it shows, and come back when it goes
+        self.messageChanged.connect(lambda _message: self.fit_items())
 
     # ----------------------------------------------------------------- narrow windows
 
     def fit_items(self) -> None:
-        """Shows the items that fit the bar's width; the least needed hide first.
+        """Shows the items that fit the bar's width beside the message shown now; the least
+        needed hide first.
 
         The dead-letter button and the provider indicators stay; what hides is still
-        in the queue pane's state filter ("Succeeded (12)").
+        in the queue pane's state filter ("Succeeded (12)"), and comes back when the
+        message goes.
         """
         spacing = 8
         used = self.dead_button.sizeHint().width() + spacing + 24  # and the size grip
+        message = self.currentMessage()
+        if message:
+            used += self.fontMetrics().horizontalAdvance(message) + 2 * spacing
         used += sum(item.sizeHint().width() + spacing for item, _p, _l in self.provider_items.values())
         if not self.background_item.isHidden():
             used += self.background_item.minimumSizeHint().width() + spacing

@@ -345,3 +345,23 @@ def test_a_wide_kind_leaves_every_column_in_view_at_the_first_size(
         assert right <= view.viewport().width(), f"{column.key} is behind horizontal scrolling"
     title = header.sectionSize(_column(window, "title"))
     assert fitter.main_floor <= title < fitter.main_min  # Title gave a little, no more
+
+
+def test_a_status_message_is_shown_whole_and_the_counts_come_back(qtbot: Any, session: Any) -> None:
+    """At the first size the counts left a message about 150 pixels: "Background work pause"."""
+    window = session.window
+    status = window.status
+    qtbot.waitUntil(lambda: status.isVisible() and status.width() > 0, timeout=3000)
+    items = [w for w in status.findChildren(QWidget) if w.parent() is status and not w.isHidden()]
+    assert len(items) >= 7  # every count, the slots, the throughput, the dead letters
+    message = "Background work paused for every process on this data dir; interactive jobs still run."
+    session.controller.message.emit(message)
+    QApplication.processEvents()
+    assert status.currentMessage() == message
+    shown = [w for w in items if not w.isHidden()]
+    assert status.dead_button in shown and len(shown) < len(items)  # the least needed made room
+    first = min(w.geometry().left() for w in shown)
+    assert first >= status.fontMetrics().horizontalAdvance(message)  # the message reads whole
+    status.clearMessage()
+    QApplication.processEvents()
+    assert all(not w.isHidden() for w in items)  # and they are back once it goes
