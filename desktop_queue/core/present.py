@@ -29,6 +29,22 @@ BACKOFF = "backoff"
 #: the "next run" of a finished job (succeeded, dead, cancelled)
 NO_NEXT_RUN = "—"
 NOW_PREFIX = "now: "
+#: how late a lease may go unrenewed before a running job says so: its holder renews it
+#: every third of the lease, and a few seconds absorb a busy machine's scheduling
+LEASE_LATE_S = 5.0
+
+
+def lease_overdue(job: Mapping[str, Any], now: float) -> float | None:
+    """Seconds since a running job's lease expired unrenewed (more than :data:`LEASE_LATE_S`), else None.
+
+    A holder that ended has its job taken back within moments; one that lives but is
+    stopped or asleep keeps it (its answer must not be paid for twice) and is late.
+    """
+    expires = job.get("lease_expires_at")
+    if job.get("state") != State.RUNNING or not isinstance(expires, (int, float)):
+        return None
+    late = now - expires
+    return late if late > LEASE_LATE_S else None
 
 
 def _ask(hold: HoldReason | None, job: Mapping[str, Any]) -> str | None:
@@ -69,21 +85,34 @@ def describe_state(job: Mapping[str, Any], now: float, hold: HoldReason | None =
     if state == State.RUNNING:
         # the State and Attempts columns say the rest; this says how long it has run
         started = job.get("started_at")
-        return f"running {seconds(max(0.0, now - started))}" if started is not None else "running"
+        text = f"running {seconds(max(0.0, now - started))}" if started is not None else "running"
+        overdue = lease_overdue(job, now)
+        return text if overdue is None else f"{text}, lease {seconds(overdue)} overdue"
     if state in (State.SUCCEEDED, State.DEAD, State.CANCELLED):
         return NO_NEXT_RUN  # finished: no next run (State and Last error say how it ended)
     return str(state)
 
 
 def now_line(job: Mapping[str, Any], now: float, hold: HoldReason | None = None) -> str | None:
-    """The timeline's synthetic last line for a queued job (never stored): why it waits now.
+    """The timeline's synthetic last line (never stored): why a queued job waits now, or
+    why a running one is stuck.
 
     ``now: waiting: rate limit (~12 s)``, ``now: waiting: provider unavailable``,
     ``now: waiting: concurrency cap``, ``now: waiting: lower priority (2 interactive
-    jobs ahead)``, ``now: retrying in 12 s (backoff)`` or ``now: ready``; None for a
-    job that is not queued. The same words as the queue pane's "next run" column
-    (:func:`describe_state`).
+    jobs ahead)``, ``now: retrying in 12 s (backoff)`` or ``now: ready``, the same words
+    as the queue pane's "next run" column (:func:`describe_state`); for a running job
+    whose lease is overdue (:func:`lease_overdue`), who holds it and what the job waits
+    for. None for any other job.
     """
+    if job.get("state") == State.RUNNING:
+        overdue = lease_overdue(job, now)
+        if overdue is None:
+            return None
+        holder = worker_name(job.get("worker")) or "its worker"
+        return (
+            f"{NOW_PREFIX}lease {seconds(overdue)} overdue: {holder} has not renewed it (stopped, or asleep?). "
+            "The job waits for that process and runs again only once it has ended: its answer is not paid for twice."
+        )
     if job.get("state") != State.QUEUED:
         return None
     return NOW_PREFIX + describe_state(job, now, hold)

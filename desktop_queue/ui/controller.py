@@ -293,7 +293,8 @@ class Controller(QObject):
         return priority_reason(job, self.interactive_ahead, free) or slot_reason(driver.running, driver.concurrency)
 
     def now_line(self, job: Job | Mapping[str, Any] | None) -> str | None:
-        """The timeline's synthetic last line for a queued job (``now: waiting: …``), else None."""
+        """The timeline's synthetic last line: why a queued job waits (``now: waiting: …``), or
+        who holds a running job's overdue lease; else None."""
         if job is None:
             return None
         data = job.to_json(with_events=False) if isinstance(job, Job) else job

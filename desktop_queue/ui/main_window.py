@@ -444,7 +444,8 @@ class MainWindow(QMainWindow):
                 self._update_now_line()
 
     def _update_now_line(self) -> None:
-        """The timeline's synthetic last line: why the shown queued job waits right now."""
+        """The timeline's synthetic last line: why the shown job waits right now (queued, or
+        running on a lease its holder has stopped renewing)."""
         self.timeline_model.set_now(self.controller.now_line(self.timeline_model.job))
 
     def show_job(self, job_id: str) -> bool:

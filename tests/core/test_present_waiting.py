@@ -10,10 +10,12 @@ from desktop_queue.core import FakeClock, Outcome
 from desktop_queue.core.flow import FlowControl, FlowEvent, FlowEventType, ProfileLimits
 from desktop_queue.core.ledger import Budget, SpendLedger, Usage
 from desktop_queue.core.present import (
+    LEASE_LATE_S,
     describe_state,
     first_reason,
     flow_event_text,
     interactive_ahead,
+    lease_overdue,
     now_line,
     priority_reason,
     provider_status,
@@ -48,10 +50,26 @@ def test_a_retry_in_the_future_says_backoff_and_a_schedule_does_not() -> None:
     assert now_line(throttled, NOW) == "now: waiting: rate limit (12 s)"
 
 
-def test_the_now_line_is_only_for_queued_jobs() -> None:
+def test_the_now_line_is_only_for_queued_jobs_and_stuck_running_ones() -> None:
     for state in ("running", "succeeded", "dead", "cancelled"):
         assert now_line(job(state=state), NOW) is None
     assert now_line(job(), NOW) == "now: ready"
+    renewed = job(state="running", started_at=NOW - 40, lease_expires_at=NOW + 20, worker="render-box:4123")
+    assert now_line(renewed, NOW) is None
+
+
+def test_a_running_job_whose_holder_stopped_renewing_says_who_and_what_it_waits_for() -> None:
+    """A worker stopped (SIGSTOP, a laptop lid) past its lease keeps its job: the window said only "running 63 s"."""
+    stuck = job(state="running", started_at=NOW - 63, lease_expires_at=NOW - 33, worker="render-box:4123")
+    assert describe_state(stuck, NOW) == "running 63 s, lease 33 s overdue"
+    assert now_line(stuck, NOW) == (
+        "now: lease 33 s overdue: render-box (pid 4123) has not renewed it (stopped, or asleep?). "
+        "The job waits for that process and runs again only once it has ended: its answer is not paid for twice."
+    )
+    # a renewal a few seconds late is a busy machine, not a silent holder
+    late = job(state="running", started_at=NOW - 35, lease_expires_at=NOW - LEASE_LATE_S, worker="render-box:4123")
+    assert describe_state(late, NOW) == "running 35 s" and now_line(late, NOW) is None
+    assert lease_overdue(job(state="queued", lease_expires_at=NOW - 60), NOW) is None
 
 
 @pytest.mark.parametrize(

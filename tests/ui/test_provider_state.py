@@ -251,3 +251,34 @@ def test_the_live_timeline_passes_the_model_tester_with_and_without_its_now_line
         model.set_now("now: ready")
         model.set_now(None)
         assert model.rowCount() == len(job.events)
+
+
+def test_a_job_whose_holder_stopped_renewing_says_so_in_the_timeline_and_the_queue(
+    qtbot: Any, data_dir: Path, clock: FakeClock
+) -> None:
+    """A `work` process stopped past its lease kept its job, which read only "running 63 s"."""
+    from desktop_queue.ui.controller import Controller
+
+    queue = Queue.open(data_dir, {"demo": DemoProvider()}, clock=clock)
+    controller = Controller(queue, queue.providers, refresh_ms=40, tick_ms=40)
+    window = MainWindow(controller)
+    controller.setParent(window)
+    qtbot.addWidget(window)
+    controller.start(lease=False)
+    window.show()
+    try:
+        job_id = queue.submit("demo", {"prompt": "slow"}, title="held").job.id
+        lease = queue.lease("render-box:4123", lease_s=30)
+        assert lease is not None and lease.job_id == job_id
+        show(qtbot, window, job_id)
+        assert not str(now_row(window)[0]).startswith("now:") and next_run(window, job_id) == "running 0.0 s"
+        clock.advance(63)
+        expected = (
+            "now: lease 33 s overdue: render-box (pid 4123) has not renewed it (stopped, or asleep?). "
+            "The job waits for that process and runs again only once it has ended: its answer is not paid for twice."
+        )
+        qtbot.waitUntil(lambda: now_row(window)[0] == expected, timeout=WAIT_MS)
+        qtbot.waitUntil(lambda: next_run(window, job_id) == "running 63 s, lease 33 s overdue", timeout=WAIT_MS)
+    finally:
+        window.close()
+        queue.close()
