@@ -182,3 +182,24 @@ def test_job_actions_do_not_reach_through_the_alerts_tab(session: Any, qtbot: An
     assert [j["id"] for j in window.selection()] == [job_id]
     window.tabs.setCurrentWidget(window.alerts_pane)
     assert window.selection() == []
+
+
+def test_a_status_that_changes_in_place_is_shown_whole(qtbot: Any) -> None:
+    """An alert that cleared read "Cle…": its row changed from Active in place, and the
+    columns had been fitted to "Active" and "Fired"."""
+    from PySide6.QtGui import QFontMetrics
+    from PySide6.QtWidgets import QApplication
+
+    model = AlertsModel()
+    pane = AlertsPane(model)
+    qtbot.addWidget(pane)
+    pane.resize(900, 400)
+    pane.show()
+    model.set_alerts([t(1, FIRED)], [t(1, FIRED)])
+    QApplication.processEvents()
+    model.set_alerts([], [t(2, CLEARED), t(1, FIRED)])
+    header = pane.view.horizontalHeader()
+    needed = QFontMetrics(pane.view.font()).horizontalAdvance("Cleared") + 16  # and its icon
+    qtbot.waitUntil(lambda: header.sectionSize(1) >= needed, timeout=2000)
+    # and What still reaches the pane's edge
+    assert sum(header.sectionSize(i) for i in range(header.count())) == pane.view.viewport().width()

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -69,7 +69,16 @@ class AlertsPane(QWidget):
         layout.addWidget(self.view, 1)
         for signal in (model.rowsInserted, model.rowsRemoved, model.dataChanged):
             signal.connect(lambda *_: self.update_heading())
+        # the header's own fitting missed rows that changed after it: an alert that cleared
+        # read "Cle…" in a column fitted to "Active" and "Fired"
+        for signal in (model.rowsInserted, model.rowsRemoved, model.dataChanged, model.modelReset):
+            signal.connect(lambda *_: QTimer.singleShot(0, self._fit_columns))
         self.update_heading()
+
+    def _fit_columns(self) -> None:
+        # (column by column, the last one aside: it keeps stretching to the pane's edge)
+        for column in range(self.model.columnCount() - 1):
+            self.view.resizeColumnToContents(column)
 
     def update_heading(self) -> None:
         active = self.model.active_count()
