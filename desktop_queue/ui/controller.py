@@ -327,6 +327,12 @@ class Controller(QObject):
                 return reason
         return None
 
+    def configured_profiles(self) -> list[str]:
+        """The provider profiles the user set up, in their order (none: the fallback only)."""
+        if self.profiles is None or not self.profiles.configured:
+            return []
+        return self.profiles.names()
+
     def provider_states(self) -> list[tuple[str, str, str]]:
         """(profile, level, text) of every profile worth showing (see :meth:`profile_states`)."""
         return [(state.profile, state.level, state.text) for state in self.profile_states()]

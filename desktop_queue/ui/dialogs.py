@@ -305,6 +305,8 @@ class BatchPage(QWidget):
 
 #: QSettings key of the kind last submitted (the New dialog opens on it)
 LAST_KIND_KEY = "submit/last_kind"
+#: the kind of a first job once a provider profile is set up (before any kind was submitted)
+FIRST_PROVIDER_KIND = "openai.chat"
 
 
 class SubmitDialog(QDialog):
@@ -348,6 +350,8 @@ class SubmitDialog(QDialog):
         for kind in sorted(controller.providers, key=lambda k: (k != "demo", k)):
             self.kind.addItem(kind, kind)
         last = QSettings(ORGANIZATION, APPLICATION).value(LAST_KIND_KEY)
+        if not isinstance(last, str) and controller.configured_profiles():
+            last = FIRST_PROVIDER_KIND  # a first job once a provider is set up: one for it, not the demo
         if isinstance(last, str) and self.kind.findData(last) >= 0:
             self.kind.setCurrentIndex(self.kind.findData(last))  # people submit the same kind again
         self.form_note = InlineMessage()

@@ -16,16 +16,33 @@ DEMO_INPUT = {"prompt": "Hello from Desktop Queue: this is what a finished job l
 DEMO_TITLE = "My first demo job"
 
 
+#: the explanation's second paragraph, without a provider profile and with one
+_NOTHING_SET_UP = (
+    "Try a demo job to watch one run (it calls no provider and costs nothing), or connect a "
+    "provider: OpenAI with an API key, or a server on this machine such as Ollama, "
+    "llama.cpp or LM Studio."
+)
+_SET_UP = (
+    "Your {providers} {names} {is_are} set up: write a job, or try a demo job to watch one run "
+    "(it calls no provider and costs nothing). Preferences → Providers adds another."
+)
+
+
 class FirstRunPanel(QWidget):
     """ "No jobs yet": a short explanation and the two first steps.
+
+    Without a provider profile the steps are a demo job and connecting a provider; once
+    one is set up (:meth:`set_profiles`), writing a job for it comes first.
 
     Signals:
         demo_requested(): "Try a demo job" was clicked.
         connect_requested(): "Connect a provider" was clicked.
+        write_requested(): "Write a job" was clicked (a provider is set up).
     """
 
     demo_requested = Signal()
     connect_requested = Signal()
+    write_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -40,13 +57,7 @@ class FirstRunPanel(QWidget):
         font.setBold(True)
         title.setFont(font)
         title.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        text = QLabel(
-            "Desktop Queue runs AI jobs (chat, images, speech) on this machine and never loses one: "
-            "jobs wait, retry and resume after a crash.\n\n"
-            "Try a demo job to watch one run (it calls no provider and costs nothing), or connect a "
-            "provider: OpenAI with an API key, or a server on this machine such as Ollama, "
-            "llama.cpp or LM Studio."
-        )
+        self.text = text = QLabel()
         text.setObjectName("firstRunText")
         text.setWordWrap(True)
         text.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -60,10 +71,16 @@ class FirstRunPanel(QWidget):
         self.connect_button.setToolTip(
             "Opens Preferences on a new provider profile (OpenAI, Ollama, llama.cpp, LM Studio)"
         )
+        self.write_button = QPushButton(icon("action-new"), "&Write a job…")
+        self.write_button.setObjectName("writeJob")
+        self.write_button.setToolTip("Opens New job on your provider (Ctrl+N)")
+        self.write_button.hide()
         self.demo_button.clicked.connect(self.demo_requested)
         self.connect_button.clicked.connect(self.connect_requested)
+        self.write_button.clicked.connect(self.write_requested)
         buttons = QHBoxLayout()
         buttons.addStretch(1)
+        buttons.addWidget(self.write_button)
         buttons.addWidget(self.demo_button)
         buttons.addWidget(self.connect_button)
         buttons.addStretch(1)
@@ -87,3 +104,30 @@ class FirstRunPanel(QWidget):
         layout.addSpacing(12)
         layout.addWidget(hint)
         layout.addStretch(3)
+        self._profiles: list[str] | None = None
+        self.set_profiles([])
+
+    def set_profiles(self, names: list[str]) -> None:
+        """The provider profiles set up (none: the demo and "Connect a provider" are the steps)."""
+        if names == self._profiles:
+            return
+        self._profiles = list(names)
+        intro = (
+            "Desktop Queue runs AI jobs (chat, images, speech) on this machine and never loses one: "
+            "jobs wait, retry and resume after a crash.\n\n"
+        )
+        if names:
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            one = len(names) == 1
+            self.text.setText(
+                intro
+                + _SET_UP.format(
+                    providers="provider" if one else "providers", names=shown, is_are="is" if one else "are"
+                )
+            )
+        else:
+            self.text.setText(intro + _NOTHING_SET_UP)
+        self.write_button.setVisible(bool(names))
+        self.connect_button.setVisible(not names)
+        self.write_button.setDefault(bool(names))
+        self.demo_button.setDefault(not names)

@@ -208,6 +208,7 @@ class MainWindow(QMainWindow):
         self.dead_pane.retry_all_requested.connect(self.retry_all_matching)
         self.queue_pane.first_run.demo_requested.connect(self.try_demo_job)
         self.queue_pane.first_run.connect_requested.connect(self.connect_provider)
+        self.queue_pane.first_run.write_requested.connect(self.new_job)
         self.timeline_pane.link_activated.connect(self.show_job)
         self.timeline_pane.copy_requested.connect(self.copy_timeline)
         copy = self.action(Command.COPY_TIMELINE)
@@ -571,6 +572,7 @@ class MainWindow(QMainWindow):
         except Exception:  # a status display must never break the refresh
             return
         self.status.update_providers(states)
+        self.queue_pane.first_run.set_profiles(self.controller.configured_profiles())
 
     def _flow_event(self, profile: str, kind: str, text: str) -> None:
         """A provider's breaker or rate limit changed: log it, update its indicator, tell once."""

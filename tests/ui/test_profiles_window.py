@@ -355,12 +355,30 @@ def test_first_run_explains_and_offers_a_demo_job_and_a_provider(
     assert editor.base_url.text() == "http://localhost:11434/v1" and not editor.require_key.isChecked()
     dialog.reject()
 
+    assert pane.first_run.connect_button.isVisible() and not pane.first_run.write_button.isVisible()
     pane.first_run.demo_button.click()
     qtbot.waitUntil(lambda: pane.view.isVisible(), timeout=WAIT_MS)
     assert not pane.first_run.isVisible()
     (job,) = session.queue.list()
     assert job.kind == "demo" and job.title == "My first demo job"
     assert window.timeline_model.job is not None and window.timeline_model.job.id == job.id
+
+
+def test_with_a_provider_set_up_the_first_run_offers_a_job_for_it(qtbot: Any, open_window: Any) -> None:
+    """A profile added from the command line, then the window: it still said "Connect a provider"."""
+    from desktop_queue.ui.dialogs import LAST_KIND_KEY, SubmitDialog
+
+    QSettings(ORGANIZATION, APPLICATION).remove(LAST_KIND_KEY)  # (no kind submitted yet)
+    window = open_window(ProfileSet((ProfileConfig(name="litellm", require_key=False),), "litellm"))
+    first = window.queue_pane.first_run
+    qtbot.waitUntil(lambda: first.write_button.isVisible(), timeout=WAIT_MS)
+    assert not first.connect_button.isVisible() and first.demo_button.isVisible()
+    assert "Your provider litellm is set up: write a job" in first.text.text()
+    first.write_button.click()
+    dialog = window.findChild(SubmitDialog)
+    assert dialog is not None and dialog.isVisible()
+    assert dialog.kind.currentData() == "openai.chat"  # a job for the provider, not the demo
+    dialog.reject()
 
 
 def test_a_store_with_jobs_shows_the_table_not_the_first_run(qtbot: Any, open_session: Any, data_dir: Path) -> None:
