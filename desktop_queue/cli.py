@@ -439,11 +439,15 @@ def _ago(ts: float | None, now: float) -> str:
 
 def describe_state(job: Job, now: float) -> str:
     """The state as people read it, in the window's words (:mod:`desktop_queue.core.present`):
-    ``retrying in 12 s (backoff)`` for a queued job that waits, ``dead (fatal)`` for a dead letter."""
-    if job.state == State.QUEUED and job.run_after > now + 0.5:
+    ``retrying in 12 s (backoff)`` for a queued job that waits, ``running 63 s, lease 33 s
+    overdue`` for one whose holder stopped renewing it, ``dead (fatal)`` for a dead letter."""
+    late = job.state == State.RUNNING and job.lease_expires_at is not None and job.lease_expires_at < now
+    if (job.state == State.QUEUED and job.run_after > now + 0.5) or late:
         from desktop_queue.core import present
 
-        return present.describe_state(job.to_json(with_events=False, with_input=False), now)
+        doc = job.to_json(with_events=False, with_input=False)
+        if not late or present.lease_overdue(doc, now) is not None:
+            return present.describe_state(doc, now)
     if job.state == State.DEAD and job.last_error:
         return f"dead ({job.last_error.get('class')})"
     return job.state

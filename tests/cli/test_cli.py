@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -485,3 +486,26 @@ class TestWorkAndStats:
         assert as_json.json()["jobs"] == 0
         assert set(as_json.json()["counts"].values()) == {0}
         assert plain.out.startswith("jobs ")
+
+
+def test_list_and_show_say_when_a_running_job_s_holder_stopped_renewing(dq: Cli) -> None:
+    """A `work` process stopped past its lease keeps its job: `list` said only "running"."""
+    import time
+
+    from desktop_queue.core import FakeClock, Queue
+    from desktop_queue.providers.demo import DemoProvider
+
+    # leased 100 s ago for 30 s by a process that still has the queue open (this one), and
+    # never renewed; the commands run in processes of their own, as they would
+    with Queue.open(dq.data_dir, {"demo": DemoProvider()}, clock=FakeClock(time.time() - 100)) as queue:
+        job_id = queue.submit("demo", FAST, title="Held").job.id
+        assert queue.lease("render-box:4123", lease_s=30) is not None
+        [line] = dq.sub("list").out.splitlines()
+        shown = dq.sub("show", job_id).out
+    assert line.startswith(job_id), line
+    for text in (line, shown):
+        found = re.search(r"running (\d+) s, lease (\d+) s overdue", text)
+        assert found is not None, text
+        ran, late = int(found[1]), int(found[2])
+        assert 100 <= ran < 130 and ran - late in (29, 30, 31)  # (the commands take their time)
+    assert "state     running " in shown
