@@ -151,8 +151,9 @@ class StatusBar(QStatusBar):
         if message:
             used += self.fontMetrics().horizontalAdvance(message) + 2 * spacing
         used += sum(item.sizeHint().width() + spacing for item, _p, _l in self.provider_items.values())
-        if not self.background_item.isHidden():
-            used += self.background_item.minimumSizeHint().width() + spacing
+        background = self.background_item
+        least = background.minimumSizeHint().width() if not background.isHidden() else 0
+        used += least + spacing if least else 0
         for item in reversed(self._optional):  # the most needed first
             width = item.sizeHint().width() + spacing
             fits = used + width <= self.width()
@@ -160,6 +161,10 @@ class StatusBar(QStatusBar):
                 used += width
             if item.isHidden() == fits:
                 item.setVisible(fits)
+        if least:
+            # the reason elides into what is left: given more, it squeezed the counts
+            # beside it ("3 queu", "0 runn") instead of letting them hide
+            background.setMaximumWidth(max(least, self.width() - used + least))
 
     def resizeEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
         super().resizeEvent(event)
@@ -227,6 +232,7 @@ class StatusBar(QStatusBar):
             self._provider_levels.pop(profile, None)
             self.removeWidget(item)
             item.deleteLater()
+        self.fit_items()  # (a state's text is longer or shorter than the last one)
 
     def provider_tooltip(self, profile: str, status: str) -> str:
         """The indicator's tooltip: the status, then the profile's recent flow events."""

@@ -365,3 +365,31 @@ def test_a_status_message_is_shown_whole_and_the_counts_come_back(qtbot: Any, se
     status.clearMessage()
     QApplication.processEvents()
     assert all(not w.isHidden() for w in items)  # and they are back once it goes
+
+
+def test_the_counts_hide_rather_than_squeeze_beside_a_long_provider_state(qtbot: Any, session: Any) -> None:
+    """A rate-limited provider and paused background work squeezed the counts to "3 queu", "0 runn"."""
+    from desktop_queue.core.profile_state import ProfileState, ProfileStateKind
+
+    window = session.window
+    status = window.status
+    qtbot.waitUntil(lambda: status.isVisible() and status.width() > 0, timeout=3000)
+    status.update_providers(
+        [
+            ProfileState(
+                "litellm",
+                ProfileStateKind.RATE_LIMITED,
+                "litellm: rate limited (7 in a row), resuming in about 30 s",
+                "detail",
+            )
+        ]
+    )
+    status.show_background("background jobs paused: litellm is rate-limited (7 in a row), resuming in about 30 s")
+    status.show_counts({"queued": 3, "running": 0, "succeeded": 0, "cancelled": 0})
+    QApplication.processEvents()
+    items = [w for w in status._optional if not w.isHidden()]
+    assert items  # the most needed still show
+    for item in [*items, status.dead_button]:
+        assert item.width() >= item.sizeHint().width(), item.findChildren(QWidget)[-1].property("text")
+    right = max(w.geometry().right() for w in (*items, status.dead_button))
+    assert right <= status.width()
