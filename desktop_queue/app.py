@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: held by the window for as long as it runs (CLI commands and ``work`` ignore it)
 GUI_LOCK_NAME = "gui.lock"
+#: the exit code after SIGINT or SIGTERM closed the window (as ``work`` exits when interrupted)
+EXIT_INTERRUPTED = 130
 
 
 class AlreadyRunning(Exception):
@@ -285,8 +288,17 @@ def main(data_dir: str | None = None, store: str | None = None) -> int:
     if isinstance(session, int):
         return session
     session.window.show()
+    bridge = None
+    if sys.platform != "win32":
+        from desktop_queue.runtime.signals import SignalBridge
+
+        # a logout, a shutdown or `kill` (SIGTERM), Ctrl+C where it was started (SIGINT): the
+        # window quits as File → Quit does, without asking; running attempts are given back
+        bridge = SignalBridge((signal.SIGINT, signal.SIGTERM), session.window.quit_now, app)
     try:
         code = app.exec()
     finally:
+        if bridge is not None:
+            bridge.close()
         session.close()
-    return int(code)
+    return EXIT_INTERRUPTED if session.window.quit_by_signal else int(code)

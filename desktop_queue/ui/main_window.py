@@ -6,6 +6,7 @@ The actions come from :mod:`desktop_queue.ui.actions`, the status bar from
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -60,6 +61,8 @@ from desktop_queue.ui.settings import (
 from desktop_queue.ui.spend_view import SpendDialog
 from desktop_queue.ui.status_bar import StatusBar
 from desktop_queue.ui.timeline import LiveTimelineModel
+
+log = logging.getLogger(__name__)
 
 
 def _finished_text(finished: int, dead_n: int) -> str:
@@ -862,15 +865,42 @@ class MainWindow(QMainWindow):
 
     # ----------------------------------------------------------------- shutdown
 
+    #: the window was closed by SIGINT or SIGTERM (:meth:`quit_now`)
+    quit_by_signal = False
+
+    def quit_now(self, signum: int | None = None) -> None:
+        """Quits as File → Quit does, without asking (a logout, a shutdown, Ctrl+C in the
+        terminal that started it): running attempts stop and are queued again."""
+        self.quit_by_signal = signum is not None
+        self._quitting = True
+        log.info("quitting (%s)", f"signal {signum}" if signum is not None else "asked")
+        modal = QApplication.activeModalWidget()
+        while modal is not None and modal is not self:  # a form or Quit's own question: nobody answers now
+            modal.close()
+            following = QApplication.activeModalWidget()
+            modal = following if following is not modal else None
+        # (after any open dialog's own event loop has returned)
+        QTimer.singleShot(0, self._close_and_quit)
+
+    def _close_and_quit(self) -> None:
+        if self.close():
+            QApplication.quit()  # (a dialog left open must not keep the process alive)
+
+    _quitting = False
+
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt API
         """Asks if jobs are running, then stops leasing, lets attempts stop, waits (bounded)."""
         running = self.controller.driver.running
-        if running and not dialogs.confirm(
-            self,
-            "Quit Desktop Queue?",
-            f"{running} job{'s are' if running != 1 else ' is'} running. Quit anyway? "
-            f"{'They are' if running != 1 else 'It is'} stopped and queued again; nothing is lost.",
-            "Quit",
+        if (
+            running
+            and not self._quitting
+            and not dialogs.confirm(
+                self,
+                "Quit Desktop Queue?",
+                f"{running} job{'s are' if running != 1 else ' is'} running. Quit anyway? "
+                f"{'They are' if running != 1 else 'It is'} stopped and queued again; nothing is lost.",
+                "Quit",
+            )
         ):
             event.ignore()
             return

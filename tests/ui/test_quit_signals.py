@@ -1,0 +1,58 @@
+"""SIGTERM and SIGINT close the window as File → Quit does: nothing left running, nothing asked.
+
+A logout, a shutdown or ``kill`` sends SIGTERM; Ctrl+C in the terminal that ran ``make run``
+sends SIGINT. Before, either killed the window mid-attempt: the next start found the job
+"running", its outcome unknown, and ran it again.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from desktop_queue.core import Queue
+from desktop_queue.core.model import EventType, State
+from desktop_queue.providers.demo import DemoProvider
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+def _state(data_dir: Path, job_id: str) -> str:
+    with Queue.open(data_dir, {"demo": DemoProvider()}) as queue:
+        return str(queue.get(job_id).state)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_quits_the_window_and_gives_its_running_attempt_back(data_dir: Path, signum: int) -> None:
+    with Queue.open(data_dir, {"demo": DemoProvider()}) as queue:
+        job_id = queue.submit("demo", {"prompt": "a long one", "duration_s": 60}, title="long").job.id
+    window = subprocess.Popen(
+        [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "gui"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while _state(data_dir, job_id) != State.RUNNING:
+            assert window.poll() is None, window.communicate()
+            assert time.monotonic() < deadline, "the window never started the job"
+            time.sleep(0.1)
+        window.send_signal(signum)
+        _out, err = window.communicate(timeout=30)
+    finally:
+        if window.poll() is None:
+            window.kill()
+            window.wait()
+    assert window.returncode == 130, err  # as `work` exits when interrupted
+    with Queue.open(data_dir, {"demo": DemoProvider()}) as queue:
+        job = queue.get(job_id)
+        # given back by the window as it quit, not found "running" by the next start
+        assert job.state == State.QUEUED, job
+        assert [e.type for e in job.events] == [EventType.SUBMITTED, EventType.LEASED, EventType.RELEASED]
+        assert not queue.reconciled
