@@ -126,6 +126,9 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(icon("app"))
         self.controller = controller
         self.shutdown_timeout_ms = 5000
+        #: the window was closed by SIGINT or SIGTERM (:meth:`quit_now`)
+        self.quit_by_signal = False
+        self._quitting = False  # (quit_now: no question asked)
         self.prefs = load_preferences()
         self._dead_seen: int | None = None
         self._dead_count = 0
@@ -865,9 +868,6 @@ class MainWindow(QMainWindow):
 
     # ----------------------------------------------------------------- shutdown
 
-    #: the window was closed by SIGINT or SIGTERM (:meth:`quit_now`)
-    quit_by_signal = False
-
     def quit_now(self, signum: int | None = None) -> None:
         """Quits as File → Quit does, without asking (a logout, a shutdown, Ctrl+C in the
         terminal that started it): running attempts stop and are queued again."""
@@ -885,8 +885,6 @@ class MainWindow(QMainWindow):
     def _close_and_quit(self) -> None:
         if self.close():
             QApplication.quit()  # (a dialog left open must not keep the process alive)
-
-    _quitting = False
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt API
         """Asks if jobs are running, then stops leasing, lets attempts stop, waits (bounded)."""
