@@ -1155,6 +1155,12 @@ class FlowControl:
             else:
                 self._kind_holds[kind] = reason
 
+    def profile_for(self, kind: str, payload: Any) -> str | None:
+        """The profile a job of ``kind`` with input ``payload`` runs on (its input's, else the default)."""
+        with self._lock:
+            profile_of = self._profile_of
+        return profile_of(kind, payload)
+
     def set_profile_of(self, profile_of: Callable[[str, Any], str | None]) -> None:
         """Changes how a job's profile is found (the default profile changed in Preferences)."""
         with self._lock:

@@ -9,6 +9,7 @@ have Copy buttons.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
@@ -33,6 +34,9 @@ from desktop_queue.ui.flow_layout import FlowLayout
 from desktop_queue.ui.icons import icon
 from desktop_queue.ui.loader import Loader
 
+#: (kind, input) -> the provider profile a job of that kind and input runs on
+ProfileOf = Callable[[str, Any], str | None]
+
 #: rows with a Copy button beside their value
 COPYABLE = frozenset({"Job id", "Provider request id", "Provider job id", "Idempotency key"})
 LOADING_DELAY_MS = 150
@@ -52,15 +56,26 @@ class WrapLabel(QLabel):
             self.setMinimumHeight(height)
 
 
-def read_details(queue: Any, job: Job) -> JobDetails:
-    """The details of ``job``: its result document and its attempts' ledger entries (off the GUI thread)."""
+def read_details(queue: Any, job: Job, profile_of: ProfileOf | None = None) -> JobDetails:
+    """The details of ``job``: its result document and its attempts' ledger entries (off the GUI thread).
+
+    The profile shown is the one its last attempt ran on (the ledger says), else the one
+    it runs on now (``profile_of``: the input's, else the default profile): an
+    ``openai.chat`` job on a profile named "litellm" said "openai", its kind's prefix.
+    """
     doc = queue.results.get(job.idempotency_key) if job.result_ref else None
     try:
         ledger = SpendLedger(queue.data_dir)
         spend = spend_of(ledger.entries(since=job.created_at), job.id) if ledger.dir.exists() else []
     except (OSError, ValueError):
         spend = None
-    return job_details(job, doc, spend=spend)
+    profile = spend[-1].profile if spend else None
+    if profile is None and profile_of is not None:
+        try:
+            profile = profile_of(job.kind, job.input)
+        except Exception:  # (a details view never fails on configuration)
+            profile = None
+    return job_details(job, doc, spend=spend, profile=profile)
 
 
 class DetailsView(QWidget):
@@ -74,6 +89,8 @@ class DetailsView(QWidget):
         super().__init__(parent)
         self.setObjectName("detailsView")
         self.queue = queue
+        #: (kind, input) -> the provider profile a job runs on (the window sets flow control's)
+        self.profile_of: ProfileOf | None = None
         self.job: Job | None = None
         self.details: JobDetails | None = None
         self._shown_key: tuple[str, str, float] | None = None
@@ -167,8 +184,8 @@ class DetailsView(QWidget):
         assert job is not None
         self._pending = False
         self._shown_key = (job.id, job.state, job.updated_at)
-        queue = self.queue
-        self.loader.start(lambda: read_details(queue, job))
+        queue, profile_of = self.queue, self.profile_of
+        self.loader.start(lambda: read_details(queue, job, profile_of))
         self._loading_timer.start()
 
     def _loaded(self, serial: int, value: object) -> None:

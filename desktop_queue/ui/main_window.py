@@ -151,7 +151,7 @@ class MainWindow(QMainWindow):
         )
         self.tabs.addTab(self.schedules_pane, "Sch&edules")
         # the charts refresh only while their tab shows, off the GUI thread (core/windowed.py)
-        metrics = WindowedMetrics(controller.queue, flow=controller.flow)
+        metrics = WindowedMetrics(controller.queue, flow=controller.flow, profile_of=controller.job_profile)
         self.metrics_pane: MetricsPane = MetricsPane(MetricsSource(metrics, parent=self))
         # (no Alt letter: each of M, e, t, r, i, c, s is taken; View → Metrics has Ctrl+Shift+M)
         self.tabs.addTab(self.metrics_pane, "Metrics")
@@ -164,6 +164,8 @@ class MainWindow(QMainWindow):
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.tabs)
         self.job_tabs = JobTabs(self.timeline_pane, controller.queue)
+        if controller.flow is not None:  # (the profile a job runs on: its input's, else the default)
+            self.job_tabs.details_view.profile_of = controller.flow.profile_for
         self.splitter.addWidget(self.job_tabs)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)

@@ -381,6 +381,28 @@ def test_with_a_provider_set_up_the_first_run_offers_a_job_for_it(qtbot: Any, op
     dialog.reject()
 
 
+def test_a_job_on_the_default_profile_names_that_profile_not_its_kind(qtbot: Any, open_window: Any) -> None:
+    """Details said "Profile: openai" for a chat job that ran on the default profile "litellm";
+    the Metrics tab counted its requests under "openai" too, beside no limit."""
+    window = open_window(ProfileSet((ProfileConfig(name="litellm", require_key=False),), "litellm"))
+    queue = window.controller.queue
+    job = queue.submit("openai.chat", {"prompt": "which profile?"}, title="chat").job
+    named = queue.submit("openai.chat", {"prompt": "named", "profile": "litellm"}, title="named").job
+    demo = queue.submit("demo", {"prompt": "d"}, title="demo").job
+    assert window.controller.job_profile(job.to_json()) == "litellm"  # (what Metrics counts under)
+    assert window.controller.job_profile(demo.to_json()) == "demo"
+    tabs = window.job_tabs
+    tabs.setCurrentWidget(tabs.details_view)
+    details = tabs.details_view
+    for shown in (job.id, named.id):
+        window.controller.refresher.refresh()
+        assert window.show_job(shown)
+        qtbot.waitUntil(
+            lambda s=shown: "Job id" in details.values and details.values["Job id"].text() == s, timeout=WAIT_MS
+        )
+        assert details.values["Profile"].text() == "litellm"
+
+
 def test_a_store_with_jobs_shows_the_table_not_the_first_run(qtbot: Any, open_session: Any, data_dir: Path) -> None:
     with Queue.open(data_dir, {"demo": DemoProvider()}) as queue:
         queue.submit("demo", {"prompt": "old"})
