@@ -470,6 +470,22 @@ class Aggregates:
 # --------------------------------------------------------------------------- over a queue
 
 
+def profile_finder(flow: FlowControl | None) -> Callable[[JobDict], str | None]:
+    """A job's provider profile: its own ``profile`` field, else the one flow control runs it
+    on (its input's, else the default profile: an ``openai.chat`` job on a default profile
+    named "litellm" is litellm's, not "openai"); without flow control, as the search finds it.
+    """
+    if flow is None:
+        return job_profile
+
+    def profile_of(job: JobDict) -> str | None:
+        if isinstance(job.get("profile"), str):
+            return job_profile(job)
+        return flow.profile_for(str(job.get("kind") or ""), job.get("input"))
+
+    return profile_of
+
+
 class WindowedMetrics:
     """The windowed figures of one queue, kept up to date from its store's changes.
 
@@ -479,8 +495,7 @@ class WindowedMetrics:
     Args:
         queue: the queue whose jobs are counted.
         flow: flow control, for each profile's limit and breaker (None: none shown).
-        profile_of: a job's provider profile (default: its ``profile`` field, its
-            input's, else its kind's prefix, as the search does).
+        profile_of: a job's provider profile (default: :func:`profile_finder` of ``flow``).
     """
 
     def __init__(
@@ -488,11 +503,11 @@ class WindowedMetrics:
         queue: Queue,
         *,
         flow: FlowControl | None = None,
-        profile_of: Callable[[JobDict], str | None] = job_profile,
+        profile_of: Callable[[JobDict], str | None] | None = None,
     ) -> None:
         self.queue = queue
         self.flow = flow
-        self._profile_of = profile_of
+        self.profile_of = profile_of or profile_finder(flow)
         self._lock = threading.Lock()
         self._agg: Aggregates | None = None
         self._version = 0
@@ -573,7 +588,7 @@ class WindowedMetrics:
     def _rebuild_once(self, now: float) -> bool:
         """The hot set, the archive a page of index rows at a time, then what changed meanwhile;
         False: a purge (or a reload) came in between."""
-        agg = self._agg = Aggregates(self._profile_of)
+        agg = self._agg = Aggregates(self.profile_of)
         agg.advance(now)
         version = self.queue.refresh()  # (the changes since the beginning would name every job)
         floor = now - HORIZON_S - ARCHIVE_MARGIN_S

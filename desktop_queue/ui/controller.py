@@ -34,7 +34,6 @@ from desktop_queue.core.profile_state import ProfileState, profile_state, shown_
 from desktop_queue.core.queue import BulkResult, DeadGroup
 from desktop_queue.core.schedules import Scheduler
 from desktop_queue.core.search import SearchQuery
-from desktop_queue.core.search import profile_of as job_profile
 from desktop_queue.providers.profiles import ProfileFileError, ProfileSet, load_profiles
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.providers.setup import apply as apply_profile
@@ -327,14 +326,6 @@ class Controller(QObject):
             if isinstance(reason, str) and reason:
                 return reason
         return None
-
-    def job_profile(self, job: Mapping[str, Any]) -> str | None:
-        """The provider profile a job runs on, as flow control finds it (its input's, else the
-        default profile), for the Metrics tab's requests per profile."""
-        named = job.get("profile")
-        if self.flow is None or isinstance(named, str):
-            return job_profile(job)
-        return self.flow.profile_for(str(job.get("kind") or ""), job.get("input"))
 
     def configured_profiles(self) -> list[str]:
         """The provider profiles the user set up, in their order (none: the fallback only)."""

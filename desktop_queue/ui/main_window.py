@@ -151,7 +151,7 @@ class MainWindow(QMainWindow):
         )
         self.tabs.addTab(self.schedules_pane, "Sch&edules")
         # the charts refresh only while their tab shows, off the GUI thread (core/windowed.py)
-        metrics = WindowedMetrics(controller.queue, flow=controller.flow, profile_of=controller.job_profile)
+        metrics = WindowedMetrics(controller.queue, flow=controller.flow)
         self.metrics_pane: MetricsPane = MetricsPane(MetricsSource(metrics, parent=self))
         # (no Alt letter: each of M, e, t, r, i, c, s is taken; View → Metrics has Ctrl+Shift+M)
         self.tabs.addTab(self.metrics_pane, "Metrics")

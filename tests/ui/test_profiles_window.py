@@ -389,8 +389,8 @@ def test_a_job_on_the_default_profile_names_that_profile_not_its_kind(qtbot: Any
     job = queue.submit("openai.chat", {"prompt": "which profile?"}, title="chat").job
     named = queue.submit("openai.chat", {"prompt": "named", "profile": "litellm"}, title="named").job
     demo = queue.submit("demo", {"prompt": "d"}, title="demo").job
-    assert window.controller.job_profile(job.to_json()) == "litellm"  # (what Metrics counts under)
-    assert window.controller.job_profile(demo.to_json()) == "demo"
+    counted_under = window.metrics_pane.source.metrics.profile_of  # (what Metrics counts requests under)
+    assert counted_under(job.to_json()) == "litellm" and counted_under(demo.to_json()) == "demo"
     tabs = window.job_tabs
     tabs.setCurrentWidget(tabs.details_view)
     details = tabs.details_view
