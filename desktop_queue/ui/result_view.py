@@ -444,7 +444,7 @@ class ResultView(QWidget):
             self._loaded_key = None
             self.content = None
             self.heading.setText("Select a job to see its result")
-            self.summary.clear()
+            self._set_summary("")
             self._set_tools(None)  # (no Copy or zoom buttons left over from the job shown before)
             self._show_message("Select a job to see its result")
             return
@@ -479,7 +479,7 @@ class ResultView(QWidget):
             return
         previous = self._partial_text
         self._partial_text = text
-        self.summary.setText(f"streaming… {len(text):,} characters so far (the answer is stored once complete)")
+        self._set_summary(f"streaming… {len(text):,} characters so far (the answer is stored once complete)")
         self._set_tools(None)
         self.content = None
         as_markdown = not self.plain_check.isChecked() and len(text) <= LARGE_TEXT_BYTES
@@ -535,7 +535,7 @@ class ResultView(QWidget):
 
     def _show_loading(self, text: str = LOADING_TEXT) -> None:
         self._loading_timer.stop()
-        self.summary.setText(text)
+        self._set_summary("")  # (the page says it)
         self._set_tools(None)
         self._show_message(text)
 
@@ -557,7 +557,8 @@ class ResultView(QWidget):
         content = loaded.content
         self.content = content
         self.image = loaded.image
-        self.summary.setText(content.message)
+        # no result: the page says why ("running — no result yet"), once
+        self._set_summary(content.message if content.kind is not ResultKind.NONE else "")
         self._set_tools(content)
         if content.kind is ResultKind.NONE:
             self._show_message(content.message)
@@ -573,6 +574,10 @@ class ResultView(QWidget):
             self._show_media(content)
         if self.job is not None:
             self.shown.emit(self.job.id)
+
+    def _set_summary(self, text: str) -> None:
+        self.summary.setText(text)
+        self.summary.setVisible(bool(text))
 
     def _show_message(self, text: str) -> None:
         self.message.setText(text)
