@@ -393,3 +393,25 @@ def test_the_counts_hide_rather_than_squeeze_beside_a_long_provider_state(qtbot:
         assert item.width() >= item.sizeHint().width(), item.findChildren(QWidget)[-1].property("text")
     right = max(w.geometry().right() for w in (*items, status.dead_button))
     assert right <= status.width()
+
+
+def test_the_dead_letters_show_their_kind_whole(qtbot: Any, open_session: Any, data_dir: Path) -> None:
+    """A chat job's dead letter read "openai.c…": which of chat, image or speech died?"""
+    demo = DemoProvider()
+    with Queue.open(data_dir, {"demo": demo, "openai.chat": demo}) as queue:
+        queue.submit("openai.chat", {"prompt": "Summarise the harbour log"}, title="Summarise the harbour log")
+        lease = queue.lease("w")
+        assert lease is not None
+        queue.fail(lease, Outcome.failure("fatal", "openai.chat: HTTP 400: invalid model", status=400))
+    session = open_session(data_dir, lease=False, providers={"demo": demo, "openai.chat": demo})
+    assert not isinstance(session, int)
+    window = session.window
+    window.show()
+    pane = window.dead_pane
+    window.tabs.setCurrentWidget(pane)
+    view = pane.view
+    qtbot.waitUntil(lambda: view.isVisible() and view.model().rowCount() == 1, timeout=3000)
+    kind = pane.columns.keys.index("kind")
+    needed = QFontMetrics(view.font()).horizontalAdvance("openai.chat")
+    qtbot.waitUntil(lambda: view.horizontalHeader().sectionSize(kind) > needed, timeout=3000)
+    assert view.horizontalScrollBar().maximum() == 0  # and the table still fits its pane

@@ -210,13 +210,14 @@ class DeadLetterPane(QWidget):
         self.retry_all_button.clicked.connect(self.retry_all_requested)
         self.view.sortByColumn(5, Qt.SortOrder.DescendingOrder)  # most recent death first
         # Last error takes what is left (~28 characters, ~20 if that spares scrolling): the columns fit
-        # the pane, no horizontal scrolling hides "Died at" at the default window size
+        # the pane, no horizontal scrolling hides "Died at" at the default window size. Kind
+        # widens to its kinds, as in the queue ("openai.c…" told neither chat nor image)
         self.columns = ColumnFitter(
             self.view,
             [c.key for c in model.columns],
             "error",
             {"title": 170, "kind": 70, "class": 80, "attempts": 90, "died": 70, "replayed": 90, "resolved": 70},
-            content_keys=("died", "resolved"),
+            content_keys=("kind", "died", "resolved"),
             floors={"title": 14},
         )
         for i, column in enumerate(model.columns):
