@@ -148,6 +148,7 @@ class DetailsView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.status)
         layout.addWidget(scroll, 1)
+        self._body = scroll
         self._set_enabled(False)
 
     def show_job(self, job: Job | None) -> None:
@@ -267,6 +268,8 @@ class DetailsView(QWidget):
     def _set_enabled(self, on: bool) -> None:
         self.copy_input.setEnabled(on)
         self.copy_prompt.setEnabled(on)
+        # (no job: "Select a job…" alone, not an empty input box under greyed buttons)
+        self._body.setVisible(on)
 
     def _copy(self, text: str | None) -> None:
         if text and text != "—":

@@ -414,18 +414,19 @@ def test_details_show_the_input_model_usage_cost_ids_and_key(
         payload={"prompt": "What is 2+2?", "model": "gpt-4o-mini", "temperature": 0},
     )
     SpendLedger(data_dir, clock).record(
-        profile="openai", model="gpt-4o-mini", kind="openai.chat", usage=Usage(9, 1), job_id=job.id, attempt=1, usd=0.25
+        profile="local", model="gpt-4o-mini", kind="openai.chat", usage=Usage(9, 1), job_id=job.id, attempt=1, usd=0.25
     )
     details = DetailsView(queue)
     qtbot.addWidget(details)
     details.show()
+    assert not details.input_view.isVisible()  # no job: "Select a job…" alone, no empty input box
 
     details.show_job(job)
     qtbot.waitUntil(lambda: "Model" in details.values, timeout=5000)
 
     values = {label: widget.text() for label, widget in details.values.items()}
     assert values["Model"] == "gpt-4o-mini-2024-07-18 (asked for gpt-4o-mini)"
-    assert values["Profile"] == "openai"
+    assert values["Profile"] == "local"  # where its attempt ran (the ledger), not its kind's prefix
     assert values["Usage"] == "9 tokens in, 1 out"
     assert values["Cost"] == "$0.25"
     assert values["Provider request id"] == "req-77"
@@ -434,6 +435,9 @@ def test_details_show_the_input_model_usage_cost_ids_and_key(
     assert QGuiApplication.clipboard().text() == "What is 2+2?"
     details.findChild(type(details.copy_input), "copy-idempotency-key").click()
     assert QGuiApplication.clipboard().text() == job.idempotency_key
+    assert details.input_view.isVisible()
+    details.show_job(None)
+    assert not details.input_view.isVisible() and details.status.text() == "Select a job to see its details"
 
 
 def test_the_window_shows_the_selected_jobs_result_and_details(qtbot: Any, session: Any) -> None:
