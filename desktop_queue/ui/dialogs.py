@@ -44,7 +44,7 @@ from desktop_queue.core.queue import MAX_BATCH, MAX_BATCH_BYTES, MAX_INPUT_BYTES
 from desktop_queue.providers.profiles import Preset, ProfileSet
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.ui.controller import Controller
-from desktop_queue.ui.forms import FieldProblem, InputForm, error_colour
+from desktop_queue.ui.forms import FieldProblem, InputForm, add_labelled_row, error_colour, mnemonic_of
 from desktop_queue.ui.icons import icon
 from desktop_queue.ui.run_when import RunWhen
 from desktop_queue.ui.settings import APPLICATION, MAX_CONCURRENCY, ORGANIZATION, Preferences
@@ -403,9 +403,24 @@ class SubmitDialog(QDialog):
         attempts_label.setBuddy(self.max_attempts)
         lane.addWidget(attempts_label)
         lane.addWidget(self.max_attempts)
-        options.addRow("P&riority:", lane)
+        priority_label = add_labelled_row(options, "P&riority:", lane, self.priority)
         self.run_when = RunWhen(controller.queue.clock.now)
         options.addRow("R&un:", self.run_when)
+        #: the Alt letters of the dialog's own controls: a kind's form gives its fields others
+        self._reserved = {
+            m
+            for text in (
+                "&Kind:",
+                "&Title:",
+                "R&un:",
+                priority_label.text(),
+                attempts_label.text(),
+                self.submit_button.text(),
+                self.cancel_button.text(),
+                *(self.tabs.tabText(i) for i in range(self.tabs.count())),
+            )
+            if (m := mnemonic_of(text))
+        }
         status = QHBoxLayout()
         status.addWidget(self.message, 1)
         status.addWidget(self.size_label, 0, Qt.AlignmentFlag.AlignTop)
@@ -459,7 +474,7 @@ class SubmitDialog(QDialog):
         self._fits = True
         self.form_note.hide()
         if self.spec is not None:
-            self.form = InputForm(self.spec, provider)
+            self.form = InputForm(self.spec, provider, reserved=self._reserved)
             self.form.changed.connect(self._form_touched)
             self.form.changed.connect(self._form_changed)
             self.form.submit_requested.connect(self.try_submit)
@@ -927,7 +942,8 @@ class ReplayDialog(QDialog):
         self.tabs.addTab(form_page, "&Form")
         self.tabs.addTab(self.editor, "&JSON")
         if self.spec is not None:
-            self.form = InputForm(self.spec, controller.providers.get(job.kind))
+            # (its fields' Alt letters clear of the tabs', Replay's, Cancel's and Input's)
+            self.form = InputForm(self.spec, controller.providers.get(job.kind), reserved={"f", "j", "r", "c", "i"})
             self.form.setObjectName("replayForm")
             count = self.spec.count_field
             if count is not None:  # a replay is one job: no count
@@ -1263,7 +1279,7 @@ class PreferencesDialog(QDialog):
         row = QHBoxLayout()
         row.addWidget(self.store, 1)
         row.addWidget(self.store_test)
-        form.addRow("&Store:", row)
+        add_labelled_row(form, "&Store:", row, self.store)
         self.store_status = QLabel()
         self.store_status.setWordWrap(True)
         form.addRow("", self.store_status)

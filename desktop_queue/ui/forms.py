@@ -14,7 +14,7 @@ on a pool thread; the list is remembered for the session).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
@@ -103,6 +103,62 @@ class PromptEditor(QPlainTextEdit):
                 return
             block = block.next()
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+
+
+def mnemonic_of(text: str) -> str | None:
+    """The Alt letter of a control's text (``"Pro&file:"`` -> ``"f"``; ``&&`` is an ampersand), or None."""
+    plain = text.replace("&&", "")
+    at = plain.find("&")
+    return plain[at + 1].casefold() if 0 <= at < len(plain) - 1 and not plain[at + 1].isspace() else None
+
+
+def with_free_mnemonic(text: str, taken: set[str]) -> str:
+    """``text`` with an Alt letter that ``taken`` does not hold, which it then holds.
+
+    Its own letter when free; else the first free letter that starts a word, else any
+    free letter; else none. A text without an Alt letter keeps none. Two controls of one
+    dialog on one letter make Alt+letter cycle between them instead of acting: the New
+    job dialog's "&Max attempts" and a chat form's "&Model" did.
+    """
+    own = mnemonic_of(text)
+    if own is None:
+        return text
+    if own not in taken:
+        taken.add(own)
+        return text
+    plain = text.replace("&&", "\0").replace("&", "").replace("\0", "&&")
+    starts = [i for i, c in enumerate(plain) if c.isalpha() and (i == 0 or not plain[i - 1].isalpha())]
+    for i in [*starts, *range(len(plain))]:
+        c = plain[i]
+        if c.isalpha() and c.casefold() not in taken and (i == 0 or plain[i - 1] != "&"):
+            taken.add(c.casefold())
+            return plain[:i] + "&" + plain[i:]
+    return plain
+
+
+def free_mnemonics(texts: Iterable[str], reserved: Iterable[str] = ()) -> list[str]:
+    """The texts of one dialog's controls with Alt letters apart: each keeps its own letter
+    unless ``reserved`` or an earlier text holds it; those that clash then take free ones
+    (:func:`with_free_mnemonic`), so that a clash never moves a letter another text keeps."""
+    texts = list(texts)
+    taken = set(reserved)
+    clashing = []
+    for text in texts:
+        own = mnemonic_of(text)
+        clashing.append(own is not None and own in taken)
+        if own is not None:
+            taken.add(own)
+    return [with_free_mnemonic(text, taken) if clash else text for text, clash in zip(texts, clashing, strict=True)]
+
+
+def add_labelled_row(form: QFormLayout, text: str, row: QHBoxLayout, buddy: QWidget) -> QLabel:
+    """``form.addRow(text, row)`` for a row of several widgets, its label's Alt letter
+    going to ``buddy``: given a layout, QFormLayout sets no buddy, and the label read
+    "P&riority:", ampersand and all."""
+    label = QLabel(text)
+    label.setBuddy(buddy)
+    form.addRow(label, row)
+    return label
 
 
 def error_colour(widget: QWidget) -> str:
@@ -477,7 +533,9 @@ class InputForm(QWidget):
     changed = Signal()
     submit_requested = Signal()
 
-    def __init__(self, spec: InputSpec, provider: Any = None, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, spec: InputSpec, provider: Any = None, parent: QWidget | None = None, reserved: Iterable[str] = ()
+    ) -> None:
         super().__init__(parent)
         self.spec = spec
         self.setObjectName("inputForm")
@@ -512,7 +570,12 @@ class InputForm(QWidget):
         self.advanced.setContentsMargins(12, 0, 0, 0)
         self.advanced.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
         self.labels: dict[str, QLabel] = {}
-        for f in spec.fields:
+        has_advanced = any(f.advanced for f in spec.fields)
+        # the fields' Alt letters, clear of the dialog's own (``reserved``) and of each other
+        texts = free_mnemonics(
+            [f.label or f"{f.title}:" for f in spec.fields], {*reserved, *({"a"} if has_advanced else ())}
+        )
+        for f, text in zip(spec.fields, texts, strict=True):
             editor = FieldEditor(f, self._edited)
             self.editors[f.name] = editor
             if isinstance(editor.widget, PromptEditor):
@@ -521,13 +584,12 @@ class InputForm(QWidget):
                 self._add_model_button(
                     editor, self._provider_for(spec.fresh().get(self._profile_name or "")) or provider
                 )
-            label = QLabel(f.label or f"{f.title}:")
+            label = QLabel(text)
             label.setBuddy(editor.widget)
             if f.help:
                 label.setToolTip(f.help)
             self.labels[f.name] = label
             (self.advanced if f.advanced else self.main).addRow(label, editor.row)
-        has_advanced = any(f.advanced for f in spec.fields)
         self.advanced_toggle.setVisible(has_advanced)
         self.advanced_toggle.toggled.connect(self.show_advanced)
         layout.addWidget(self.advanced_toggle)

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_queue.ui.controller import BulkTask
+from desktop_queue.ui.forms import add_labelled_row
 
 
 def ask_note(parent: QWidget | None, count: int) -> str | None:
@@ -136,7 +137,7 @@ class ExportDialog(QDialog):
         form.addRow(QLabel(f"Exports {what}, with their timelines."))
         form.addRow("&Format:", self.format)
         form.addRow("", self.with_inputs)
-        form.addRow("&Save to:", where)
+        add_labelled_row(form, "&Save to:", where, self.path)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.ok = buttons.addButton("&Export", QDialogButtonBox.ButtonRole.AcceptRole)
         self.ok.setDefault(True)

@@ -214,3 +214,64 @@ def test_view_menu_brings_the_schedules_and_metrics_panes_forward(qtbot: Any, se
     window.action("alerts").trigger()
     assert window.tabs.currentWidget() is window.alerts_pane
     assert window.action("metrics").shortcut().toString() == "Ctrl+Shift+M"
+
+
+def _dialog_mnemonics(dialog: QWidget) -> list[tuple[str, str]]:
+    """(letter, what) of every Alt shortcut live in a dialog now: visible tabs, buttons, labels with a buddy."""
+    found = []
+    for widget in dialog.findChildren(QWidget):
+        if not widget.isVisibleTo(dialog):
+            continue
+        if isinstance(widget, QTabBar):
+            texts = [widget.tabText(i) for i in range(widget.count()) if widget.isTabVisible(i)]
+        elif isinstance(widget, QAbstractButton) or isinstance(widget, QLabel) and widget.buddy() is not None:
+            texts = [widget.text()]
+        else:
+            continue
+        found += [(m, f"{type(widget).__name__} {t}") for t in texts if (m := mnemonic(t))]
+    return found
+
+
+def test_the_new_job_and_replay_dialogs_give_each_field_an_alt_letter_of_its_own(
+    qtbot: Any, open_session: Any, data_dir: Path
+) -> None:
+    """A chat form's "&Model" beside the dialog's "&Max attempts", "Pro&file" beside the "&Form"
+    tab, "&Temperature", "Max &tokens" and "&Title": Alt+M, F and T cycled instead of acting."""
+    from desktop_queue.providers import discover
+    from desktop_queue.ui import dialogs
+
+    kinds = discover()
+    session = open_session(data_dir, lease=False, providers=kinds)
+    assert not isinstance(session, int)
+    window = session.window
+    window.show()
+    dialog = window.new_job()
+    qtbot.waitUntil(dialog.isVisible, timeout=3000)
+    clashes = []
+    for index in range(dialog.kind.count()):
+        dialog.kind.setCurrentIndex(index)
+        dialog.tabs.setCurrentIndex(0)
+        if dialog.form is not None:
+            dialog.form.show_advanced(True)  # (its fields too)
+        QApplication.processEvents()
+        try:
+            _assert_unique(_dialog_mnemonics(dialog), dialog.kind.currentText())
+        except AssertionError as exc:
+            clashes.append(str(exc).splitlines()[0])
+    dialog.reject()
+    assert not clashes
+    # a replay of a chat job: its form beside the Form and JSON tabs, Replay, Cancel and Input
+    job = session.queue.submit("openai.chat", {"prompt": "again"}, title="again").job
+    replay = dialogs.ReplayDialog(session.controller, job, window)
+    qtbot.addWidget(replay)
+    replay.open()
+    assert replay.form is not None
+    replay.form.show_advanced(True)
+    QApplication.processEvents()
+    _assert_unique(_dialog_mnemonics(replay), "replay")
+    replay.reject()
+    # the rule itself: a text keeps its letter unless another holds it first; one that
+    # clashes moves to a free one, never to a letter another text keeps
+    from desktop_queue.ui.forms import free_mnemonics
+
+    assert free_mnemonics(["Pro&file:", "&Prompt:", "&Model:"], {"f", "m"}) == ["P&rofile:", "&Prompt:", "M&odel:"]
