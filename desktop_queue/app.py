@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 GUI_LOCK_NAME = "gui.lock"
 #: the exit code after SIGINT or SIGTERM closed the window (as ``work`` exits when interrupted)
 EXIT_INTERRUPTED = 130
+#: how long a second start waits for a window that does not answer to close: one that is
+#: quitting gives its attempts up to 5 s to stop, then closes the store
+CLOSING_WAIT_S = 10.0
 
 
 class AlreadyRunning(Exception):
@@ -73,6 +76,18 @@ class InstanceLock:
             lock.close()
             raise AlreadyRunning(str(self.path.parent))
         self._lock = lock
+
+    def acquire_within(self, seconds: float) -> bool:
+        """Takes the lock once its holder lets it go, trying for ``seconds``; False if it does not."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            try:
+                self.acquire()
+            except AlreadyRunning:
+                continue
+            return True
+        return False
 
     def release(self) -> None:
         if self._lock is not None:
@@ -186,15 +201,19 @@ def start(
         if ask_running_window(path):
             print(f"Desktop Queue is already open on {path}: its window was brought to the front.", file=sys.stderr)
             return 0
-        dialogs.show_error(
-            None,
-            "Desktop Queue is already open",
-            f"Another Desktop Queue window is already using\n{path}\n"
-            "and did not come to the front when asked (it may be busy).\n\n"
-            "Switch to that window, or start this one with another --data-dir.\n"
-            "(Command-line tools and desktop-queue work can share the directory.)",
-        )
-        return 1
+        # a window that does not answer may be quitting (Quit, then a start at once): wait
+        # for it to let go before saying another window is open
+        print(f"Waiting for the Desktop Queue window on {path} to close…", file=sys.stderr)
+        if not lock.acquire_within(CLOSING_WAIT_S):
+            dialogs.show_error(
+                None,
+                "Desktop Queue is already open",
+                f"Another Desktop Queue window is already using\n{path}\n"
+                "and did not come to the front when asked (it may be busy).\n\n"
+                "Switch to that window, or start this one with another --data-dir.\n"
+                "(Command-line tools and desktop-queue work can share the directory.)",
+            )
+            return 1
     except OSError as exc:
         dialogs.show_error(None, "Desktop Queue cannot start", f"{path} is not usable: {exc.strerror or exc}.")
         return 1

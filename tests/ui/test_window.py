@@ -293,14 +293,45 @@ def test_a_second_window_is_refused_clearly_when_the_first_does_not_answer(
 ) -> None:
     """A window too busy to answer (here: this same thread, blocked in the second start)
     is explained instead."""
+    from desktop_queue import app
     from desktop_queue.ui import activation
 
     monkeypatch.setattr(activation, "ANSWER_MS", 200)
+    monkeypatch.setattr(app, "CLOSING_WAIT_S", 0.5)  # (it does not close: the wait runs out)
     first = open_session(data_dir)
     assert not isinstance(first, int)
     assert open_session(data_dir) == 1
     title, text = prompts.errors[-1]
     assert "already open" in title and str(data_dir) in text and "did not come to the front" in text
+
+
+def test_a_start_while_the_window_is_closing_waits_for_it_and_opens(
+    open_session: Any, data_dir: Path, prompts: Any
+) -> None:
+    """Quit, then start again at once: the closing window (giving its attempts up to 5 s
+    to stop) held the lock and did not answer, and the new start said another was open."""
+    from desktop_queue.app import GUI_LOCK_NAME
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    closing = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from desktop_queue.core.store.fileio import FileLock; "
+            "lock = FileLock(sys.argv[1]); assert lock.acquire(exclusive=True, blocking=False); "
+            "print('held', flush=True); time.sleep(1.5)",
+            str(data_dir / GUI_LOCK_NAME),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert closing.stdout is not None and closing.stdout.readline().strip() == "held"
+        session = open_session(data_dir)
+    finally:
+        closing.wait(timeout=30)
+    assert not isinstance(session, int), prompts.errors
+    assert prompts.errors == []
 
 
 def test_a_socket_a_crashed_window_left_does_not_stop_the_next_one(open_session: Any, data_dir: Path) -> None:
