@@ -407,20 +407,11 @@ class SubmitDialog(QDialog):
         self.run_when = RunWhen(controller.queue.clock.now)
         options.addRow("R&un:", self.run_when)
         #: the Alt letters of the dialog's own controls: a kind's form gives its fields others
-        self._reserved = {
-            m
-            for text in (
-                "&Kind:",
-                "&Title:",
-                "R&un:",
-                priority_label.text(),
-                attempts_label.text(),
-                self.submit_button.text(),
-                self.cancel_button.text(),
-                *(self.tabs.tabText(i) for i in range(self.tabs.count())),
-            )
-            if (m := mnemonic_of(text))
-        }
+        labels = [top.labelForField(self.kind), options.labelForField(self.title), options.labelForField(self.run_when)]
+        own = [label.text() for label in (*labels, priority_label, attempts_label) if isinstance(label, QLabel)]
+        own += [self.submit_button.text(), self.cancel_button.text()]
+        own += [self.tabs.tabText(i) for i in range(self.tabs.count())]
+        self._reserved = {m for text in own if (m := mnemonic_of(text))}
         status = QHBoxLayout()
         status.addWidget(self.message, 1)
         status.addWidget(self.size_label, 0, Qt.AlignmentFlag.AlignTop)
@@ -941,9 +932,17 @@ class ReplayDialog(QDialog):
         self.tabs = QTabWidget()
         self.tabs.addTab(form_page, "&Form")
         self.tabs.addTab(self.editor, "&JSON")
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.replay_button = self.buttons.addButton("&Replay", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.replay_button.setToolTip("Queue the new job (Ctrl+Enter from anywhere in the dialog)")
+        input_label = QLabel("&Input:")
+        input_label.setBuddy(self.tabs)
         if self.spec is not None:
-            # (its fields' Alt letters clear of the tabs', Replay's, Cancel's and Input's)
-            self.form = InputForm(self.spec, controller.providers.get(job.kind), reserved={"f", "j", "r", "c", "i"})
+            # (its fields' Alt letters clear of the dialog's own)
+            own = [self.tabs.tabText(i) for i in range(self.tabs.count())]
+            own += [b.text() for b in self.buttons.buttons()] + [input_label.text()]
+            reserved = {m for text in own if (m := mnemonic_of(text))}
+            self.form = InputForm(self.spec, controller.providers.get(job.kind), reserved=reserved)
             self.form.setObjectName("replayForm")
             count = self.spec.count_field
             if count is not None:  # a replay is one job: no count
@@ -962,9 +961,6 @@ class ReplayDialog(QDialog):
             self.tabs.setTabEnabled(self.FORM_TAB, False)
         self.tabs.setCurrentIndex(self.FORM_TAB if self._fits else self.JSON_TAB)
 
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
-        self.replay_button = self.buttons.addButton("&Replay", QDialogButtonBox.ButtonRole.AcceptRole)
-        self.replay_button.setToolTip("Queue the new job (Ctrl+Enter from anywhere in the dialog)")
         layout = QVBoxLayout(self)
         layout.addWidget(explain)
         heading = QLabel("What will happen")
@@ -973,9 +969,7 @@ class ReplayDialog(QDialog):
         heading.setFont(font)
         layout.addWidget(heading)
         layout.addWidget(self.preview)
-        label = QLabel("&Input:")
-        label.setBuddy(self.tabs)
-        layout.addWidget(label)
+        layout.addWidget(input_label)
         layout.addWidget(self.tabs, 1)
         layout.addWidget(self.message)
         layout.addWidget(self.buttons)
