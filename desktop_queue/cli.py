@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -437,9 +437,10 @@ def _ago(ts: float | None, now: float) -> str:
     return f"in {text}" if future else f"{text} ago"
 
 
-def describe_state(job: Job, now: float) -> str:
+def describe_state(job: Job, now: float, hold: Hold | None = None) -> str:
     """The state as people read it, in the window's words (:mod:`desktop_queue.core.present`):
-    ``retrying in 12 s (backoff)`` for a queued job that waits, ``running 63 s, lease 33 s
+    ``retrying in 12 s (backoff)`` for a queued job that waits, ``waiting: rate limit
+    (~12 s)`` for a due one ``hold`` holds (:func:`_holds`), ``running 63 s, lease 33 s
     overdue`` for one whose holder stopped renewing it, ``dead (fatal)`` for a dead letter."""
     late = job.state == State.RUNNING and job.lease_expires_at is not None and job.lease_expires_at < now
     if (job.state == State.QUEUED and job.run_after > now + 0.5) or late:
@@ -448,24 +449,74 @@ def describe_state(job: Job, now: float) -> str:
         doc = job.to_json(with_events=False, with_input=False)
         if not late or present.lease_overdue(doc, now) is not None:
             return present.describe_state(doc, now)
+    if job.state == State.QUEUED and hold is not None:
+        reason = hold(job.to_json(with_events=False))
+        if reason:
+            return reason
     if job.state == State.DEAD and job.last_error:
         return f"dead ({job.last_error.get('class')})"
     return job.state
 
 
-def _print_job_line(job: Job, now: float) -> None:
+#: (job dict) -> why a queued, due job waits now (``waiting: rate limit (~12 s)``), or None
+Hold = Callable[[dict[str, Any]], str | None]
+
+
+@contextlib.contextmanager
+def _holds(args: argparse.Namespace, jobs: Sequence[Job], now: float) -> Iterator[Hold | None]:
+    """Why queued, due jobs wait, as the window says it: the background switch and flow
+    control (rate limits, breakers, budgets, keys), which every process on the data dir
+    shares. None when no such job is listed, or when they cannot be read (a display never
+    fails on them)."""
+    flow = None
+    if any(j.state == State.QUEUED and j.run_after <= now + 0.5 for j in jobs):
+        from desktop_queue.core.model import Priority
+        from desktop_queue.core.pause import BackgroundSwitch
+        from desktop_queue.core.present import background_pause_reason
+        from desktop_queue.providers.setup import build
+
+        data_dir = resolve_data_dir(args.data_dir)
+        try:
+            paused = BackgroundSwitch(data_dir).state()
+            _providers, flow = build(_load_profiles(), data_dir=data_dir, backend=_store(args).get("backend"))
+        except Exception:  # (a damaged profiles file, an unreadable flow state: the state shows without its reason)
+            flow = None
+    if flow is None:
+        yield None
+        return
+
+    def hold(job: dict[str, Any]) -> str | None:
+        if job.get("priority") == Priority.BACKGROUND and paused.paused:
+            return background_pause_reason(paused)
+        try:
+            return flow.waiting_reason(job)
+        except Exception:
+            return None
+
+    try:
+        yield hold
+    finally:
+        flow.close()
+
+
+def _print_job_line(job: Job, now: float, state: str, width: int = 26) -> None:
     title = job.title if len(job.title) <= 40 else job.title[:39] + "…"
     print(
-        f"{job.id}  {describe_state(job, now):<26} {job.kind:<12} {job.attempts}/{job.max_attempts}  "
+        f"{job.id}  {state:<{width}} {job.kind:<12} {job.attempts}/{job.max_attempts}  "
         f"{_ago(job.created_at, now):>9}  {title}"
     )
 
 
 def _print_job(
-    job: Job, now: float, timeline: bool = True, artifact: Path | None = None, result_problem: str | None = None
+    job: Job,
+    now: float,
+    timeline: bool = True,
+    artifact: Path | None = None,
+    result_problem: str | None = None,
+    hold: Hold | None = None,
 ) -> None:
     print(f"job       {job.id}  {job.title}")
-    print(f"state     {describe_state(job, now)}")
+    print(f"state     {describe_state(job, now, hold)}")
     print(f"kind      {job.kind}  priority {job.priority}")
     print(f"attempts  {job.attempts}/{job.max_attempts} this run (run {job.run}), {job.total_attempts} in all")
     print(f"key       {job.idempotency_key} ({job.key_source})")
@@ -715,8 +766,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         now = time.time()
         if not jobs:
             print("no jobs" + (f" in state {args.state}" if args.state else ""))
-        for job in jobs:
-            _print_job_line(job, now)
+        with _holds(args, jobs, now) as hold:
+            states = [describe_state(job, now, hold) for job in jobs]
+        # (the columns after it line up: as wide as the longest reason shown, within reason)
+        width = min(max([26, *map(len, states)]), 60)
+        for job, state in zip(jobs, states, strict=True):
+            _print_job_line(job, now, state, width)
     return EXIT_OK
 
 
@@ -745,7 +800,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             _out(data)
         else:
             artifact = queue.results.artifact_path(job.idempotency_key) if job.result_ref else None
-            _print_job(job, time.time(), artifact=artifact, result_problem=problem.message if problem else None)
+            now = time.time()
+            with _holds(args, [job], now) as hold:
+                _print_job(job, now, artifact=artifact, result_problem=problem.message if problem else None, hold=hold)
             if job.result_ref and problem is None:
                 from desktop_queue.core.result_view import read_result
 

@@ -509,3 +509,18 @@ def test_list_and_show_say_when_a_running_job_s_holder_stopped_renewing(dq: Cli)
         ran, late = int(found[1]), int(found[2])
         assert 100 <= ran < 130 and ran - late in (29, 30, 31)  # (the commands take their time)
     assert "state     running " in shown
+
+
+def test_list_and_show_say_why_a_due_job_waits(dq: Cli) -> None:
+    """`list` said "queued" for a job held by the data dir's background switch (or a rate
+    limit), where the window says why it waits."""
+    background = dq.submit({"prompt": "nightly", "duration_s": 0.05}, "--title", "Nightly")
+    interactive = dq.submit({"prompt": "now", "duration_s": 0.05}, "--title", "Now", "--priority", "interactive")
+    assert dq.run("pause-background").code == OK
+    lines = {line.split()[0]: line for line in dq.run("list").out.splitlines()}
+    assert "background jobs paused (by cli)" in lines[background["id"]], lines
+    assert "queued" in lines[interactive["id"]] and "paused" not in lines[interactive["id"]]
+    assert "state     background jobs paused (by cli)" in dq.run("show", background["id"]).out
+    assert [j["state"] for j in dq.jobs()] == ["queued", "queued"]  # (--json keeps the state)
+    assert dq.run("resume-background").code == OK
+    assert "paused" not in dq.run("list").out
