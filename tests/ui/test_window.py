@@ -306,30 +306,46 @@ def test_a_second_window_is_refused_clearly_when_the_first_does_not_answer(
 
 
 def test_a_start_while_the_window_is_closing_waits_for_it_and_opens(
-    open_session: Any, data_dir: Path, prompts: Any
+    open_session: Any, data_dir: Path, prompts: Any, monkeypatch: Any
 ) -> None:
     """Quit, then start again at once: the closing window (giving its attempts up to 5 s
     to stop) held the lock and did not answer, and the new start said another was open."""
-    from desktop_queue.app import GUI_LOCK_NAME
+    from desktop_queue import app
 
     data_dir.mkdir(parents=True, exist_ok=True)
+    # a window closing: it holds the lock until told to let go (its process ends)
     closing = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from desktop_queue.core.store.fileio import FileLock; "
+            "import sys; from desktop_queue.core.store.fileio import FileLock; "
             "lock = FileLock(sys.argv[1]); assert lock.acquire(exclusive=True, blocking=False); "
-            "print('held', flush=True); time.sleep(1.5)",
-            str(data_dir / GUI_LOCK_NAME),
+            "print('held', flush=True); sys.stdin.readline()",
+            str(data_dir / app.GUI_LOCK_NAME),
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+    asked: list[Path] = []
+
+    def unanswered(path: Path) -> bool:
+        # the start found the lock held and asks the window, which does not answer: it
+        # lets go only now, while the start waits
+        asked.append(path)
+        assert closing.stdin is not None
+        closing.stdin.close()
+        return False
+
+    monkeypatch.setattr(app, "ask_running_window", unanswered)
     try:
         assert closing.stdout is not None and closing.stdout.readline().strip() == "held"
         session = open_session(data_dir)
     finally:
+        if closing.stdin is not None and not closing.stdin.closed:
+            closing.stdin.close()
         closing.wait(timeout=30)
+    assert asked  # (the lock was held when the start came)
     assert not isinstance(session, int), prompts.errors
     assert prompts.errors == []
 
