@@ -463,33 +463,30 @@ Hold = Callable[[dict[str, Any]], str | None]
 
 
 @contextlib.contextmanager
-def _holds(args: argparse.Namespace, jobs: Sequence[Job], now: float) -> Iterator[Hold | None]:
-    """Why queued, due jobs wait, as the window says it: the background switch and flow
-    control (rate limits, breakers, budgets, keys), which every process on the data dir
+def _holds(queue: Queue, jobs: Sequence[Job], now: float) -> Iterator[Hold | None]:
+    """Why queued, due jobs wait, as the window says it (:func:`~desktop_queue.core.present.shared_hold_reason`):
+    the background switch and flow control, which every process on ``queue``'s data dir
     shares. None when no such job is listed, or when they cannot be read (a display never
     fails on them)."""
     flow = None
     if any(j.state == State.QUEUED and j.run_after <= now + 0.5 for j in jobs):
-        from desktop_queue.core.model import Priority
         from desktop_queue.core.pause import BackgroundSwitch
-        from desktop_queue.core.present import background_pause_reason
         from desktop_queue.providers.setup import build
 
-        data_dir = resolve_data_dir(args.data_dir)
         try:
-            paused = BackgroundSwitch(data_dir).state()
-            _providers, flow = build(_load_profiles(), data_dir=data_dir, backend=_store(args).get("backend"))
+            paused = BackgroundSwitch(queue.data_dir).state()
+            # (the queue's own backend: on PostgreSQL, flow control's state lives beside the jobs)
+            _providers, flow = build(_load_profiles(), data_dir=queue.data_dir, backend=queue.store)
         except Exception:  # (a damaged profiles file, an unreadable flow state: the state shows without its reason)
             flow = None
     if flow is None:
         yield None
         return
+    from desktop_queue.core.present import shared_hold_reason
 
     def hold(job: dict[str, Any]) -> str | None:
-        if job.get("priority") == Priority.BACKGROUND and paused.paused:
-            return background_pause_reason(paused)
         try:
-            return flow.waiting_reason(job)
+            return shared_hold_reason(job, paused, flow)
         except Exception:
             return None
 
@@ -766,7 +763,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         now = time.time()
         if not jobs:
             print("no jobs" + (f" in state {args.state}" if args.state else ""))
-        with _holds(args, jobs, now) as hold:
+        with _holds(queue, jobs, now) as hold:
             states = [describe_state(job, now, hold) for job in jobs]
         # (the columns after it line up: as wide as the longest reason shown, within reason)
         width = min(max([26, *map(len, states)]), 60)
@@ -801,7 +798,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         else:
             artifact = queue.results.artifact_path(job.idempotency_key) if job.result_ref else None
             now = time.time()
-            with _holds(args, [job], now) as hold:
+            with _holds(queue, [job], now) as hold:
                 _print_job(job, now, artifact=artifact, result_problem=problem.message if problem else None, hold=hold)
             if job.result_ref and problem is None:
                 from desktop_queue.core.result_view import read_result

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from desktop_queue.core.flow import BACKGROUND_PAUSED, FlowEvent, FlowEventType, background_reason
+from desktop_queue.core.flow import BACKGROUND_PAUSED, FlowControl, FlowEvent, FlowEventType, background_reason
 from desktop_queue.core.ledger import Budget, format_usd
 from desktop_queue.core.model import Priority, State
 from desktop_queue.core.pause import PauseState
@@ -254,6 +254,16 @@ def background_pause_text(state: PauseState, now: float | None = None) -> str | 
 def background_pause_reason(state: PauseState) -> str:
     """A background job's reason while the data dir's switch is on: ``background jobs paused (by cli)``."""
     return f"{BACKGROUND_PAUSED} (by {state.by or 'someone'})"
+
+
+def shared_hold_reason(job: Mapping[str, Any], background: PauseState, flow: FlowControl | None) -> str | None:
+    """Why a queued, due job waits for a reason every process on the data dir shares: the
+    background switch (a background job), then flow control (a rate limit, an open
+    breaker, a budget, a missing key); None when neither holds it. The window adds its
+    own worker's reasons after these; ``list`` and ``show`` say these alone."""
+    if job.get("priority") == Priority.BACKGROUND and background.paused:
+        return background_pause_reason(background)
+    return flow.waiting_reason(job) if flow is not None else None
 
 
 #: provider status levels, worst last

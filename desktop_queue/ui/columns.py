@@ -105,15 +105,19 @@ class ColumnFitter(QObject):
 
     # ----------------------------------------------------------------- widths
 
+    def _chars(self, n: int) -> int:
+        """The width of ``n`` average characters of the view's font, and the cell's padding."""
+        return QFontMetrics(self.view.font()).averageCharWidth() * n + 16
+
     @property
     def main_min(self) -> int:
         """The main column's least width: about 28 characters (it grows with the font)."""
-        return QFontMetrics(self.view.font()).averageCharWidth() * MAIN_MIN_CHARS + 16
+        return self._chars(MAIN_MIN_CHARS)
 
     @property
     def main_floor(self) -> int:
         """The least the main column gives way to when that lets the table fit: about 20 characters."""
-        return QFontMetrics(self.view.font()).averageCharWidth() * MAIN_FLOOR_CHARS + 16
+        return self._chars(MAIN_FLOOR_CHARS)
 
     def _scale(self) -> float:
         """The view's font against the 9-point font the default widths were chosen for."""
@@ -158,7 +162,7 @@ class ColumnFitter(QObject):
             least = max(least, self.view.sizeHintForColumn(column))
         chars = self.floors.get(column)
         if chars is not None:
-            least = max(least, QFontMetrics(self.view.font()).averageCharWidth() * chars + 16)
+            least = max(least, self._chars(chars))
         whole = self.whole.get(column)
         if whole is not None:
             shown, beside_icon = whole
@@ -202,7 +206,7 @@ class ColumnFitter(QObject):
                     header.resizeSection(i, width)
             left = available - sum(widths.values())
             # (below its floor the table scrolls whatever the main column gives: it keeps its 28 characters)
-            header.resizeSection(self.main, left if left >= self.main_floor else max(main_min, left))
+            header.resizeSection(self.main, left if left >= self.main_floor else main_min)
         finally:
             self._fitting = False
 

@@ -23,10 +23,10 @@ from desktop_queue.core.model import Actor, Priority
 from desktop_queue.core.pause import PauseState
 from desktop_queue.core.present import (
     PAUSED,
-    background_pause_reason,
     background_pause_text,
     now_line,
     priority_reason,
+    shared_hold_reason,
     slot_reason,
 )
 from desktop_queue.core.preview import ReplayPreview, preview_replay
@@ -275,9 +275,7 @@ class Controller(QObject):
         window's worker, for the kinds it runs: paused, the lane (interactive jobs
         first), every slot busy. A kind only other processes run is not held here.
         """
-        if job.get("priority") == Priority.BACKGROUND and self._background_state.paused:
-            return background_pause_reason(self._background_state)  # every process honours it
-        reason = self._flow_reason(job)
+        reason = shared_hold_reason(job, self._background_state, self.flow)  # every process honours these
         if reason:
             return reason
         if job.get("kind") not in self.providers:

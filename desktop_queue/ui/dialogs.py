@@ -44,7 +44,7 @@ from desktop_queue.core.queue import MAX_BATCH, MAX_BATCH_BYTES, MAX_INPUT_BYTES
 from desktop_queue.providers.profiles import Preset, ProfileSet
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.ui.controller import Controller
-from desktop_queue.ui.forms import FieldProblem, InputForm, add_labelled_row, error_colour, mnemonic_of
+from desktop_queue.ui.forms import FieldProblem, InputForm, add_labelled_row, error_colour, mnemonics
 from desktop_queue.ui.icons import icon
 from desktop_queue.ui.run_when import RunWhen
 from desktop_queue.ui.settings import APPLICATION, MAX_CONCURRENCY, ORGANIZATION, Preferences
@@ -408,10 +408,13 @@ class SubmitDialog(QDialog):
         options.addRow("R&un:", self.run_when)
         #: the Alt letters of the dialog's own controls: a kind's form gives its fields others
         labels = [top.labelForField(self.kind), options.labelForField(self.title), options.labelForField(self.run_when)]
-        own = [label.text() for label in (*labels, priority_label, attempts_label) if isinstance(label, QLabel)]
-        own += [self.submit_button.text(), self.cancel_button.text()]
-        own += [self.tabs.tabText(i) for i in range(self.tabs.count())]
-        self._reserved = {m for text in own if (m := mnemonic_of(text))}
+        self._reserved = mnemonics(
+            [
+                *(label.text() for label in (*labels, priority_label, attempts_label) if isinstance(label, QLabel)),
+                *(button.text() for button in self.buttons.buttons()),
+                *(self.tabs.tabText(i) for i in range(self.tabs.count())),
+            ]
+        )
         status = QHBoxLayout()
         status.addWidget(self.message, 1)
         status.addWidget(self.size_label, 0, Qt.AlignmentFlag.AlignTop)
@@ -939,9 +942,13 @@ class ReplayDialog(QDialog):
         input_label.setBuddy(self.tabs)
         if self.spec is not None:
             # (its fields' Alt letters clear of the dialog's own)
-            own = [self.tabs.tabText(i) for i in range(self.tabs.count())]
-            own += [b.text() for b in self.buttons.buttons()] + [input_label.text()]
-            reserved = {m for text in own if (m := mnemonic_of(text))}
+            reserved = mnemonics(
+                [
+                    *(self.tabs.tabText(i) for i in range(self.tabs.count())),
+                    *(button.text() for button in self.buttons.buttons()),
+                    input_label.text(),
+                ]
+            )
             self.form = InputForm(self.spec, controller.providers.get(job.kind), reserved=reserved)
             self.form.setObjectName("replayForm")
             count = self.spec.count_field

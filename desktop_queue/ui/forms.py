@@ -112,6 +112,11 @@ def mnemonic_of(text: str) -> str | None:
     return plain[at + 1].casefold() if 0 <= at < len(plain) - 1 and not plain[at + 1].isspace() else None
 
 
+def mnemonics(texts: Iterable[str]) -> set[str]:
+    """The Alt letters of controls' texts (a dialog's own, which its form must leave free)."""
+    return {m for text in texts if (m := mnemonic_of(text))}
+
+
 def with_free_mnemonic(text: str, taken: set[str]) -> str:
     """``text`` with an Alt letter that ``taken`` does not hold, which it then holds.
 
