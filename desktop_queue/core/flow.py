@@ -59,6 +59,7 @@ import orjson
 
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import QueueError, StoreError
+from desktop_queue.core.lapse import Lapse, os_reason
 from desktop_queue.core.ledger import Budget, SpendLedger, Spent, budget_reason, estimate_usage, usage_of
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.model import ErrorClass, State
@@ -1070,6 +1071,8 @@ class FlowControl:
         self._known_profiles_only: str | None = None  # kind prefix whose jobs need a configured profile
         self._others: dict[str, Any] = {}  # shared state of profiles this process does not run
         self._throttled: set[str] = set()  # jobs whose throttle pause is already counted
+        # the state is saved around every lease: a full disk would log each one
+        self._unsaved = Lapse(log, "could not save the flow state", "saved the flow state again")
 
     # ------------------------------------------------------------------ shared state
 
@@ -1095,7 +1098,9 @@ class FlowControl:
                             try:
                                 self._shared.write(self._dump())
                             except (OSError, StoreError) as exc:  # a full disk: limits keep working in memory
-                                log.warning("could not save the flow state: %s", exc)
+                                self._unsaved.failed(os_reason(exc))
+                            else:
+                                self._unsaved.ended()
                 else:
                     yield
             finally:

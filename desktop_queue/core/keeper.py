@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from desktop_queue.core.errors import QueueError, StaleLease
+from desktop_queue.core.lapse import Lapse
 from desktop_queue.core.liveness import SuspendDetector, Suspension
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._suspensions: deque[Suspension] = deque(maxlen=64)
+        # one spell for every lease: what fails them all is the store (a full disk)
+        self._unrenewed = Lapse(log, "could not renew a lease", "renewed leases again")
 
     # ------------------------------------------------------------------ the runtime's side
 
@@ -156,8 +159,9 @@ class LeaseKeeper:
                     self.on_lost(kept.lease)
                 continue
             except QueueError as exc:  # the store is unusable for a moment: the next round tries again
-                log.warning("could not renew the lease of %s: %s", kept.lease.job_id, exc)
+                self._unrenewed.failed(f"{exc} (job {kept.lease.job_id})")
                 continue
+            self._unrenewed.ended()
             kept.renewed = self._mono()
             renewed += 1
         if suspension is not None and self.on_suspend is not None:

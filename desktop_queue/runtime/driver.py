@@ -47,6 +47,7 @@ from desktop_queue.core import Lease, Outcome, Queue, RunContext, StaleLease
 from desktop_queue.core.errors import QueueError, StoreError
 from desktop_queue.core.flow import NeedsSession
 from desktop_queue.core.keeper import LeaseKeeper
+from desktop_queue.core.lapse import Lapse
 from desktop_queue.core.model import ErrorClass, Priority
 from desktop_queue.core.pause import BackgroundSwitch
 from desktop_queue.core.present import flow_event_text
@@ -496,6 +497,9 @@ class LeaseDriver(QObject):
         self._was_idle = False
         # outcomes the store refused, by job id, oldest first; their leases stay kept
         self._held: dict[str, _Finish] = {}
+        self._outcome_waits = Lapse(
+            log, "the outcome of {key} waits for the store to take it", "the store took the outcome of {key}"
+        )
         # committed outcomes flow control could not settle yet (its shared state did not
         # answer), oldest first: told again, so their slots and spend are not lost
         self._unsettled: list[tuple[str, Any, Outcome | None, Any]] = []
@@ -1313,6 +1317,7 @@ class LeaseDriver(QObject):
         try:
             state, cancelled = self._commit(finish)
         except StaleLease:
+            self._outcome_waits.forget(lease.job_id)
             if finish.timed_out:
                 return True
             self.stale_result.emit(lease.job_id)
@@ -1323,13 +1328,15 @@ class LeaseDriver(QObject):
         except StoreError as exc:
             self._held[lease.job_id] = finish
             self.keeper.add(lease, self.lease_s or self.queue.lease_length(lease.job.kind))
-            log.warning("the outcome of %s waits for the store to take it", lease.job_id)
+            self._outcome_waits.failed(key=lease.job_id)
             self._store_failed(exc)
             return False
         except QueueError as exc:
+            self._outcome_waits.forget(lease.job_id)
             log.error("could not commit the outcome of %s: %s", lease.job_id, exc)
             self.error.emit(str(exc))
         else:
+            self._outcome_waits.ended(lease.job_id)
             self._store_ok()
         outcome = finish.outcome
         if finish.timed_out:

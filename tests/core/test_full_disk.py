@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -74,3 +75,37 @@ def test_a_full_disk_during_a_lease_changes_nothing(
     assert (after.state, after.attempts) == (State.QUEUED, 0)
     lease = queue.lease("w1")
     assert lease is not None and lease.attempt == 1
+
+
+def test_a_segment_that_cannot_rotate_keeps_taking_commits_and_says_so_once(
+    open_queue: OpenQueue, data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past its rotation size, every commit asks for the next segment: on a full disk, told once."""
+    queue = open_queue(rotate_bytes=4096, background_compaction=False)
+    full = {"on": True}
+    real_write = storage_module.atomic_write
+
+    def atomic_write(path: Path, data: bytes, **kwargs: object) -> bool:
+        if full["on"]:
+            raise StoreError(f"could not write {path.name}: No space left on device; nothing was changed")
+        return real_write(path, data, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(storage_module, "atomic_write", atomic_write)
+    caplog.set_level(logging.INFO, logger=storage_module.log.name)
+    ids = [queue.submit("demo", {"prompt": f"job {n}"}).job.id for n in range(40)]
+    assert len(list(data_dir.glob("store/journal-*.jsonl"))) == 1  # the current one took them all
+    full["on"] = False
+    ids.append(queue.submit("demo", {"prompt": "with room"}).job.id)
+    assert len(list(data_dir.glob("store/journal-*.jsonl"))) == 2
+
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "journal segment" in r.getMessage()]
+    assert len(said) == 2
+    assert said[0] == (
+        logging.WARNING,
+        "could not start a new journal segment: could not write journal-000000000002.jsonl: "
+        "No space left on device; nothing was changed",
+    )
+    assert said[1][0] == logging.INFO
+    assert said[1][1].startswith("started a new journal segment again (it had failed ")
+    queue.close()
+    assert sorted(j.id for j in open_queue().list()) == sorted(ids)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from desktop_queue.core import FakeClock, Queue, RetryPolicy, StaleLease, State, reconcile
+from desktop_queue.core.errors import StoreError
 from desktop_queue.core.keeper import LeaseKeeper
 from desktop_queue.core.liveness import SuspendDetector, holder_alive, this_process
 from desktop_queue.providers.demo import DemoProvider
@@ -142,6 +144,49 @@ def test_the_keeper_renews_every_third_of_a_lease(queue: Queue, clock: FakeClock
     clock.advance(1.0)
     assert keeper.run_once() == 1
     assert queue.get(lease.job_id).lease_expires_at == pytest.approx(clock.now() + 3.0)
+
+
+def test_renewals_a_full_disk_refuses_are_logged_once_and_their_return_once(
+    queue: Queue, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue.submit("demo", {"prompt": "kept"})
+    lease = queue.lease("w", kept=True)
+    assert lease is not None
+    full = {"on": True}
+
+    class FullDiskQueue:
+        """The queue, whose heartbeats the store refuses while the disk is full."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(queue, name)
+
+        def heartbeat(self, *args: Any) -> Any:
+            if full["on"]:
+                raise StoreError("could not write to the task store: No space left on device; the change was not made")
+            return queue.heartbeat(*args)
+
+    mono = Mono()
+    keeper = LeaseKeeper(
+        FullDiskQueue(), monotonic=mono, detector=SuspendDetector(1.0, gap=lambda: 0.0, monotonic=mono)
+    )
+    keeper.add(lease, 3.0)
+    caplog.set_level(logging.INFO, logger="desktop_queue.core.keeper")
+    for _ in range(30):  # thirty renewals due and refused, as in half a minute of a full disk
+        mono.t += 1.0
+        assert keeper.run_once() == 0
+    full["on"] = False
+    mono.t += 1.0
+    assert keeper.run_once() == 1
+
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "desktop_queue.core.keeper"]
+    assert said == [
+        (
+            logging.WARNING,
+            "could not renew a lease: could not write to the task store: No space left on device; "
+            f"the change was not made (job {lease.job_id})",
+        ),
+        (logging.INFO, "renewed leases again (it had failed 30 times in a row)"),
+    ]
 
 
 def test_after_a_suspension_every_lease_is_renewed_at_once(queue: Queue, clock: FakeClock) -> None:

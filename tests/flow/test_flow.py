@@ -527,3 +527,48 @@ def test_a_slot_held_by_a_process_that_ended_is_freed(tmp_path: Any) -> None:
     clock.advance(6)  # the next prune looks at who holds the slots
     assert flow.accept(job("mine"))
     assert flow.snapshot("openai")["in_flight"] == 1
+
+
+def test_a_full_disk_under_the_shared_state_is_logged_once_and_limits_still_hold(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every lease saves the shared state: on a full disk that fails each time, and is logged once."""
+    import errno
+    import logging
+    import os
+
+    from desktop_queue.core import flow as flow_module
+    from desktop_queue.core.store import fileio
+
+    full = {"on": True}
+    real_write_all = fileio.write_all
+
+    def write_all(fd: int, data: bytes, **kwargs: Any) -> None:
+        if full["on"]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write_all(fd, data, **kwargs)
+
+    monkeypatch.setattr(fileio, "write_all", write_all)
+    caplog.set_level(logging.INFO, logger=flow_module.log.name)
+    flow = FlowControl(
+        {"openai": ProfileLimits(concurrency=1)}, clock=FakeClock(), estimator=cost_of, shared_dir=tmp_path / "flow"
+    )
+    for n in range(20):
+        with flow.session():
+            assert flow.accept(job(f"j{n}"))
+            flow.on_start(job(f"j{n}"))
+            assert not flow.accept(job(f"other{n}"))  # the limit holds in memory
+            flow.on_outcome(job(f"j{n}"), OK)
+    full["on"] = False
+    with flow.session():
+        assert flow.accept(job("after"))
+    flow.close()
+
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == flow_module.log.name]
+    assert said == [
+        (
+            logging.WARNING,
+            "could not save the flow state: could not write state.json: No space left on device; nothing was changed",
+        ),
+        (logging.INFO, "saved the flow state again (it had failed 20 times in a row)"),
+    ]

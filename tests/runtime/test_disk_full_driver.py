@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 from pathlib import Path
@@ -14,6 +15,7 @@ from desktop_queue.core import Queue, State
 from desktop_queue.core import reconcile as reconcile_module
 from desktop_queue.core.store import journal as storage_module
 from desktop_queue.providers.demo import DemoProvider
+from desktop_queue.runtime import driver as driver_module
 from desktop_queue.runtime.driver import DISK_FULL
 
 from .conftest import WAIT_MS, BlockingDemo, DriverFactory
@@ -58,8 +60,9 @@ def disk(monkeypatch: pytest.MonkeyPatch) -> FullDisk:
 
 
 def test_an_answer_while_the_disk_is_full_is_paid_once_and_committed_when_room_returns(
-    qtbot: Any, queue: Queue, make_driver: DriverFactory, disk: FullDisk
+    qtbot: Any, queue: Queue, make_driver: DriverFactory, disk: FullDisk, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger=driver_module.log.name)
     paid = queue.submit("demo", {"prompt": "answered while full"}).job.id
     waiting = queue.submit("demo", {"prompt": "queued behind"}).job.id
     provider = BlockingDemo()
@@ -94,6 +97,13 @@ def test_an_answer_while_the_disk_is_full_is_paid_once_and_committed_when_room_r
     assert provider.calls == 2  # one call per job: the held answer was never asked for again
     assert driver.held_ids() == [] and driver.store_problem is None
     assert errors == [DISK_FULL]
+    # the log says it as the window does: once when the answer is held, once when it is taken
+    about = [(r.levelno, r.getMessage()) for r in caplog.records if paid in r.getMessage()]
+    assert about[0] == (logging.WARNING, f"the outcome of {paid} waits for the store to take it")
+    assert about[1][0] == logging.INFO and about[1][1].startswith(
+        f"the store took the outcome of {paid} (it had failed "
+    )
+    assert len(about) == 2
 
 
 def test_a_lease_the_store_refuses_spends_nothing_and_leasing_resumes_by_itself(

@@ -77,6 +77,7 @@ import orjson
 
 from desktop_queue.core.backend import Change, OpenReport, Orphans, wait_out
 from desktop_queue.core.errors import StoreCorrupt, StoreError
+from desktop_queue.core.lapse import Lapse
 from desktop_queue.core.records import (
     JobDict,
     Record,
@@ -294,6 +295,7 @@ class Store:
         #: into a snapshot (whose compaction writes the result files)
         self._carried: dict[str, tuple[int, dict[str, Any]]] = {}
         self._mutex = threading.RLock()
+        self._unrotated = Lapse(log, "could not start a new journal segment", "started a new journal segment again")
         #: the written and synced marks shared by every process on this store (while open)
         self._group: GroupSync | None = None
         self._written = 0  # commits written by this process (durable or not)
@@ -1268,9 +1270,10 @@ class Store:
         try:
             self._start_segment(next_gen)
         except (OSError, StoreError) as exc:
-            log.warning("could not start a new journal segment: %s", exc)
+            self._unrotated.failed(exc)  # each commit tries again until the disk has room
             self._drop_segment(next_gen)
             return False
+        self._unrotated.ended()
         # the seal tells every other process to move on (see _catch_up); written after the
         # next segment exists, so whoever reads it finds that segment
         seal = self._seal(next_gen)
