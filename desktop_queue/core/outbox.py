@@ -35,7 +35,7 @@ import orjson
 from desktop_queue.core.errors import QueueError, StoreError
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.model import State
-from desktop_queue.core.store.fileio import FileLock, atomic_write, locked, make_dirs
+from desktop_queue.core.store.fileio import FileLock, atomic_write, locked, make_dirs, write_all
 
 OUTBOX_DIR = "outbox"
 OUTBOX_FILE = "outbox.jsonl"
@@ -221,18 +221,23 @@ class Outbox:
         if not records:
             return
         payload = b"".join(orjson.dumps(dict(r)) + b"\n" for r in records)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            size = os.fstat(fd).st_size
-            if size:
-                with open(self.path, "rb") as f:
-                    f.seek(size - 1)
-                    if f.read(1) != b"\n":
-                        payload = b"\n" + payload  # end a torn line: it stays one skipped line
-            os.write(fd, payload)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                size = os.fstat(fd).st_size
+                if size:
+                    with open(self.path, "rb") as f:
+                        f.seek(size - 1)
+                        if f.read(1) != b"\n":
+                            payload = b"\n" + payload  # end a torn line: it stays one skipped line
+                write_all(fd, payload)  # a full disk can take part of it: the rest must fail, not vanish
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc  # the error names the file
 
     def _compact(self, view: OutboxView, hot_ids: set[str] | None) -> None:
         """Rewrites the file with the entries still needed.
@@ -299,9 +304,10 @@ class Outbox:
             self._looked = True
             return self.add_missing(queue)
         version, ids = queue.changed_since(self._version)
-        self._version = version
         if ids is None:
-            return self.add_missing(queue)
+            added = self.add_missing(queue)
+            self._version = version
+            return added
         added: list[Notice] = []
         if ids:
             jobs = queue.raw_jobs(ids)
@@ -311,6 +317,8 @@ class Outbox:
                 # jobs between two feeds than the hot set keeps, and each must be told
                 jobs += queue.job_dicts(archived)
             added = self.add(jobs)
+        # only now: jobs whose notices a full disk refused are looked at again next time
+        self._version = version
         if not self._looked:
             # once: what a process that died before announcing left in the hot set
             self._looked = True

@@ -29,6 +29,7 @@ from typing import Any
 from desktop_queue.core.alerts import AlertBook, Rule, Transition, gather, load_rules
 from desktop_queue.core.errors import QueueError
 from desktop_queue.core.estimate import RunTimes, model_of, run_times_of
+from desktop_queue.core.lapse import Lapse, os_reason
 from desktop_queue.core.model import Actor, EventType, State, clean_detail, events_of
 from desktop_queue.core.outbox import Notice, Outbox
 from desktop_queue.core.records import EventDict, Record, UpdateRecord
@@ -315,6 +316,7 @@ class Upkeep:
         self.on_transitions = on_transitions
         self.deliver = deliver
         self.last: ScanReport | None = None
+        self._failing = Lapse(log, "upkeep", "upkeep works again")
 
     def _deliver(self, outbox: Outbox) -> list[Notice]:
         if self.deliver is None or (self.deliver_when is not None and not self.deliver_when()):
@@ -328,10 +330,12 @@ class Upkeep:
             return []
         try:
             outbox.feed(self.scan.queue)
-            return self._deliver(outbox)
+            notices = self._deliver(outbox)
         except (QueueError, OSError) as exc:
-            log.warning("upkeep: %s", exc)
+            self._failing.failed(os_reason(exc))
             return []
+        self._failing.ended()
+        return notices
 
     def tick(self) -> list[Transition]:
         """One round: feed and deliver notifications, scan, evaluate the alerts."""
@@ -354,8 +358,9 @@ class Upkeep:
                     stuck=report.stuck,
                 )
                 transitions = self.book.update(list(self.rules()), signals)
+            self._failing.ended()
         except (QueueError, OSError) as exc:
-            log.warning("upkeep: %s", exc)
+            self._failing.failed(os_reason(exc))
             return []
         if transitions and self.on_transitions is not None:
             self.on_transitions(transitions)

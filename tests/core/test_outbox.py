@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from desktop_queue.core import FakeClock, Queue, SystemClock
 from desktop_queue.core.model import ErrorClass
@@ -93,6 +95,37 @@ def test_notices_come_from_the_store_and_are_added_once(
     assert outbox.feed(queue) == [] and outbox.add_missing(queue) == []
     texts = sorted(n.text() for n in added)
     assert texts[0] == "job 0: dead-lettered; it waits for you in Dead letters" and texts[1] == "job 1: finished"
+
+
+def test_notices_a_full_disk_refused_are_added_by_the_next_feed(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills while jobs finish: the feed fails naming the file, and loses none of them."""
+    from desktop_queue.core import outbox as outbox_module
+
+    queue = open_queue()
+    outbox = Outbox(data_dir, clock.now)
+    outbox.view()
+    clock.advance(1)
+    first = _finish(queue, 3)
+    outbox.feed(queue)
+    ids = _finish(queue, 3, first=3)
+    real_write_all = outbox_module.write_all
+
+    def half_then_full(fd: int, data: bytes) -> None:
+        real_write_all(fd, data[: len(data) // 2])  # part of it went, then the disk was full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(outbox_module, "write_all", half_then_full)
+        with pytest.raises(OSError) as failed:
+            outbox.feed(queue)
+    assert failed.value.filename == str(outbox.path) and failed.value.errno == errno.ENOSPC
+
+    outbox.feed(queue)
+    view = outbox.view()
+    assert sorted(n.job_id for n in view.pending()) == sorted(first + ids)  # each once
+    assert len(view.notices) == 1 and "damaged" in view.notices[0]  # the torn line, ended by the next append
 
 
 def test_a_round_delivers_every_pending_notice_at_once(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:

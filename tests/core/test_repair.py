@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from desktop_queue.core import FakeClock, Queue
 from desktop_queue.core.alerts import JOBS_STUCK, AlertBook, Rule
@@ -179,3 +184,36 @@ def test_a_large_stuck_backlog_is_recorded_a_bounded_batch_a_scan(open_queue: Op
         sizes.append(len(report.findings))
         assert len(report.stuck) == MAX_FINDINGS + 20  # the alert sees every stuck job at once
     assert sizes == [MAX_FINDINGS, 20, 0]
+
+
+def test_upkeep_on_a_full_disk_says_which_file_once_and_when_it_works_again(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    from desktop_queue.core import outbox as outbox_module
+    from desktop_queue.core import repair as repair_module
+
+    queue = open_queue()
+    outbox = Outbox(data_dir, clock.now)
+    upkeep = Upkeep(RepairScan(queue, outbox=outbox))
+    upkeep.tick()
+    caplog.set_level(logging.INFO, logger=repair_module.log.name)
+
+    def full(fd: int, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(outbox_module, "write_all", full)
+        for n in range(3):  # a job finishes, and the upkeep cannot announce it
+            queue.submit("demo", {"n": n})
+            lease = queue.lease("w")
+            assert lease is not None
+            queue.complete(lease, {"ok": True})
+            assert upkeep.tick() == []
+    upkeep.tick()
+    assert len(outbox.view().pending()) == 3
+
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == repair_module.log.name]
+    assert said == [
+        (logging.WARNING, f"upkeep: {outbox.path}: No space left on device"),
+        (logging.INFO, "upkeep works again (it had failed 3 times in a row)"),
+    ]
