@@ -322,10 +322,18 @@ class ResultStore:
             InvalidArtifact: ``artifact_b64`` is not base64 (nothing was stored).
         """
         doc = self.attempt_document(key, result, job_id=job_id, epoch=epoch, produced_at=produced_at)
-        path = self._pending_path(key, epoch)
-        make_dirs(path.parent)
-        atomic_write(path, orjson.dumps(doc), durable=False)
+        self.keep_pending(doc, durable=False)
         return doc
+
+    def keep_pending(self, doc: dict[str, Any], *, durable: bool) -> None:
+        """Writes an attempt's document (see :meth:`attempt_document`) as its pending result.
+
+        ``durable`` when no journal record will carry it: an answer a refused commit held
+        in memory, kept as the process ends.
+        """
+        path = self._pending_path(doc["key"], doc["epoch"])
+        make_dirs(path.parent)
+        atomic_write(path, orjson.dumps(doc), durable=durable)
 
     def attempt_document(self, key: str, result: Any, *, job_id: str, epoch: int, produced_at: float) -> dict[str, Any]:
         """The document of one attempt's result; its artifact, if any, written (durably) first."""

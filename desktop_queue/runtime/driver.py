@@ -673,9 +673,14 @@ class LeaseDriver(QObject):
         self._settle_held()
         for finish in self._held.values():
             # the store still refuses: the job stays running under its lease, and the next
-            # start (or a reaper) settles it from the pending result, if that was written
+            # start (or a reaper) settles it from the pending result
             self.keeper.remove(finish.report.lease)
-            log.warning("the outcome of %s could not be saved before shutting down", finish.report.lease.job_id)
+            kept = self._keep_held_answer(finish)
+            log.warning(
+                "the outcome of %s could not be saved before shutting down%s",
+                finish.report.lease.job_id,
+                "; its answer is kept for the next start" if kept else "",
+            )
         self._held.clear()
         for job_id, active in list(self._active.items()):
             # an attempt we abandoned: give its lease back so nobody waits for it to expire
@@ -987,6 +992,36 @@ class LeaseDriver(QObject):
         return (Priority.INTERACTIVE,) if self.background.paused else None
 
     # ------------------------------------------------------------------ a store that refuses
+
+    def _keep_held_answer(self, finish: _Finish) -> bool:
+        """Writes a held success's answer as its pending result, if it is not one already.
+
+        When the provider answered, the disk may have refused the pending result too (it
+        was full); it may take it now (room was made, or a disk error passed, and only
+        the journal stays refused until reopened). Without it the next start could not
+        tell that the job was answered, and would run it, and pay for it, again.
+        """
+        report = finish.report
+        if not finish.outcome.ok or report.pending or report.reused:
+            return report.pending
+        lease = report.lease
+        results = self.queue.results
+        try:
+            if report.document is not None:
+                results.keep_pending(report.document, durable=True)
+            else:
+                document = results.attempt_document(
+                    lease.job.idempotency_key,
+                    finish.outcome.result,
+                    job_id=lease.job_id,
+                    epoch=lease.epoch,
+                    produced_at=time.time(),
+                )
+                results.keep_pending(document, durable=True)
+        except (StoreError, OSError, InvalidArtifact) as exc:
+            log.error("the answer of %s is lost with this process: %s", lease.job_id, exc)
+            return False
+        return True
 
     def _store_failed(self, exc: StoreError) -> None:
         """A commit failed: no new jobs start; people are told once, and again if the reason changes."""

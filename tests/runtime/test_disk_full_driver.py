@@ -13,6 +13,8 @@ import pytest
 
 from desktop_queue.core import Queue, State
 from desktop_queue.core import reconcile as reconcile_module
+from desktop_queue.core import results as results_module
+from desktop_queue.core.errors import StoreError
 from desktop_queue.core.store import journal as storage_module
 from desktop_queue.providers.demo import DemoProvider
 from desktop_queue.runtime import driver as driver_module
@@ -224,3 +226,46 @@ def test_a_poisoned_store_stops_leasing_and_says_it_must_be_reopened(
     assert provider.calls == 0
     assert queue.get(second).attempts == 0
     assert len(errors) == 1
+
+
+def test_an_answer_the_disk_had_no_room_for_is_kept_at_shutdown_and_not_paid_again(
+    qtbot: Any,
+    queue: Queue,
+    data_dir: Path,
+    make_driver: DriverFactory,
+    disk: FullDisk,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The disk was full when the provider answered: neither the pending result nor the
+    commit could be written, so the answer lives in memory only. Some room is made (a small
+    file fits, the journal still does not) and the app is closed: the answer is kept then,
+    and the next start settles the job from it without calling the provider again."""
+    job_id = queue.submit("demo", {"prompt": "answered on a full disk"}).job.id
+    provider = BlockingDemo()
+    driver = make_driver({"demo": provider}, store_retry_s=FAST_RETRY)
+    driver.start()
+    qtbot.waitUntil(provider.entered.is_set, timeout=WAIT_MS)
+
+    def no_room(*args: Any, **kwargs: Any) -> None:
+        raise StoreError("could not write the result: No space left on device; nothing was changed")
+
+    disk.fill()
+    with monkeypatch.context() as full:
+        full.setattr(results_module, "atomic_write", no_room)
+        with qtbot.waitSignal(driver.store_unavailable, timeout=WAIT_MS):
+            provider.release()
+        qtbot.waitUntil(lambda: driver.held_ids() == [job_id], timeout=WAIT_MS)
+    assert not list((data_dir / "results" / "pending").glob("*.json"))  # in memory only
+    driver.shutdown(timeout_ms=WAIT_MS)  # a small file fits again; the journal still refuses
+    queue.close()
+    disk.free()
+
+    monkeypatch.setattr(reconcile_module, "holder_alive", lambda owner: False)
+    reopened = Queue.open(data_dir, {"demo": DemoProvider()})
+    try:
+        job = reopened.get(job_id)
+        assert job.state == State.SUCCEEDED and job.total_attempts == 1
+        assert reopened.results.get(job.idempotency_key)["result"]["text"] == f"late answer for {job_id}"
+        assert provider.calls == 1
+    finally:
+        reopened.close()
