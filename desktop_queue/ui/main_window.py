@@ -94,6 +94,27 @@ LAYOUT_KEYS = (
 )
 
 
+def quit_question(running: int, held: int) -> str:
+    """What Quit asks when attempts run, or finished ones wait for the store to take their answers."""
+    said = []
+    if running:
+        said.append(f"{running} job{'s are' if running != 1 else ' is'} running.")
+    if held:
+        said.append(
+            f"{held} finished job{'s wait' if held != 1 else ' waits'} for the store to save "
+            f"{'their answers' if held != 1 else 'its answer'}."
+        )
+    said.append("Quit anyway?")
+    if running:
+        said.append(f"{'They are' if running != 1 else 'It is'} stopped and queued again; nothing is lost.")
+    if held:
+        said.append(
+            "An answer is kept on disk if a small file still fits there, and its job finishes at the next "
+            "start; an answer that does not fit is lost, and its job runs again (a paid call is paid again)."
+        )
+    return " ".join(said)
+
+
 class MainWindow(QMainWindow):
     """Desktop Queue's window.
 
@@ -890,17 +911,12 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt API
         """Asks if jobs are running, then stops leasing, lets attempts stop, waits (bounded)."""
-        running = self.controller.driver.running
+        driver = self.controller.driver
+        running, held = driver.running, len(driver.held_ids())
         if (
-            running
+            (running or held)
             and not self._quitting
-            and not dialogs.confirm(
-                self,
-                "Quit Desktop Queue?",
-                f"{running} job{'s are' if running != 1 else ' is'} running. Quit anyway? "
-                f"{'They are' if running != 1 else 'It is'} stopped and queued again; nothing is lost.",
-                "Quit",
-            )
+            and not dialogs.confirm(self, "Quit Desktop Queue?", quit_question(running, held), "Quit")
         ):
             event.ignore()
             return

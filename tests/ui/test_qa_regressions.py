@@ -536,3 +536,27 @@ def test_large_counts_read_with_thousands_separators(session: Any) -> None:
     assert "Succeeded (941,000)" in [window.queue_pane.state_filter.itemText(i) for i in range(6)]
     window.status.show_dead(1, 1)
     assert window.status.dead_button.text() == "1 dead letter"
+
+
+def test_quit_asks_when_finished_jobs_wait_for_the_store_to_take_their_answers(
+    qtbot: Any, session: Any, prompts: Any, monkeypatch: Any
+) -> None:
+    """A full disk holds two answers in memory: Quit says what becomes of them, and is asked."""
+    driver = type(session.controller.driver)
+    monkeypatch.setattr(driver, "held_ids", lambda _self: ["a1", "b2"])
+    prompts.answer = False
+    asked = len(prompts.confirms)
+    session.window.close()
+    assert len(prompts.confirms) == asked + 1  # asked, though no attempt runs
+    question = prompts.confirms[-1].split("\n", 1)[1]
+    assert question.startswith("2 finished jobs wait for the store to save their answers. Quit anyway?")
+    assert "a paid call is paid again" in question
+
+    monkeypatch.setattr(driver, "running", property(lambda _self: 1))
+    monkeypatch.setattr(driver, "held_ids", lambda _self: ["a1"])
+    session.window.close()
+    question = prompts.confirms[-1].split("\n", 1)[1]
+    assert question.startswith(
+        "1 job is running. 1 finished job waits for the store to save its answer. Quit anyway? "
+        "It is stopped and queued again; nothing is lost. An answer is kept on disk"
+    )
