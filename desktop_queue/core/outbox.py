@@ -299,15 +299,16 @@ class Outbox:
         if self._version is None:
             # the first feed looks at the hot set whole: only the version to follow from is
             # wanted (changes since the beginning would name every job ever written)
-            self._version = queue.refresh()
+            version = queue.refresh()
             self.view()  # the outbox starts now if it did not exist: later endings count
-            self._looked = True
-            return self.add_missing(queue)
+            missing = self.add_missing(queue)
+            self._version, self._looked = version, True
+            return missing
         version, ids = queue.changed_since(self._version)
         if ids is None:
-            added = self.add_missing(queue)
+            missing = self.add_missing(queue)
             self._version = version
-            return added
+            return missing
         added: list[Notice] = []
         if ids:
             jobs = queue.raw_jobs(ids)
