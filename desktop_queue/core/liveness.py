@@ -28,8 +28,8 @@ from dataclasses import dataclass
 _HOST = socket.gethostname().split(".")[0]
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time as the OS reports it (Linux: clock ticks since boot), or None."""
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` from the third on (state, ppid, ...), or None (not Linux, no such pid)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -38,8 +38,13 @@ def _start_time(pid: int) -> str | None:
     except OSError:
         return None
     # the command name (field 2) may hold spaces and parentheses: split after its last ')'
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    return fields[19].decode() if len(fields) > 19 else None
+    return raw[raw.rfind(b")") + 2 :].split()
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time as the OS reports it (Linux: clock ticks since boot), or None."""
+    fields = _stat(pid)
+    return fields[19].decode() if fields is not None and len(fields) > 19 else None
 
 
 def _pid_runs(pid: int) -> bool:
@@ -51,7 +56,9 @@ def _pid_runs(pid: int) -> bool:
         return True  # someone else's process: it exists
     except OSError:
         return False
-    return True
+    fields = _stat(pid)
+    # a zombie has ended; only its parent has not collected its exit status yet
+    return not (fields and fields[0] == b"Z")
 
 
 _OWN: str | None = None

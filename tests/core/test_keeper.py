@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from desktop_queue.core import FakeClock, Queue, RetryPolicy, StaleLease, State, reconcile
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.keeper import LeaseKeeper
-from desktop_queue.core.liveness import SuspendDetector, holder_alive, this_process
+from desktop_queue.core.liveness import SuspendDetector, _start_time, _stat, holder_alive, this_process
 from desktop_queue.providers.demo import DemoProvider
 
 
@@ -59,6 +60,20 @@ def test_this_process_is_alive_and_a_finished_one_is_not() -> None:
     pid = int(done.stdout)
     host, _pid, start = this_process().split("/")
     assert holder_alive(f"{host}/{pid}/{start}") is False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process states are read from /proc")
+def test_a_holder_that_ended_is_not_alive_before_its_parent_collects_it() -> None:
+    """A zombie: the process ended, and its pid stays until its parent waits for it."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    holder = f"{this_process().split('/')[0]}/{child.pid}/{_start_time(child.pid)}"
+    assert holder_alive(holder) is True
+    assert child.stdin is not None
+    child.stdin.close()
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # it ended; its exit status is left uncollected
+    assert (_stat(child.pid) or [b""])[0] == b"Z"
+    assert holder_alive(holder) is False
+    child.wait()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process start times are read from /proc")
