@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from desktop_queue.core import Queue, QueueError, StoreError
 from desktop_queue.core.backend import STORE_ENV, store_options
 from desktop_queue.core.findings import Finding, FindingsLog, describe
 from desktop_queue.core.ledger import Budget
+from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.migrate import describe as describe_store
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.core.present import reconciliation_summary
@@ -50,6 +52,8 @@ EXIT_INTERRUPTED = 130
 #: how long a second start waits for a window that does not answer to close: one that is
 #: quitting gives its attempts up to 5 s to stop, then closes the store
 CLOSING_WAIT_S = 10.0
+#: set by :func:`relaunch` to the window process it replaces (``host/pid/start``)
+RESTART_ENV = "DESKTOP_QUEUE_RESTART_OF"
 
 
 class AlreadyRunning(Exception):
@@ -217,6 +221,9 @@ def start(
     except OSError as exc:
         dialogs.show_error(None, "Desktop Queue cannot start", f"{path} is not usable: {exc.strerror or exc}.")
         return 1
+    previous = os.environ.pop(RESTART_ENV, None)
+    if previous and not outlived(previous, CLOSING_WAIT_S):
+        log.warning("the window this one replaces is still running; its jobs wait for their leases to expire")
     location = chosen_store(store)
     where = f"PostgreSQL store: {describe_store(location)}" if location else f"Data directory: {path}"
     try:
@@ -320,4 +327,37 @@ def main(data_dir: str | None = None, store: str | None = None) -> int:
         if bridge is not None:
             bridge.close()
         session.close()
+    if session.window.restart_requested and not session.window.quit_by_signal:
+        relaunch()
     return EXIT_INTERRUPTED if session.window.quit_by_signal else int(code)
+
+
+def relaunch() -> subprocess.Popen[bytes]:
+    """Starts the window again with this process's command line (its data dir and store).
+
+    Called once this window let go of the data dir (its lock, its activation server), so
+    the new one neither finds it open nor is brought to it; it waits for the lock if this
+    process has not quite ended (see :data:`CLOSING_WAIT_S`).
+    """
+    log.info("starting Desktop Queue again")
+    return subprocess.Popen(
+        [sys.executable, "-m", "desktop_queue", *sys.argv[1:]],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, RESTART_ENV: this_process()},
+    )
+
+
+def outlived(holder: str, within_s: float) -> bool:
+    """Waits up to ``within_s`` for the process ``holder`` to end; whether it did.
+
+    A restarted window opens the store only once the window it replaces has ended: the
+    jobs that one held (an answer it kept for the store) are then settled at once, where
+    a holder still alive would leave them running until their leases expired.
+    """
+    deadline = time.monotonic() + within_s
+    while holder_alive(holder):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True

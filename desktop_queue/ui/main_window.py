@@ -94,8 +94,8 @@ LAYOUT_KEYS = (
 )
 
 
-def quit_question(running: int, held: int) -> str:
-    """What Quit asks when attempts run, or finished ones wait for the store to take their answers."""
+def quit_question(running: int, held: int, verb: str = "Quit") -> str:
+    """What Quit (or Restart) asks when attempts run, or finished ones wait for the store to take their answers."""
     said = []
     if running:
         said.append(f"{running} job{'s are' if running != 1 else ' is'} running.")
@@ -104,7 +104,7 @@ def quit_question(running: int, held: int) -> str:
             f"{held} finished job{'s wait' if held != 1 else ' waits'} for the store to save "
             f"{'their answers' if held != 1 else 'its answer'}."
         )
-    said.append("Quit anyway?")
+    said.append(f"{verb} anyway?")
     if running:
         said.append(f"{'They are' if running != 1 else 'It is'} stopped and queued again; nothing is lost.")
     if held:
@@ -149,6 +149,8 @@ class MainWindow(QMainWindow):
         self.shutdown_timeout_ms = 5000
         #: the window was closed by SIGINT or SIGTERM (:meth:`quit_now`)
         self.quit_by_signal = False
+        #: the window closed to be started again (see :meth:`restart`)
+        self.restart_requested = False
         self._quitting = False  # (quit_now: no question asked)
         self.prefs = load_preferences()
         self._dead_seen: int | None = None
@@ -674,11 +676,15 @@ class MainWindow(QMainWindow):
 
     def _store_unavailable(self, message: str) -> None:
         self._store_message = message
-        self.banner.show_message(message, "state-dead")
+        # a store poisoned by a disk error takes changes again only once reopened: a restart,
+        # which keeps the answers it holds (see LeaseDriver.shutdown)
+        restart = ("&Restart Desktop Queue", self.restart) if self.controller.queue.store.poisoned else None
+        self.banner.set_condition(message, "state-dead", restart)  # above the notices that follow, while it lasts
         self._update_status()
 
     def _store_available(self) -> None:
-        # the banner said the store was unavailable: take it down (it may say something else by now)
+        self.banner.clear_condition()
+        # the banner's message may still be the error that said so
         if self.banner.isVisible() and self.banner.text.text() == self._store_message:
             self.banner.hide()
         self._update_status()
@@ -905,6 +911,16 @@ class MainWindow(QMainWindow):
         # (after any open dialog's own event loop has returned)
         QTimer.singleShot(0, self._close_and_quit)
 
+    def restart(self) -> bool:
+        """Closes the window as Quit does (asking as it does), and has :func:`desktop_queue.app.main`
+        start it again once this process has let go of the data dir; False if the person stayed."""
+        self.restart_requested = True
+        if not self.close():
+            self.restart_requested = False
+            return False
+        QApplication.quit()
+        return True
+
     def _close_and_quit(self) -> None:
         if self.close():
             QApplication.quit()  # (a dialog left open must not keep the process alive)
@@ -916,7 +932,11 @@ class MainWindow(QMainWindow):
         if (
             (running or held)
             and not self._quitting
-            and not dialogs.confirm(self, "Quit Desktop Queue?", quit_question(running, held), "Quit")
+            and not (
+                dialogs.confirm(self, "Restart Desktop Queue?", quit_question(running, held, "Restart"), "Restart")
+                if self.restart_requested
+                else dialogs.confirm(self, "Quit Desktop Queue?", quit_question(running, held), "Quit")
+            )
         ):
             event.ignore()
             return

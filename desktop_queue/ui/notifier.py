@@ -15,11 +15,22 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 
 from PySide6.QtCore import QObject, QProcess, Qt, Signal
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QSystemTrayIcon, QToolButton, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QPushButton,
+    QSystemTrayIcon,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from desktop_queue.ui.icons import icon
 
@@ -59,6 +70,10 @@ def find_notify_send() -> str | None:
 class Banner(QFrame):
     """A dismissable, non-blocking message strip at the top of the window.
 
+    It shows the latest message, and above it a *condition*: a state that lasts until it
+    is cleared (the store takes no changes), which a later message ("3 jobs finished")
+    must not hide.
+
     Signals:
         dismissed(): the person closed it.
     """
@@ -75,10 +90,21 @@ class Banner(QFrame):
         layout.setContentsMargins(8, 6, 6, 6)
         self.icon = QLabel()
         self.icon.setFixedSize(20, 20)
-        self.text = QLabel()
-        self.text.setObjectName("bannerText")
-        self.text.setWordWrap(True)
-        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.condition = self._label("bannerCondition")
+        font = self.condition.font()
+        font.setBold(True)
+        self.condition.setFont(font)
+        self.condition.hide()
+        self.text = self._label("bannerText")
+        lines = QVBoxLayout()
+        lines.setContentsMargins(0, 0, 0, 0)
+        lines.addWidget(self.condition)
+        lines.addWidget(self.text)
+        self.action = QPushButton()
+        self.action.setObjectName("bannerAction")
+        self.action.hide()
+        self.action.clicked.connect(self._act)
+        self._on_action: Callable[[], object] | None = None
         close = QToolButton()
         close.setObjectName("bannerClose")
         close.setText("✕")
@@ -87,14 +113,62 @@ class Banner(QFrame):
         close.clicked.connect(self.hide)
         close.clicked.connect(self.dismissed)
         layout.addWidget(self.icon, 0, Qt.AlignmentFlag.AlignTop)
-        layout.addWidget(self.text, 1)
+        layout.addLayout(lines, 1)
+        layout.addWidget(self.action, 0, Qt.AlignmentFlag.AlignTop)
         layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+        self._message_icon = "event-info"
+        self._condition_icon = ""
         self.hide()
 
+    @staticmethod
+    def _label(name: str) -> QLabel:
+        label = QLabel()
+        label.setObjectName(name)
+        label.setWordWrap(True)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        return label
+
     def show_message(self, text: str, icon_name: str = "event-info") -> None:
-        self.icon.setPixmap(icon(icon_name).pixmap(18, 18))
+        self._message_icon = icon_name
         self.text.setText(text)
+        self._layout_lines()
         self.show()
+
+    def set_condition(
+        self, text: str, icon_name: str = "state-dead", action: tuple[str, Callable[[], object]] | None = None
+    ) -> None:
+        """Shows ``text`` above every message until :meth:`clear_condition`.
+
+        ``action``: (button text, what it does): what ends the condition, one click away.
+        """
+        self._condition_icon = icon_name
+        self.condition.setText(text)
+        self._on_action = action[1] if action is not None else None
+        self.action.setText(action[0] if action is not None else "")
+        self.action.setVisible(action is not None)
+        self._layout_lines()
+        self.show()
+
+    def clear_condition(self) -> None:
+        """The condition ended: the banner keeps the latest message (if any), or goes."""
+        self.condition.clear()
+        self._on_action = None
+        self.action.hide()
+        self._layout_lines()
+        if not self.text.isVisibleTo(self):
+            self.hide()
+
+    def _act(self) -> None:
+        if self._on_action is not None:
+            self._on_action()
+
+    def _layout_lines(self) -> None:
+        condition = self.condition.text()
+        self.condition.setVisible(bool(condition))
+        # a message saying the condition again (the error that started it) is shown once
+        self.text.setVisible(bool(self.text.text()) and self.text.text() != condition)
+        name = self._condition_icon if condition else self._message_icon
+        self.icon.setPixmap(icon(name).pixmap(18, 18))
 
 
 class Notifier(QObject):
