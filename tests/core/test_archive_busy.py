@@ -158,3 +158,43 @@ def test_a_compaction_that_finds_the_index_busy_waits_and_archives(
     assert not [n for n in archive.notices if "damaged" in n]
     for job_id in ids + more:
         assert queue.get(job_id).id == job_id
+
+
+def _disk_full() -> sqlite3.OperationalError:
+    exc = sqlite3.OperationalError("database or disk is full")
+    exc.sqlite_errorcode = 13  # SQLITE_FULL, as SQLite sets it
+    exc.sqlite_errorname = "SQLITE_FULL"
+    return exc
+
+
+@pytest.mark.parametrize(
+    "error",
+    [_disk_full, lambda: sqlite3.OperationalError("disk I/O error")],
+    ids=["full (with its code)", "failing (text only)"],
+)
+def test_an_index_the_disk_refuses_is_one_clear_error_not_a_reset(
+    archived: tuple[Queue, list[str]],
+    open_queue: Callable[..., Queue],
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    error: Callable[[], sqlite3.DatabaseError],
+) -> None:
+    """A full disk at open: `work` died with an SQLite traceback, after deleting a good index
+    (which at a million jobs takes minutes to rebuild) and failing to rebuild it."""
+    queue, ids = archived
+    index = queue.store.archive.index_path  # type: ignore[attr-defined]
+    queue.close()
+    inode = index.stat().st_ino
+
+    def refused(self: Archive) -> Any:
+        raise error()
+
+    with monkeypatch.context() as full:
+        full.setattr(Archive, "_connect", refused)
+        with pytest.raises(StoreError, match=r"the archive index .*index.* cannot be written: .*nothing was changed"):
+            open_queue(keep_finished=5, background_compaction=False)
+    assert index.stat().st_ino == inode  # kept
+
+    again = open_queue(keep_finished=5, background_compaction=False)
+    assert sorted(j.id for j in again.list(limit=None)) == sorted(ids)
+    assert not [n for n in again.report.notices if "damaged" in n]

@@ -96,6 +96,20 @@ def _busy(exc: sqlite3.DatabaseError) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and ("database is locked" in text or "busy" in text)
 
 
+def _unwritable(exc: sqlite3.DatabaseError) -> bool:
+    """Whether an SQLite error is the disk refusing (full, failing, read-only), not damage.
+
+    Deleting the index then would gain nothing: rebuilding it needs the disk it could
+    not write, and at a million jobs takes minutes once the disk is back.
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        # PERM, READONLY, IOERR, FULL, CANTOPEN (extended codes keep the primary one in the low byte)
+        return code & 0xFF in (3, 8, 10, 13, 14)
+    text = str(exc).lower()
+    return any(t in text for t in ("disk is full", "disk i/o error", "unable to open", "readonly"))
+
+
 def as_hot(job: JobDict) -> JobDict:
     """An archived job as the hot set holds it: without the result document it carries
     (``_res``; the result store reads that from the archive by key)."""
@@ -631,13 +645,18 @@ class Archive:
         the files other processes are using.
 
         Raises:
-            StoreError: the index stayed busy (one clear error; nothing is reset).
-            sqlite3.DatabaseError: what ``step`` met that is not busy (damage, say).
+            StoreError: the index stayed busy, or the disk refused it (full, failing): one
+                clear error, and nothing is reset.
+            sqlite3.DatabaseError: what ``step`` met that is neither (damage, say).
         """
         for attempt in range(1, BUSY_TRIES + 1):
             try:
                 return step()
             except sqlite3.DatabaseError as exc:
+                if _unwritable(exc):
+                    raise StoreError(
+                        f"the archive index {self.index_path} cannot be written: {exc}; nothing was changed"
+                    ) from exc
                 if not _busy(exc):
                     raise
                 if attempt == BUSY_TRIES:
@@ -670,7 +689,7 @@ class Archive:
                 return self._while_busy(self._catch_up)
             except sqlite3.DatabaseError as exc:
                 self._reset_index(str(exc))
-                return self._catch_up()
+                return self._while_busy(self._catch_up)
 
     def _catch_up(self) -> list[int]:
         numbers = self.numbers()
@@ -830,8 +849,8 @@ class Archive:
                 return self._while_busy(lambda: self._connect().execute(sql, tuple(args)).fetchall())
             except sqlite3.DatabaseError as exc:
                 self._reset_index(str(exc))
-                self._catch_up()
-                return self._connect().execute(sql, tuple(args)).fetchall()
+                self._while_busy(self._catch_up)
+                return self._while_busy(lambda: self._connect().execute(sql, tuple(args)).fetchall())
 
     def _load(self, number: int, offset: int, length: int, line: int) -> JobDict | None:
         with self._lock:
