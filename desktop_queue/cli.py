@@ -781,9 +781,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as queue:
         job = queue.get(args.id)
         problem = None
+        unwritten = None
         if job.result_ref:
             # the ref names a file: write it now if only the journal holds the result yet
-            queue.results.materialize(job.idempotency_key)
+            try:
+                queue.results.materialize(job.idempotency_key)
+            except StoreError as exc:  # a full disk: the journal still has the result to show
+                unwritten = (
+                    f"job {job.id}: its result file cannot be written yet ({exc}); the result shown is the journal's"
+                )
             problem = queue.results.problem(job.idempotency_key)
         if args.json:
             data = _job_json(job)
@@ -806,6 +812,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                 _print_text_result(job, read_result(queue.results, job))
         if problem is not None:
             _err(f"job {job.id}: {problem.message}")
+        elif unwritten is not None:
+            _err(unwritten)
     return EXIT_OK
 
 

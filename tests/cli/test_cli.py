@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from desktop_queue.core import Queue
+from desktop_queue.core.errors import StoreError
 from desktop_queue.providers import discover
 
 from .conftest import Cli, Run
@@ -312,6 +313,28 @@ class TestListAndShow:
         assert run.code == OK, run.err
         assert f"result    {done.result_ref}" in run.out
         assert json.loads(path.read_text())["result"] == {"text": "from the journal"}
+
+    def test_show_on_a_full_disk_shows_the_journals_result_and_says_the_file_waits(
+        self, dq: Cli, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from desktop_queue.core import results as results_module
+
+        job = dq.submit(FAST)
+        with Queue.open(dq.data_dir, discover()) as queue:
+            lease = queue.lease("test")
+            assert lease is not None
+            queue.complete(lease, {"text": "from the journal"})
+
+        def full(path: Path, data: bytes, **kwargs: object) -> bool:
+            raise StoreError(f"could not write {path.name}: No space left on device; nothing was changed")
+
+        monkeypatch.setattr(results_module, "atomic_write", full)
+        run = dq.run("show", job["id"])
+
+        assert run.code == OK, run.err
+        assert "from the journal" in run.out
+        assert one_clear_line(run).startswith(f"desktop-queue: job {job['id']}: its result file cannot be written yet")
+        assert "No space left on device" in run.err
 
 
 # ---------------------------------------------------------------------- verbs
