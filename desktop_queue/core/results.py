@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import ctypes
 import glob
 import hashlib
 import logging
@@ -121,6 +122,29 @@ def _changed_since(entry: os.DirEntry[str], since_ns: int) -> bool:
         return entry.stat(follow_symlinks=False).st_mtime_ns >= since_ns
     except OSError:
         return True
+
+
+def _load_syncfs() -> Callable[[int], None] | None:
+    """Linux's ``syncfs(fd)`` (glibc 2.14): flushes one file system, and reports a write-back error."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int]
+    call.restype = ctypes.c_int
+
+    def syncfs(fd: int) -> None:
+        if call(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+
+    return syncfs
+
+
+#: None where there is no ``syncfs``: each file and directory is synced then
+_syncfs = _load_syncfs()
 
 
 class ResultStore:
@@ -414,23 +438,32 @@ class ResultStore:
         return path
 
     def make_durable(self, keys: Iterable[str]) -> None:
-        """Flushes the result files of ``keys`` (and their directories) to disk."""
+        """Flushes the result files of ``keys`` (and their directories' new names) to disk.
+
+        Raises:
+            OSError: the disk did not take them all: a compaction that was to fold away the
+                journal records carrying them stops, and those records stay.
+        """
         paths = [p for p in (self.path_for(k) for k in keys) if p.exists()]
         if not paths:
             return
-        if sys.platform.startswith("linux"):
-            os.sync()  # one call, and on Linux it waits for the writes to complete
+        if _syncfs is not None:
+            # one call for every file, and for the data dir's file system only: sync(2) would
+            # wait for every mounted disk (a slow USB stick too), and says nothing of a failed write
+            fd = os.open(self._root_s, os.O_RDONLY)
+            try:
+                _syncfs(fd)
+            finally:
+                os.close(fd)
             return
         for path in paths:
-            with contextlib.suppress(OSError):
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         for directory in {p.parent for p in paths}:
-            with contextlib.suppress(OSError):
-                fsync_dir(directory)
+            fsync_dir(directory)
 
     def get(
         self, key: str, *, archived: bool | Callable[[], bool] = True, carried: bool = True
