@@ -948,3 +948,25 @@ def test_the_compaction_child_reports_nothing_when_all_is_well(
         queue.close()  # waits for the child and folds what is left
     assert _newest_snapshot_gen(data_dir) >= 1  # a child folded
     assert [r.getMessage() for r in caplog.records if r.name == storage_module.__name__] == []
+
+
+def test_a_skip_that_raises_leaves_every_queued_job_in_line(open_queue: Callable[..., Queue]) -> None:
+    """``runnable`` pops the jobs its ``skip`` passes over and pushes them back; when ``skip``
+    raised (flow control asking for its session), they stayed out of the line for good."""
+    queue = open_queue()
+    ids = [queue.submit("demo", {"prompt": f"job {i}"}).job.id for i in range(3)]
+    seen: list[str] = []
+
+    def skip(job: Any) -> bool:
+        seen.append(job["id"])
+        if job["id"] == ids[2]:
+            raise RuntimeError("ask again inside a session")
+        return True  # the first two: taken by this commit already
+
+    with pytest.raises(RuntimeError):
+        queue.store.peek(lambda st: st.runnable("background", float("inf"), skip))  # type: ignore[attr-defined]
+    assert seen == ids
+    order = []
+    while (lease := queue.lease("w")) is not None:
+        order.append(lease.job_id)
+    assert order == ids

@@ -118,3 +118,31 @@ def test_an_outcome_the_shared_state_could_not_take_is_told_again_and_frees_its_
     assert flow.snapshot("openai")["in_flight"] == 0
     driver.shutdown(timeout_ms=WAIT_MS)
     queue.close()
+
+
+def test_plain_jobs_ahead_of_a_governed_one_are_not_dropped_from_the_line(
+    qtbot: Any, make_driver: DriverFactory, tmp_path: Path
+) -> None:
+    """Two demo jobs, then a chat job, four free slots. The scan without a session took
+    the two demo jobs, met the chat job and started again inside a session; the two
+    jobs it had passed over were left out of this process's line, and never ran here
+    (a power-cut drill found them queued after every worker had gone idle)."""
+    providers = {"demo": DemoProvider(tick_s=0.01), "openai.chat": DemoProvider(tick_s=0.01)}
+    queue = Queue.open(tmp_path / "mixed", providers)
+    ids = [
+        queue.submit("demo", instant("first")).job.id,
+        queue.submit("demo", instant("second")).job.id,
+        queue.submit("openai.chat", instant("governed")).job.id,
+        queue.submit("demo", instant("after")).job.id,
+    ]
+    flow = shared_flow(tmp_path / "mixed")
+    driver = make_driver(providers, on=queue, concurrency=4, tick_ms=NEVER_MS, follow=False, flow=flow)
+    started: list[str] = []
+    driver.job_started.connect(started.append)
+
+    driver.start()  # (one look: with follow=False nothing looks again)
+    qtbot.waitUntil(lambda: len(started) == 4, timeout=WAIT_MS)
+
+    assert started == ids
+    driver.shutdown(timeout_ms=WAIT_MS)
+    queue.close()

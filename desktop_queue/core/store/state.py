@@ -428,17 +428,21 @@ class StoreState:
             return None
         skipped: list[tuple[float, int, str]] = []
         found: JobDict | None = None
-        while True:
-            job = self._head(heap)
-            if job is None or heap[0][0] > now:
+        try:
+            while True:
+                job = self._head(heap)
+                if job is None or heap[0][0] > now:
+                    break
+                if skip is not None and skip(job):
+                    skipped.append(heapq.heappop(heap))
+                    continue
+                found = job
                 break
-            if skip is not None and skip(job):
-                skipped.append(heapq.heappop(heap))
-                continue
-            found = job
-            break
-        for entry in skipped:
-            heapq.heappush(heap, entry)
+        finally:
+            # also when ``skip`` raises (flow control asks for its session mid-scan): a job
+            # left out of the heap would never be leased by this process again
+            for entry in skipped:
+                heapq.heappush(heap, entry)
         return found
 
     def changed_since(self, version: int) -> tuple[int, set[str] | None]:
