@@ -977,10 +977,18 @@ class _SharedFile:
         except FileNotFoundError:
             self._seen, self.raw = None, b""
             return {}
+        except OSError as exc:
+            raise StoreError(f"could not read the flow state {self.path}: {exc.strerror or exc}") from exc
         seen = (st.st_ino, st.st_mtime_ns, st.st_size)
         if seen == self._seen:
             return None
-        raw = self.path.read_bytes()
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:  # removed since the stat (by hand, or a file system check)
+            self._seen, self.raw = None, b""
+            return {}
+        except OSError as exc:  # a failing disk: one clear error, which stops leasing while it lasts
+            raise StoreError(f"could not read the flow state {self.path}: {exc.strerror or exc}") from exc
         self._seen, self.raw = seen, raw
         return decode_flow_doc(raw, self.path)
 

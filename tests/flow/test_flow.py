@@ -572,3 +572,46 @@ def test_a_full_disk_under_the_shared_state_is_logged_once_and_limits_still_hold
         ),
         (logging.INFO, "saved the flow state again (it had failed 20 times in a row)"),
     ]
+
+
+def test_a_flow_state_file_gone_between_its_stat_and_its_read_starts_afresh(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Removed by hand (or a file system check) at the wrong moment: the driver's tick
+    died of a FileNotFoundError, and no job started for the rest of the run."""
+    import errno
+    import os
+    from pathlib import Path
+
+    from desktop_queue.core.errors import StoreError
+
+    shared = tmp_path / "flow"
+    writer = FlowControl(
+        {"openai": ProfileLimits(concurrency=1)}, clock=FakeClock(), estimator=cost_of, shared_dir=shared
+    )
+    with writer.session():
+        assert writer.accept(job("elsewhere"))
+        writer.on_start(job("elsewhere"))
+    writer.close()
+
+    flow = FlowControl(
+        {"openai": ProfileLimits(concurrency=1)}, clock=FakeClock(), estimator=cost_of, shared_dir=shared
+    )
+    real = Path.read_bytes
+    failure: dict[str, OSError | None] = {"next": FileNotFoundError(errno.ENOENT, "gone")}
+
+    def read_bytes(self: Path) -> bytes:
+        exc, failure["next"] = failure["next"], None
+        if exc is not None and self.name == "state.json":
+            raise exc
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    with flow.session():  # no error: the state starts afresh, as for a missing file
+        assert flow.accept(job("mine"))
+    failure["next"] = OSError(errno.EIO, os.strerror(errno.EIO))
+    shared.joinpath("state.json").touch()  # (changed: it is read again)
+    with pytest.raises(StoreError, match=r"could not read the flow state .*state.json: Input/output error"):
+        with flow.session():
+            pass
+    flow.close()
