@@ -1572,15 +1572,34 @@ COMMANDS = {
 }
 
 
+#: the commands that run until stopped: their log lines carry the time and the logger
+LOG_KEEPING_COMMANDS = frozenset({"gui", "work", "serve"})
+
+
+class _OneShotFormatter(logging.Formatter):
+    """``desktop-queue: warning: …``: a log line of a one-shot command, in the style of its errors."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"desktop-queue: {record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command; returns its exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     command = args.command or "gui"
+    handler = logging.StreamHandler()
+    # a long-running process keeps a log (when, and from where); a one-shot command says a
+    # warning as it says an error: one line, after its name
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if command in LOG_KEEPING_COMMANDS
+        else _OneShotFormatter()
+    )
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     if command == "gui" and not hasattr(args, "json"):
         args.json = False
     try:

@@ -547,3 +547,30 @@ def test_list_and_show_say_why_a_due_job_waits(dq: Cli) -> None:
     assert [j["state"] for j in dq.jobs()] == ["queued", "queued"]  # (--json keeps the state)
     assert dq.run("resume-background").code == OK
     assert "paused" not in dq.run("list").out
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("list", r"desktop-queue: warning: could not start a new journal segment: disk full\n"),
+        ("work", r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ WARNING desktop_queue\.test: could not start .*\n"),
+    ],
+)
+def test_a_one_shot_command_says_a_warning_as_it_says_an_error_and_a_worker_keeps_a_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], command: str, expected: str
+) -> None:
+    import logging
+    import re
+
+    from desktop_queue import cli
+
+    def warns(args: Any) -> int:
+        logging.getLogger("desktop_queue.test").warning("could not start a new journal segment: disk full")
+        return 0
+
+    monkeypatch.setitem(cli.COMMANDS, command, warns)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])  # (pytest's own would make basicConfig a no-op)
+    capfd.readouterr()
+    assert cli.main(["--data-dir", str(tmp_path), command]) == 0
+    assert re.fullmatch(expected, capfd.readouterr().err), command
