@@ -29,7 +29,8 @@ test: $(STAMP_TEST)
 	$(VENV)/bin/mypy desktop_queue
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)
 
-# The five fault drills of the production guide (seed 003), alone (make test runs them too).
+# The five fault drills of the production guide (seed 003) and the power-cut drill, alone
+# (make test runs them too).
 drills: $(STAMP_TEST)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest tests/drills -m drill $(PYTEST_ARGS)
 
