@@ -39,7 +39,7 @@ import orjson
 from desktop_queue.core.errors import QueueError
 from desktop_queue.core.model import EventType, State, events_of
 from desktop_queue.core.paths import config_dir
-from desktop_queue.core.store.fileio import atomic_write, locked, make_dirs
+from desktop_queue.core.store.fileio import append_lines, atomic_write, locked, make_dirs
 from desktop_queue.core.wording import counted
 
 log = logging.getLogger(__name__)
@@ -774,20 +774,7 @@ class AlertBook:
     def _append(self, transitions: Sequence[Transition]) -> None:
         if not transitions:
             return
-        payload = b"".join(orjson.dumps(t.to_json()) + b"\n" for t in transitions)
-        fd = os.open(self.history_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            size = os.fstat(fd).st_size
-            if size:
-                # a torn last line from a crashed writer: end it, so it stays one bad line
-                with open(self.history_path, "rb") as f:
-                    f.seek(size - 1)
-                    if f.read(1) != b"\n":
-                        payload = b"\n" + payload
-            os.write(fd, payload)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_lines(self.history_path, b"".join(orjson.dumps(t.to_json()) + b"\n" for t in transitions))
 
     def _write_state(self, state: AlertState, unlogged: Sequence[Transition]) -> None:
         doc = {

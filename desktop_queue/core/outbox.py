@@ -24,7 +24,6 @@ with only what is still needed.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ import orjson
 from desktop_queue.core.errors import QueueError, StoreError
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.model import State
-from desktop_queue.core.store.fileio import FileLock, atomic_write, locked, make_dirs, write_all
+from desktop_queue.core.store.fileio import FileLock, append_lines, atomic_write, locked, make_dirs
 
 OUTBOX_DIR = "outbox"
 OUTBOX_FILE = "outbox.jsonl"
@@ -220,24 +219,7 @@ class Outbox:
     def _append(self, records: Sequence[Mapping[str, Any]]) -> None:
         if not records:
             return
-        payload = b"".join(orjson.dumps(dict(r)) + b"\n" for r in records)
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            try:
-                size = os.fstat(fd).st_size
-                if size:
-                    with open(self.path, "rb") as f:
-                        f.seek(size - 1)
-                        if f.read(1) != b"\n":
-                            payload = b"\n" + payload  # end a torn line: it stays one skipped line
-                write_all(fd, payload)  # a full disk can take part of it: the rest must fail, not vanish
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            if exc.filename is not None:
-                raise
-            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc  # the error names the file
+        append_lines(self.path, b"".join(orjson.dumps(dict(r)) + b"\n" for r in records))
 
     def _compact(self, view: OutboxView, hot_ids: set[str] | None) -> None:
         """Rewrites the file with the entries still needed.

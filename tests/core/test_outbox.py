@@ -101,7 +101,7 @@ def test_notices_a_full_disk_refused_are_added_by_the_next_feed(
     open_queue: OpenQueue, clock: FakeClock, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The disk fills while jobs finish: the feed fails naming the file, and loses none of them."""
-    from desktop_queue.core import outbox as outbox_module
+    from desktop_queue.core.store import fileio
 
     queue = open_queue()
     outbox = Outbox(data_dir, clock.now)
@@ -110,14 +110,14 @@ def test_notices_a_full_disk_refused_are_added_by_the_next_feed(
     first = _finish(queue, 3)
     outbox.feed(queue)
     ids = _finish(queue, 3, first=3)
-    real_write_all = outbox_module.write_all
+    real_write_all = fileio.write_all
 
-    def half_then_full(fd: int, data: bytes) -> None:
+    def half_then_full(fd: int, data: bytes, **kwargs: Any) -> None:
         real_write_all(fd, data[: len(data) // 2])  # part of it went, then the disk was full
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     with monkeypatch.context() as patch:
-        patch.setattr(outbox_module, "write_all", half_then_full)
+        patch.setattr(fileio, "write_all", half_then_full)
         with pytest.raises(OSError) as failed:
             outbox.feed(queue)
     assert failed.value.filename == str(outbox.path) and failed.value.errno == errno.ENOSPC

@@ -189,8 +189,8 @@ def test_a_large_stuck_backlog_is_recorded_a_bounded_batch_a_scan(open_queue: Op
 def test_upkeep_on_a_full_disk_says_which_file_once_and_when_it_works_again(
     open_queue: OpenQueue, clock: FakeClock, data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
-    from desktop_queue.core import outbox as outbox_module
     from desktop_queue.core import repair as repair_module
+    from desktop_queue.core.store import fileio
 
     queue = open_queue()
     outbox = Outbox(data_dir, clock.now)
@@ -198,11 +198,11 @@ def test_upkeep_on_a_full_disk_says_which_file_once_and_when_it_works_again(
     upkeep.tick()
     caplog.set_level(logging.INFO, logger=repair_module.log.name)
 
-    def full(fd: int, data: bytes) -> None:
+    def full(fd: int, data: bytes, **kwargs: Any) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     with monkeypatch.context() as patch:
-        patch.setattr(outbox_module, "write_all", full)
+        patch.setattr(fileio, "write_all", full)
         for n in range(3):  # a job finishes, and the upkeep cannot announce it
             queue.submit("demo", {"n": n})
             lease = queue.lease("w")

@@ -61,6 +61,22 @@ def disk(monkeypatch: pytest.MonkeyPatch) -> FullDisk:
     return FullDisk(monkeypatch)
 
 
+def settled_unpaid_at_next_start(
+    data_dir: Path, job_id: str, provider: BlockingDemo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next start (the process that held the lease has ended) settles the job from its
+    kept answer: succeeded after one attempt, with the late answer, and no new call."""
+    monkeypatch.setattr(reconcile_module, "holder_alive", lambda owner: False)
+    reopened = Queue.open(data_dir, {"demo": DemoProvider()})
+    try:
+        job = reopened.get(job_id)
+        assert job.state == State.SUCCEEDED and job.total_attempts == 1
+        assert reopened.results.get(job.idempotency_key)["result"]["text"] == f"late answer for {job_id}"
+        assert provider.calls == 1
+    finally:
+        reopened.close()
+
+
 def test_an_answer_while_the_disk_is_full_is_paid_once_and_committed_when_room_returns(
     qtbot: Any, queue: Queue, make_driver: DriverFactory, disk: FullDisk, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -190,15 +206,7 @@ def test_a_held_answer_survives_a_restart_in_its_pending_result(
     disk.free()
 
     # the next start: the process that held the lease has ended
-    monkeypatch.setattr(reconcile_module, "holder_alive", lambda owner: False)
-    reopened = Queue.open(data_dir, {"demo": DemoProvider()})
-    try:
-        job = reopened.get(job_id)
-        assert job.state == State.SUCCEEDED and job.total_attempts == 1
-        assert reopened.results.get(job.idempotency_key)["result"]["text"] == f"late answer for {job_id}"
-        assert provider.calls == 1
-    finally:
-        reopened.close()
+    settled_unpaid_at_next_start(data_dir, job_id, provider, monkeypatch)
 
 
 def test_a_poisoned_store_stops_leasing_and_says_it_must_be_reopened(
@@ -260,12 +268,4 @@ def test_an_answer_the_disk_had_no_room_for_is_kept_at_shutdown_and_not_paid_aga
     queue.close()
     disk.free()
 
-    monkeypatch.setattr(reconcile_module, "holder_alive", lambda owner: False)
-    reopened = Queue.open(data_dir, {"demo": DemoProvider()})
-    try:
-        job = reopened.get(job_id)
-        assert job.state == State.SUCCEEDED and job.total_attempts == 1
-        assert reopened.results.get(job.idempotency_key)["result"]["text"] == f"late answer for {job_id}"
-        assert provider.calls == 1
-    finally:
-        reopened.close()
+    settled_unpaid_at_next_start(data_dir, job_id, provider, monkeypatch)

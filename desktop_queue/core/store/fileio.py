@@ -75,6 +75,35 @@ def write_all(fd: int, data: bytes, *, sync_every: int = 0, cancelled: Callable[
                 raise WriteCancelled
 
 
+def append_lines(path: Path, payload: bytes) -> None:
+    """Appends ``payload`` (whole lines) to ``path`` durably, for files read line by line.
+
+    A last line a crashed writer left torn is ended first, so it stays one line that a
+    reader skips and the new records start on a line of their own. ``write_all``: a full
+    disk may take part of the payload, and the rest then fails instead of vanishing.
+
+    Raises:
+        OSError: naming ``path`` (an error on a descriptor names no file by itself).
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            size = os.fstat(fd).st_size
+            if size:
+                with open(path, "rb") as f:
+                    f.seek(size - 1)
+                    if f.read(1) != b"\n":
+                        payload = b"\n" + payload
+            write_all(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+
 def atomic_write(
     path: Path,
     data: bytes,
