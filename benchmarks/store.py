@@ -342,22 +342,28 @@ def peak_rss_bytes() -> int:
 
 @contextlib.contextmanager
 def fsync_suspended() -> Iterator[None]:
-    """Makes ``os.fsync`` and ``os.fdatasync`` no-ops in this process, then flushes everything with ``os.sync``.
+    """Makes ``os.fsync``, ``os.fdatasync`` and ``syncfs`` no-ops in this process, then flushes everything with ``os.sync``.
 
     Only the populating subprocess uses this: the store code runs unchanged and writes
     exactly the files it always writes; only their per-operation flush is skipped.
     """
+    from desktop_queue.core import results
+
     real = os.fsync
     real_data = getattr(os, "fdatasync", None)
+    real_syncfs = results._syncfs  # (a fold flushes result files with syncfs where there is one)
     os.fsync = lambda fd: None
     if real_data is not None:
         os.fdatasync = lambda fd: None
+    if real_syncfs is not None:
+        results._syncfs = lambda fd: None
     try:
         yield
     finally:
         os.fsync = real
         if real_data is not None:
             os.fdatasync = real_data
+        results._syncfs = real_syncfs
         if hasattr(os, "sync"):
             os.sync()
 

@@ -167,6 +167,9 @@ _KILLED_FOLD = textwrap.dedent(
     for name in ("write", "fsync", "fdatasync", "replace", "link", "unlink", "rename", "sync"):
         if hasattr(os, name):
             counting(os, name)
+    from desktop_queue.core import results
+    if results._syncfs is not None:  # the result files' flush, where there is syncfs
+        counting(results, "_syncfs")
     import sqlite3
     real_connect = sqlite3.connect
     class Counting(sqlite3.Connection):

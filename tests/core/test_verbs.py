@@ -38,6 +38,7 @@ from desktop_queue.core import (
     StaleLease,
     State,
 )
+from desktop_queue.core import results as results_module
 from desktop_queue.core.fingerprint import fingerprint
 from desktop_queue.core.queue import MAX_INPUT_BYTES, MAX_INTERACTIVE_WAITING
 from desktop_queue.core.redact import REDACTED, redact
@@ -993,7 +994,9 @@ def test_compaction_writes_and_syncs_results_before_folding_their_records(
     assert not any((data_dir / str(r)).exists() for r in refs)
     assert sorted(queue.store.carried_keys()) == sorted(j.idempotency_key for j in jobs)
     synced: list[bool] = []
-    monkeypatch.setattr(os, "sync", lambda: synced.append(all((data_dir / str(r)).exists() for r in refs)))
+    monkeypatch.setattr(
+        results_module, "_syncfs", lambda fd: synced.append(all((data_dir / str(r)).exists() for r in refs))
+    )
     queue.store.compact_now()  # the records carrying the results are folded away now
     assert synced == [True]  # written, then synced, before the snapshot replaced the records
     for job, ref in zip(jobs, refs, strict=True):
