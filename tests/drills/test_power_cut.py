@@ -111,6 +111,17 @@ def crashfs(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         log.close()
 
 
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[Any]]]:
+    """The drill's processes: any still running at the end (a failed wait) is killed."""
+    procs: list[subprocess.Popen[Any]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
 def _env(server: FakeOpenAI, site: Path) -> dict[str, str]:
     env = env_for(server)
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO), env.get("PYTHONPATH", "")])
@@ -148,7 +159,11 @@ def _asked(server: FakeOpenAI) -> dict[str, int]:
 
 
 def test_power_cuts_lose_no_acknowledged_job_or_result_and_pay_no_answer_twice(
-    crashfs: tuple[Path, Path], server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    crashfs: tuple[Path, Path],
+    server: FakeOpenAI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spawned: list[subprocess.Popen[Any]],
 ) -> None:
     mount, control = crashfs
     monkeypatch.setattr(results_module, "_syncfs", None)  # this process folds too, when it closes last
@@ -161,6 +176,7 @@ def test_power_cuts_lose_no_acknowledged_job_or_result_and_pay_no_answer_twice(
     acknowledged: list[str] = []
     for cut in range(3):
         worker = _work(data_dir, env, tmp_path / f"worker-{cut}.log", "--concurrency", "4")
+        spawned.append(worker)
         submitter = subprocess.Popen(
             [sys.executable, "-c", _SUBMITTER, str(data_dir), str(cut * 100_000)],
             env=env,
@@ -169,6 +185,7 @@ def test_power_cuts_lose_no_acknowledged_job_or_result_and_pay_no_answer_twice(
             stderr=subprocess.DEVNULL,
             text=True,
         )
+        spawned.append(submitter)
         before = len(server.of("chat"))
         wait_for(lambda: len(server.of("chat")) >= before + 12, 120, "answers to be paid for")  # noqa: B023
         for proc in (submitter, worker):
@@ -191,6 +208,7 @@ def test_power_cuts_lose_no_acknowledged_job_or_result_and_pay_no_answer_twice(
 
         log = tmp_path / f"finisher-{cut}.log"
         finisher = _work(data_dir, env, log, "--until-idle", "--max-seconds", "120")
+        spawned.append(finisher)
         assert finisher.wait(300) == 0, log.read_text()[-2000:]
         asked = _asked(server)
         again = [p for p in paid if asked.get(p, 0) != asked_at_cut.get(p, 0)]
