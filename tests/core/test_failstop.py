@@ -540,3 +540,27 @@ def test_an_open_waits_for_the_first_opener_to_finish_reconciling(data_dir: Path
     else:
         assert len(errors) == 1 and second.report.first is True
     second.close()
+
+
+def test_a_journal_segment_deleted_while_in_use_acknowledges_nothing_more(
+    open_queue: OpenQueue, data_dir: Path
+) -> None:
+    """Removed by hand (or by a cleanup or sync tool) while a worker runs: the segment still
+    took writes and syncs through its open descriptor, and every submission after that was
+    acknowledged into a file nobody would read again."""
+    queue = open_queue()
+    queue.submit("demo", {"prompt": "before"}, title="before")
+    segment = data_dir / "store" / segment_name(queue.store.segment)  # type: ignore[attr-defined]
+    segment.unlink()
+
+    with pytest.raises(StoreError, match=rf"not saved where the store can find it.*{segment.name} was deleted"):
+        queue.submit("demo", {"prompt": "after"}, title="after")
+    assert queue.store.poisoned is not None and "deleted while in use" in queue.store.poisoned
+    with pytest.raises(StoreError, match=POISONED):
+        queue.submit("demo", {"prompt": "later"})
+    queue.close()
+
+    reopened = open_queue()  # what is left, and a notice of what is not
+    assert "after" not in {j.title for j in reopened.list()}
+    assert any(segment.name in notice and "missing" in notice for notice in reopened.report.notices)
+    assert reopened.submit("demo", {"prompt": "usable again"}).job.state == State.QUEUED

@@ -1229,6 +1229,8 @@ class Store:
         # (the threshold is never below rotate_bytes: most commits need not work it out)
         rotating = offset > self.rotate_bytes and offset > self._rotate_threshold()
         waiting = None
+        if durable:
+            self._check_linked(fd)
         if durable and rotating:
             # synced here, before the rotation: the commit is made whatever becomes of it
             self._wait_durable(_Waiting(gen, offset, fd, self._written), owned=False)
@@ -1342,9 +1344,28 @@ class Store:
                 raise StoreError(self._poison)
             if self._synced >= self._written or self._fd < 0:
                 return
+            self._check_linked(self._fd)
             waiting = self._durable_wait(self._gen, self._offset)
         if waiting is not None:
             self._wait_durable(waiting)
+
+    def _check_linked(self, fd: int) -> None:
+        """Refuses to call a change saved that went to a segment deleted while in use (locks held).
+
+        Removed from the data dir by hand, or by a cleanup or sync tool, the segment still
+        takes writes and syncs through its open descriptor, into a file nobody will read:
+        every change acknowledged after that would be lost. One ``fstat`` a durable commit.
+
+        Raises:
+            StoreError: it was deleted: the store is poisoned (a reopen finds what is left).
+        """
+        try:
+            linked = os.fstat(fd).st_nlink > 0
+        except OSError:
+            return  # (the write or the sync that follows says what is wrong with the disk)
+        if not linked:
+            poison = self._poison_with(f"{segment_name(self._gen)} was deleted while in use")
+            raise StoreError(f"the change was not saved where the store can find it. {poison}")
 
     def _group_sync(self, gen: int, end: int, fd: int) -> None:
         """Returns once segment ``gen`` is on disk up to ``end``, syncing ``fd`` unless another sync covered it.
