@@ -543,11 +543,12 @@ def test_an_open_waits_for_the_first_opener_to_finish_reconciling(data_dir: Path
 
 
 def test_a_journal_segment_deleted_while_in_use_acknowledges_nothing_more(
-    open_queue: OpenQueue, data_dir: Path
+    open_queue: OpenQueue, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Removed by hand (or by a cleanup or sync tool) while a worker runs: the segment still
     took writes and syncs through its open descriptor, and every submission after that was
     acknowledged into a file nobody would read again."""
+    monkeypatch.setattr(storage_module, "LINK_CHECK_EVERY_S", 0.0)  # (at most once a second otherwise)
     queue = open_queue()
     queue.submit("demo", {"prompt": "before"}, title="before")
     segment = data_dir / "store" / segment_name(queue.store.segment)  # type: ignore[attr-defined]
