@@ -159,9 +159,9 @@ _NO_NEWS = frozenset((b"", b"\0"))
 _CHILD = "import sys; from desktop_queue.core.store.compaction import main; sys.exit(main(sys.argv[1:]))"
 
 #: how often commits look whether a running compaction has ended (seconds)
+POLL_COMPACTOR_S = 0.05
 #: how often a durable commit checks that its segment is still in the data dir (see Store._check_linked)
 LINK_CHECK_EVERY_S = 1.0
-POLL_COMPACTOR_S = 0.05
 
 
 #: a journal tail the last process to close leaves unfolded (see Store._fold_tail_if_last):
