@@ -80,7 +80,7 @@ def holder_alive(holder: str | None) -> bool | None:
 
     Returns:
         True or False for a holder on this host; None when this cannot be told (another
-        host, or a malformed name), so that the caller falls back to the lease's expiry.
+        host, Windows, or a malformed name), so that the caller falls back to the lease's expiry.
     """
     if not holder:
         return None
@@ -93,6 +93,10 @@ def holder_alive(holder: str | None) -> bool | None:
         return None
     if holder == this_process():
         return True
+    if sys.platform == "win32":
+        # os.kill(pid, 0) terminates the process there (TerminateProcess): judged by its
+        # lease's expiry alone, as a holder on another host is
+        return None
     if not _pid_runs(pid):
         return False
     started = _start_time(pid)

@@ -376,3 +376,20 @@ def test_an_orphan_that_cannot_be_reconciled_does_not_stop_the_open(
     with Queue.open(data, {"demo": DemoProvider()}) as queue:
         assert queue.get(job.id).state == State.RUNNING
         assert f"job {job.id} could not be reconciled: RuntimeError" in queue.report.notices
+
+
+def test_on_windows_a_holder_is_judged_by_expiry_and_never_sent_a_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.kill(pid, 0)`` asks whether a process runs on POSIX, and terminates it on Windows."""
+    from desktop_queue.core import liveness
+
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        holder = f"{this_process().split('/')[0]}/{other.pid}/-"
+        monkeypatch.setattr(liveness.sys, "platform", "win32")
+        monkeypatch.setattr(liveness.os, "kill", lambda pid, sig: pytest.fail("a signal to another process"))
+        assert holder_alive(holder) is None  # cannot be told: the lease's expiry decides
+        assert holder_alive(this_process()) is True
+    finally:
+        assert other.stdin is not None
+        other.stdin.close()
+        other.wait()
