@@ -974,17 +974,11 @@ class _SharedFile:
         """The state if another process changed it since this one last read (else None)."""
         try:
             st = os.stat(self.path)
-        except FileNotFoundError:
-            self._seen, self.raw = None, b""
-            return {}
-        except OSError as exc:
-            raise StoreError(f"could not read the flow state {self.path}: {exc.strerror or exc}") from exc
-        seen = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if seen == self._seen:
-            return None
-        try:
+            seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if seen == self._seen:
+                return None
             raw = self.path.read_bytes()
-        except FileNotFoundError:  # removed since the stat (by hand, or a file system check)
+        except FileNotFoundError:  # none yet, or removed (even since the stat: by hand, a file system check)
             self._seen, self.raw = None, b""
             return {}
         except OSError as exc:  # a failing disk: one clear error, which stops leasing while it lasts

@@ -1007,17 +1007,15 @@ class LeaseDriver(QObject):
         lease = report.lease
         results = self.queue.results
         try:
-            if report.document is not None:
-                results.keep_pending(report.document, durable=True)
-            else:
-                document = results.attempt_document(
-                    lease.job.idempotency_key,
-                    finish.outcome.result,
-                    job_id=lease.job_id,
-                    epoch=lease.epoch,
-                    produced_at=time.time(),
-                )
-                results.keep_pending(document, durable=True)
+            # (a paid answer whose pending result the disk refused has no document yet)
+            document = report.document or results.attempt_document(
+                lease.job.idempotency_key,
+                finish.outcome.result,
+                job_id=lease.job_id,
+                epoch=lease.epoch,
+                produced_at=time.time(),
+            )
+            results.keep_pending(document, durable=True)
         except (StoreError, OSError, InvalidArtifact) as exc:
             log.error("the answer of %s is lost with this process: %s", lease.job_id, exc)
             return False

@@ -929,14 +929,11 @@ class MainWindow(QMainWindow):
         """Asks if jobs are running, then stops leasing, lets attempts stop, waits (bounded)."""
         driver = self.controller.driver
         running, held = driver.running, len(driver.held_ids())
+        verb = "Restart" if self.restart_requested else "Quit"
         if (
             (running or held)
             and not self._quitting
-            and not (
-                dialogs.confirm(self, "Restart Desktop Queue?", quit_question(running, held, "Restart"), "Restart")
-                if self.restart_requested
-                else dialogs.confirm(self, "Quit Desktop Queue?", quit_question(running, held), "Quit")
-            )
+            and not dialogs.confirm(self, f"{verb} Desktop Queue?", quit_question(running, held, verb), verb)
         ):
             event.ignore()
             return
