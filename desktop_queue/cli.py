@@ -1322,12 +1322,10 @@ def cmd_work(args: argparse.Namespace) -> int:
     if args.json:
         _out(summary)
     else:
-        done = ", ".join(f"{v} {k}" for k, v in sorted(finished.items())) or "nothing finished"
+        done = ", ".join(f"{v:,} {k}" for k, v in sorted(finished.items())) or "nothing finished"
         again = f" ({counted(requeued['n'], 'attempt')} queued again)" if requeued["n"] else ""
-        _err(
-            f"stopped ({stop['why']}): {done}{again}; queue now "
-            + ", ".join(f"{k} {v}" for k, v in counts.items() if v)
-        )
+        now = ", ".join(f"{v:,} {k}" for k, v in counts.items() if v) or "empty"
+        _err(f"stopped ({stop['why']}): {done}{again}; queue now {now}")
     if stop["why"] == "the store hit a disk error":
         return EXIT_FAILED
     return EXIT_OK if stop["why"] != "interrupted" else 130

@@ -197,7 +197,7 @@ def work_upkeep(
         budgets: profile -> budget, asked on every scan.
         say: where notices and alerts go (stderr).
     """
-    from desktop_queue.core.outbox import Outbox
+    from desktop_queue.core.outbox import Outbox, log_lines
     from desktop_queue.core.repair import RepairScan, Upkeep
 
     data_dir = Path(queue.data_dir)
@@ -212,8 +212,8 @@ def work_upkeep(
     )
 
     def deliver(notices: list[Any]) -> None:
-        for notice in notices:
-            say(f"notice: {notice.log_text()}")  # (a title may be a prompt's first line: not logged)
+        for line in log_lines(notices):
+            say(f"notice: {line}")  # (by id and kind: a title may be a prompt's first line)
 
     def announce(transitions: list[Transition]) -> None:
         for t in transitions:

@@ -24,6 +24,7 @@ with only what is still needed.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from desktop_queue.core.errors import QueueError, StoreError
 from desktop_queue.core.liveness import holder_alive, this_process
 from desktop_queue.core.model import State
 from desktop_queue.core.store.fileio import FileLock, append_lines, atomic_write, locked, make_dirs
+from desktop_queue.core.wording import counted
 
 OUTBOX_DIR = "outbox"
 OUTBOX_FILE = "outbox.jsonl"
@@ -49,6 +51,10 @@ ANNOUNCED = frozenset({State.SUCCEEDED, State.DEAD})
 COMPACT_LINES = 5000
 #: a claim not acknowledged in this long counts as lost even if its holder lives
 CLAIM_TIMEOUT_S = 600.0
+#: a log gets a line per notice up to this many at once; more, and the finished ones are counted
+LOG_EACH = 3
+#: dead-lettered jobs named one by one in a log, at most, in one delivery
+LOG_DEAD = 10
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,32 @@ def notice_of(job: Mapping[str, Any]) -> Notice | None:
     key = f"{job['id']}:{job.get('run', 1)}:{state}"
     title = str(job.get("title") or "")[:120]
     return Notice(key, job["id"], str(state), title, str(job.get("kind") or ""), float(job["finished_at"]))
+
+
+def log_lines(notices: Sequence[Notice]) -> list[str]:
+    """What a log says of one delivery: a line per notice, or for many, the finished ones counted.
+
+    A worker that drains a backlog finishes thousands of jobs between two looks; a line
+    each buries the few that need a person. Dead-lettered jobs keep a line each (up to
+    :data:`LOG_DEAD`, then a count and where to find them).
+    """
+    if len(notices) <= LOG_EACH:
+        return [n.log_text() for n in notices]
+    done = [n for n in notices if n.state == State.SUCCEEDED]
+    dead = [n for n in notices if n.state != State.SUCCEEDED]
+    lines = []
+    if done:
+        kinds = Counter(n.kind for n in done)
+        per_kind = "; ".join(f"{kind} {n:,}" for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+        lines.append(f"{counted(len(done), 'job')} finished ({per_kind})")
+    lines += [n.log_text() for n in dead[:LOG_DEAD]]
+    if len(dead) > LOG_DEAD:
+        more = len(dead) - LOG_DEAD
+        lines.append(
+            f"{counted(more, 'more job')} dead-lettered; {'it waits' if more == 1 else 'they wait'} for you in Dead letters "
+            "(desktop-queue list --state dead)"
+        )
+    return lines
 
 
 @dataclass
@@ -421,4 +453,4 @@ class Outbox:
             return True
 
 
-__all__ = ["ANNOUNCED", "Notice", "Outbox", "OutboxView", "notice_of"]
+__all__ = ["ANNOUNCED", "Notice", "Outbox", "OutboxView", "log_lines", "notice_of"]

@@ -473,6 +473,28 @@ class TestWorkAndStats:
         assert (stored.state, stored.attempts, stored.total_attempts) == ("queued", 0, 1)
         assert [e.type for e in stored.events] == ["submitted", "leased", "released"]
 
+    def test_work_on_an_empty_store_says_the_queue_is_empty(self, dq: Cli) -> None:
+        run = dq.sub("work", "--until-idle", "--max-seconds", "30")
+
+        assert run.code == OK, run.err
+        assert run.err_lines[-1] == "desktop-queue: stopped (idle): nothing finished; queue now empty"
+
+    def test_work_counts_a_drained_backlog_in_one_line_and_names_its_dead_letter(self, dq: Cli, tmp_path: Path) -> None:
+        for i in range(6):
+            dq.submit({"prompt": f"quick {i}", "duration_s": 0})
+        dead = dq.submit({"prompt": "doomed", "duration_s": 0, "fail_times": 9, "fail_with": "fatal"})
+
+        # (its own config dir: the alert rules and their history are the test's)
+        run = dq.sub("work", "--until-idle", "--max-seconds", "30", env={"DESKTOP_QUEUE_CONFIG_DIR": str(tmp_path)})
+
+        assert run.code == OK, run.err
+        notices = [line for line in run.err_lines if "notice:" in line]
+        assert notices == [
+            "desktop-queue: notice: 6 jobs finished (demo 6)",
+            f"desktop-queue: notice: job {dead['id']} (demo): dead-lettered; it waits for you in Dead letters",
+        ]
+        assert run.err_lines[-1] == "desktop-queue: stopped (idle): 1 dead, 6 succeeded; queue now 6 succeeded, 1 dead"
+
     def test_work_rejects_zero_concurrency(self, dq: Cli) -> None:
         run = dq.run("work", "--concurrency", "0", "--until-idle")
 

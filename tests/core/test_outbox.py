@@ -16,7 +16,7 @@ import pytest
 
 from desktop_queue.core import FakeClock, Queue, SystemClock
 from desktop_queue.core.model import ErrorClass
-from desktop_queue.core.outbox import Outbox
+from desktop_queue.core.outbox import LOG_DEAD, Notice, Outbox, log_lines
 from desktop_queue.core.outcome import Outcome
 from desktop_queue.core.repair import RepairScan
 
@@ -359,3 +359,37 @@ def test_the_first_feed_follows_from_the_current_version_not_from_every_change(t
     assert [n.job_id for n in outbox.feed(_Queue())] == ["a1"]
     assert outbox.feed(_Queue()) == []  # (announced once)
     assert calls == ["refresh", ("raw_jobs", None), ("changed_since", 7), ("raw_jobs", {"a1"})]
+
+
+def _notice(i: int, state: str = "succeeded", kind: str = "demo") -> Notice:
+    job_id = f"{i:010x}"
+    return Notice(f"{job_id}:1:{state}", job_id, state, f"a private prompt {i}", kind, 1_700_000_000.0 + i)
+
+
+def test_a_log_names_a_few_notices_one_by_one() -> None:
+    notices = [_notice(1), _notice(2, "dead")]
+    assert log_lines(notices) == [
+        "job 0000000001 (demo): finished",
+        "job 0000000002 (demo): dead-lettered; it waits for you in Dead letters",
+    ]
+
+
+def test_a_drained_backlog_is_counted_in_a_log_and_its_dead_letters_still_named() -> None:
+    """A worker that drained 2,000 jobs said "finished" 2,000 times; the dead letter was lost among them."""
+    notices = [_notice(i, kind="demo" if i % 4 else "openai.chat") for i in range(2000)]
+    notices.insert(700, _notice(5000, "dead", "openai.chat"))
+    lines = log_lines(notices)
+    assert lines == [
+        "2,000 jobs finished (demo 1,500; openai.chat 500)",
+        "job 0000001388 (openai.chat): dead-lettered; it waits for you in Dead letters",
+    ]
+    assert not any("private prompt" in line for line in lines)
+
+
+def test_past_a_page_of_dead_letters_a_log_counts_the_rest() -> None:
+    lines = log_lines([_notice(i, "dead") for i in range(LOG_DEAD + 2)])
+    assert len(lines) == LOG_DEAD + 1
+    assert lines[-1] == (
+        "2 more jobs dead-lettered; they wait for you in Dead letters (desktop-queue list --state dead)"
+    )
+    assert lines[0] == "job 0000000000 (demo): dead-lettered; it waits for you in Dead letters"
