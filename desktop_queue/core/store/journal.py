@@ -866,7 +866,7 @@ class Store:
         if self._poison is None:
             self._poison = (
                 f"the task store hit a disk error ({what}); no further changes are accepted until it is "
-                "reopened (close Desktop Queue and start it again: opening the store checks what is on disk)"
+                "reopened (quit the window or the command and start it again: opening the store checks what is on disk)"
             )
             self._refusal = self._poison
             log.error("%s", self._poison)
