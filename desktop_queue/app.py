@@ -33,6 +33,7 @@ from desktop_queue.runtime import qtcompat
 from desktop_queue.ui import dialogs
 from desktop_queue.ui.activation import ActivationServer, ask_running_window
 from desktop_queue.ui.controller import Controller
+from desktop_queue.ui.display import display_problem
 from desktop_queue.ui.main_window import MainWindow
 from desktop_queue.ui.models.refresh import FALLBACK_MS
 from desktop_queue.ui.settings import (
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 GUI_LOCK_NAME = "gui.lock"
 #: the exit code after SIGINT or SIGTERM closed the window (as ``work`` exits when interrupted)
 EXIT_INTERRUPTED = 130
+#: the exit code when the window cannot open here (no display, a missing system library)
+EXIT_NO_WINDOW = 1
 #: how long a second start waits for a window that does not answer to close: one that is
 #: quitting gives its attempts up to 5 s to stop, then closes the store
 CLOSING_WAIT_S = 10.0
@@ -303,11 +306,23 @@ def start(
     return Session(window, controller, queue, lock, lines, activation)
 
 
+def qt_at_least(major: int, minor: int) -> bool:
+    """Whether the Qt library loaded (not the binding) is ``major.minor`` or later."""
+    from PySide6.QtCore import qVersion
+
+    found = tuple(int(part) for part in qVersion().split(".")[:2])
+    return found >= (major, minor)
+
+
 def main(data_dir: str | None = None, store: str | None = None) -> int:
     """Runs the window (on ``store``: see :func:`chosen_store`) until it is closed; the process exit code."""
     qtcompat.install()
     app = QApplication.instance()
     if not isinstance(app, QApplication):
+        problem = display_problem(os.environ, sys.platform, needs_xcb_cursor=qt_at_least(6, 5))
+        if problem is not None:  # Qt would print its plugin lines and abort the process
+            print(f"desktop-queue: {problem}", file=sys.stderr)
+            return EXIT_NO_WINDOW
         app = QApplication(sys.argv[:1])
     configure_application(app)
     session = start(data_dir, store=store)
