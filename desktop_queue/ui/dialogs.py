@@ -1259,8 +1259,9 @@ class PreferencesDialog(QDialog):
         self.profiles_page.stack.setMinimumWidth(labels + widest + 24 + 40)
         scroll_bar = self.style().pixelMetric(self.style().PixelMetric.PM_ScrollBarExtent)
         self.profiles_page.editor_scroll.setMinimumWidth(self.profiles_page.stack.minimumWidth() + scroll_bar + 4)
-        self.setMinimumWidth(max(760, self.sizeHint().width()))
-        self.resize(self.minimumWidth(), min(700, max(560, self.sizeHint().height())))
+        # (no minimum width of its own: one would replace the layout's, which only showing
+        # the pages makes known, and the editor would be cut off on the right)
+        self.resize(max(760, self.sizeHint().width()), min(700, max(560, self.sizeHint().height())))
 
     def _add_store_field(self, form: QFormLayout) -> None:
         """Store: the data directory (empty, the default) or a PostgreSQL URL, applied at the next start."""

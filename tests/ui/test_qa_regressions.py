@@ -176,6 +176,28 @@ def test_preferences_are_wide_enough_for_their_hints(qtbot: Any) -> None:
     dialog.reject()
 
 
+def test_the_provider_editor_is_not_cut_off_on_the_right(qtbot: Any) -> None:
+    """The dialog set its own minimum width before its pages were laid out; shown, the editor
+    needed 36 px more, and the fields and the scroll bar ran past the dialog's right edge."""
+    dialog = dialogs.PreferencesDialog(Preferences(), new_profile=True)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitUntil(dialog.providers_page.isVisible, timeout=2000)
+    page = dialog.profiles_page
+    scroll = page.editor_scroll
+
+    def right() -> int:
+        return scroll.mapTo(dialog, scroll.rect().topRight()).x()
+
+    # (the layout settles in the event loop, before the dialog is painted)
+    qtbot.waitUntil(lambda: right() < dialog.width(), timeout=2000)
+    for field in (dialog.providers_page.base_url, dialog.providers_page.api_key):
+        edge = field.mapTo(dialog, field.rect().topRight()).x()
+        assert edge < dialog.width(), (field.objectName(), edge, dialog.width())
+    assert page.stack.width() <= scroll.viewport().width()  # nothing to scroll sideways to
+    dialog.reject()
+
+
 # --------------------------------------------------------------------------- models
 
 
