@@ -17,6 +17,7 @@ through :class:`ConnectionTester`, a QObject the page (the GUI thread) owns.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
@@ -196,6 +197,11 @@ class ProvidersPage(QWidget):
         self.config = config
         #: the name under which the profile (and its keyring entry) was saved (None: new)
         self.saved_name: str | None = config.name if saved else None
+        #: the name the dialog gave a new profile (its preset's, or "server"): a preset chosen
+        #: while it still has that name renames it
+        self.given_name: str | None = None
+        #: a free name for a profile of this editor from ``base`` (the page sets it: it knows the others)
+        self.free_name: Callable[[str], str] = lambda base: base
         self._pool = pool or QThreadPool.globalInstance()
         self.prices = prices if prices is not None else PriceTable.load(resolve_data_dir())
         self.preset = QComboBox()
@@ -354,10 +360,17 @@ class ProvidersPage(QWidget):
             self.apply_preset(preset)
 
     def apply_preset(self, preset: Preset, name: str | None = None) -> None:
-        """Fills the endpoint, model and key need of ``preset`` (the name too, if given)."""
+        """Fills the endpoint, model and key need of ``preset``, and the name if given.
+
+        A new profile still named after the preset it started from takes the new one's
+        name: "openai" for a llama.cpp server would stay in every list and log.
+        """
         config = preset.config
+        if name is None and self.saved_name is None and self.name.text().strip() == self.given_name:
+            name = self.free_name(config.name)
         if name is not None:
             self.name.setText(name)
+            self.given_name = name
         self.base_url.setText(config.base_url or "")
         self.model.setText(config.model)
         self.require_key.setChecked(config.require_key)
@@ -694,6 +707,8 @@ class ProfilesPage(QWidget):
         from dataclasses import replace
 
         editor = self._add_editor(replace(base, name=name), saved=False)
+        editor.given_name = name
+        editor.free_name = lambda wanted: self._names(skip=editor).unique_name(wanted)
         if preset is not None:
             editor.apply_preset(preset)
         self.list.setCurrentRow(len(self.editors) - 1)

@@ -141,6 +141,28 @@ def test_a_bad_name_or_url_is_said_inline_and_nothing_is_saved(qtbot: Any, isola
     assert not (isolated_profile / "config" / "desktop-queue" / "profiles.json").exists()
 
 
+def test_another_server_chosen_for_a_new_profile_gives_it_that_server_s_name(
+    qtbot: Any, isolated_profile: Path
+) -> None:
+    """ "Connect a provider" starts from OpenAI; choosing llama.cpp left the profile named "openai"."""
+    dialog = PreferencesDialog(Preferences(), new_profile=True)
+    qtbot.addWidget(dialog)
+    editor = dialog.providers_page
+    assert editor.name.text() == "openai"
+    llamacpp = next(i for i in range(editor.preset.count()) if editor.preset.itemData(i) == PRESETS[2].label)
+    editor.preset.activated.emit(llamacpp)
+    assert (editor.name.text(), editor.base_url.text()) == ("llamacpp", "http://localhost:8080/v1")
+    assert items(dialog) == ["llamacpp  (default)"]
+    # a second new profile from the same server gets a free name, and a name typed by hand stays
+    other = dialog.profiles_page.add_profile(PRESETS[0])
+    other.preset.activated.emit(llamacpp)
+    assert other.name.text() == "llamacpp-2"
+    other.name.setText("gpu-box")
+    other.preset.activated.emit(next(i for i in range(other.preset.count()) if other.preset.itemData(i) == "Ollama"))
+    assert (other.name.text(), other.base_url.text()) == ("gpu-box", "http://localhost:11434/v1")
+    dialog.reject()
+
+
 def test_test_connection_names_the_exact_failure(qtbot: Any, drained: None) -> None:
     port = free_port()
     dialog = PreferencesDialog(Preferences(), new_profile=PRESETS[2])
