@@ -883,6 +883,7 @@ class MainWindow(QMainWindow):
         self.apply_preferences(dialog.preferences())
         self.controller.apply_profiles(dialog.profile_set())
         self._update_status()
+        self._update_providers()  # (the first-run panel offers a job for a provider connected now)
 
     def apply_preferences(self, prefs: Preferences) -> None:
         """Stores ``prefs`` under ``preferences/`` and applies them now."""

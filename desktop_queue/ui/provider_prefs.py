@@ -785,6 +785,9 @@ class ProfilesPage(QWidget):
         for editor, config in zip(self.editors, configs, strict=True):
             if self.default_name is not None and self.default_name in (editor.saved_name, config.name):
                 default = config.name
+        # named, as the file names it: the window compares what it saved with what the file
+        # then says, and a difference reads as a change made elsewhere
+        default = default or (configs[0].name if configs else None)
         return ProfileSet(tuple(configs), default, path=self.loaded.path)
 
     def _show_error(self, editor: ProvidersPage | None, text: str) -> None:

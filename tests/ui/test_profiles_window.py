@@ -28,6 +28,7 @@ from desktop_queue.providers.profiles import (  # noqa: E402
     ProfileSet,
     environment_profile,
     load_profiles,
+    profiles_path,
     save_profiles,
 )
 from desktop_queue.providers.setup import ProfileConfig, build  # noqa: E402
@@ -384,6 +385,28 @@ def test_first_run_explains_and_offers_a_demo_job_and_a_provider(
     (job,) = session.queue.list()
     assert job.kind == "demo" and job.title == "My first demo job"
     assert window.timeline_model.job is not None and window.timeline_model.job.id == job.id
+
+
+def test_a_provider_connected_from_the_first_run_is_taken_at_once_and_not_as_a_change_elsewhere(
+    qtbot: Any, session: Any, memory_keyring: MemoryKeyring
+) -> None:
+    """OK in Preferences: the status bar said "The provider profiles were changed elsewhere", and the
+    first-run panel offered "Connect a provider…" until the next periodic refresh."""
+    window = session.window
+    first = window.queue_pane.first_run
+    qtbot.waitUntil(lambda: first.connect_button.isVisible(), timeout=WAIT_MS)
+    said: list[str] = []
+    window.controller.message.connect(said.append)
+    window.controller.watch_profiles(profiles_path())  # (as app.start does)
+    dialog = window.connect_provider()  # (deleted when it closes)
+    editor = dialog.providers_page
+    editor.preset.activated.emit(editor.preset.findData("Ollama"))
+    dialog.accept()
+    assert window.controller.configured_profiles()
+    assert first.write_button.isVisible() and not first.connect_button.isVisible()
+    assert "Your provider ollama is set up" in first.text.text()
+    window.controller.reload_profiles()  # (what the watch on the profiles file runs after the save)
+    assert not any("elsewhere" in text for text in said), said
 
 
 def test_with_a_provider_set_up_the_first_run_offers_a_job_for_it(qtbot: Any, open_window: Any) -> None:
