@@ -78,9 +78,13 @@ class Notice:
     finished_at: float
 
     def text(self) -> str:
-        """For the window: by title (what the job tables show)."""
-        name = self.title or f"{self.kind} job {self.job_id[:8]}"
-        return f"{name}: {self._ending()}"
+        """For the window: by title (what the job tables show), quoted.
+
+        A title is often a prompt's first line, ending in its own full stop or question
+        mark: "Write a poem.: finished" read as a typo, “Write a poem.” finished does not.
+        """
+        name = f"“{self.title}”" if self.title else f"{self.kind} job {self.job_id[:8]}"
+        return f"{name} {self._ending()}"
 
     def log_text(self) -> str:
         """For a log: by id and kind, never the title (a job without one is titled by its prompt)."""

@@ -94,7 +94,16 @@ def test_notices_come_from_the_store_and_are_added_once(
     assert {n.state for n in added} == {"succeeded", "dead"}
     assert outbox.feed(queue) == [] and outbox.add_missing(queue) == []
     texts = sorted(n.text() for n in added)
-    assert texts[0] == "job 0: dead-lettered; it waits for you in Dead letters" and texts[1] == "job 1: finished"
+    assert texts[:2] == ["“job 0” dead-lettered; it waits for you in Dead letters", "“job 1” finished"]
+
+
+def test_a_notice_quotes_a_title_that_ends_in_its_own_full_stop() -> None:
+    """The banner read "Write a short poem about queues.: finished"."""
+    assert _notice(1).text() == "“a private prompt 1” finished"
+    titled = Notice("k", "0123456789", "succeeded", "Write a short poem about queues.", "openai.chat", 0.0)
+    assert titled.text() == "“Write a short poem about queues.” finished"
+    untitled = Notice("k", "0123456789", "dead", "", "openai.chat", 0.0)
+    assert untitled.text() == "openai.chat job 01234567 dead-lettered; it waits for you in Dead letters"
 
 
 def test_notices_a_full_disk_refused_are_added_by_the_next_feed(

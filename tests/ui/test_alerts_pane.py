@@ -146,12 +146,12 @@ def test_finished_jobs_are_announced_once_by_the_window(session: Any, qtbot: Any
     window = session.window
     job_id = session.queue.submit("demo", {"prompt": "x"}, title="a poem").job.id
     qtbot.waitUntil(lambda: session.queue.get(job_id).state == "succeeded", timeout=5000)
-    qtbot.waitUntil(lambda: "a poem: finished" in [text for _c, text in window.notifier.sent], timeout=5000)
+    qtbot.waitUntil(lambda: "“a poem” finished" in [text for _c, text in window.notifier.sent], timeout=5000)
     assert controller.alerts.outbox.view().delivered(f"{job_id}:1:succeeded")
     with qtbot.assertNotEmitted(controller.alerts.notices):
         controller.alerts.upkeep.tick()
         controller.alerts.deliver_now()
-    assert [text for _c, text in window.notifier.sent].count("a poem: finished") == 1
+    assert [text for _c, text in window.notifier.sent].count("“a poem” finished") == 1
 
 
 def test_a_dead_letter_is_announced_once_whichever_process_it_died_in(session: Any, qtbot: Any, data_dir: Path) -> None:
@@ -167,7 +167,7 @@ def test_a_dead_letter_is_announced_once_whichever_process_it_died_in(session: A
         lease = other.lease("elsewhere")
         assert lease is not None and lease.job_id == job_id
         other.fail(lease, Outcome.failure(ErrorClass.FATAL, "HTTP 400"))
-    expected = "a sketch: dead-lettered; it waits for you in Dead letters"
+    expected = "“a sketch” dead-lettered; it waits for you in Dead letters"
     qtbot.waitUntil(lambda: expected in [text for _c, text in window.notifier.sent], timeout=5000)
     session.controller.alerts.deliver_now()
     assert [text for _c, text in window.notifier.sent].count(expected) == 1

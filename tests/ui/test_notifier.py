@@ -35,7 +35,7 @@ def test_without_tray_or_desktop_notifications_the_banner_says_it(qtbot: Any, se
     assert notifier.channel() is Channel.BANNER
     assert window.banner.isHidden()
     # a real notice: the queue drains after this window ran a job. The banner is read as
-    # the window says so: the job's own notice ("x: finished") comes from the outbox, on a
+    # the window says so: the job's own notice (“x” finished) comes from the outbox, on a
     # tick of its own, and under load may come after and take the banner's place
     shown: list[str] = []
     window.drained.connect(lambda _message: shown.append(window.banner.text.text()))
@@ -109,7 +109,7 @@ def test_the_banner_adds_a_later_batch_of_finished_jobs_to_what_it_told(session:
     window.banner.findChild(QToolButton, "bannerClose").click()  # read and dismissed: told afresh
     assert window.banner.isHidden()
     session.controller.alerts.notices.emit(_notices(5000, 1))
-    assert window.banner.text.text() == "job 5000: finished"
+    assert window.banner.text.text() == "“job 5000” finished"
     session.controller.alerts.notices.emit(_notices(5001, 1, dead={5001}))
     assert window.banner.text.text() == "2 jobs finished; 1 dead-lettered: it waits for you in Dead letters"
     window.banner.findChild(QToolButton, "bannerClose").click()
