@@ -9,6 +9,7 @@ for its tables.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
@@ -447,11 +448,19 @@ def attempt_hosts(events: Iterable[Mapping[str, Any] | Any]) -> list[tuple[int, 
 
 
 def ran_on_text(events: Iterable[Mapping[str, Any] | Any]) -> str | None:
-    """Where a job's attempts ran: ``attempt 1 on render-box (pid 4123), attempt 2 on hostb (pid 77)``; None: nowhere yet."""
+    """Where a job's attempts ran: ``attempt 1 on render-box (pid 4123), attempt 2 on hostb (pid 77)``; None: nowhere yet.
+
+    An attempt given back and leased again by the same worker (a 429, a provider pause)
+    is said once with a count: ``attempt 1 on vm (pid 8811) (3 leases)``, not three times.
+    """
     hosts = attempt_hosts(events)
     if not hosts:
         return None
-    return ", ".join(f"attempt {attempt} on {name}" for attempt, name in hosts)
+    parts = []
+    for (attempt, name), same in itertools.groupby(hosts):
+        n = sum(1 for _ in same)
+        parts.append(f"attempt {attempt} on {name}" + (f" ({n} leases)" if n > 1 else ""))
+    return ", ".join(parts)
 
 
 def clock_time(ts: float | None, now: float | None = None) -> str:

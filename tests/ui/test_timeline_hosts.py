@@ -164,3 +164,13 @@ def test_a_narrow_heading_leaves_out_the_machine_then_the_id_before_the_title(ra
     heading.setText("Select a job to see its timeline")  # a plain text forgets the shorter forms
     heading.resize(metrics.horizontalAdvance(heading.text()) + 2 + margins, heading.height())
     assert heading.shown_text() == "Select a job to see its timeline"
+
+
+def test_an_attempt_leased_again_and_again_by_one_worker_is_said_once_with_a_count() -> None:
+    """A job throttled three times said "attempt 1 on vm (pid 8811)" three times over in `show`."""
+
+    def leased(attempt: int, worker: str) -> dict[str, Any]:
+        return {"type": "leased", "attempt": attempt, "worker": worker}
+
+    events = [leased(1, "vm:8811"), leased(1, "vm:8811"), leased(1, "vm:8811"), leased(2, "box:5")]
+    assert ran_on_text(events) == "attempt 1 on vm (pid 8811) (3 leases), attempt 2 on box (pid 5)"
