@@ -111,9 +111,19 @@ def background_reason(profile: str, cause: Degraded | str) -> str:
     return f"{BACKGROUND_PAUSED}: {profile} {words}"
 
 
-def resuming_reason(profile: str, cap: int) -> str:
-    """``background jobs resuming: openai recovered, 2 at a time for now`` (the slow start)."""
-    return f"{BACKGROUND_RESUMING}: {profile} recovered, {cap} at a time for now"
+#: what ended, in the slow start's reason: a rate-limit pause ending is no recovery (the
+#: provider may well answer 429 to the next request too)
+_ENDED_WORDS: dict[str, str] = {
+    Degraded.FAILING: "{} recovered",
+    Degraded.RATE_LIMITED: "{}'s rate-limit pause is over",
+    Degraded.BUDGET_LOW: "{} has budget again",
+}
+
+
+def resuming_reason(profile: str, cap: int, after: Degraded | None = None) -> str:
+    """``background jobs resuming: openai recovered, 2 at a time for now`` (the slow start after ``after``)."""
+    ended = _ENDED_WORDS.get(after, "{} recovered") if after is not None else "{} recovered"
+    return f"{BACKGROUND_RESUMING}: {ended.format(profile)}, {cap} at a time for now"
 
 
 # ---------------------------------------------------------------------- records
@@ -748,6 +758,8 @@ class _ProfileFlow:
         self.degraded_since = -math.inf
         #: when the last cause ended: background jobs come back a few at a time from then
         self.resumed_at: float | None = None
+        #: which cause that was (None: not known, a state written by an older version)
+        self.resumed_from: Degraded | None = None
         #: a background job was held back in this spell (only then is its start and end news)
         self.held_back = False
 
@@ -779,6 +791,7 @@ class _ProfileFlow:
                 "cause": None if self.degraded is None else str(self.degraded),
                 "since": _t(self.degraded_since),
                 "resumed_at": self.resumed_at,
+                "resumed_from": None if self.resumed_from is None else str(self.resumed_from),
                 "held": self.held_back,
             },
             "background": sorted(job_id for job_id, a in self.admitted.items() if a.background),
@@ -808,6 +821,8 @@ class _ProfileFlow:
         self.degraded_since = _ut(degrade.get("since"))
         resumed = degrade.get("resumed_at")
         self.resumed_at = float(resumed) if isinstance(resumed, (int, float)) else None
+        ended = degrade.get("resumed_from")
+        self.resumed_from = Degraded(ended) if ended in _DEGRADED_WORDS else None
         self.held_back = degrade.get("held") is True
 
     def background_cap(self, now: float) -> int | None:
@@ -1322,7 +1337,7 @@ class FlowControl:
                 self._emit(flow, FlowEventType.BACKGROUND_PAUSED, now, cause=str(cause))
             return
         policy = flow.limits.degradation
-        flow.degraded, flow.resumed_at = None, now
+        flow.degraded, flow.resumed_at, flow.resumed_from = None, now, flow.degraded
         if not flow.held_back:
             return  # no background job waited: nothing to tell
         flow.held_back = False
@@ -1347,7 +1362,7 @@ class FlowControl:
             return None
         cap = flow.background_cap(now)
         if cap is not None and flow.background_in_flight() >= cap:
-            return resuming_reason(flow.name, cap)
+            return resuming_reason(flow.name, cap, flow.resumed_from)
         return None
 
     def _give_back(self, flow: _ProfileFlow, job_id: str, now: float, refund: bool = True) -> None:
@@ -1842,7 +1857,7 @@ class FlowControl:
                 else:
                     cap = flow.background_cap(now)
                     if cap is not None:
-                        out[name] = resuming_reason(name, cap)
+                        out[name] = resuming_reason(name, cap, flow.resumed_from)
             return out
 
     def drain_events(self) -> list[FlowEvent]:

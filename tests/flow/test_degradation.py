@@ -149,7 +149,10 @@ def test_a_429_pauses_background_jobs_for_its_pause_then_they_ramp_up_at_the_cut
     assert flow.accept(bg("b1"))
     flow.on_start(bg("b1"))
     assert not flow.accept(bg("b2"))
-    assert flow.waiting_reason(bg("b2")) == "background jobs resuming: openai recovered, 1 at a time for now"
+    assert (
+        flow.waiting_reason(bg("b2"))
+        == "background jobs resuming: openai's rate-limit pause is over, 1 at a time for now"
+    )
     flow.on_outcome(bg("b1"), OK)
     run(flow, bg("b2"), OK)  # one at a time: the next once the first is done
     clock.advance(5)
@@ -326,7 +329,13 @@ def test_two_flow_controls_share_the_background_ramp(tmp_path: Path) -> None:
     assert a.accept(bg("b1"))
     a.on_start(bg("b1"))
     assert not b.accept(bg("b2"))  # 1 at a time, counted across both
-    assert b.waiting_reason(bg("b2")) == "background jobs resuming: openai recovered, 1 at a time for now"
+    # (a pause that ran out is no recovery: the next request may draw a 429 as well)
+    assert (
+        b.waiting_reason(bg("b2")) == "background jobs resuming: openai's rate-limit pause is over, 1 at a time for now"
+    )
+    assert a.degradations() == {
+        "openai": "background jobs resuming: openai's rate-limit pause is over, 1 at a time for now"
+    }
     assert b.accept(fg("i1"))
 
 
