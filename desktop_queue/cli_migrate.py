@@ -133,7 +133,7 @@ def _side(name: str, where: str, summary: Summary | None) -> list[str]:
     if summary is None:
         return [f"{name}: {where}: not read"]
     counts = ", ".join(f"{state} {n:,}" for state, n in sorted(summary.counts.items())) or "no jobs"
-    return [f"{name}: {where}", f"  {summary.jobs:,} jobs: {counts}", f"  checksum {summary.checksum}"]
+    return [f"{name}: {where}", f"  {counted(summary.jobs, 'job')}: {counts}", f"  checksum {summary.checksum}"]
 
 
 def _print(report: Report, source: str, target: str, as_json: bool) -> None:
@@ -150,7 +150,10 @@ def _print(report: Report, source: str, target: str, as_json: bool) -> None:
         }
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    lines = [f"copied {report.copied:,} jobs" + (f" ({report.skipped:,} were there already)" if report.skipped else "")]
+    lines = [
+        f"copied {counted(report.copied, 'job')}"
+        + (f" ({report.skipped:,} were there already)" if report.skipped else "")
+    ]
     lines += _side("from", source, report.source)
     lines += _side("to", target, report.target)
     lines.append("verified: both sides hold the same jobs" if report.equal else "MISMATCH: the sides differ")

@@ -34,6 +34,7 @@ from desktop_queue.core.profile_state import ProfileState, profile_state, shown_
 from desktop_queue.core.queue import BulkResult, DeadGroup
 from desktop_queue.core.schedules import Scheduler
 from desktop_queue.core.search import SearchQuery
+from desktop_queue.core.wording import counted
 from desktop_queue.providers.profiles import ProfileFileError, ProfileSet, load_profiles
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.providers.setup import apply as apply_profile
@@ -652,7 +653,7 @@ class Controller(QObject):
         task = self.start_bulk("Exporting", 0, work)
         task.finished.connect(
             lambda n: self.message.emit(
-                "Export cancelled; no file was written" if n < 0 else f"Exported {n:,} jobs to {path}"
+                "Export cancelled; no file was written" if n < 0 else f"Exported {counted(n, 'job')} to {path}"
             )
         )
         return task

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_queue.core.wording import counted
 from desktop_queue.ui.controller import BulkTask
 from desktop_queue.ui.forms import add_labelled_row
 
@@ -202,7 +203,7 @@ class BulkProgressDialog(QProgressDialog):
             self.setValue(done)
             self.setLabelText(f"{self.task.verb}: {done:,} of {total:,}…")
         else:
-            self.setLabelText(f"{self.task.verb}: {done:,} jobs so far…")
+            self.setLabelText(f"{self.task.verb}: {counted(done, 'job')} so far…")
 
     def _stop(self) -> None:
         self.task.cancel()

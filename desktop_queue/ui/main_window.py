@@ -69,8 +69,8 @@ def _finished_text(finished: int, dead_n: int) -> str:
     """One notice for several finished jobs: "1,204 jobs finished; 3 dead-lettered: …"."""
     waits = f"{'it waits' if dead_n == 1 else 'they wait'} for you in Dead letters"
     if dead_n == finished:  # (a retry of dead letters that all failed again: none "finished")
-        return f"{dead_n:,} jobs dead-lettered: {waits}"
-    return f"{finished:,} jobs finished" + (f"; {dead_n:,} dead-lettered: {waits}" if dead_n else "")
+        return f"{counted(dead_n, 'job')} dead-lettered: {waits}"
+    return f"{counted(finished, 'job')} finished" + (f"; {dead_n:,} dead-lettered: {waits}" if dead_n else "")
 
 
 #: the window's size on a first start (smaller when the screen is)

@@ -59,6 +59,7 @@ def test_charts_show_the_window_with_units_and_legends(qtbot: Any, data_dir: Pat
         assert "4 finished" in pane.summary.text() and "success 75 %" in pane.summary.text()
         # waits of minutes read in minutes, a run of seconds in hundredths of a second
         assert re.search(r"wait p95 \d+ min, run p95 \d\.\d\d s,", pane.summary.text()), pane.summary.text()
+        assert pane.summary.text().endswith(", 1 dead letter")  # (it said "1 dead letters")
         assert pane.depth_chart.names() == ["queued", "running", "dead letters"]
         assert pane.depth_chart.getAxis("left").labelText == "jobs"
         assert pane.depth_chart.getAxis("bottom").labelText == "local time"

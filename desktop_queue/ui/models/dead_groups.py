@@ -7,6 +7,7 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractListModel, QObject, Qt
 
+from desktop_queue.core.wording import counted
 from desktop_queue.ui.icons import state_icon
 from desktop_queue.ui.models.columns import _ROOT, AnyIndex, _runs
 
@@ -36,7 +37,7 @@ class DeadGroupModel(QAbstractListModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return group.label
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{group.count:,} dead letters failed like this, e.g.\n{group.example}"
+            return f"{counted(group.count, 'dead letter')} failed like this, e.g.\n{group.example}"
         if role == Qt.ItemDataRole.DecorationRole:
             return state_icon("dead")
         if role == self.SIGNATURE:

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from desktop_queue.core.present import seconds
 from desktop_queue.core.windowed import WindowFigures
+from desktop_queue.core.wording import counted
 from desktop_queue.ui.models.metrics_model import MetricsSource
 
 #: window -> (button text, what the empty state says)
@@ -248,7 +249,7 @@ class MetricsPane(QWidget):
 
         self.summary.setText(
             f"In {what}: {done:,} finished ({t['finished_per_min']:,.2f} / min), success {rate}, "
-            f"wait p95 {sec(t['wait_p95_s'])}, run p95 {sec(t['run_p95_s'])}, {t['dead_letters']:,} dead letters"
+            f"wait p95 {sec(t['wait_p95_s'])}, run p95 {sec(t['run_p95_s'])}, {counted(t['dead_letters'], 'dead letter')}"
         )
         x = figures.times
         # a step's depth is taken at its end; drawn at its start, the line would lead by a step
