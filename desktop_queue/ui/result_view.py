@@ -76,6 +76,8 @@ ZOOM_STEP, ZOOM_MIN, ZOOM_MAX = 1.25, 0.05, 16.0
 #: the run-time history is read again after this long (seconds)
 RUN_TIMES_TTL_S = 300.0
 LOADING_TEXT = "loading…"
+#: an audio or other file's name is shortened in the middle past this many characters
+MEDIA_NAME_CHARS = 33
 
 
 def open_url(url: QUrl) -> bool:
@@ -586,6 +588,12 @@ class ResultView(QWidget):
 
     def _show_media(self, content: ResultContent) -> None:
         name = content.path.name if content.path is not None else "?"
+        if len(name) > MEDIA_NAME_CHARS:
+            # a result file is named by its key's hash: one word a label cannot wrap, which
+            # ran past the pane's right edge; Show in folder and the tooltip have it whole
+            half = (MEDIA_NAME_CHARS - 1) // 2
+            name = f"{name[:half]}…{name[-half:]}"
+        self.media.setToolTip(str(content.path) if content.path is not None else "")
         if content.kind is ResultKind.AUDIO:
             length = duration_text(content.duration_s) if content.duration_s is not None else "length unknown"
             text = f"Audio · {length}\n{content.mime} · {human_bytes(content.size)}\n{name}"

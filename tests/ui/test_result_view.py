@@ -23,7 +23,7 @@ from desktop_queue.ui import result_view as result_module
 from desktop_queue.ui.details_view import DetailsView
 from desktop_queue.ui.job_tabs import DETAILS_TAB, RESULT_TAB
 from desktop_queue.ui.loader import wait_for_reads
-from desktop_queue.ui.result_view import LOADING_TEXT, ResultView
+from desktop_queue.ui.result_view import LOADING_TEXT, MEDIA_NAME_CHARS, ResultView
 
 MARKDOWN = "# Release notes\n\n- **bold** point\n- `code` point\n"
 
@@ -265,6 +265,12 @@ def test_audio_shows_its_duration_and_plays_in_the_system_player(
 
     assert view.pages.currentWidget() is view.media
     assert view.media.text().startswith("Audio · 0:02\naudio/wav")
+    # the file is named by the key's hash, one word the label cannot wrap: it ran past the pane
+    assert view.content is not None and view.content.path is not None
+    full = view.content.path.name
+    shown = view.media.text().splitlines()[-1]
+    assert len(full) > MEDIA_NAME_CHARS and len(shown) <= MEDIA_NAME_CHARS and "…" in shown
+    assert shown.endswith(full[-8:]) and view.media.toolTip() == str(view.content.path)
     assert "0:02" in view.summary.text()
     assert view.play_button.isVisibleTo(view) and view.play_button.text() == "Play in system player"
     view.play_button.click()
