@@ -496,10 +496,10 @@ def _holds(queue: Queue, jobs: Sequence[Job], now: float) -> Iterator[Hold | Non
         flow.close()
 
 
-def _print_job_line(job: Job, now: float, state: str, width: int = 26) -> None:
+def _print_job_line(job: Job, now: float, state: str, width: int = 26, kind_width: int = 12) -> None:
     title = job.title if len(job.title) <= 40 else job.title[:39] + "…"
     print(
-        f"{job.id}  {state:<{width}} {job.kind:<12} {job.attempts}/{job.max_attempts}  "
+        f"{job.id}  {state:<{width}} {job.kind:<{kind_width}} {job.attempts}/{job.max_attempts}  "
         f"{_ago(job.created_at, now):>9}  {title}"
     )
 
@@ -767,8 +767,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             states = [describe_state(job, now, hold) for job in jobs]
         # (the columns after it line up: as wide as the longest reason shown, within reason)
         width = min(max([26, *map(len, states)]), 60)
+        kind_width = min(max([12, *(len(job.kind) for job in jobs)]), 32)  # (openai.speech is 13)
         for job, state in zip(jobs, states, strict=True):
-            _print_job_line(job, now, state, width)
+            _print_job_line(job, now, state, width, kind_width)
     return EXIT_OK
 
 

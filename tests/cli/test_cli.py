@@ -269,6 +269,17 @@ class TestListAndShow:
         [line] = run.out.splitlines()
         assert line.startswith(job["id"]) and "queued" in line and "Quarterly summary" in line
 
+    def test_list_lines_up_its_columns_past_a_long_kind(self, dq: Cli) -> None:
+        """ "openai.speech" (13 characters) pushed its row's attempts one column right."""
+        dq.submit(FAST, "--title", "short kind")
+        speech = dq.run("submit", "openai.speech", "--input", '{"input": "hello"}', "--title", "long kind")
+        assert speech.code == OK, speech.err
+
+        lines = dq.run("list").out.splitlines()
+
+        assert len(lines) == 2
+        assert len({line.index(" 0/") for line in lines}) == 1, lines
+
     def test_show_json_has_the_full_timeline(self, dq: Cli) -> None:
         secret_prompt = "the board meeting notes, confidential"
         job = dq.submit({"prompt": secret_prompt, "duration_s": 0.05})
