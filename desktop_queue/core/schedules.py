@@ -41,6 +41,7 @@ import logging
 import os
 import re
 import secrets
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -72,6 +73,29 @@ DEFAULT_PAUSE_AFTER = 3
 #: the runs a schedule follows until they finish (``overlap allow`` may start many)
 MAX_PENDING = 50
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    """A job written elsewhere (the New job dialog) that a new schedule starts from.
+
+    Attributes:
+        kind, input, title, priority, max_attempts: the job each window will submit.
+    """
+
+    kind: str
+    input: Any
+    title: str | None = None
+    priority: str = Priority.BACKGROUND.value
+    max_attempts: int | None = None
+
+    def suggested_name(self) -> str:
+        """A schedule name made from the title ("" when none can be): a name takes letters,
+        digits, spaces, '.', '_' and '-', starts with a letter or digit, and is 64 long at most."""
+        # accents go (résumé: resume), then whatever a name cannot hold becomes a space
+        plain = unicodedata.normalize("NFKD", self.title or "").encode("ascii", "ignore").decode()
+        cleaned = re.sub(r"\s+", " ", re.sub(r"[^A-Za-z0-9 _.-]+", " ", plain)).strip(" _.-")
+        return cleaned[:64].rstrip(" _.-")
 
 
 class ScheduleError(QueueError):

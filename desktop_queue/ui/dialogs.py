@@ -41,6 +41,7 @@ from desktop_queue.core.fingerprint import canonical_json
 from desktop_queue.core.inputspec import FieldType, InputSpec, spec_for, title_for
 from desktop_queue.core.model import Priority
 from desktop_queue.core.queue import MAX_BATCH, MAX_BATCH_BYTES, MAX_INPUT_BYTES
+from desktop_queue.core.schedules import JobTemplate
 from desktop_queue.providers.profiles import Preset, ProfileSet
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.ui.controller import Controller
@@ -326,6 +327,7 @@ class SubmitDialog(QDialog):
 
     submitted = Signal(object)
     batch_submitted = Signal(list)
+    schedule_requested = Signal(object)
 
     FORM_TAB, JSON_TAB, BATCH_TAB = 0, 1, 2
 
@@ -392,6 +394,10 @@ class SubmitDialog(QDialog):
         self.cancel_button = self.buttons.button(QDialogButtonBox.StandardButton.Cancel)
         self.submit_button = self.buttons.addButton("&Submit", QDialogButtonBox.ButtonRole.AcceptRole)
         self.submit_button.setToolTip("Submit (Ctrl+Enter from anywhere in the dialog)")
+        self.schedule_button = self.buttons.addButton("Sc&hedule…", QDialogButtonBox.ButtonRole.ActionRole)
+        self.schedule_button.setObjectName("scheduleJob")
+        self.schedule_button.setToolTip("Run this job on a cron schedule instead of once now: choose when next")
+        self.schedule_button.clicked.connect(self.schedule_this)
 
         top = QFormLayout()
         top.addRow("&Kind:", self.kind)
@@ -737,6 +743,42 @@ class SubmitDialog(QDialog):
         self._remember_kind()
         self.submitted.emit(result)
         self.accept()
+        return True
+
+    def schedule_this(self) -> bool:
+        """Hands the job as written to a new schedule (the window opens its dialog); submits nothing.
+
+        The window hides this dialog meanwhile, and closes it once the schedule is saved,
+        or shows it again, with what was typed, when the schedule is cancelled.
+
+        Returns whether it did: an input that is not valid, a batch or a count of several,
+        or a start time is explained inline instead (a schedule runs one job at its times).
+        """
+        try:
+            if self.tabs.currentIndex() == self.BATCH_TAB:
+                raise InvalidInput("a schedule runs one job each time: write it on the Form or JSON tab")
+            if self.run_when.current_mode() != "now":
+                raise InvalidInput("a schedule starts its jobs at its own times: choose Run now, then its cron")
+            payloads = self.payloads()
+            if len(payloads) != 1:
+                raise InvalidInput("a schedule runs one job each time: make it one")
+            payload = payloads[0]
+            validate = getattr(self.controller.providers.get(self.current_kind()), "validate", None)
+            if validate is not None:
+                validate(payload)
+        except QueueError as exc:
+            self._pristine = False
+            self.message.show_error(str(exc))
+            return False
+        template = JobTemplate(
+            kind=self.current_kind(),
+            input=payload,
+            title=self.title.text().strip() or default_title(payload, self.spec),
+            priority=str(self.priority.currentData()),
+            max_attempts=self.max_attempts.value(),
+        )
+        self._remember_kind()
+        self.schedule_requested.emit(template)  # (the window hides this dialog until the schedule is saved)
         return True
 
     def _remember_kind(self) -> None:

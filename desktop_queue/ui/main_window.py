@@ -14,6 +14,7 @@ from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon
 from PySide6.QtWidgets import (
     QApplication,
+    QDialog,
     QMainWindow,
     QMenu,
     QSplitter,
@@ -30,6 +31,7 @@ from desktop_queue.core.model import State
 from desktop_queue.core.outbox import Notice
 from desktop_queue.core.paths import config_dir
 from desktop_queue.core.present import RECENT_WINDOW_S
+from desktop_queue.core.schedules import JobTemplate
 from desktop_queue.core.windowed import WindowedMetrics
 from desktop_queue.core.wording import counted
 from desktop_queue.ui import dialogs, help_menu
@@ -46,7 +48,7 @@ from desktop_queue.ui.panes.alerts_pane import AlertRulesDialog, AlertsPane
 from desktop_queue.ui.panes.dead_letter_pane import DeadLetterPane
 from desktop_queue.ui.panes.metrics_pane import MetricsPane
 from desktop_queue.ui.panes.queue_pane import QueuePane
-from desktop_queue.ui.panes.schedules_pane import SchedulesPane
+from desktop_queue.ui.panes.schedules_pane import ScheduleDialog, SchedulesPane
 from desktop_queue.ui.panes.timeline_pane import TimelinePane
 from desktop_queue.ui.settings import (
     Preferences,
@@ -727,8 +729,30 @@ class MainWindow(QMainWindow):
         dialog = dialogs.SubmitDialog(self.controller, self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.submitted.connect(self._submitted)
+        dialog.schedule_requested.connect(lambda template, d=dialog: self.schedule_job(template, d))
         dialog.open()
         return dialog
+
+    def schedule_job(self, template: JobTemplate, source: QDialog | None = None) -> ScheduleDialog:
+        """The Schedules tab, and its New schedule dialog on a job written in ``source`` (New job).
+
+        ``source`` is hidden meanwhile: closed once the schedule is saved, shown again
+        (what was typed in it kept) when the schedule is cancelled.
+        """
+        self.tabs.setCurrentWidget(self.schedules_pane)
+        if source is not None:
+            source.hide()
+        dialog = self.schedules_pane.add_from(template)
+        if source is not None:
+            dialog.finished.connect(lambda code, s=source: self._scheduled_from(s, code))
+        return dialog
+
+    @staticmethod
+    def _scheduled_from(source: QDialog, code: int) -> None:
+        if code == QDialog.DialogCode.Accepted.value:
+            source.done(QDialog.DialogCode.Rejected.value)  # (nothing submitted: its job is the schedule's)
+        else:
+            source.open()
 
     def _submitted(self, result: SubmitResult) -> None:
         self.controller.refresher.refresh()

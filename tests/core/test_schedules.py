@@ -23,6 +23,7 @@ from desktop_queue.core.schedules import (
     GRACE_S,
     MAX_CATCH_UP,
     Entry,
+    JobTemplate,
     NoSuchSchedule,
     Schedule,
     ScheduleBook,
@@ -490,3 +491,20 @@ def test_two_processes_in_the_same_window_create_one_job_per_window(data_dir: Pa
         queue.close()
     assert len(keys) == len(set(keys)) == 5
     assert sum(k.endswith("T06:00:00Z") for k in keys) == 2
+
+
+@pytest.mark.parametrize(
+    ("title", "name"),
+    [
+        ("Overnight: log summary!", "Overnight log summary"),
+        ("  -- résumé   of the day --", "resume of the day"),
+        ("日本語のタイトル", ""),
+        (None, ""),
+        ("x" * 80, "x" * 64),
+    ],
+)
+def test_a_template_suggests_a_schedule_name_that_validates(title: str | None, name: str) -> None:
+    template = JobTemplate("demo", {"prompt": "p"}, title=title)
+    assert template.suggested_name() == name
+    if name:
+        assert new_schedule(name, "0 * * * *", "demo", {}, now=0.0, tz="UTC").name == name  # (it validates)

@@ -221,3 +221,84 @@ def test_a_failing_scheduler_is_said_once_and_jobs_still_run(session: Any, qtbot
     qtbot.waitUntil(lambda: session.queue.get(job_id).state == "succeeded", timeout=10_000)
     qtbot.waitUntil(lambda: broken.looks >= 3, timeout=5000)
     assert errors == ["schedules: schedules.json was written by a newer Desktop Queue"]
+
+
+# ---------------------------------------------------------------------- from New job
+
+
+def test_a_job_written_in_new_job_becomes_a_schedule_without_being_submitted(
+    session: Any, qtbot: Any, prompts: Any
+) -> None:
+    """A schedule's job was raw JSON only; the New job dialog's form can now write it."""
+    window = session.window
+    dialog = window.new_job()  # (deleted when it closes)
+    dialog.kind.setCurrentIndex(dialog.kind.findData("demo"))
+    assert dialog.form is not None
+    dialog.form.set_value("prompt", "Summarise the overnight logs")
+    dialog.title.setText("Overnight: log summary!")
+    dialog._touch()  # (as typing does: closing it now would ask before the prompt is lost)
+    assert dialog.has_typed_input()
+    dialog.priority.setCurrentIndex(dialog.priority.findData("interactive"))
+    payload = dialog.payloads()[0]
+
+    assert dialog.schedule_button.isVisible()
+    dialog.schedule_button.click()
+
+    assert session.queue.list() == []  # nothing was submitted
+    assert not dialog.isVisible()  # (kept until the schedule is saved: a Cancel there brings it back)
+    pane: SchedulesPane = window.schedules_pane
+    assert window.tabs.currentWidget() is pane
+    schedule = pane.dialog
+    assert schedule is not None and schedule.isVisible() and schedule.entry is None
+    assert schedule.name.text() == "Overnight log summary"  # (a name's letters)
+    assert schedule.kind.currentData() == "demo"
+    assert json.loads(schedule.input.toPlainText()) == payload
+    assert schedule.title.text() == "Overnight: log summary!"
+    assert schedule.priority.currentData() == "interactive"
+    schedule.cron.setText("30 6 * * *")
+    closed: list[int] = []
+    dialog.finished.connect(closed.append)
+    assert schedule.try_accept()
+    assert closed == [0] and prompts.confirms == []  # closed without "Discard this prompt?"
+    qtbot.waitUntil(lambda: pane.model.rowCount() == 1, timeout=3000)
+    entry = pane.selected()
+    assert entry is not None
+    assert (entry.schedule.name, entry.schedule.cron, entry.schedule.input) == (
+        "Overnight log summary",
+        "30 6 * * *",
+        payload,
+    )
+
+
+@pytest.mark.parametrize("how", ["batch", "later"])
+def test_new_job_says_why_a_batch_or_a_start_time_cannot_be_scheduled(session: Any, how: str) -> None:
+    window = session.window
+    dialog = window.new_job()
+    dialog.kind.setCurrentIndex(dialog.kind.findData("demo"))
+    assert dialog.form is not None
+    dialog.form.set_value("prompt", "one")
+    if how == "batch":
+        dialog.tabs.setCurrentIndex(dialog.BATCH_TAB)
+    else:
+        dialog.run_when.set_mode("after")
+    assert not dialog.schedule_this()
+    assert "schedule" in dialog.message.text.text()
+    assert window.schedules_pane.dialog is None and dialog.isVisible()
+    dialog.reject()
+
+
+def test_a_schedule_cancelled_brings_the_new_job_dialog_back_with_what_was_typed(session: Any) -> None:
+    window = session.window
+    dialog = window.new_job()
+    dialog.kind.setCurrentIndex(dialog.kind.findData("demo"))
+    assert dialog.form is not None
+    dialog.form.set_value("prompt", "a prompt worth keeping")
+    dialog.schedule_button.click()
+    schedule = window.schedules_pane.dialog
+    assert schedule is not None and not dialog.isVisible()
+
+    schedule.reject()
+
+    assert dialog.isVisible() and dialog.payloads()[0]["prompt"] == "a prompt worth keeping"
+    assert window.schedules_pane.model.rowCount() == 0 and session.queue.list() == []
+    dialog.done(0)

@@ -38,6 +38,7 @@ from desktop_queue.core.schedules import (
     DEFAULT_PAUSE_AFTER,
     OVERLAP,
     Entry,
+    JobTemplate,
     Schedule,
     check_zone,
     local_zone_name,
@@ -68,9 +69,18 @@ class ScheduleDialog(QDialog):
         now: wall time (a new schedule is created then; the next run is shown from it).
         entry: the schedule to edit (None: a new one).
         parent: the Qt parent.
+        template: a new schedule's job, written in the New job dialog's form (its name
+            is suggested from the title; the cron is what is left to choose).
     """
 
-    def __init__(self, kinds: Iterable[str], now: float, entry: Entry | None = None, parent: QWidget | None = None):
+    def __init__(
+        self,
+        kinds: Iterable[str],
+        now: float,
+        entry: Entry | None = None,
+        parent: QWidget | None = None,
+        template: JobTemplate | None = None,
+    ):
         super().__init__(parent)
         self.setObjectName("scheduleDialog")
         self.setWindowTitle("Edit schedule" if entry else "New schedule")
@@ -137,7 +147,23 @@ class ScheduleDialog(QDialog):
         self.tz.currentTextChanged.connect(self._update_next)
         if entry is not None:
             self._load(entry.schedule)
+        elif template is not None:
+            self._load_template(template)
         self._update_next()
+
+    def _load_template(self, t: JobTemplate) -> None:
+        self.name.setText(t.suggested_name())
+        if self.kind.findData(t.kind) < 0:
+            self.kind.addItem(t.kind, t.kind)
+        self.kind.setCurrentIndex(self.kind.findData(t.kind))
+        self.input.setPlainText(json.dumps(t.input, indent=2, ensure_ascii=False))
+        self.title.setText(t.title or "")
+        self.priority.setCurrentIndex(max(0, self.priority.findData(t.priority)))
+        if t.max_attempts:
+            self.max_attempts.setValue(t.max_attempts)
+        self.message.setText("The job is the one you wrote; choose when it runs.")
+        self.cron.setFocus()
+        self.cron.selectAll()
 
     def _load(self, s: Schedule) -> None:
         self.name.setText(s.name)
@@ -351,9 +377,9 @@ class SchedulesPane(QWidget):
 
     # ------------------------------------------------------------------ verbs
 
-    def open_dialog(self, entry: Entry | None = None) -> ScheduleDialog:
+    def open_dialog(self, entry: Entry | None = None, template: JobTemplate | None = None) -> ScheduleDialog:
         """Shows the add (or edit) dialog without blocking; saving it adds or changes the schedule."""
-        dialog = ScheduleDialog(self.kinds(), self.model.clock(), entry, self)
+        dialog = ScheduleDialog(self.kinds(), self.model.clock(), entry, self, template=template)
         dialog.accepted.connect(lambda: self._saved(dialog))
         self.dialog = dialog
         dialog.open()
@@ -390,6 +416,10 @@ class SchedulesPane(QWidget):
 
     def add(self) -> ScheduleDialog:
         return self.open_dialog(None)
+
+    def add_from(self, template: JobTemplate) -> ScheduleDialog:
+        """The add dialog on a job written elsewhere (New job's "Schedule…")."""
+        return self.open_dialog(None, template)
 
     def edit(self) -> ScheduleDialog | None:
         entry = self.selected()
