@@ -302,3 +302,16 @@ def test_a_schedule_cancelled_brings_the_new_job_dialog_back_with_what_was_typed
     assert dialog.isVisible() and dialog.payloads()[0]["prompt"] == "a prompt worth keeping"
     assert window.schedules_pane.model.rowCount() == 0 and session.queue.list() == []
     dialog.done(0)
+
+
+def test_the_schedule_table_shows_names_and_times_whole(pane: SchedulesPane, qtbot: Any) -> None:
+    """Under Xvfb the columns were 100 px each ("Summarise t…", "*/30 * * * * (E…") beside an
+    empty Last good result column that took the rest."""
+    from PySide6.QtGui import QFontMetrics
+
+    add_via_dialog(pane, "Summarise the overnight logs", OK_INPUT, cron="*/30 * * * *")
+    metrics = QFontMetrics(pane.view.font())
+    header = pane.view.horizontalHeader()
+    for key in ("name", "cron"):
+        text = cell(pane.model, 0, key)
+        qtbot.waitUntil(lambda k=key, t=text: header.sectionSize(COL[k]) >= metrics.horizontalAdvance(t), timeout=3000)

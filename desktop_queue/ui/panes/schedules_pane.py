@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFormLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
@@ -46,7 +45,8 @@ from desktop_queue.core.schedules import (
     next_window,
     validate,
 )
-from desktop_queue.ui.models.schedules_model import NOT_CURRENT, ScheduleRole, SchedulesModel
+from desktop_queue.ui.columns import ColumnFitter
+from desktop_queue.ui.models.schedules_model import COLUMNS, NOT_CURRENT, ScheduleRole, SchedulesModel
 
 #: how often the pane looks at the schedules file and its runs while it is shown
 REFRESH_MS = 2000
@@ -258,9 +258,16 @@ class SchedulesPane(QWidget):
         self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.view.verticalHeader().hide()
-        self.view.horizontalHeader().setStretchLastSection(True)
-        self.view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.setWordWrap(False)
+        # the name, its times and the last run widen to what they show ("Summarise t…" and
+        # "*/30 * * * * (E…" beside an empty result column that took the rest)
+        self.columns = ColumnFitter(
+            self.view,
+            [key for _heading, key in COLUMNS],
+            "result",
+            {"name": 160, "cron": 150, "next": 120, "last": 100},
+            content_keys=("name", "cron", "next", "last"),
+        )
         self.add_button = QPushButton("Ne&w…")
         self.add_button.setObjectName("scheduleAdd")
         self.edit_button = QPushButton("Chan&ge…")
