@@ -158,6 +158,8 @@ class MainWindow(QMainWindow):
         self._dead_seen: int | None = None
         self._dead_count = 0
         self._ran_something = False
+        #: the "queue is empty" notice last told (the banner takes it back when jobs come)
+        self._drained_text: str | None = None
         self._timeline_id: str | None = None
         self._breaker_announced: set[str] = set()
         self._spend_dialog: SpendDialog | None = None
@@ -554,6 +556,10 @@ class MainWindow(QMainWindow):
             self._update_providers()
         if self._ran_something:
             self._announce_if_drained(counts)
+        if self._drained_text is not None and (counts.get(State.QUEUED, 0) or counts.get(State.RUNNING, 0)):
+            # "the queue is empty" no longer holds once a job waits or runs again
+            self.banner.withdraw(self._drained_text)
+            self._drained_text = None
         shown = (
             sorted(counts.items()),
             driver.running,
@@ -709,6 +715,9 @@ class MainWindow(QMainWindow):
             counts = self.controller.queue.counts()
         except Exception:  # the store is unreachable: the banner already says so
             return
+        # (the status bar's counts wait for the refresh to see the last change: until it
+        # does, they would still say "1 running" and take the notice back at once)
+        self._counts_cache = (self.controller.refresher.version, counts)
         self._announce_if_drained(counts)
 
     def _announce_if_drained(self, counts: dict[str, int]) -> None:
@@ -720,6 +729,7 @@ class MainWindow(QMainWindow):
         if dead:
             message += f" {counted(dead, 'dead letter')} {'waits' if dead == 1 else 'wait'} for you."
         self.notifier.notify(message, Level.INFO, 5000)
+        self._drained_text = message
         self.drained.emit(message)
 
     # ----------------------------------------------------------------- commands

@@ -158,6 +158,17 @@ class Banner(QFrame):
         if not self.text.isVisibleTo(self):
             self.hide()
 
+    def withdraw(self, text: str) -> bool:
+        """Takes back the message ``text`` if it is the one shown (a state it told no longer
+        holds); the banner goes unless a condition stays. Returns whether it was shown."""
+        if self.text.text() != text:
+            return False
+        self.text.clear()
+        self._layout_lines()
+        if not self.condition.text():
+            self.hide()
+        return True
+
     def _act(self) -> None:
         if self._on_action is not None:
             self._on_action()

@@ -47,6 +47,25 @@ def test_without_tray_or_desktop_notifications_the_banner_says_it(qtbot: Any, se
     assert (Channel.BANNER, drained.args[0]) in notifier.sent
 
 
+def test_the_banner_takes_back_the_queue_is_empty_once_a_job_runs_again(qtbot: Any, session: Any) -> None:
+    """It went on saying "The queue is empty" under a status bar that said "1 running"."""
+    window = session.window
+    notifier = window.notifier
+    notifier.notify_send = None
+    with qtbot.waitSignal(window.drained, timeout=5000) as drained:
+        session.queue.submit("demo", {"prompt": "first"}, title="first")
+        window.refresh()
+    # (the job's own notice comes on a tick of its own: once it has, the banner is the window's)
+    qtbot.waitUntil(lambda: (Channel.BANNER, "\u201cfirst\u201d finished") in notifier.sent, timeout=5000)
+    window.banner.show_message(drained.args[0])
+
+    session.queue.submit("demo", {"prompt": "a slow second", "duration_s": 30})  # (another process, say)
+    window.refresh()
+
+    qtbot.waitUntil(window.banner.isHidden, timeout=5000)
+    assert window.banner.text.text() == ""
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="a shell script stands in for notify-send")
 def test_a_desktop_notification_goes_through_notify_send(qtbot: Any, session: Any, tmp_path: Path) -> None:
     out = tmp_path / "args.txt"
