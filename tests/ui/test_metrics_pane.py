@@ -116,3 +116,27 @@ def test_figures_are_computed_off_the_gui_thread(qtbot: Any, data_dir: Path) -> 
         assert threads and all(t is not threading.main_thread() for t in threads)
         assert pane.figures is not None and pane.figures.depth["queued"][-1] == 1
         pane.timer.stop()
+
+
+def test_charts_take_their_paper_and_ink_from_the_palette(qtbot: Any) -> None:
+    """In a dark window every chart was a white block with near-black text."""
+    from PySide6.QtGui import QColor, QPalette
+
+    from desktop_queue.ui.panes.metrics_pane import Chart
+
+    chart = Chart("Queue depth", "jobs")
+    qtbot.addWidget(chart)
+    light = chart.palette()
+    assert chart.paper == light.color(QPalette.ColorRole.Base).name()
+    dark = QPalette(light)
+    dark.setColor(QPalette.ColorRole.Base, QColor("#1e1e1e"))
+    dark.setColor(QPalette.ColorRole.Text, QColor("#e6e6e6"))
+
+    chart.setPalette(dark)  # (as a dark theme does, at start or later)
+
+    assert (chart.paper, chart.ink) == ("#1e1e1e", "#e6e6e6")
+    assert chart.backgroundBrush().color().name() == "#1e1e1e"
+    assert chart.getAxis("left").textPen().color().name() == "#e6e6e6"
+    chart.show()
+    image = chart.grab().toImage()
+    assert QColor(image.pixel(image.width() - 3, image.height() // 2)).lightness() < 64  # dark paper, painted

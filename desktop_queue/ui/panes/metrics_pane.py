@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Slot
-from PySide6.QtGui import QShowEvent
+from PySide6.QtCore import QEvent, Qt, QTimer, Slot
+from PySide6.QtGui import QColor, QPalette, QShowEvent
 from PySide6.QtWidgets import (
     QButtonGroup,
     QFrame,
@@ -61,28 +61,64 @@ def _values(series: Sequence[float | int | None], scale: float = 1.0) -> np.ndar
 
 
 class Chart(pg.PlotWidget):
-    """One titled chart with a legend, local time below and a unit on the left."""
+    """One titled chart with a legend, local time below and a unit on the left.
+
+    It takes its paper and ink from the palette (a view's base and text colours), and
+    again when the palette changes: a white chart in a dark window glared.
+    """
 
     def __init__(self, title: str, unit: str, *, times: bool = True) -> None:
         axes = {"bottom": pg.DateAxisItem(orientation="bottom")} if times else {}
-        super().__init__(background="w", axisItems=axes)
+        super().__init__(axisItems=axes)
         self.setObjectName("chart_" + title.split(" ")[0].lower())
         self.title = title
-        self.plotItem.setTitle(title, color="#202020", size="10pt")
-        self.setLabel("left", unit, color="#202020")
-        if times:
-            self.setLabel("bottom", "local time", color="#202020")
+        self.unit = unit
+        self.bottom_label = "local time" if times else ""
         for name in ("left", "bottom"):
-            axis = self.getAxis(name)
-            axis.setTextPen("#202020")
-            axis.setPen("#606060")
-            axis.enableAutoSIPrefix(False)  # (a unit such as "jobs" must not become "kjobs" or "x0.001")
+            self.getAxis(name).enableAutoSIPrefix(False)  # ("jobs" must not become "kjobs" or "x0.001")
         self.showGrid(x=True, y=True, alpha=0.15)
         self.setMouseEnabled(x=False, y=False)
         self.setMenuEnabled(False)
         self.hideButtons()
-        self.legend = self.addLegend(offset=(8, 4), labelTextColor="#202020", brush=pg.mkBrush(255, 255, 255, 200))
+        self.legend = self.addLegend(offset=(8, 4))
         self.setMinimumHeight(170)
+        self.ink = ""
+        self.paper = ""
+        self.apply_palette()
+
+    def apply_palette(self) -> None:
+        """Paper, ink, axes and legend in the palette's view colours."""
+        palette = self.palette()
+        base, text = palette.color(QPalette.ColorRole.Base), palette.color(QPalette.ColorRole.Text)
+        self.paper, self.ink = base.name(), text.name()
+        muted = QColor(text)
+        muted.setAlphaF(0.6)
+        self.setBackground(base)
+        self.plotItem.setTitle(self.title, color=self.ink, size="10pt")
+        self.setLabel("left", self.unit, color=self.ink)
+        if self.bottom_label:
+            self.setLabel("bottom", self.bottom_label, color=self.ink)
+        for name in ("left", "bottom"):
+            axis = self.getAxis(name)
+            axis.setTextPen(self.ink)
+            axis.setPen(pg.mkPen(muted))
+        self.legend.setLabelTextColor(self.ink)
+        legend_paper = QColor(base)
+        legend_paper.setAlpha(200)
+        self.legend.setBrush(pg.mkBrush(legend_paper))
+
+    def set_bottom_label(self, text: str) -> None:
+        self.bottom_label = text
+        self.setLabel("bottom", text, color=self.ink)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt API
+        super().changeEvent(event)
+        if event.type() not in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            return
+        # (the base class changes the palette while it is made, before the chart is; and a
+        # chart being closed has let its plot go)
+        if getattr(self, "legend", None) is not None and getattr(self, "plotItem", None) is not None:
+            self.apply_palette()
 
     def lines(
         self, times: Sequence[float], series: dict[str, tuple[np.ndarray[Any, Any], str, bool]], *, dots: bool = False
@@ -312,12 +348,12 @@ class MetricsPane(QWidget):
         if not names:
             chart.getAxis("bottom").setTicks([[]])
             chart.setYRange(0, 1)
-            chart.setLabel("bottom", "none in this window", color="#202020")
+            chart.set_bottom_label("none in this window")
             return
         heights = [by_class[n] for n in names]
         bars = pg.BarGraphItem(x=list(range(len(names))), height=heights, width=0.6, brush=COLOURS["dead"])
         chart.addItem(bars)
         chart.getAxis("bottom").setTicks([[(i, f"{n} ({by_class[n]})") for i, n in enumerate(names)]])
-        chart.setLabel("bottom", "error class", color="#202020")
+        chart.set_bottom_label("error class")
         chart.setXRange(-0.6, len(names) - 0.4)
         chart.setYRange(0, max(heights) * 1.15)
