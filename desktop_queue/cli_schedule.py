@@ -21,6 +21,7 @@ from desktop_queue.core.schedules import (
     Entry,
     Scheduler,
     check_zone,
+    describe_cron,
     entry_json,
     last_run,
     local_zone_name,
@@ -137,16 +138,20 @@ def _check_job(queue: Any, kind: str, payload: Any) -> None:
         provider.validate(payload)
 
 
-def _line(entry: Entry, now: float, jobs: dict[str, dict[str, Any]]) -> str:
+def _line(entry: Entry, now: float, jobs: dict[str, dict[str, Any]], name_width: int = 20, cron_width: int = 16) -> str:
+    """One schedule: name, cron, zone, next and last run; below, the cron in words and why it waits."""
     s, st = entry.schedule, entry.state
     nxt = _local(entry.next_run(now), now) if not st.paused else "paused"
     run = last_run(entry, jobs)
     last = f"{run.state} ({run.job_id})" if run.job_id else "never ran"
-    text = f"{s.name:<20} {s.cron:<16} {s.tz:<18} next {nxt:<16} last {last}"
+    indent = " " * (name_width + 1)
+    text = f"{s.name:<{name_width}} {s.cron:<{cron_width}} {s.tz:<18} next {nxt:<16} last {last}"
+    if said := describe_cron(s.cron):
+        text += f"\n{indent}{said}"
     if st.paused and st.paused_reason:
-        text += f"\n{'':<21}{st.paused_reason}"
+        text += f"\n{indent}{st.paused_reason}"
     elif st.last_skipped:
-        text += f"\n{'':<21}{st.last_skipped}"
+        text += f"\n{indent}{st.last_skipped}"
     return text
 
 
@@ -199,12 +204,18 @@ def run(args: argparse.Namespace) -> int:
                         "no schedules: add one with `desktop-queue schedule add NAME --cron EXPR --kind KIND --input JSON`"
                     )
                 else:
+                    # (columns as wide as the longest name and cron: "Summarise the overnight logs" ran on)
+                    name_width = max(20, *(len(e.schedule.name) for e in entries))
+                    cron_width = max(16, *(len(e.schedule.cron) for e in entries))
                     for e in entries:
-                        print(_line(e, now, jobs))
+                        print(_line(e, now, jobs, name_width, cron_width))
                         shown = last_run(e, jobs)
                         if shown.stale:
                             preview = result_preview(queue, shown.good_job_id, 80) or "(no text)"
-                            print(f"{'':<21}last good result, not current ({_local(shown.good_at, now)}): {preview}")
+                            print(
+                                f"{'':<{name_width + 1}}last good result, not current "
+                                f"({_local(shown.good_at, now)}): {preview}"
+                            )
             elif action in ("pause", "resume"):
                 entry = book.set_paused(args.name, action == "pause")
                 _say(args, entry, now, f"{action}d schedule {entry.schedule.name}")

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import hashlib
 import logging
 import os
@@ -800,11 +801,32 @@ def last_run(entry: Entry, jobs: Mapping[str, Mapping[str, Any]]) -> LastRun:
     return LastRun(state.last_job_id, current, good_id, good_at, stale)
 
 
+@functools.lru_cache(maxsize=256)  # (a table asks for every row it paints)
+def describe_cron(cron: str) -> str | None:
+    """A cron expression in words, as people check one: ``"At 06:30, Monday through Friday"``.
+
+    None when it cannot be told (an ``@daily`` shorthand, say): the expression then
+    speaks for itself. The words are English like the rest of the app, whatever the
+    system's locale, and times read on a 24-hour clock like every other time shown.
+    """
+    from cron_descriptor import ExpressionDescriptor, Options
+    from cron_descriptor.Exception import FormatException, MissingFieldException, WrongArgumentException
+
+    options = Options()
+    options.locale_code = "en_US"
+    options.use_24hour_time_format = True
+    try:
+        return str(ExpressionDescriptor(cron, options).get_description())
+    except (FormatException, MissingFieldException, WrongArgumentException, ValueError, IndexError, KeyError):
+        return None
+
+
 def entry_json(entry: Entry, now: float, jobs: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """A schedule for ``schedule list --json`` and the API: times in ISO 8601 UTC."""
+    """A schedule for ``schedule list --json`` and the API: times in ISO 8601 UTC, ``when`` in words."""
     nxt = entry.next_run(now)
     data: dict[str, Any] = {
         **entry.schedule.to_json(),
+        "when": describe_cron(entry.schedule.cron),
         "next_run": iso_utc(nxt) if nxt is not None else None,
         "paused": entry.state.paused,
         "paused_reason": entry.state.paused_reason,

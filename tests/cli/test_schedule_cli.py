@@ -164,3 +164,17 @@ def test_two_workers_started_together_make_one_job_per_window(dq: Cli) -> None:
     # both looked at once: one job for the due window (two only if a minute turned between them)
     assert len(keys) in (1, 2) and len(keys) == len(set(keys))
     assert all(k.startswith("schedule:") for k in keys)
+
+
+def test_list_says_each_cron_in_words_and_lines_up_past_a_long_name(dq: Cli) -> None:
+    """ "Summarise the overnight logs" pushed its row's cron a column right of the others'."""
+    add(dq, "hourly")
+    long = dq.run("schedule", "add", "Summarise the overnight logs", "--cron", "30 6 * * 1-5", *TEMPLATE, "--tz", "UTC")
+    assert long.code == 0, long.err
+
+    lines = dq.run("schedule", "list").out.splitlines()
+
+    rows = [line for line in lines if not line.startswith(" ")]
+    assert len(rows) == 2 and len({row.index(" UTC ") for row in rows}) == 1, lines
+    said = [line.strip() for line in lines if line.startswith(" ")]
+    assert said == ["Every hour", "At 06:30, Monday through Friday"]

@@ -31,6 +31,7 @@ from desktop_queue.core.schedules import (
     Scheduler,
     ScheduleState,
     TickReport,
+    describe_cron,
     due_windows,
     entry_json,
     iso_utc,
@@ -508,3 +509,22 @@ def test_a_template_suggests_a_schedule_name_that_validates(title: str | None, n
     assert template.suggested_name() == name
     if name:
         assert new_schedule(name, "0 * * * *", "demo", {}, now=0.0, tz="UTC").name == name  # (it validates)
+
+
+@pytest.mark.parametrize(
+    ("cron", "words"),
+    [
+        ("0 * * * *", "Every hour"),
+        ("*/30 * * * *", "Every 30 minutes"),
+        ("30 6 * * 1-5", "At 06:30, Monday through Friday"),  # (a 24-hour clock, as every time shown)
+        ("0 7 * * 0", "At 07:00, only on Sunday"),
+        ("@daily", None),  # (no words for a shorthand: it speaks for itself)
+    ],
+)
+def test_a_cron_is_said_in_words(cron: str, words: str | None) -> None:
+    assert describe_cron(cron) == words
+
+
+def test_a_listed_schedule_says_when_in_words(tmp_path: Path) -> None:
+    entry = Entry(new_schedule("news", "0 7 * * 1-5", "demo", {}, now=0.0, tz="UTC"), ScheduleState())
+    assert entry_json(entry, 0.0)["when"] == "At 07:00, Monday through Friday"

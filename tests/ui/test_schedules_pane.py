@@ -42,6 +42,8 @@ def add_via_dialog(pane: SchedulesPane, name: str, payload: dict[str, Any], cron
     dialog.kind.setCurrentIndex(dialog.kind.findData("demo"))
     dialog.input.setPlainText(json.dumps(payload))
     assert "Next run:" in dialog.next_label.text()
+    if cron == "0 * * * *":
+        assert dialog.next_label.text().startswith("Every hour. Next run: ")
     assert dialog.try_accept()
 
 
@@ -71,7 +73,8 @@ def test_add_run_now_and_see_the_result(pane: SchedulesPane, session: Any, qtbot
     add_via_dialog(pane, "news", OK_INPUT)
     model = pane.model
     assert model.rowCount() == 1 and cell(model, 0, "name") == "news"
-    assert cell(model, 0, "cron") == "0 * * * * (Europe/Berlin)"
+    assert cell(model, 0, "cron") == "Every hour (Europe/Berlin)"  # in words; the expression in the tooltip
+    assert model.index(0, COL["cron"]).data(Qt.ItemDataRole.ToolTipRole) == "cron 0 * * * *, read in Europe/Berlin"
     assert ":" in cell(model, 0, "next")  # a local time
     assert pane.select("news") and pane.run_button.isEnabled()
     job_id = pane.run_now()

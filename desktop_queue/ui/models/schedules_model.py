@@ -17,7 +17,15 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersisten
 
 from desktop_queue.core import QueueError
 from desktop_queue.core.present import scheduled_time
-from desktop_queue.core.schedules import Entry, LastRun, Schedule, Scheduler, last_run, result_preview
+from desktop_queue.core.schedules import (
+    Entry,
+    LastRun,
+    Schedule,
+    Scheduler,
+    describe_cron,
+    last_run,
+    result_preview,
+)
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -107,7 +115,8 @@ class SchedulesModel(QAbstractTableModel):
         if column == "name":
             return s.name
         if column == "cron":
-            return f"{s.cron} ({s.tz})"
+            # in words ("Every 30 minutes"), the expression in the tooltip and the dialog
+            return f"{describe_cron(s.cron) or s.cron} ({s.tz})"
         if column == "next":
             if st.paused:
                 return "paused"
@@ -133,6 +142,8 @@ class SchedulesModel(QAbstractTableModel):
 
     def _tip(self, entry: Entry, run: LastRun | None, column: str) -> str | None:
         st = entry.state
+        if column == "cron":
+            return f"cron {entry.schedule.cron}, read in {entry.schedule.tz}"
         if st.paused and st.paused_reason:
             return st.paused_reason
         if column == "last" and st.last_skipped:

@@ -40,6 +40,7 @@ from desktop_queue.core.schedules import (
     JobTemplate,
     Schedule,
     check_zone,
+    describe_cron,
     local_zone_name,
     new_schedule,
     next_window,
@@ -192,7 +193,8 @@ class ScheduleDialog(QDialog):
 
         there = dt.datetime.fromtimestamp(nxt, check_zone(probe.tz)).strftime("%Y-%m-%d %H:%M %Z")
         here = dt.datetime.fromtimestamp(nxt).strftime("%Y-%m-%d %H:%M")
-        self.next_label.setText(f"Next run: {there} ({here} here)")
+        said = describe_cron(probe.cron)
+        self.next_label.setText((f"{said}. " if said else "") + f"Next run: {there} ({here} here)")
 
     def _build(self, check_input: bool = True) -> Schedule:
         try:
