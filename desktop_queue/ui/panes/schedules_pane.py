@@ -121,6 +121,7 @@ class ScheduleDialog(QDialog):
         self.pause_after.setSuffix(" dead runs in a row")
         self.next_label = QLabel()
         self.next_label.setObjectName("scheduleNext")
+        self.next_label.setWordWrap(True)  # (the cron in words and two times: it widened the dialog)
         self.message = QLabel()
         self.message.setObjectName("scheduleMessage")
         self.message.setWordWrap(True)
