@@ -48,7 +48,7 @@ from desktop_queue.ui.panes.alerts_pane import AlertRulesDialog, AlertsPane
 from desktop_queue.ui.panes.dead_letter_pane import DeadLetterPane
 from desktop_queue.ui.panes.metrics_pane import MetricsPane
 from desktop_queue.ui.panes.queue_pane import QueuePane
-from desktop_queue.ui.panes.schedules_pane import ScheduleDialog, SchedulesPane
+from desktop_queue.ui.panes.schedules_pane import ScheduleDialog, SchedulesPane, fresh_input
 from desktop_queue.ui.panes.timeline_pane import TimelinePane
 from desktop_queue.ui.settings import (
     Preferences,
@@ -174,7 +174,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.queue_pane, state_icon("queued"), "Q&ueue")
         self.tabs.addTab(self.dead_pane, state_icon("dead"), "&Dead letters")
         self.schedules_pane: SchedulesPane = SchedulesPane(
-            controller.schedules_model, lambda: list(controller.providers)
+            controller.schedules_model,
+            lambda: list(controller.providers),
+            input_for=lambda kind: fresh_input(controller.providers.get(kind), controller.profiles),
         )
         self.tabs.addTab(self.schedules_pane, "Sch&edules")
         # the charts refresh only while their tab shows, off the GUI thread (core/windowed.py)

@@ -527,3 +527,17 @@ def dq_env() -> dict[str, str]:
     import os
 
     return {**os.environ, "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring", "QT_QPA_PLATFORM": "offscreen"}
+
+
+def test_a_new_schedule_in_the_window_starts_from_each_kind_s_own_input(qtbot: Any, open_window: Any) -> None:
+    """Every kind's schedule started from {"prompt": ""}; a speech job's text goes in "input"."""
+    import json
+
+    window = open_window(ProfileSet((ProfileConfig(name="litellm", require_key=False),), "litellm"))
+    dialog = window.schedules_pane.add()
+    dialog.kind.setCurrentIndex(dialog.kind.findData("openai.speech"))
+    payload = json.loads(dialog.input.toPlainText())
+    assert payload.get("input") == "" and "prompt" not in payload
+    dialog.kind.setCurrentIndex(dialog.kind.findData("openai.chat"))
+    assert json.loads(dialog.input.toPlainText()).get("prompt") == ""
+    dialog.reject()

@@ -318,3 +318,18 @@ def test_the_schedule_table_shows_names_and_times_whole(pane: SchedulesPane, qtb
     for key in ("name", "cron"):
         text = cell(pane.model, 0, key)
         qtbot.waitUntil(lambda k=key, t=text: header.sectionSize(COL[k]) >= metrics.horizontalAdvance(t), timeout=3000)
+
+
+def test_a_new_schedule_starts_from_its_kind_s_input_until_it_is_edited(qtbot: Any) -> None:
+    """It always started from {"prompt": ""}: a speech job's field is "input"."""
+    fresh = {"demo": {"prompt": ""}, "openai.speech": {"input": "", "voice": "alloy"}}
+    dialog = ScheduleDialog(["demo", "openai.speech"], time.time(), input_for=fresh.get)
+    qtbot.addWidget(dialog)
+    assert json.loads(dialog.input.toPlainText()) == {"prompt": ""}
+
+    dialog.kind.setCurrentIndex(dialog.kind.findData("openai.speech"))
+    assert json.loads(dialog.input.toPlainText()) == {"input": "", "voice": "alloy"}
+
+    dialog.input.setPlainText('{"input": "the morning news", "voice": "alloy"}')
+    dialog.kind.setCurrentIndex(dialog.kind.findData("demo"))
+    assert json.loads(dialog.input.toPlainText()) == {"input": "the morning news", "voice": "alloy"}  # kept

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import zoneinfo
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from desktop_queue.core import QueueError
 from desktop_queue.core.errors import InvalidInput
+from desktop_queue.core.inputspec import spec_for
 from desktop_queue.core.model import Priority
 from desktop_queue.core.schedules import (
     CATCH_UP,
@@ -72,6 +73,9 @@ class ScheduleDialog(QDialog):
         parent: the Qt parent.
         template: a new schedule's job, written in the New job dialog's form (its name
             is suggested from the title; the cron is what is left to choose).
+        input_for: ``kind -> a fresh input`` (its form's defaults, the prompt empty): the
+            input a new schedule starts from, and takes again when the kind changes while
+            it is untouched (a speech job's "input" is not a chat job's "prompt").
     """
 
     def __init__(
@@ -81,6 +85,7 @@ class ScheduleDialog(QDialog):
         entry: Entry | None = None,
         parent: QWidget | None = None,
         template: JobTemplate | None = None,
+        input_for: Callable[[str], Any] | None = None,
     ):
         super().__init__(parent)
         self.setObjectName("scheduleDialog")
@@ -98,8 +103,11 @@ class ScheduleDialog(QDialog):
         self.kind = QComboBox()
         for kind in sorted(kinds, key=lambda k: (k != "demo", k)):
             self.kind.addItem(kind, kind)
-        self.input = QPlainTextEdit('{"prompt": ""}')
+        self._input_for = input_for
+        self._fresh_text: str | None = None  # the input as the kind gave it (None: someone's own)
+        self.input = QPlainTextEdit()
         self.input.setObjectName("scheduleInput")
+        self._fresh_input()
         self.title = QLineEdit()
         self.title.setPlaceholderText("Optional (default: the schedule's name)")
         self.priority = QComboBox()
@@ -146,12 +154,26 @@ class ScheduleDialog(QDialog):
         self.buttons.accepted.connect(self.try_accept)
         self.buttons.rejected.connect(self.reject)
         self.cron.textChanged.connect(self._update_next)
+        self.kind.currentIndexChanged.connect(self._kind_changed)
         self.tz.currentTextChanged.connect(self._update_next)
         if entry is not None:
             self._load(entry.schedule)
         elif template is not None:
             self._load_template(template)
         self._update_next()
+
+    def _fresh_input(self) -> None:
+        """The chosen kind's fresh input in the editor (``{"prompt": ""}`` when none is known)."""
+        fresh: Any = None
+        if self._input_for is not None:
+            fresh = self._input_for(str(self.kind.currentData()))
+        text = json.dumps(fresh if fresh is not None else {"prompt": ""}, indent=2, ensure_ascii=False)
+        self.input.setPlainText(text)
+        self._fresh_text = text
+
+    def _kind_changed(self) -> None:
+        if self._fresh_text is not None and self.input.toPlainText() == self._fresh_text:
+            self._fresh_input()  # untouched: the new kind's own starting input
 
     def _load_template(self, t: JobTemplate) -> None:
         self.name.setText(t.suggested_name())
@@ -250,11 +272,18 @@ class SchedulesPane(QWidget):
 
     job_requested = Signal(str)
 
-    def __init__(self, model: SchedulesModel, kinds: Any, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        model: SchedulesModel,
+        kinds: Any,
+        parent: QWidget | None = None,
+        input_for: Callable[[str], Any] | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("schedulesPane")
         self.model = model
         self.kinds = kinds
+        self.input_for = input_for
         self.view = QTableView()
         self.view.setObjectName("schedulesView")
         self.view.setModel(model)
@@ -389,7 +418,9 @@ class SchedulesPane(QWidget):
 
     def open_dialog(self, entry: Entry | None = None, template: JobTemplate | None = None) -> ScheduleDialog:
         """Shows the add (or edit) dialog without blocking; saving it adds or changes the schedule."""
-        dialog = ScheduleDialog(self.kinds(), self.model.clock(), entry, self, template=template)
+        dialog = ScheduleDialog(
+            self.kinds(), self.model.clock(), entry, self, template=template, input_for=self.input_for
+        )
         dialog.accepted.connect(lambda: self._saved(dialog))
         self.dialog = dialog
         dialog.open()
@@ -450,3 +481,14 @@ class SchedulesPane(QWidget):
             f"Remove the schedule {entry.schedule.name}? Its jobs stay; no new ones are made."
         ):
             self.model.remove(entry.schedule.name)
+
+
+def fresh_input(provider: Any, profiles: Any = None) -> dict[str, Any] | None:
+    """A kind's input as its form starts: defaults written, the prompt empty (None: no form)."""
+    spec = spec_for(provider, profiles)
+    if spec is None:
+        return None
+    payload = spec.build(spec.fresh())
+    if spec.prompt_field:
+        payload = {spec.prompt_field: "", **payload}
+    return payload
