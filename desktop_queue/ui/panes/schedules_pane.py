@@ -175,16 +175,19 @@ class ScheduleDialog(QDialog):
         if self._fresh_text is not None and self.input.toPlainText() == self._fresh_text:
             self._fresh_input()  # untouched: the new kind's own starting input
 
+    def _load_job(self, job: Schedule | JobTemplate) -> None:
+        """The job fields a schedule and a template share: kind, input, title, priority, attempts."""
+        if self.kind.findData(job.kind) < 0:
+            self.kind.addItem(job.kind, job.kind)
+        self.kind.setCurrentIndex(self.kind.findData(job.kind))
+        self.input.setPlainText(json.dumps(job.input, indent=2, ensure_ascii=False))
+        self.title.setText(job.title or "")
+        self.priority.setCurrentIndex(max(0, self.priority.findData(job.priority)))
+        self.max_attempts.setValue(job.max_attempts or 5)
+
     def _load_template(self, t: JobTemplate) -> None:
         self.name.setText(t.suggested_name())
-        if self.kind.findData(t.kind) < 0:
-            self.kind.addItem(t.kind, t.kind)
-        self.kind.setCurrentIndex(self.kind.findData(t.kind))
-        self.input.setPlainText(json.dumps(t.input, indent=2, ensure_ascii=False))
-        self.title.setText(t.title or "")
-        self.priority.setCurrentIndex(max(0, self.priority.findData(t.priority)))
-        if t.max_attempts:
-            self.max_attempts.setValue(t.max_attempts)
+        self._load_job(t)
         self.message.setText("The job is the one you wrote; choose when it runs.")
         self.cron.setFocus()
         self.cron.selectAll()
@@ -193,13 +196,7 @@ class ScheduleDialog(QDialog):
         self.name.setText(s.name)
         self.cron.setText(s.cron)
         self.tz.setCurrentText(s.tz)
-        if self.kind.findData(s.kind) < 0:
-            self.kind.addItem(s.kind, s.kind)
-        self.kind.setCurrentIndex(self.kind.findData(s.kind))
-        self.input.setPlainText(json.dumps(s.input, indent=2, ensure_ascii=False))
-        self.title.setText(s.title or "")
-        self.priority.setCurrentIndex(max(0, self.priority.findData(s.priority)))
-        self.max_attempts.setValue(s.max_attempts or 5)
+        self._load_job(s)
         self.catch_up.setCurrentIndex(max(0, self.catch_up.findData(s.catch_up)))
         self.overlap.setCurrentIndex(max(0, self.overlap.findData(s.overlap)))
         self.pause_after.setValue(s.pause_after)
