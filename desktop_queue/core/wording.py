@@ -1,4 +1,4 @@
-"""Counted nouns in what people read: "1 job", "7 jobs", never "job(s)".
+"""Counted nouns in what people read: "1 job", "7 jobs", never "job(s)"; sentences that end once.
 
 A module of its own, importing nothing: the command line's parser, the store's notices
 and the window all say counts, and none of them should load more to do it.
@@ -16,3 +16,16 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 def were(n: int) -> str:
     """The verb agreeing with a count: ``"was"`` for one, else ``"were"``."""
     return "was" if n == 1 else "were"
+
+
+def sentence(text: str) -> str:
+    """``text`` as a sentence: a capital first letter, and one full stop at the end.
+
+    A provider's message often ends in its own ("… for your key."): adding another
+    made "key..".
+    """
+    text = text.strip()
+    if not text:
+        return text
+    text = text[:1].upper() + text[1:]
+    return text if text[-1] in ".!?…" else text + "."

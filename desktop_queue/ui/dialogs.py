@@ -42,6 +42,7 @@ from desktop_queue.core.inputspec import FieldType, InputSpec, spec_for, title_f
 from desktop_queue.core.model import Priority
 from desktop_queue.core.queue import MAX_BATCH, MAX_BATCH_BYTES, MAX_INPUT_BYTES
 from desktop_queue.core.schedules import JobTemplate
+from desktop_queue.core.wording import sentence
 from desktop_queue.providers.profiles import Preset, ProfileSet
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.ui.controller import Controller
@@ -642,7 +643,7 @@ class SubmitDialog(QDialog):
                 except InvalidInput:
                     self._show_size_of_text()
             if self._pristine:
-                self.message.show_info(f"To submit: {exc}.", ok=False)
+                self.message.show_info(sentence(f"To submit: {exc}"), ok=False)
             else:
                 self.message.show_error(str(exc))
             if self.form is not None:
@@ -899,8 +900,8 @@ def preview_html(preview: Any) -> str:
         return f'<tr><td valign="top"{mark_style}>{mark}&nbsp;</td><td{style}>{body}</td></tr>'
 
     rows = [line(str(preview.verdict), preview.headline, bold=True)]
-    rows.append(line("info", f"The original ended {preview.ended}."))
-    rows.extend(line(str(f.level), f.text[:1].upper() + f.text[1:] + ".") for f in preview.findings)
+    rows.append(line("info", sentence(f"The original ended {preview.ended}")))
+    rows.extend(line(str(f.level), sentence(f.text)) for f in preview.findings)
     rows.append(line("info", f"The new job will be called “{preview.title}”."))
     return "<table cellspacing='2'>" + "".join(rows) + "</table>"
 

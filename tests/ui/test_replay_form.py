@@ -190,3 +190,17 @@ def test_a_dead_job_of_profile_lab_is_previewed_and_edited_as_lab(qtbot: Any, la
     assert json.loads(dialog.json_text())["profile"] == "main"
     assert dialog.try_replay() and dialog.new_job is not None
     assert lab_session.queue.get(dialog.new_job.id).input == {"profile": "main", "prompt": "tides"}
+
+
+def test_the_preview_ends_a_provider_s_own_sentence_once(qtbot: Any, still: Any, prompts: Any) -> None:
+    """LiteLLM's 400 ended "… to view available models for your key." and the preview added another stop."""
+    queue = still.queue
+    job = queue.submit("demo", {"prompt": "p", "duration_s": 0.0}, title="the original", max_attempts=1).job
+    lease = queue.lease("test")
+    assert lease is not None
+    message = "demo: HTTP 400: Invalid model name. Call `/v1/models` to view available models for your key."
+    queue.fail(lease, Outcome.failure("fatal", message, status=400))
+    dialog = open_replay(qtbot, still, queue.get(job.id))
+    text = dialog.preview.text()
+    assert "for your key." in text and "key.." not in text and ".." not in text
+    dialog.reject()
