@@ -43,6 +43,8 @@ _INT_MAX = 2**31 - 1
 _NUMBER_MAX = 1e12
 #: the default label of an unset optional field
 UNSET = "(default)"
+#: a choice box's width, in characters: at least this, and its longest choice up to the most
+COMBO_MIN_CHARS, COMBO_MAX_CHARS = 18, 40
 
 
 #: a line longer than this is shown unwrapped: Qt takes tens of seconds to wrap a
@@ -178,6 +180,13 @@ class FieldProblem(ValueError):
 # --------------------------------------------------------------------------- one editor per field
 
 
+def _fit_choices(combo: QComboBox) -> None:
+    """A choice box as wide as its longest choice, within reason (at least and at most so many
+    characters): a replay's "the default profile (llamacpp)" read "the default profile (llamacp"."""
+    longest = max((len(combo.itemText(i)) for i in range(combo.count())), default=0)
+    combo.setMinimumContentsLength(min(COMBO_MAX_CHARS, max(COMBO_MIN_CHARS, longest)))
+
+
 class FieldEditor:
     """The widget of one field, and how to read and set its value.
 
@@ -271,7 +280,9 @@ class FieldEditor:
                     combo.addItem(choice.label, choice.value)
                 combo.currentIndexChanged.connect(on_change)
             combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-            combo.setMinimumContentsLength(18)
+            # as wide as its longest choice, within reason: a replay's "the default profile
+            # (llamacpp)" read "the default profile (llamacp"
+            _fit_choices(combo)
             return combo
         edit = QLineEdit()
         edit.setMaxLength(f.max_length or _INT_MAX)  # Qt's default cuts a paste at 32,767
@@ -374,6 +385,7 @@ class FieldEditor:
                 # offered only once such an input is shown, so a fresh form names the profile
                 w.insertItem(0, f.placeholder or UNSET, None)
                 w.setCurrentIndex(0)
+                _fit_choices(w)
                 return True
             return False
         assert isinstance(w, QLineEdit)

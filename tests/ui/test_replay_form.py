@@ -204,3 +204,20 @@ def test_the_preview_ends_a_provider_s_own_sentence_once(qtbot: Any, still: Any,
     text = dialog.preview.text()
     assert "for your key." in text and "key.." not in text and ".." not in text
     dialog.reject()
+
+
+def test_the_profile_choice_shows_its_whole_label(qtbot: Any, still: Any, prompts: Any) -> None:
+    """Replay's profile box read "the default profile (llamacp": 18 characters wide for 30."""
+    from PySide6.QtGui import QFontMetrics
+    from PySide6.QtWidgets import QComboBox
+
+    job = dead(still, "openai.chat", {"prompt": "hello"}, status=400)
+    dialog = open_replay(qtbot, still, job)
+    assert dialog.form is not None
+    combo = dialog.form.editor("profile")
+    assert isinstance(combo, QComboBox)
+    text = combo.currentText()
+    assert text.startswith("the default profile (")
+    assert combo.minimumContentsLength() >= len(text)  # (it kept 18 characters: a longer name was cut)
+    qtbot.waitUntil(lambda: combo.width() > QFontMetrics(combo.font()).horizontalAdvance(text) + 20, timeout=3000)
+    dialog.reject()
