@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--finished-before",
         type=_time_arg,
         metavar="WHEN",
-        help="a local date (YYYY-MM-DD), an ISO 8601 time, or an age such as 90d, 12h",
+        help="a local date (YYYY-MM-DD), an ISO 8601 time, an age such as 90d, 12h, or now",
     )
     when.add_argument("--by-retention", action="store_true", help="apply the saved retention policy")
     p.add_argument(
@@ -326,15 +326,17 @@ LIST_DEFAULT_LIMIT = 1000
 
 
 def _time_arg(text: str) -> float:
-    """A wall time from a local date, an ISO 8601 time, or an age (``90d``, ``12h``, ``30m``) back from now."""
+    """A wall time from a local date, an ISO 8601 time, an age (``90d``, ``12h``, ``30m``) back from now, or ``now``."""
     text = text.strip()
+    if text.lower() == "now":
+        return time.time()
     units = {"d": 86_400.0, "h": 3_600.0, "m": 60.0, "s": 1.0}
     if text[-1:] in units and text[:-1].isdigit():
         return time.time() - int(text[:-1]) * units[text[-1]]
     try:
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a date, time or age: {text!r} (e.g. 2026-01-31, 90d)") from None
+        raise argparse.ArgumentTypeError(f"not a date, time or age: {text!r} (e.g. 2026-01-31, 90d, now)") from None
     if moment.tzinfo is None:
         moment = moment.astimezone()  # a local date or time, as people mean it
     return moment.timestamp()

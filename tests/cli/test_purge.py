@@ -54,6 +54,14 @@ def test_purge_refuses_a_bad_date(dq: Cli) -> None:
     assert run.code == 2 and "not a date, time or age" in run.err
 
 
+def test_purge_takes_now_for_everything_finished_so_far(dq: Cli, data_dir: Path) -> None:
+    """ "--finished-before now" was refused as "not a date, time or age"."""
+    finish_jobs(data_dir, 3, tag="n")
+    run = dq.run("purge", "--finished-before", "now", "--dry-run", "--json")
+    assert run.code == 0, run.err
+    assert run.json()["jobs"] == 3
+
+
 def test_retention_is_saved_and_applied(dq: Cli, data_dir: Path) -> None:
     assert dq.run("retention").out.strip() == "everything is kept"
     finish_jobs(data_dir, 6, tag="r", fail_every=2)
