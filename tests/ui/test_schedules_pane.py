@@ -333,3 +333,29 @@ def test_a_new_schedule_starts_from_its_kind_s_input_until_it_is_edited(qtbot: A
     dialog.input.setPlainText('{"input": "the morning news", "voice": "alloy"}')
     dialog.kind.setCurrentIndex(dialog.kind.findData("demo"))
     assert json.loads(dialog.input.toPlainText()) == {"input": "the morning news", "voice": "alloy"}  # kept
+
+
+def test_a_schedule_the_book_refuses_keeps_its_dialog_and_the_new_job_behind_it(session: Any, prompts: Any) -> None:
+    """A name taken meanwhile was refused after the dialog had closed: the schedule and the
+    prompt written in New job were both gone, with an error in the status bar."""
+    window = session.window
+    add_via_dialog(window.schedules_pane, "news", OK_INPUT)
+    dialog = window.new_job()
+    dialog.kind.setCurrentIndex(dialog.kind.findData("demo"))
+    assert dialog.form is not None
+    dialog.form.set_value("prompt", "a prompt worth keeping")
+    dialog.schedule_button.click()
+    schedule = window.schedules_pane.dialog
+    assert schedule is not None
+    schedule.name.setText("news")
+
+    assert not schedule.try_accept()
+
+    assert schedule.isVisible() and "already exists" in schedule.message.text()
+    assert not dialog.isVisible() and window.schedules_pane.model.rowCount() == 1
+    schedule.name.setText("news at noon")
+    assert schedule.try_accept()
+    assert window.schedules_pane.model.rowCount() == 2 and not dialog.isVisible()
+    assert [e.schedule.input for e in session.controller.schedules_model.scheduler.book.load()][1]["prompt"] == (
+        "a prompt worth keeping"
+    )

@@ -229,22 +229,29 @@ class SchedulesModel(QAbstractTableModel):
 
     # ------------------------------------------------------------------ verbs
 
-    def _do(self, done: str, fn: Callable[[], Any]) -> Any:
+    def _do(self, done: str, fn: Callable[[], Any], *, report: bool = True) -> Any:
+        """Runs a verb; a refusal is told through :attr:`failed` (None), or raised with ``report=False``."""
         try:
             out = fn()
         except QueueError as exc:
+            if not report:
+                raise
             self.failed.emit(str(exc))
             return None
         self.refresh(force=True)
         self.message.emit(done)
         return out if out is not None else True
 
-    def add(self, schedule: Schedule) -> Entry | None:
-        result: Entry | None = self._do(f"Added schedule {schedule.name}", lambda: self.scheduler.book.add(schedule))
+    def add(self, schedule: Schedule, *, report: bool = True) -> Entry | None:
+        result: Entry | None = self._do(
+            f"Added schedule {schedule.name}", lambda: self.scheduler.book.add(schedule), report=report
+        )
         return result
 
-    def edit(self, name: str, **changes: Any) -> Entry | None:
-        result: Entry | None = self._do(f"Changed schedule {name}", lambda: self.scheduler.book.edit(name, **changes))
+    def edit(self, name: str, *, report: bool = True, **changes: Any) -> Entry | None:
+        result: Entry | None = self._do(
+            f"Changed schedule {name}", lambda: self.scheduler.book.edit(name, **changes), report=report
+        )
         return result
 
     def set_paused(self, name: str, paused: bool) -> bool:

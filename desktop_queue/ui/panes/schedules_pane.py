@@ -76,6 +76,9 @@ class ScheduleDialog(QDialog):
         input_for: ``kind -> a fresh input`` (its form's defaults, the prompt empty): the
             input a new schedule starts from, and takes again when the kind changes while
             it is untouched (a speech job's "input" is not a chat job's "prompt").
+        save: stores the validated schedule (raises QueueError when refused: a name taken
+            meanwhile, a file that cannot be written); the dialog then stays open and says
+            why, with what was typed (None: the caller stores :attr:`result_schedule`).
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class ScheduleDialog(QDialog):
         parent: QWidget | None = None,
         template: JobTemplate | None = None,
         input_for: Callable[[str], Any] | None = None,
+        save: Callable[[Schedule], Any] | None = None,
     ):
         super().__init__(parent)
         self.setObjectName("scheduleDialog")
@@ -104,6 +108,7 @@ class ScheduleDialog(QDialog):
         for kind in sorted(kinds, key=lambda k: (k != "demo", k)):
             self.kind.addItem(kind, kind)
         self._input_for = input_for
+        self._save = save
         self._fresh_text: str | None = None  # the input as the kind gave it (None: someone's own)
         self.input = QPlainTextEdit()
         self.input.setObjectName("scheduleInput")
@@ -247,10 +252,13 @@ class ScheduleDialog(QDialog):
             self.message.setText("Give the schedule a name.")
             return False
         try:
-            self.result_schedule = self._build()
+            schedule = self._build()
+            if self._save is not None:
+                self._save(schedule)
         except QueueError as exc:
             self.message.setText(str(exc))
             return False
+        self.result_schedule = schedule
         self.accept()
         return True
 
@@ -416,21 +424,25 @@ class SchedulesPane(QWidget):
     def open_dialog(self, entry: Entry | None = None, template: JobTemplate | None = None) -> ScheduleDialog:
         """Shows the add (or edit) dialog without blocking; saving it adds or changes the schedule."""
         dialog = ScheduleDialog(
-            self.kinds(), self.model.clock(), entry, self, template=template, input_for=self.input_for
+            self.kinds(),
+            self.model.clock(),
+            entry,
+            self,
+            template=template,
+            input_for=self.input_for,
+            save=lambda s: self._save(entry, s),
         )
-        dialog.accepted.connect(lambda: self._saved(dialog))
+        dialog.accepted.connect(lambda: self.select(dialog.result_schedule.name) if dialog.result_schedule else None)
         self.dialog = dialog
         dialog.open()
         return dialog
 
-    def _saved(self, dialog: ScheduleDialog) -> None:
-        s = dialog.result_schedule
-        if s is None:
-            return
-        if dialog.entry is None:
-            self.model.add(s)
+    def _save(self, entry: Entry | None, s: Schedule) -> None:
+        """Adds ``s``, or changes ``entry`` into it (raises QueueError, to the dialog, when refused)."""
+        if entry is None:
+            self.model.add(s, report=False)
         else:
-            old = dialog.entry.schedule
+            old = entry.schedule
             changes = {
                 f: getattr(s, f)
                 for f in (
@@ -449,8 +461,7 @@ class SchedulesPane(QWidget):
                 if getattr(s, f) != getattr(old, f)
             }
             if changes:
-                self.model.edit(old.name, **changes)
-        self.select(s.name)
+                self.model.edit(old.name, report=False, **changes)
 
     def add(self) -> ScheduleDialog:
         return self.open_dialog(None)
