@@ -290,15 +290,21 @@ def test_new_job_says_why_a_batch_or_a_start_time_cannot_be_scheduled(session: A
     dialog.reject()
 
 
-def test_a_schedule_cancelled_brings_the_new_job_dialog_back_with_what_was_typed(session: Any) -> None:
-    window = session.window
+def schedule_from_new_job(window: Any, prompt: str) -> tuple[Any, ScheduleDialog]:
+    """New job on a demo job with ``prompt``, then its Schedule…: (the New job dialog, the schedule's)."""
     dialog = window.new_job()
     dialog.kind.setCurrentIndex(dialog.kind.findData("demo"))
     assert dialog.form is not None
-    dialog.form.set_value("prompt", "a prompt worth keeping")
+    dialog.form.set_value("prompt", prompt)
     dialog.schedule_button.click()
     schedule = window.schedules_pane.dialog
     assert schedule is not None and not dialog.isVisible()
+    return dialog, schedule
+
+
+def test_a_schedule_cancelled_brings_the_new_job_dialog_back_with_what_was_typed(session: Any) -> None:
+    window = session.window
+    dialog, schedule = schedule_from_new_job(window, "a prompt worth keeping")
 
     schedule.reject()
 
@@ -340,13 +346,7 @@ def test_a_schedule_the_book_refuses_keeps_its_dialog_and_the_new_job_behind_it(
     prompt written in New job were both gone, with an error in the status bar."""
     window = session.window
     add_via_dialog(window.schedules_pane, "news", OK_INPUT)
-    dialog = window.new_job()
-    dialog.kind.setCurrentIndex(dialog.kind.findData("demo"))
-    assert dialog.form is not None
-    dialog.form.set_value("prompt", "a prompt worth keeping")
-    dialog.schedule_button.click()
-    schedule = window.schedules_pane.dialog
-    assert schedule is not None
+    dialog, schedule = schedule_from_new_job(window, "a prompt worth keeping")
     schedule.name.setText("news")
 
     assert not schedule.try_accept()
