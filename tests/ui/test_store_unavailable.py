@@ -103,6 +103,9 @@ def test_a_store_a_disk_error_poisoned_offers_a_restart_that_keeps_what_it_holds
     assert "reopened" in banner.condition.text()
     assert banner.action.isVisible() and banner.action.text() == "&Restart Desktop Queue"
 
+    # (the attempt that found the disk failing ends a moment later, its outcome held: the
+    # question below counts it as waiting, not running, once it has)
+    qtbot.waitUntil(lambda: controller.driver.running == 0, timeout=WAIT_MS)
     monkeypatch.setattr(type(controller.driver), "held_ids", lambda _self: ["a1"])
     prompts.answer = False  # asked, as Quit asks, and the person stays
     banner.action.click()
