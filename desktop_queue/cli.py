@@ -1327,8 +1327,8 @@ def cmd_work(args: argparse.Namespace) -> int:
     else:
         done = ", ".join(f"{v:,} {k}" for k, v in sorted(finished.items())) or "nothing finished"
         again = f" ({counted(requeued['n'], 'attempt')} queued again)" if requeued["n"] else ""
-        now = ", ".join(f"{v:,} {k}" for k, v in counts.items() if v) or "empty"
-        _err(f"stopped ({stop['why']}): {done}{again}; queue now {now}")
+        left = ", ".join(f"{v:,} {k}" for k, v in counts.items() if v) or "empty"
+        _err(f"stopped ({stop['why']}): {done}{again}; queue now {left}")
     if stop["why"] == "the store hit a disk error":
         return EXIT_FAILED
     return EXIT_OK if stop["why"] != "interrupted" else 130

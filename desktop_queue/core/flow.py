@@ -113,7 +113,7 @@ def background_reason(profile: str, cause: Degraded | str) -> str:
 
 #: what ended, in the slow start's reason: a rate-limit pause ending is no recovery (the
 #: provider may well answer 429 to the next request too)
-_ENDED_WORDS: dict[str, str] = {
+_ENDED_WORDS: dict[Degraded | None, str] = {
     Degraded.FAILING: "{} recovered",
     Degraded.RATE_LIMITED: "{}'s rate-limit pause is over",
     Degraded.BUDGET_LOW: "{} has budget again",
@@ -122,7 +122,7 @@ _ENDED_WORDS: dict[str, str] = {
 
 def resuming_reason(profile: str, cap: int, after: Degraded | None = None) -> str:
     """``background jobs resuming: openai recovered, 2 at a time for now`` (the slow start after ``after``)."""
-    ended = _ENDED_WORDS.get(after, "{} recovered") if after is not None else "{} recovered"
+    ended = _ENDED_WORDS.get(after, "{} recovered")
     return f"{BACKGROUND_RESUMING}: {ended.format(profile)}, {cap} at a time for now"
 
 

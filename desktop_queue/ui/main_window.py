@@ -516,11 +516,13 @@ class MainWindow(QMainWindow):
 
     # ----------------------------------------------------------------- status bar and notifications
 
-    def _status_counts(self) -> dict[str, int] | None:
-        """Jobs per state, read again only when the refresh saw a change (None: the store is unreachable)."""
+    def _status_counts(self, fresh: bool = False) -> dict[str, int] | None:
+        """Jobs per state, read again only when the refresh saw a change, or when ``fresh``
+        (None: the store is unreachable). A fresh read is the status bar's too: until the
+        refresh sees the last change, its copy would still say "1 running"."""
         version = self.controller.refresher.version
         cached = self._counts_cache
-        if cached is not None and cached[0] == version >= 0:
+        if not fresh and cached is not None and cached[0] == version >= 0:
             return cached[1]
         try:
             counts = self.controller.queue.counts()
@@ -713,14 +715,9 @@ class MainWindow(QMainWindow):
         """
         if not self._ran_something:
             return
-        try:
-            counts = self.controller.queue.counts()
-        except Exception:  # the store is unreachable: the banner already says so
-            return
-        # (the status bar's counts wait for the refresh to see the last change: until it
-        # does, they would still say "1 running" and take the notice back at once)
-        self._counts_cache = (self.controller.refresher.version, counts)
-        self._announce_if_drained(counts)
+        counts = self._status_counts(fresh=True)
+        if counts is not None:  # (None: the store is unreachable, and the banner already says so)
+            self._announce_if_drained(counts)
 
     def _announce_if_drained(self, counts: dict[str, int]) -> None:
         if self.controller.driver.paused or counts.get(State.QUEUED, 0) or counts.get(State.RUNNING, 0):

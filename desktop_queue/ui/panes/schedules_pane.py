@@ -182,6 +182,7 @@ class ScheduleDialog(QDialog):
 
     def _load_job(self, job: Schedule | JobTemplate) -> None:
         """The job fields a schedule and a template share: kind, input, title, priority, attempts."""
+        self._fresh_text = None  # (its own input: a kind changed now keeps it, and none is made to be replaced)
         if self.kind.findData(job.kind) < 0:
             self.kind.addItem(job.kind, job.kind)
         self.kind.setCurrentIndex(self.kind.findData(job.kind))
