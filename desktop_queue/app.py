@@ -314,12 +314,22 @@ def qt_at_least(major: int, minor: int) -> bool:
     return found >= (major, minor)
 
 
+def xcb_plugin_path() -> str | None:
+    """Where the Qt in use keeps its X11 platform plugin, if it has one (Linux and BSD builds)."""
+    from PySide6.QtCore import QLibraryInfo
+
+    path = Path(QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath)) / "platforms" / "libqxcb.so"
+    return str(path) if path.is_file() else None
+
+
 def main(data_dir: str | None = None, store: str | None = None) -> int:
     """Runs the window (on ``store``: see :func:`chosen_store`) until it is closed; the process exit code."""
     qtcompat.install()
     app = QApplication.instance()
     if not isinstance(app, QApplication):
-        problem = display_problem(os.environ, sys.platform, needs_xcb_cursor=qt_at_least(6, 5))
+        problem = display_problem(
+            os.environ, sys.platform, needs_xcb_cursor=qt_at_least(6, 5), xcb_plugin=xcb_plugin_path()
+        )
         if problem is not None:  # Qt would print its plugin lines and abort the process
             print(f"desktop-queue: {problem}", file=sys.stderr)
             return EXIT_NO_WINDOW

@@ -9,18 +9,40 @@ from pathlib import Path
 
 import pytest
 
-from desktop_queue.ui.display import NO_DISPLAY, NO_XCB_CURSOR, XCB_CURSOR, display_problem, loadable
+from desktop_queue.app import xcb_plugin_path
+from desktop_queue.ui.display import (
+    NO_DISPLAY,
+    NO_XCB_CURSOR,
+    XCB_CURSOR,
+    debian_package,
+    display_problem,
+    load_error,
+    loadable,
+    missing_library,
+)
+
+PLUGIN = "/opt/qt/plugins/platforms/libqxcb.so"
 
 
-def _problem(env: dict[str, str], platform: str = "linux", *, cursor: bool = True, qt65: bool = True) -> str | None:
+def _problem(
+    env: dict[str, str],
+    platform: str = "linux",
+    *,
+    cursor: bool = True,
+    qt65: bool = True,
+    plugin_error: str | None = None,
+) -> str | None:
     asked: list[str] = []
 
-    def can_load(name: str) -> bool:
+    def load(name: str) -> str | None:
         asked.append(name)
-        return cursor
+        if name == XCB_CURSOR:
+            return None if cursor else f"{XCB_CURSOR}: cannot open shared object file: No such file or directory"
+        assert name == PLUGIN
+        return plugin_error
 
-    problem = display_problem(env, platform, needs_xcb_cursor=qt65, can_load=can_load)
-    assert asked in ([], [XCB_CURSOR])
+    problem = display_problem(env, platform, needs_xcb_cursor=qt65, xcb_plugin=PLUGIN, load=load)
+    assert asked in ([], [XCB_CURSOR], [XCB_CURSOR, PLUGIN], [PLUGIN])
     return problem
 
 
@@ -59,9 +81,58 @@ def test_other_systems_are_left_to_qt(platform: str) -> None:
     assert _problem({}, platform, cursor=False) is None
 
 
+def test_x11_without_another_library_of_the_plugin_names_it_and_every_package() -> None:
+    """A minimal Debian with Xvfb: the cursor library was there, libxcb-icccm was not, and Qt aborted."""
+    error = "libxcb-icccm.so.4: cannot open shared object file: No such file or directory"
+    problem = _problem({"DISPLAY": ":0"}, plugin_error=error)
+    assert problem == missing_library("libxcb-icccm.so.4")
+    assert "'sudo apt install libxcb-icccm4'" in problem
+    assert "libxcb-keysyms1" in problem and "xcb-util-wm" in problem  # the next one it would lack, and Fedora's
+    assert _problem({"DISPLAY": ":0"}, cursor=False, plugin_error=error) == NO_XCB_CURSOR  # the known one first
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        None,  # it loads
+        f"{PLUGIN}: cannot open shared object file: No such file or directory",  # (Qt says where it looked)
+        "libQt6Gui.so.6: version `Qt_6.8' not found (required by libqxcb.so)",  # not a missing library
+    ],
+)
+def test_a_plugin_that_loads_or_fails_otherwise_is_left_to_qt(error: str | None) -> None:
+    assert _problem({"DISPLAY": ":0"}, plugin_error=error) is None
+
+
+def test_a_plugin_path_chosen_by_hand_is_left_to_qt() -> None:
+    error = "libxcb-icccm.so.4: cannot open shared object file: No such file or directory"
+    assert _problem({"DISPLAY": ":0", "QT_QPA_PLATFORM_PLUGIN_PATH": "/elsewhere"}, plugin_error=error) is None
+
+
+@pytest.mark.parametrize(
+    ("soname", "package"),
+    [
+        ("libxcb-icccm.so.4", "libxcb-icccm4"),
+        ("libxcb-render-util.so.0", "libxcb-render-util0"),
+        ("libxkbcommon-x11.so.0", "libxkbcommon-x11-0"),
+        ("libX11-xcb.so.1", "libx11-xcb1"),
+        ("libGL.so.1", "libgl1"),
+    ],
+)
+def test_the_debian_package_follows_debians_naming_rule(soname: str, package: str) -> None:
+    assert debian_package(soname) == package
+
+
 def test_the_loader_is_asked_for_real() -> None:
     assert loadable("libc.so.6") if sys.platform.startswith("linux") else True
     assert not loadable("libdesktop-queue-no-such-library.so.0")
+    error = load_error("libdesktop-queue-no-such-library.so.0")
+    assert error is not None and "libdesktop-queue-no-such-library.so.0" in error
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11 systems only")
+def test_the_plugin_asked_about_is_the_one_qt_loads() -> None:
+    path = xcb_plugin_path()
+    assert path is not None and Path(path).is_file() and Path(path).name == "libqxcb.so"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11 and Wayland systems only")
