@@ -472,6 +472,32 @@ def clock_time(ts: float | None, now: float | None = None) -> str:
     return when.strftime("%H:%M:%S") if when.date() == today else when.strftime("%Y-%m-%d %H:%M")
 
 
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # (English like the rest of the app, not the locale's)
+
+#: days back that a table still names by weekday ("Sun 23:52"); a week ago would repeat today's name
+_WEEKDAY_DAYS = 6
+
+
+def table_time(ts: float | None, now: float | None = None) -> str:
+    """A table cell's time, as short as it can be told apart: ``14:03:22`` today,
+    ``Sun 23:52`` within the last six days, ``2026-11-28`` before (or after: a clock ahead).
+
+    A job table's time column is as wide as its widest cell: a full date and time on
+    yesterday's jobs pushed the last column out of a window of the usual size. The
+    cell's tooltip gives the whole time (:func:`~desktop_queue.core.model.iso`).
+    """
+    if ts is None:
+        return "-"
+    when = _dt.datetime.fromtimestamp(ts)
+    today = _dt.datetime.fromtimestamp(now).date() if now is not None else _dt.date.today()
+    days = (today - when.date()).days
+    if days == 0:
+        return when.strftime("%H:%M:%S")
+    if 0 < days <= _WEEKDAY_DAYS:
+        return f"{_WEEKDAYS[when.weekday()]} {when:%H:%M}"
+    return when.strftime("%Y-%m-%d")
+
+
 def scheduled_time(ts: float, now: float) -> str:
     """When a delayed job starts, in local time: ``14:00`` today, ``2026-12-02 14:00`` another day.
 

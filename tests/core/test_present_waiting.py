@@ -283,3 +283,22 @@ def test_a_provider_without_a_key_says_so_in_its_status() -> None:
     reason = "no API key for profile openai: enter it in Preferences → Providers or set OPENAI_API_KEY"
     assert provider_status(snapshot, unavailable=reason) == ("slow", "openai: no API key")
     assert provider_status(snapshot, unavailable=None) == ("ok", "openai: ok")
+
+
+def test_a_table_time_is_as_short_as_it_can_be_told_apart() -> None:
+    """Today a time of day, the last six days a weekday and a time, before that a date: the
+    time columns stay narrow after midnight (the tooltip gives the whole time)."""
+    import datetime as dt
+
+    from desktop_queue.core.present import table_time
+
+    now = dt.datetime(2026, 12, 7, 2, 30).timestamp()  # a Monday, half past two in the morning
+    assert table_time(dt.datetime(2026, 12, 7, 0, 5, 9).timestamp(), now) == "00:05:09"
+    assert table_time(dt.datetime(2026, 12, 6, 23, 52, 40).timestamp(), now) == "Sun 23:52"
+    assert table_time(dt.datetime(2026, 12, 1, 9, 0).timestamp(), now) == "Tue 09:00"
+    # seven days back would read "Mon" like today: a date from there on
+    assert table_time(dt.datetime(2026, 11, 30, 9, 0).timestamp(), now) == "2026-11-30"
+    assert table_time(dt.datetime(2025, 12, 6, 9, 0).timestamp(), now) == "2025-12-06"
+    # a clock ahead (another machine's) gets its date, not a weekday
+    assert table_time(dt.datetime(2026, 12, 8, 9, 0).timestamp(), now) == "2026-12-08"
+    assert table_time(None, now) == "-"

@@ -13,6 +13,7 @@ from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication, QWidget
 
 from desktop_queue.core import FakeClock, Queue
+from desktop_queue.core.model import iso
 from desktop_queue.core.outcome import Outcome
 from desktop_queue.providers.demo import DemoProvider
 from desktop_queue.ui.columns import column_menu
@@ -177,22 +178,55 @@ def test_a_window_saved_on_a_bigger_screen_fits_this_one(qtbot: Any, open_sessio
     qtbot.waitUntil(lambda: area.contains(again.window.frameGeometry()), timeout=3000)
 
 
-def test_older_dates_show_the_date_in_full(qtbot: Any, open_session: Any, data_dir: Path, prompts: Any) -> None:
-    """A job from another day reads "2026-11-30 16:24", not "2026-1…"."""
-    old = Queue.open(data_dir, {"demo": DemoProvider()}, clock=FakeClock(time.time() - 3 * 86400))
-    old.submit("demo", {"prompt": "from three days ago"}, title="old")
+@pytest.mark.parametrize(("days", "width_of"), [(3, "Fri 16:24"), (10, "2026-11-27")])
+def test_older_times_are_short_and_whole_in_the_tooltip(
+    qtbot: Any, open_session: Any, data_dir: Path, prompts: Any, days: int, width_of: str
+) -> None:
+    """A job from three days ago reads "Fri 16:24", from ten "2026-11-27": never "2026-1…",
+    and the tooltip gives the whole time."""
+    old = Queue.open(data_dir, {"demo": DemoProvider()}, clock=FakeClock(time.time() - days * 86400))
+    job = old.submit("demo", {"prompt": "from days ago"}, title="old").job
     old.close()
     session = _open(open_session, data_dir, prompts)
     window = session.window
     _settle(qtbot, window)
     view = window.queue_pane.view
     created = _column(window, "created")
-    text = view.model().index(0, created).data()
-    assert len(text) == len("2026-11-30 16:24")  # a date and a time
+    cell = view.model().index(0, created)
+    text = cell.data()
+    assert len(text) == len(width_of), text
+    assert cell.data(Qt.ItemDataRole.ToolTipRole) == iso(job.created_at)
     qtbot.waitUntil(
         lambda: view.horizontalHeader().sectionSize(created) >= QFontMetrics(view.font()).horizontalAdvance(text),
         timeout=3000,
     )
+
+
+def test_after_midnight_yesterdays_jobs_leave_every_column_in_view(
+    qtbot: Any, open_session: Any, data_dir: Path, prompts: Any
+) -> None:
+    """At the first size (1,200 px), jobs of the evening before with failures in Last error:
+    the table fits without a horizontal scroll bar, as it does for today's jobs."""
+    evening = Queue.open(data_dir, {"demo": DemoProvider()}, clock=FakeClock(time.time() - 86400))
+    for i in range(3):
+        evening.submit("demo", {"prompt": f"p{i}"}, title=f"Write a short poem about queues, number {i}")
+        lease = evening.lease("vm")
+        assert lease is not None
+        evening.fail(lease, Outcome.failure("retryable", "demo: HTTP 503: the model is loading, try again", status=503))
+    evening.close()
+    session = _open(open_session, data_dir, prompts)
+    window = session.window
+    _settle(qtbot, window)
+    view = window.queue_pane.view
+    assert window.size().toTuple() == (1200, 720)
+    created = _column(window, "created")
+    text = view.model().index(0, created).data()
+    qtbot.waitUntil(
+        lambda: view.horizontalHeader().sectionSize(created) >= QFontMetrics(view.font()).horizontalAdvance(text),
+        timeout=3000,
+    )
+    header = view.horizontalHeader()
+    assert header.length() <= view.viewport().width(), [header.sectionSize(i) for i in range(header.count())]
 
 
 @pytest.fixture
@@ -300,7 +334,7 @@ def test_a_hidden_pane_is_fitted_without_measuring_its_rows_and_shows_dates_whol
     assert measured  # shown: fitted again, to its visible cells
     died = pane.columns.keys.index("died")
     text = view.model().index(0, died).data()
-    assert len(text) == len("2026-11-30 16:24")  # a date and a time
+    assert len(text) == len("Fri 16:24")  # a weekday and a time
     assert view.horizontalHeader().sectionSize(died) >= QFontMetrics(view.font()).horizontalAdvance(text)
 
 

@@ -22,7 +22,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersisten
 from desktop_queue.core.alerts import FIRED, AlertBook, HistoryTail, Rule, Transition, load_rules
 from desktop_queue.core.model import iso
 from desktop_queue.core.outbox import Notice, Outbox
-from desktop_queue.core.present import clock_time
+from desktop_queue.core.present import table_time
 from desktop_queue.core.repair import RepairScan, Upkeep
 from desktop_queue.ui.icons import icon
 
@@ -102,7 +102,7 @@ class AlertsModel(QAbstractTableModel):
         if role != Qt.ItemDataRole.DisplayRole:
             return None
         if col == 0:
-            return clock_time(t.at)  # as the job tables read: today's time, else date and time
+            return table_time(t.at)  # as the job tables read (the whole time in the tooltip)
         if col == 1:
             if row.section == ACTIVE:
                 return "Active"

@@ -11,15 +11,16 @@ from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QIcon
 
 from desktop_queue.core import State
+from desktop_queue.core.model import iso
 from desktop_queue.core.present import (
     HoldReason,
     attempts_text,
-    clock_time,
     describe_state,
     error_signature,
     error_text,
     run_time,
     seconds,
+    table_time,
     wait_time,
 )
 
@@ -76,6 +77,8 @@ class Column:
         display: job dict, now -> text.
         sort: job dict, now -> a sortable value (default: the display text).
         live: the text depends on the clock (repainted on every refresh tick).
+        tip: job dict -> the cell's tooltip, when the cell shortens what it says (default:
+            the display text).
     """
 
     key: str
@@ -83,6 +86,18 @@ class Column:
     display: Callable[[Mapping[str, Any], float], str]
     sort: Callable[[Mapping[str, Any], float], Any] | None = None
     live: bool = False
+    tip: Callable[[Mapping[str, Any]], str | None] | None = None
+
+
+def _time_column(key: str, header: str, field: str, sort: Callable[[Mapping[str, Any], float], Any]) -> Column:
+    """A column of one of the job's times: short in the cell (:func:`table_time`), whole in its tooltip."""
+    return Column(
+        key,
+        header,
+        lambda j, n: table_time(j.get(field), n) if j.get(field) is not None else "",
+        sort,
+        tip=lambda j: iso(j.get(field)) if j.get(field) is not None else None,
+    )
 
 
 _STATE_ORDER = {"running": 0, "queued": 1, "dead": 2, "cancelled": 3, "succeeded": 4}
@@ -122,7 +137,7 @@ def queue_columns(hold: HoldReason | None = None) -> tuple[Column, ...]:
             lambda j, n: float(j.get("run_after") or 0.0) if j.get("state") == State.QUEUED else 1e15,
             live=True,
         ),
-        Column("created", "Created", lambda j, n: clock_time(j.get("created_at"), n), lambda j, _n: j.get("seq", 0)),
+        _time_column("created", "Created", "created_at", lambda j, _n: j.get("seq", 0)),
         Column(
             "wait",
             "Wait",
@@ -168,18 +183,11 @@ DEAD_COLUMNS: tuple[Column, ...] = (
         lambda j, _n: f"{j.get('attempts', 0)} ({j.get('total_attempts', 0)} in all)" if "attempts" in j else "",
         lambda j, _n: j.get("total_attempts", 0),
     ),
-    Column(
-        "died", "Died at", lambda j, n: clock_time(j.get("finished_at"), n), lambda j, _n: _num(j.get("finished_at"))
-    ),
+    _time_column("died", "Died at", "finished_at", lambda j, _n: _num(j.get("finished_at"))),
     # a dead job stays dead when it is replayed: say so, or it looks like nobody dealt with it
     Column("replayed", "Replayed as", lambda j, _n: ", ".join(str(i) for i in j.get("replayed_as") or ())),
     # shown with "Show resolved": when a person closed it without a retry
-    Column(
-        "resolved",
-        "Resolved",
-        lambda j, n: clock_time(j.get("resolved_at"), n) if j.get("resolved_at") is not None else "",
-        lambda j, _n: _num(j.get("resolved_at")),
-    ),
+    _time_column("resolved", "Resolved", "resolved_at", lambda j, _n: _num(j.get("resolved_at"))),
 )
 
 

@@ -353,6 +353,9 @@ class JobTableModel(QAbstractTableModel):
                 )
             if key == "state" and job.get("last_error"):
                 return f"{job.get('state')}: {error_text(job)}"
+            tip = self.columns[col].tip
+            if tip is not None:
+                return tip(job)
             return self._cell(entry, col) or None
         if role == _JOB:
             return job
