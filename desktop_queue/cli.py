@@ -1344,9 +1344,20 @@ def _load_profiles() -> Any:
 def _key_source(config: Any) -> str:
     from desktop_queue.providers.openai_compat import resolve_api_key
 
-    if not config.require_key:
+    found = resolve_api_key(config.name, env=config.openai_profile().env_key)
+    if not config.require_key and not found.key:
         return "not needed"
-    return resolve_api_key(config.name, env=config.openai_profile().env_key).source
+    return found.source
+
+
+def _key_text(config: Any) -> str:
+    """Where the profile's key comes from, as ``profile list`` says it: ``keyring``, ``$VARIABLE``..."""
+    from desktop_queue.providers.openai_compat import resolve_api_key
+
+    source = _key_source(config)
+    if source != "environment":
+        return source
+    return f"${resolve_api_key(config.name, env=config.openai_profile().env_key).variable}"
 
 
 def _profile_json(config: Any, default: str | None) -> dict[str, Any]:
@@ -1378,7 +1389,12 @@ def _read_key(args: argparse.Namespace, name: str) -> str | None:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from desktop_queue.core.ledger import is_local_url
-    from desktop_queue.providers.openai_compat import KeyringUnavailable, delete_api_key, store_api_key
+    from desktop_queue.providers.openai_compat import (
+        KeyringUnavailable,
+        delete_api_key,
+        profile_key_variable,
+        store_api_key,
+    )
     from desktop_queue.providers.profiles import check_base_url, check_name, save_profiles
     from desktop_queue.providers.setup import ProfileConfig
 
@@ -1411,7 +1427,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             mark = "*" if config.name == default else " "
             print(
                 f"{mark} {config.name:<16} {config.base_url or 'https://api.openai.com/v1 ($OPENAI_BASE_URL)'}  "
-                f"model {config.model}  key: {_key_source(config)}{where}"
+                f"model {config.model}  key: {_key_text(config)}{where}"
             )
         return EXIT_OK
     if action == "add":
@@ -1457,7 +1473,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if args.json:
             _out(_profile_json(config, updated.default_name()))
         else:
-            note = "" if key or not require_key else " (no key yet: its jobs wait for one; --key-stdin to set it)"
+            variable = profile_key_variable(name)
+            note = "" if key or not require_key else f" (no key yet: its jobs wait for one; --key-stdin or ${variable})"
             print(f"added profile {name} at {base_url}{note}")
         return EXIT_OK
     target = file_profiles.get(args.name) or (profiles.get(args.name) if action == "test" else None)

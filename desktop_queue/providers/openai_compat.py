@@ -151,6 +151,19 @@ class OpenAIProfile:
         return self.base_url or os.environ.get("OPENAI_BASE_URL") or None
 
 
+#: the environment variable of one profile's key: this prefix, then the profile's name in
+#: capitals with every character but letters and digits as "_" (``my-proxy``: ``..._MY_PROXY``)
+PROFILE_KEY_PREFIX = "DESKTOP_QUEUE_API_KEY_"
+
+
+def profile_key_variable(profile: str) -> str:
+    """The environment variable that may hold ``profile``'s key where no OS keyring can:
+    ``DESKTOP_QUEUE_API_KEY_LLAMACPP`` for ``llamacpp``. It is read for that profile only,
+    so a proxy's key never goes to another server (``OPENAI_API_KEY`` stands in only for
+    OpenAI's own endpoint)."""
+    return PROFILE_KEY_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", profile).upper()
+
+
 @dataclass(frozen=True)
 class KeyLookup:
     """Where an API key came from.
@@ -159,11 +172,13 @@ class KeyLookup:
         key: the key (never printed: excluded from ``repr``).
         source: ``keyring``, ``environment`` or ``none``.
         notice: what people should know (e.g. no keyring available), or None.
+        variable: the environment variable it came from (``source`` "environment").
     """
 
     key: str | None = field(repr=False)
     source: str
     notice: str | None = None
+    variable: str | None = None
 
 
 class KeyringUnavailable(RuntimeError):
@@ -171,7 +186,8 @@ class KeyringUnavailable(RuntimeError):
 
 
 def resolve_api_key(profile: str = DEFAULT_PROFILE, *, env: bool = True) -> KeyLookup:
-    """Finds the API key of ``profile``: the OS keyring first, then ``OPENAI_API_KEY`` (if ``env``).
+    """Finds the API key of ``profile``: the OS keyring first, then the profile's own
+    variable (:func:`profile_key_variable`), then ``OPENAI_API_KEY`` (if ``env``).
 
     Never reads a key from the task store, settings or a file of ours.
     """
@@ -185,9 +201,12 @@ def resolve_api_key(profile: str = DEFAULT_PROFILE, *, env: bool = True) -> KeyL
             return KeyLookup(key, "keyring")
     except Exception as exc:  # NoKeyringError, a locked or broken backend: say so, never crash
         notice = f"no usable OS keyring ({type(exc).__name__})"
-    value = os.environ.get("OPENAI_API_KEY") if env else None
-    if value:
-        return KeyLookup(value, "environment", notice and f"{notice}; using the OPENAI_API_KEY environment variable")
+    for variable in (profile_key_variable(profile), "OPENAI_API_KEY") if env else (profile_key_variable(profile),):
+        value = os.environ.get(variable)
+        if value:
+            return KeyLookup(
+                value, "environment", notice and f"{notice}; using the {variable} environment variable", variable
+            )
     return KeyLookup(None, "none", notice)
 
 
@@ -204,7 +223,7 @@ def store_api_key(profile: str, key: str) -> None:
     except Exception as exc:
         raise KeyringUnavailable(
             f"the API key could not be saved: no usable OS keyring ({type(exc).__name__}). "
-            "Set OPENAI_API_KEY in the environment instead."
+            f"Set {profile_key_variable(profile)} in the environment instead (read for {profile} only)."
         ) from None
 
 
@@ -760,8 +779,9 @@ class _OpenAIBase:
             return self._client_obj
 
     def _missing_key_text(self) -> str:
-        where = " or set OPENAI_API_KEY" if self.profile.env_key else ""
-        return f"no API key for profile {self.profile.name}: enter it in Preferences → Providers{where}"
+        # (OpenAI's endpoint: its own variable, which every OpenAI tool reads; the profile's works too)
+        where = "OPENAI_API_KEY" if self.profile.env_key else profile_key_variable(self.profile.name)
+        return f"no API key for profile {self.profile.name}: enter it in Preferences → Providers or set {where}"
 
     def unavailable_reason(self) -> str | None:
         """Why this profile's jobs cannot run now (no API key yet), or None when they can.

@@ -47,6 +47,7 @@ from desktop_queue.core.errors import InvalidInput, StoreError
 from desktop_queue.core.ledger import Price, PriceTable, format_usd
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.providers.openai_compat import (
+    PROFILE_KEY_PREFIX,
     KeyringUnavailable,
     delete_api_key,
     make_providers,
@@ -267,9 +268,12 @@ class ProvidersPage(QWidget):
         self.api_key.setPlaceholderText(
             "paste the key: it goes to the OS keyring"
             if self.saved_name is None
-            else "empty: keep the saved key (keyring or $OPENAI_API_KEY)"
+            else "empty: keep the saved key (keyring or environment)"
         )
-        self.api_key.setToolTip("Saved to the OS keyring, never to the settings file")
+        self.api_key.setToolTip(
+            "Saved to the OS keyring, never to the settings file. Where there is no keyring, set "
+            f"{PROFILE_KEY_PREFIX}<NAME> in the environment (the profile's name in capitals, - as _)"
+        )
         self.key_state = QLabel()
         self.key_state.setObjectName("keyState")
         self.key_state.setWordWrap(True)
@@ -407,7 +411,7 @@ class ProvidersPage(QWidget):
         if found.source == "keyring":
             text = "A key is saved in the OS keyring."
         elif found.source == "environment":
-            text = "The key comes from $OPENAI_API_KEY."
+            text = f"The key comes from ${found.variable}."
         else:
             text = "No key yet: this profile's jobs wait until one is entered."
         self.key_state.setText(text + (f" ({found.notice})" if found.notice else ""))

@@ -228,3 +228,27 @@ def test_adding_a_profile_keeps_the_one_from_the_environment(dq: Cli, env: dict[
     listed = dq.sub("profile", "list", "--json", env=with_env).json()
     assert listed["source"] == "file"
     assert [(p["name"], p["default"]) for p in listed["profiles"]] == [("openai", True), ("lab", False)]
+
+
+def test_without_a_keyring_a_proxys_key_comes_from_its_own_variable(
+    dq: Cli, env: dict[str, str], cloud: FakeOpenAI
+) -> None:
+    """No keyring (a headless box, WSL): the advice was "set OPENAI_API_KEY", which is never
+    sent to a server other than OpenAI's, so a keyed proxy on this machine could not be used."""
+    env = {**env, "PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}
+    refused = dq.sub("profile", "add", "my-proxy", "--base-url", cloud.url, "--key-stdin", stdin=CANARY_KEY, env=env)
+    assert refused.code == 1
+    assert "Set DESKTOP_QUEUE_API_KEY_MY_PROXY in the environment instead" in refused.err
+    assert "not added" in refused.err and CANARY_KEY not in refused.out + refused.err
+
+    assert dq.sub("profile", "add", "my-proxy", "--base-url", cloud.url, "--default", env=env).code == 0
+    keyed = {**env, "DESKTOP_QUEUE_API_KEY_MY_PROXY": CANARY_KEY}
+    listed = dq.sub("profile", "list", env=keyed)
+    assert "key: $DESKTOP_QUEUE_API_KEY_MY_PROXY" in listed.out, listed.out
+    assert dq.sub("profile", "list", "--json", env=keyed).json()["profiles"][0]["key"] == "environment"
+    assert dq.sub("submit", "openai.chat", "--input", json.dumps({"prompt": "hello"}), env=keyed).code == 0
+    work = dq.sub("work", "--json", "--until-idle", "--max-seconds", "30", env=keyed)
+    assert work.code == 0, work.err
+    assert work.json()["counts"]["succeeded"] == 1  # the server took the key (it refuses any other)
+    assert cloud.count("chat") == 1
+    assert CANARY_KEY not in work.out + work.err

@@ -178,7 +178,7 @@ def test_without_a_keyring_the_environment_is_used_and_saving_refuses(
     monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
     found = resolve_api_key("openai")
     assert found.source == "environment" and found.notice and "keyring" in found.notice
-    with pytest.raises(KeyringUnavailable, match="OPENAI_API_KEY"):
+    with pytest.raises(KeyringUnavailable, match="DESKTOP_QUEUE_API_KEY_OPENAI"):
         store_api_key("openai", CANARY_KEY)
     monkeypatch.setenv("OPENAI_BASE_URL", server.url)  # the base URL from the environment too
     assert OpenAIChatProvider().run(JobView(CHAT), ctx()).ok

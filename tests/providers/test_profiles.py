@@ -146,6 +146,22 @@ def test_env_key_stands_in_only_for_openais_own_endpoint(monkeypatch: pytest.Mon
     assert resolve_api_key("ollama", env=OLLAMA.openai_profile().env_key).source == "none"
 
 
+def test_a_profiles_own_variable_is_read_for_that_profile_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no keyring can hold a key: ``DESKTOP_QUEUE_API_KEY_<NAME>``, before OPENAI_API_KEY."""
+    from desktop_queue.providers.openai_compat import profile_key_variable
+
+    assert profile_key_variable("my-proxy.2") == "DESKTOP_QUEUE_API_KEY_MY_PROXY_2"
+    monkeypatch.setenv("DESKTOP_QUEUE_API_KEY_OLLAMA", CANARY_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    found = resolve_api_key("ollama", env=OLLAMA.openai_profile().env_key)
+    assert (found.key, found.source, found.variable) == (CANARY_KEY, "environment", "DESKTOP_QUEUE_API_KEY_OLLAMA")
+    assert resolve_api_key("other", env=False).source == "none"  # another profile's variable is not its own
+    assert resolve_api_key("openai", env=True).variable == "OPENAI_API_KEY"
+    monkeypatch.setenv("DESKTOP_QUEUE_API_KEY_OPENAI", "sk-mine")
+    assert resolve_api_key("openai", env=True).key == "sk-mine"  # the profile's own first
+    assert CANARY_KEY not in repr(found)
+
+
 def test_names_are_checked_and_unique() -> None:
     profiles = two()
     with pytest.raises(InvalidInput, match="already exists"):
