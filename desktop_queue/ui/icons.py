@@ -46,3 +46,16 @@ def icon(name: str) -> QIcon:
 def state_icon(state: str) -> QIcon:
     """The icon of a job state (shape differs per state, so colour is never the only cue)."""
     return icon(f"state-{state}")
+
+
+@functools.cache
+def quiet_icon(name: str) -> QIcon:
+    """``name``'s icon greyed out, as a disabled control draws it: for a count of nothing
+    (a red warning beside "0 dead letters" says something is wrong when nothing is)."""
+    source = icon(name)
+    if source.isNull():
+        return source
+    quiet = QIcon()
+    for side in (16, 20, 24, 32, 48):
+        quiet.addPixmap(source.pixmap(side, side, QIcon.Mode.Disabled))
+    return quiet

@@ -582,3 +582,25 @@ def test_quit_asks_when_finished_jobs_wait_for_the_store_to_take_their_answers(
         "1 job is running. 1 finished job waits for the store to save its answer. Quit anyway? "
         "It is stopped and queued again; nothing is lost. An answer is kept on disk"
     )
+
+
+def test_no_dead_letter_shows_no_red_warning(qtbot: Any, open_session: Any, data_dir: Path) -> None:
+    """The Dead letters tab and "0 dead letters" in the status bar wore the red warning
+    triangle on a store where nothing had failed; it is greyed until a job dies."""
+    from desktop_queue.ui.icons import quiet_icon
+
+    session = open_session(data_dir, lease=False)
+    assert not isinstance(session, int)
+    window = session.window
+    window.refresh()
+    quiet, red = quiet_icon("state-dead").cacheKey(), state_icon("dead").cacheKey()
+    assert quiet != red
+    qtbot.waitUntil(lambda: window.status.dead_button.icon().cacheKey() == quiet, timeout=3000)
+    assert window.tabs.tabIcon(1).cacheKey() == quiet
+    session.queue.submit("demo", {"prompt": "x"}, title="dies")
+    lease = session.queue.lease("w")
+    assert lease is not None
+    session.queue.fail(lease, Outcome.failure("fatal", "demo: refused", status=400))
+    window.refresh()
+    qtbot.waitUntil(lambda: window.status.dead_button.icon().cacheKey() == red, timeout=3000)
+    assert window.tabs.tabIcon(1).cacheKey() == red and window.tabs.tabText(1) == "&Dead letters (1)"
