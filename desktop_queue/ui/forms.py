@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
-from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, QRunnable, QSize, Qt, QThreadPool, Signal, Slot
 from PySide6.QtGui import QFontDatabase, QKeyEvent
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
@@ -72,6 +72,13 @@ class PromptEditor(QPlainTextEdit):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.textChanged.connect(self._rewrap)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        # no taller than its minimum: a form's scroll area scrolls by its content's size
+        # hint, and QPlainTextEdit's own (192 px) put the rows below the prompt out of sight
+        # in a dialog with room for all of them. The prompt grows into the room there is.
+        hint = super().sizeHint()
+        return QSize(hint.width(), max(self.minimumHeight(), self.minimumSizeHint().height()))
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt's name)
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and (

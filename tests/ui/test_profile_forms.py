@@ -212,3 +212,23 @@ def test_picking_a_profile_is_not_typed_input_worth_a_question(qtbot: Any, win: 
     prompts.answer = False
     qtbot.keyClick(typed, Qt.Key.Key_Escape)
     assert typed.isVisible() and prompts.confirms[-1].startswith("Discard this prompt?")
+
+
+def test_new_job_shows_every_row_of_its_form_at_its_first_size(qtbot: Any, win: Any) -> None:
+    """The chat form scrolled by 24 px at the dialog's first size, with "Advanced" out of
+    sight: the prompt box's own size hint (192 px) counted, not the room it needs."""
+    from PySide6.QtWidgets import QApplication
+
+    dialog = win.window.new_job()
+    qtbot.waitUntil(dialog.isVisible, timeout=3000)
+    kinds = [dialog.kind.itemData(i) for i in range(dialog.kind.count())]
+    assert "openai.chat" in kinds
+    for i, kind in enumerate(kinds):
+        dialog.kind.setCurrentIndex(i)
+        QApplication.processEvents()
+        assert dialog.form_scroll.verticalScrollBar().maximum() == 0, kind
+    dialog.kind.setCurrentIndex(kinds.index("openai.chat"))
+    QApplication.processEvents()
+    assert dialog.form is not None
+    prompt = dialog.form.editors["prompt"].widget
+    assert prompt.height() > prompt.minimumHeight() + 40  # the prompt still takes the room there is
