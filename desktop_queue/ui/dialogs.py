@@ -8,6 +8,7 @@ the input is invalid.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
@@ -50,6 +51,8 @@ from desktop_queue.ui.forms import FieldProblem, InputForm, add_labelled_row, er
 from desktop_queue.ui.icons import icon
 from desktop_queue.ui.run_when import RunWhen
 from desktop_queue.ui.settings import APPLICATION, MAX_CONCURRENCY, ORGANIZATION, Preferences
+
+log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- prompts (tests replace these)
 
@@ -309,6 +312,9 @@ class BatchPage(QWidget):
 LAST_KIND_KEY = "submit/last_kind"
 #: the kind of a first job once a provider profile is set up (before any kind was submitted)
 FIRST_PROVIDER_KIND = "openai.chat"
+#: QSettings key of what New job held when the window was closed by a signal (JSON, see
+#: :meth:`SubmitDialog.put_aside`): the next New job opens on it
+DRAFT_KEY = "submit/draft"
 
 
 class SubmitDialog(QDialog):
@@ -342,6 +348,8 @@ class SubmitDialog(QDialog):
         self.batch_read: BatchRead | None = None
         self._syncing = False
         self._pristine = True  # nothing typed yet: say what is missing without an error mark
+        self._put_aside = False  # closing for a signal: kept as a draft, nobody asked (see put_aside)
+        self._ended = False  # submitted or closed (done() was called)
         self._fits = True  # the JSON tab's input is what the form shows
         self._clean_json = ""  # the JSON of an untouched form (nothing typed)
         self._json_dirty = False  # the JSON tab lags the form (written when shown)
@@ -452,7 +460,70 @@ class SubmitDialog(QDialog):
         self.buttons.accepted.connect(self.try_submit)
         self.buttons.rejected.connect(self.reject)
         self._kind_changed()
+        self._restore_draft()
         self._focus_first()
+
+    # ----------------------------------------------------------------- a draft
+
+    def draft(self) -> dict[str, str] | None:
+        """What was typed and not submitted (kind, the input as JSON, title, batch lines), or None."""
+        if not self.has_typed_input():
+            return None
+        return {
+            "kind": self.current_kind(),
+            "input": self.json_text(),
+            "title": self.title.text(),
+            "batch": self.batch.text.toPlainText(),
+        }
+
+    def put_aside(self) -> None:
+        """Closes without asking, keeping what was typed for the next New job.
+
+        For a logout, a shutdown or ``kill``: nobody is there to answer "Discard this
+        prompt?", and a question left open kept the window from quitting until the
+        session killed it.
+        """
+        if self._ended:
+            return  # (submitted or closed already, its deletion still to come)
+        draft = self.draft()
+        if draft is not None:
+            QSettings(ORGANIZATION, APPLICATION).setValue(DRAFT_KEY, json.dumps(draft))
+        self._put_aside = True
+        self.done(QDialog.DialogCode.Rejected.value)
+
+    def done(self, result: int) -> None:
+        self._ended = True
+        super().done(result)
+
+    def _restore_draft(self) -> None:
+        """Opens on the draft :meth:`put_aside` kept, once (then it is the dialog's to keep or lose)."""
+        settings = QSettings(ORGANIZATION, APPLICATION)
+        raw = settings.value(DRAFT_KEY)
+        if raw is None:
+            return
+        settings.remove(DRAFT_KEY)
+        try:
+            draft = json.loads(str(raw))
+            kind, text = draft["kind"], draft["input"]
+            title, batch = draft.get("title", ""), draft.get("batch", "")
+            if not all(isinstance(v, str) for v in (kind, text, title, batch)):
+                raise TypeError("not text")
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("the New job draft could not be read (%s): left out", type(exc).__name__)
+            return
+        index = self.kind.findData(kind)
+        if index < 0:
+            log.warning("the New job draft is of kind %s, which is not available here: left out", kind)
+            return
+        self.kind.setCurrentIndex(index)
+        self.editor.setPlainText(text)
+        self.title.setText(title)
+        self.batch.text.setPlainText(batch)
+        if batch.strip():
+            self.tabs.setCurrentIndex(self.BATCH_TAB)
+        self._pristine = False
+        self.form_note.show_info("This is what you were writing when Desktop Queue was last closed.", ok=True)
+        self.form_note.show()
 
     # ----------------------------------------------------------------- kinds and forms
 
@@ -863,6 +934,9 @@ class SubmitDialog(QDialog):
 
     def reject(self) -> None:
         """Escape, Cancel or the close button: asks first when typed input would be lost."""
+        if self._put_aside:  # (closing for a signal: what was typed is kept as a draft)
+            super().reject()
+            return
         if self.has_typed_input() and not confirm(
             self,
             "Discard this prompt?",
@@ -925,6 +999,7 @@ class ReplayDialog(QDialog):
 
     def __init__(self, controller: Controller, job: Job, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._put_aside = False  # closing for a signal: nobody to ask (see put_aside)
         self.setWindowTitle(f"Replay “{job.title}”")
         self.setObjectName("replayDialog")
         self.controller = controller
@@ -1159,8 +1234,18 @@ class ReplayDialog(QDialog):
             return
         super().keyPressEvent(event)
 
+    def put_aside(self) -> None:
+        """Closes without asking (a logout or ``kill``: nobody is there to answer)."""
+        if self.edited():
+            log.info("the window was closed by a signal: the replay being edited was not made")
+        self._put_aside = True
+        self.done(QDialog.DialogCode.Rejected.value)
+
     def reject(self) -> None:
         """Escape, Cancel or the close button: asks first when the edited input would be lost."""
+        if self._put_aside:
+            super().reject()
+            return
         if self.edited() and not confirm(
             self,
             "Discard this prompt?",

@@ -761,8 +761,9 @@ class MainWindow(QMainWindow):
             dialog.finished.connect(lambda code, s=source: self._scheduled_from(s, code))
         return dialog
 
-    @staticmethod
-    def _scheduled_from(source: QDialog, code: int) -> None:
+    def _scheduled_from(self, source: QDialog, code: int) -> None:
+        if self._quitting:
+            return  # (put aside as the window quits: not shown again)
         if code == QDialog.DialogCode.Accepted.value:
             source.done(QDialog.DialogCode.Rejected.value)  # (nothing submitted: its job is the schedule's)
         else:
@@ -942,6 +943,9 @@ class MainWindow(QMainWindow):
         self.quit_by_signal = signum is not None
         self._quitting = True
         log.info("quitting (%s)", f"signal {signum}" if signum is not None else "asked")
+        for dialog in self.findChildren(QDialog):
+            if isinstance(dialog, (dialogs.SubmitDialog, dialogs.ReplayDialog)):
+                dialog.put_aside()  # (New job keeps what was typed for next time; neither asks)
         modal = QApplication.activeModalWidget()
         while modal is not None and modal is not self:  # a form or Quit's own question: nobody answers now
             modal.close()

@@ -57,3 +57,43 @@ def test_a_signal_quits_the_window_and_gives_its_running_attempt_back(qtbot: Any
         assert job.state == State.QUEUED, job
         assert [e.type for e in job.events] == [EventType.SUBMITTED, EventType.LEASED, EventType.RELEASED]
         assert not queue.reconciled
+
+
+def test_a_signal_with_a_prompt_being_written_asks_nothing_and_keeps_it(
+    qtbot: Any, open_session: Any, data_dir: Path, prompts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a logout with New job open on a typed prompt, "Discard this prompt?" came up and
+    the window waited for an answer nobody would give, until the session killed it."""
+    from PySide6.QtWidgets import QApplication
+
+    from desktop_queue.app import Session
+    from desktop_queue.ui import dialogs
+
+    quits: list[bool] = []
+    monkeypatch.setattr(QApplication, "quit", lambda: quits.append(True))  # (the test's own app goes on)
+    session = open_session(data_dir, lease=False)
+    assert isinstance(session, Session)
+    window = session.window
+    window.show()
+    dialog = window.new_job()
+    dialog.kind.setCurrentIndex(dialog.kind.findData("demo"))
+    editor = dialog.form.first_editor()
+    qtbot.keyClicks(editor, "Half a prompt about otters")
+    qtbot.keyClicks(dialog.title, "otters")
+    assert dialog.has_typed_input()
+    window.quit_now(signal.SIGTERM)
+    qtbot.waitUntil(lambda: bool(quits), timeout=5000)
+    assert prompts.confirms == []  # nothing asked
+    assert not window.isVisible()  # (and the dialog is gone: closed, then deleted)
+    session.close()
+
+    again = open_session(data_dir, lease=False)
+    assert isinstance(again, Session)
+    restored = again.window.new_job()
+    assert restored.current_kind() == "demo" and restored.title.text() == "otters"
+    assert restored.payload()["prompt"] == "Half a prompt about otters"
+    assert "last closed" in restored.form_note.text.text() and restored.has_typed_input()
+    restored.reject()  # asks, as for anything typed
+    assert len(prompts.confirms) == 1
+    fresh = again.window.new_job()  # the draft was handed over once
+    assert not fresh.has_typed_input() and dialogs.DRAFT_KEY
