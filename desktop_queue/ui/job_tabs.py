@@ -6,9 +6,9 @@ from typing import Any
 
 from PySide6.QtWidgets import QTabWidget, QWidget
 
-from desktop_queue.core.model import Job
+from desktop_queue.core.model import Job, State
 from desktop_queue.ui.details_view import DetailsView
-from desktop_queue.ui.icons import icon
+from desktop_queue.ui.icons import icon, quiet_icon
 from desktop_queue.ui.panes.timeline_pane import TimelinePane
 from desktop_queue.ui.result_view import ResultView
 from desktop_queue.ui.settings import load_window_number, save_window_state
@@ -36,6 +36,8 @@ class JobTabs(QTabWidget):
         self.addTab(self.result_view, icon("state-succeeded"), "Re&sult")
         self.addTab(self.details_view, icon("event-info"), "De&tails")
         self.setDocumentMode(True)
+        self._result_ready: bool | None = None
+        self._show_result_ready(None)
         saved = load_window_number(TAB_SETTING)
         if saved is not None and 0 <= saved < self.count():
             self.setCurrentIndex(saved)
@@ -46,11 +48,21 @@ class JobTabs(QTabWidget):
         """Another job is selected (None: none, or several)."""
         self.result_view.show_job(job)
         self.details_view.show_job(job)
+        self._show_result_ready(job)
 
     def update_job(self, job: Job) -> None:
         """The shown job changed in the store."""
         self.result_view.update_job(job)
         self.details_view.update_job(job)
+        self._show_result_ready(job)
+
+    def _show_result_ready(self, job: Job | None) -> None:
+        """The Result tab's check mark is green only when the job shown has succeeded: a green
+        check beside "Result" while the job still runs (or died) said there was one to read."""
+        ready = job is not None and job.state == State.SUCCEEDED
+        if self._result_ready != ready:
+            self._result_ready = ready
+            self.setTabIcon(RESULT_TAB, icon("state-succeeded") if ready else quiet_icon("state-succeeded"))
 
     def tick(self) -> None:
         """The window's refresh tick (a running job's progress)."""

@@ -604,3 +604,27 @@ def test_no_dead_letter_shows_no_red_warning(qtbot: Any, open_session: Any, data
     window.refresh()
     qtbot.waitUntil(lambda: window.status.dead_button.icon().cacheKey() == red, timeout=3000)
     assert window.tabs.tabIcon(1).cacheKey() == red and window.tabs.tabText(1) == "&Dead letters (1)"
+
+
+def test_the_result_tab_is_green_only_for_a_job_that_succeeded(qtbot: Any, open_session: Any, data_dir: Path) -> None:
+    """A green check beside "Result" while the selected job was still running said there was
+    a result to read; it is greyed until the job shown has one."""
+    from desktop_queue.ui.icons import quiet_icon
+    from desktop_queue.ui.job_tabs import RESULT_TAB
+
+    session = open_session(data_dir, lease=False)
+    assert not isinstance(session, int)
+    tabs = session.window.job_tabs
+    quiet, green = quiet_icon("state-succeeded").cacheKey(), state_icon("succeeded").cacheKey()
+    assert tabs.tabIcon(RESULT_TAB).cacheKey() == quiet  # nothing selected
+    queue = session.queue
+    job = queue.submit("demo", {"prompt": "x"}, title="one").job
+    lease = queue.lease("w")
+    assert lease is not None
+    tabs.show_job(queue.get(job.id))
+    assert tabs.tabIcon(RESULT_TAB).cacheKey() == quiet  # running
+    queue.complete(lease, {"text": "done"})
+    tabs.update_job(queue.get(job.id))
+    assert tabs.tabIcon(RESULT_TAB).cacheKey() == green
+    tabs.show_job(None)
+    assert tabs.tabIcon(RESULT_TAB).cacheKey() == quiet
