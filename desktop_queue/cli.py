@@ -543,10 +543,9 @@ def _print_job(
         return
     print("timeline")
     for ev in job.events:
-        # "leased by render-box (pid 4123)", "by user on studio"
-        who = present.event_who(ev.type, ev.actor, ev.worker, ev.detail.get("host"))
-        detail = "  ".join(f"{k}={v}" for k, v in ev.detail.items() if k != "host")
-        print(f"  {iso(ev.at)}  {ev.type:<16} attempt {ev.attempt} epoch {ev.epoch:<4} {who}  {detail}".rstrip())
+        # "leased by render-box (pid 4123) · lease: 30 s", as the window's timeline says it
+        detail = present.event_detail(ev, hidden=("host",))
+        print(f"  {iso(ev.at)}  {ev.type:<16} attempt {ev.attempt} epoch {ev.epoch:<4} {detail}".rstrip())
 
 
 def _job_json(job: Job, **extra: Any) -> dict[str, Any]:

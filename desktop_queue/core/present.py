@@ -463,6 +463,32 @@ def ran_on_text(events: Iterable[Mapping[str, Any] | Any]) -> str | None:
     return ", ".join(parts)
 
 
+#: detail a timeline row leaves out: said in its headline ("Replayed as job …"), or by event_who
+TIMELINE_HIDDEN_DETAIL = frozenset({"replayed_as", "replay_of", "host"})
+
+
+def event_detail(event: Any, hidden: Collection[str] = TIMELINE_HIDDEN_DETAIL) -> str:
+    """``leased by render-box (pid 4123) · lease: 30 s · retry after: 1.2 s`` for an event
+    (who: :func:`event_who`), durations with their unit, times of day as :func:`clock_time`.
+
+    The window's timeline rows and ``show``'s timeline say an event's detail alike.
+    """
+    who = event_who(event.type, event.actor, event.worker, event.detail.get("host"))
+    extra = []
+    for key, value in event.detail.items():
+        if key in hidden:
+            continue
+        if key in ("delay_s", "retry_after_s", "lease_s") and isinstance(value, (int, float)):
+            # the unit moves from the key to the value: "delay: 0.9 s", not "delay s: 0.9 s"
+            key, value = key[: -len("_s")], seconds(float(value))
+        elif key in ("run_after", "expired_at") and isinstance(value, (int, float)):
+            value = clock_time(float(value))
+        elif isinstance(value, bool):
+            value = "yes" if value else "no"
+        extra.append(f"{key.replace('_', ' ')}: {value}")
+    return " · ".join([who, *extra])
+
+
 def clock_time(ts: float | None, now: float | None = None) -> str:
     """Local time of day for today's timestamps, date and time for older ones."""
     if ts is None:

@@ -310,6 +310,26 @@ class TestListAndShow:
         assert f"job       {job['id']}  Prefix me" in run.out
         assert "timeline" in run.out and "submitted" in run.out
 
+    def test_show_says_each_event_as_the_window_does(self, dq: Cli) -> None:
+        """`show` printed "lease_s=30.0", "retry_after_s=1.2109065055847168" and
+        "run_after=1796610735.246": the window's words and units, not the raw detail."""
+        from desktop_queue.core import Outcome
+
+        job = dq.submit(FAST, "--title", "throttled once")
+        with Queue.open(dq.data_dir, discover()) as queue:
+            lease = queue.lease("render-box:4123", lease_s=30)
+            assert lease is not None
+            queue.fail(lease, Outcome.failure("throttled", "HTTP 429", status=429, retry_after=1.2109065055847168))
+        run = dq.run("show", job["id"])
+        assert run.code == OK, run.err
+        lines = run.out.split("timeline\n", 1)[1].splitlines()
+        leased = next(line for line in lines if " leased " in line)
+        assert leased.endswith("leased by render-box (pid 4123) · lease: 30 s"), leased
+        throttled = next(line for line in lines if " throttled " in line)
+        assert "error class: throttled · error: HTTP 429 · status: 429" in throttled, throttled
+        assert "retry after: 1.2 s" in throttled and "run after: " in throttled
+        assert "_s=" not in run.out and "1796" not in run.out
+
     def test_show_writes_out_a_result_file_the_journal_still_holds(self, dq: Cli) -> None:
         job = dq.submit(FAST)
         with Queue.open(dq.data_dir, discover()) as queue:

@@ -9,7 +9,7 @@ from PySide6.QtCore import QAbstractListModel, QObject, Qt, Signal
 
 from desktop_queue.core import Job
 from desktop_queue.core.model import Event, EventType
-from desktop_queue.core.present import clock_time, event_who, seconds
+from desktop_queue.core.present import clock_time, event_detail
 from desktop_queue.ui.icons import icon
 from desktop_queue.ui.models.columns import _ROOT, AnyIndex
 
@@ -47,8 +47,6 @@ EVENT_LOOK: dict[str, tuple[str, str, str]] = {
 }
 
 #: detail keys shown in the headline rather than in the detail line
-_HIDDEN_DETAIL = frozenset({"replayed_as", "replay_of", "host"})  # (said in the headline, or by event_who)
-
 #: events a person caused outside any attempt: the attempt/epoch they carry is the job's
 #: previous one ("Retried by hand · attempt 1 · epoch 1" read as if attempt 1 were retried)
 _NO_ATTEMPT = frozenset({EventType.SUBMITTED, EventType.RETRIED, EventType.REPLAYED_AS})
@@ -71,24 +69,6 @@ def event_headline(event: Event, now: float | None = None) -> str:
     if (event.attempt or event.epoch) and event.type not in _NO_ATTEMPT:
         parts.append(f"attempt {event.attempt} · epoch {event.epoch}")
     return "  ·  ".join(parts)
-
-
-def event_detail(event: Event) -> str:
-    """``leased by render-box (pid 4123) · lease: 30 s · error …`` (who: :func:`~desktop_queue.core.present.event_who`)."""
-    who = event_who(event.type, event.actor, event.worker, event.detail.get("host"))
-    extra = []
-    for key, value in event.detail.items():
-        if key in _HIDDEN_DETAIL:
-            continue
-        if key in ("delay_s", "retry_after_s", "lease_s") and isinstance(value, (int, float)):
-            # the unit moves from the key to the value: "delay: 0.9 s", not "delay s: 0.9 s"
-            key, value = key[: -len("_s")], seconds(float(value))
-        elif key in ("run_after", "expired_at") and isinstance(value, (int, float)):
-            value = clock_time(float(value))
-        elif isinstance(value, bool):
-            value = "yes" if value else "no"
-        extra.append(f"{key.replace('_', ' ')}: {value}")
-    return " · ".join([who, *extra])
 
 
 class TimelineModel(QAbstractListModel):
