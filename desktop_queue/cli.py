@@ -1021,6 +1021,15 @@ def cmd_verb(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _stat_seconds(value: float | None) -> str:
+    """A percentile for ``stats``: ``0.05 s`` (two decimals under 10 s), then as the window says it (``15 s``, ``3 min``)."""
+    from desktop_queue.core.present import seconds
+
+    if value is None:
+        return "-"
+    return f"{value:.2f} s" if value < 10 else seconds(value)
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     if args.window is not None:
         return _stats_window(args)
@@ -1030,9 +1039,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         _out(stats.to_json())
         return EXIT_OK
 
-    def sec(v: float | None) -> str:
-        return "-" if v is None else f"{v:.2f}s"
-
+    sec = _stat_seconds
     print("jobs      " + "  ".join(f"{k} {v:,}" for k, v in stats.counts.items()) + f"  (total {stats.jobs:,})")
     print(f"wait      p50 {sec(stats.wait_p50_s)}  p95 {sec(stats.wait_p95_s)}")
     print(f"run       p50 {sec(stats.run_p50_s)}  p95 {sec(stats.run_p95_s)}")
@@ -1061,9 +1068,7 @@ def _stats_window(args: argparse.Namespace) -> int:
         return EXIT_OK
     t = figures.totals
 
-    def sec(v: float | None) -> str:
-        return "-" if v is None else f"{v:.2f}s"
-
+    sec = _stat_seconds
     rate = "-" if t["success_rate"] is None else f"{100 * t['success_rate']:.1f}%"
     print(f"window    last {figures.window} ({counted(figures.events, 'event')})")
     print("now       " + "  ".join(f"{k} {v:,}" for k, v in t["depth_now"].items()))

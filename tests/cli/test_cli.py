@@ -554,6 +554,18 @@ class TestWorkAndStats:
         assert stats["lease_expiries"] == 0
         assert stats["run_p50_s"] is not None and stats["run_p50_s"] >= 0.02
 
+    def test_stats_says_durations_with_a_space_and_long_ones_as_the_window_does(self) -> None:
+        """It printed "p50 0.01s" where every other line of the app says "0.4 s"."""
+        from desktop_queue.cli import _stat_seconds
+
+        assert [_stat_seconds(v) for v in (None, 0.0123, 9.994, 15.3, 400.0)] == [
+            "-",
+            "0.01 s",
+            "9.99 s",
+            "15 s",
+            "7 min",
+        ]
+
     def test_stats_of_an_empty_queue(self, dq: Cli) -> None:
         as_json = dq.run("stats", "--json")
         plain = dq.run("stats")
