@@ -16,10 +16,11 @@ from typing import Any
 from PySide6.QtCore import QFileSystemWatcher, QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
 
 from desktop_queue.core import Job, NotAllowed, Queue, QueueError, StoreError, SubmitResult
+from desktop_queue.core.errors import IllegalTransition
 from desktop_queue.core.export import write_export
 from desktop_queue.core.flow import FlowControl
 from desktop_queue.core.ledger import Budget
-from desktop_queue.core.model import Actor, Priority
+from desktop_queue.core.model import FINISHED, LIVE, Actor, Priority
 from desktop_queue.core.pause import PauseState
 from desktop_queue.core.present import (
     PAUSED,
@@ -486,6 +487,7 @@ class Controller(QObject):
     def _each(self, verb: str, ids: Iterable[str]) -> list[Job]:
         done: list[Job] = []
         errors: list[str] = []
+        overtaken: list[str] = []
         for job_id in ids:
             try:
                 if verb == "cancel":
@@ -493,15 +495,37 @@ class Controller(QObject):
                     done.append(self.queue.get(job_id))
                 else:
                     done.append(self.queue.retry(job_id, Actor.USER))
+            except IllegalTransition as exc:
+                # the job moved on while the person decided (a running job finished as
+                # "Cancel a running job?" was open, another window retried it): not a failure
+                if exc.from_state in (FINISHED if verb == "cancel" else LIVE):
+                    overtaken.append(
+                        f"{self._called(job_id)} {'had already' if verb == 'cancel' else 'is already'} {exc.from_state}"
+                    )
+                else:
+                    errors.append(str(exc))
             except QueueError as exc:
                 errors.append(str(exc))
         self.changed()
         if errors:
             self.failed.emit("; ".join(errors[:3]) + (f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""))
+        said = []
         if done:
-            noun = "job" if len(done) == 1 else "jobs"
-            self.message.emit(f"{'Cancelled' if verb == 'cancel' else 'Queued again'}: {len(done)} {noun}")
+            said.append(f"{'Cancelled' if verb == 'cancel' else 'Queued again'}: {counted(len(done), 'job')}")
+        if overtaken:
+            more = f" (and {len(overtaken) - 2} more)" if len(overtaken) > 2 else ""
+            said.append(f"Nothing to {verb}: {', '.join(overtaken[:2])}{more}")
+        if said:
+            self.message.emit(". ".join(said))
         return done
+
+    def _called(self, job_id: str) -> str:
+        """How a message names a job: its title, quoted, else its id."""
+        try:
+            title = self.queue.get(job_id).title
+        except QueueError:
+            title = ""
+        return f"“{title}”" if title else f"job {job_id}"
 
     def cancel(self, ids: Iterable[str]) -> list[Job]:
         """Cancels jobs; running attempts here are told to stop (a late result is rejected)."""

@@ -30,7 +30,7 @@ from desktop_queue.core.flow import FlowEventType
 from desktop_queue.core.model import State
 from desktop_queue.core.outbox import Notice
 from desktop_queue.core.paths import config_dir
-from desktop_queue.core.present import RECENT_WINDOW_S
+from desktop_queue.core.present import RECENT_WINDOW_S, worker_name
 from desktop_queue.core.schedules import JobTemplate
 from desktop_queue.core.windowed import WindowedMetrics
 from desktop_queue.core.wording import counted
@@ -785,16 +785,25 @@ class MainWindow(QMainWindow):
         if not jobs:
             return
         running = [j for j in jobs if j.get("state") == State.RUNNING]
-        if running:
-            noun = "job is" if len(running) == 1 else "jobs are"
-            if not dialogs.confirm(
-                self,
+        if len(running) == 1:
+            # which job, and where: it may run in another process (a `work` on this or another machine)
+            job = running[0]
+            where = worker_name(job.get("worker"))
+            question = (
+                "Cancel a running job?",
+                f"“{job.get('title') or job['id']}” is running now{f' on {where}' if where else ''}. "
+                "Cancel anyway? Work in progress is lost; a result that arrives later is rejected.",
+                "Cancel job",
+            )
+        elif running:
+            question = (
                 "Cancel running jobs?",
-                f"{len(running)} {noun} running now. Cancel anyway? Work in progress is lost; "
+                f"{len(running)} jobs are running now. Cancel anyway? Work in progress is lost; "
                 "a result that arrives later is rejected.",
                 "Cancel jobs",
-            ):
-                return
+            )
+        if running and not dialogs.confirm(self, *question):
+            return
         self.controller.cancel([j["id"] for j in jobs])
 
     def retry_selected(self) -> None:

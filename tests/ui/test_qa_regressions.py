@@ -628,3 +628,50 @@ def test_the_result_tab_is_green_only_for_a_job_that_succeeded(qtbot: Any, open_
     assert tabs.tabIcon(RESULT_TAB).cacheKey() == green
     tabs.show_job(None)
     assert tabs.tabIcon(RESULT_TAB).cacheKey() == quiet
+
+
+def test_cancelling_one_running_job_names_it_and_where_it_runs(
+    qtbot: Any, open_session: Any, data_dir: Path, prompts: Any
+) -> None:
+    """ "1 job is running now" with a "Cancel jobs" button, for the one job selected, which a
+    `work` process elsewhere was running: the question now names the job and the machine."""
+    from desktop_queue.ui.panes import select_job
+
+    session = open_session(data_dir, lease=False)
+    assert not isinstance(session, int)
+    window = session.window
+    queue = session.queue
+    job = queue.submit("demo", {"prompt": "x"}, title="slow answer").job
+    assert queue.lease("render-box:4123") is not None
+    window.refresh()
+    qtbot.waitUntil(lambda: select_job(window.queue_pane.view, job.id), timeout=3000)
+    prompts.answer = False
+    window.cancel_selected()
+    [asked] = prompts.confirms
+    assert asked.startswith("Cancel a running job?\n“slow answer” is running now on render-box (pid 4123).")
+    assert queue.get(job.id).state == State.RUNNING  # kept running: the answer was no
+
+
+def test_a_job_that_finished_while_cancel_was_asked_is_said_plainly(
+    qtbot: Any, open_session: Any, data_dir: Path
+) -> None:
+    """The running job finished while "Cancel a running job?" was open; answering yes put
+    "job 780d5efc57: cannot go from succeeded to cancelled" in a red banner."""
+    session = open_session(data_dir, lease=False)
+    assert not isinstance(session, int)
+    controller, queue = session.controller, session.queue
+    job = queue.submit("demo", {"prompt": "x"}, title="slow answer").job
+    other = queue.submit("demo", {"prompt": "y"}, title="still queued").job
+    lease = queue.lease("w")
+    assert lease is not None and lease.job_id == job.id
+    queue.complete(lease, {"text": "done"})
+    failed: list[str] = []
+    said: list[str] = []
+    controller.failed.connect(failed.append)
+    controller.message.connect(said.append)
+    assert [j.id for j in controller.cancel([job.id, other.id])] == [other.id]
+    assert failed == []
+    assert said == ["Cancelled: 1 job. Nothing to cancel: “slow answer” had already succeeded"]
+    controller.retry([other.id])
+    controller.retry([other.id])  # (twice: as two windows might)
+    assert failed == [] and said[-1] == "Nothing to retry: “still queued” is already queued"
