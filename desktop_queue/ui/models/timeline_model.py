@@ -46,7 +46,6 @@ EVENT_LOOK: dict[str, tuple[str, str, str]] = {
     EventType.REPAIR_FINDING: ("throttle", "Repair scan: something is wrong", "event-info"),
 }
 
-#: detail keys shown in the headline rather than in the detail line
 #: events a person caused outside any attempt: the attempt/epoch they carry is the job's
 #: previous one ("Retried by hand · attempt 1 · epoch 1" read as if attempt 1 were retried)
 _NO_ATTEMPT = frozenset({EventType.SUBMITTED, EventType.RETRIED, EventType.REPLAYED_AS})
@@ -58,10 +57,20 @@ def event_link(event: Event) -> str | None:
     return str(target) if target else None
 
 
-def event_headline(event: Event, now: float | None = None) -> str:
-    """``12:03:04  Leased  · attempt 1 · epoch 3``."""
+def event_headline(event: Event, now: float | None = None, *, after_cancel: bool = False) -> str:
+    """``12:03:04  Leased  · attempt 1 · epoch 3``.
+
+    ``after_cancel``: the event is a stale result or renewal of an attempt a person
+    cancelled (see :meth:`TimelineModel.after_cancel`), the expected end of that attempt.
+    """
     _cat, label, _icon = EVENT_LOOK.get(event.type, ("normal", event.type.replace("_", " ").capitalize(), "event-info"))
-    if event.type == EventType.SUBMITTED and event.detail.get("replay_of"):
+    if event.type == EventType.STALE_RESULT:
+        renewal = str(event.detail.get("reason", "")).startswith("heartbeat")
+        if after_cancel:
+            label = "Attempt told to stop after the cancel" if renewal else "Result arrived after the cancel: not kept"
+        elif renewal:
+            label = "Lease renewal refused (stale lease)"
+    elif event.type == EventType.SUBMITTED and event.detail.get("replay_of"):
         label = f"Submitted as a replay of {event.detail['replay_of']}"
     elif event.type == EventType.REPLAYED_AS:
         label = f"Replayed as job {event.detail.get('replayed_as')}"
@@ -84,6 +93,7 @@ class TimelineModel(QAbstractListModel):
         super().__init__(parent)
         self._job: Job | None = None
         self._events: list[Event] = []
+        self._cancelled_epochs: set[int] = set()  # epochs of attempts a person cancelled
 
     @property
     def job(self) -> Job | None:
@@ -97,12 +107,15 @@ class TimelineModel(QAbstractListModel):
             return None
         event = self._events[index.row()]
         category, _label, icon_name = EVENT_LOOK.get(event.type, ("normal", event.type, "event-info"))
+        after_cancel = self.after_cancel(event)
         if event.type == EventType.SUBMITTED and event.detail.get("replay_of"):
             category, icon_name = "link", "event-link"
+        elif after_cancel:  # what a cancel is expected to bring: not a warning
+            category, icon_name = "cancel", "state-cancelled"
         if role == Qt.ItemDataRole.DisplayRole:
-            return f"{event_headline(event)}\n{event_detail(event)}"
+            return f"{event_headline(event, after_cancel=after_cancel)}\n{event_detail(event)}"
         if role == TimelineRole.HEADLINE:
-            return event_headline(event)
+            return event_headline(event, after_cancel=after_cancel)
         if role == TimelineRole.DETAIL:
             return event_detail(event)
         if role == Qt.ItemDataRole.DecorationRole:
@@ -118,11 +131,21 @@ class TimelineModel(QAbstractListModel):
             return event_link(event)
         return None
 
+    def after_cancel(self, event: Event) -> bool:
+        """Whether ``event`` is a stale result or renewal of an attempt a person cancelled:
+        the attempt ends so after a cancel (a running provider call still answers)."""
+        return event.type == EventType.STALE_RESULT and event.epoch in self._cancelled_epochs
+
+    def _note_cancels(self, events: list[Event]) -> None:
+        self._cancelled_epochs.update(e.epoch for e in events if e.type == EventType.CANCELLED)
+
     def show_job(self, job: Job | None) -> None:
         """Shows another job's timeline (a reset: the rows are a different list)."""
         self.beginResetModel()
         self._job = job
         self._events = list(job.events) if job is not None else []
+        self._cancelled_epochs = set()
+        self._note_cancels(self._events)
         self.endResetModel()
         self.job_changed.emit(job.id if job is not None else "")
 
@@ -134,6 +157,7 @@ class TimelineModel(QAbstractListModel):
         self._job = job
         new = list(job.events[len(self._events) :])
         if new:
+            self._note_cancels(new)
             start = len(self._events)
             self.beginInsertRows(_ROOT, start, start + len(new) - 1)
             self._events.extend(new)
@@ -148,5 +172,5 @@ class TimelineModel(QAbstractListModel):
         if job.replay_of:
             lines.append(f"replay of {job.replay_of}")
         for event in self._events:
-            lines.append(f"{event_headline(event)}\n    {event_detail(event)}")
+            lines.append(f"{event_headline(event, after_cancel=self.after_cancel(event))}\n    {event_detail(event)}")
         return "\n".join(lines) + "\n"
