@@ -113,6 +113,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         # stderr: stdout stays free for scripts; the token itself is never printed
         _err(f"serving the Desktop Queue API on {server.url} (token: {token_path()}); Ctrl+C stops it")
+        # (a job submitted here and never run looked like a broken API)
+        _err("note: this process runs no job: the window or 'desktop-queue work' on this data dir runs them")
         # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again: ours
         # turns that into a normal return, so the queue is closed and the exit code is 0
         previous = signal.signal(signal.SIGTERM, _stopped)

@@ -73,6 +73,23 @@ _ERRORS: tuple[tuple[type[QueueError], int, str], ...] = (
 )
 
 
+def invalid_request_text(errors: Any) -> str:
+    """One line for what FastAPI found wrong with a request: the first problem, said for
+    people ("1: JSON decode error" and pydantic's "Input should be a valid dictionary or
+    object to extract fields from" named neither the body nor what was wrong with it)."""
+    first = errors[0] if errors else {}
+    loc = tuple(first.get("loc", ()))
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        why = (first.get("ctx") or {}).get("error") or "it cannot be parsed"
+        at = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+        return f"the request body is not valid JSON: {why}{at}"
+    if loc == ("body",) and kind in ("model_attributes_type", "dict_type", "missing"):
+        return "the request body must be a JSON object, sent with Content-Type: application/json"
+    where = ".".join(str(p) for p in loc if p != "body")
+    return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid request"))
+
+
 @dataclass(frozen=True)
 class Webhooks:
     """What webhook intake needs to know about the provider profiles.
@@ -195,10 +212,7 @@ def create_app(queue: Queue, token: str, webhooks: Webhooks | None = None) -> Fa
 
     @app.exception_handler(RequestValidationError)
     def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        message = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid request"))
-        return _error(422, "invalid_request", message)
+        return _error(422, "invalid_request", invalid_request_text(exc.errors()))
 
     @app.middleware("http")
     async def _limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

@@ -135,6 +135,21 @@ def test_submit_without_input_or_with_a_broken_body_is_422(env: Env) -> None:
     assert reply.status == 422 and reply.body["error"] == "invalid_request"
 
 
+def test_a_broken_or_unlabelled_body_is_said_for_people(env: Env) -> None:
+    """ "1: JSON decode error" for a broken body, and pydantic's "Input should be a valid
+    dictionary or object to extract fields from" for one sent without a JSON content type."""
+    reply = env.client.call("POST", "/jobs", raw=b"{not json")
+    assert reply.body["message"] == (
+        "the request body is not valid JSON: Expecting property name enclosed in double quotes at character 1"
+    )
+    for raw, headers in ((b"[1, 2]", None), (b'{"kind": "demo", "input": {}}', {"Content-Type": "text/plain"})):
+        reply = env.client.call("POST", "/jobs", raw=raw, headers=headers)
+        assert reply.status == 422
+        assert reply.body["message"] == (
+            "the request body must be a JSON object, sent with Content-Type: application/json"
+        ), reply.body
+
+
 def test_submit_of_a_key_held_by_another_input_is_a_conflict(env: Env) -> None:
     assert submit(env.client, key="same").status == 201
     reply = submit(env.client, key="same", input={"prompt": "other"})
