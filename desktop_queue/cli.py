@@ -158,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search", metavar="TEXT", help="only jobs whose title, id, error or prompt contains TEXT")
     p.add_argument("--format", choices=["csv", "jsonl"], default="jsonl", help="file format (default: jsonl)")
     p.add_argument("--with-inputs", action="store_true", help="include each job's input (its prompt)")
+    p.add_argument(
+        "--with-results",
+        action="store_true",
+        help="include each succeeded job's result (its text or JSON; an image's or audio's bytes too), "
+        "which import stores with the job",
+    )
     p.add_argument("--output", "-o", metavar="FILE", help="write here (default: standard output)")
 
     p = sub.add_parser("import", help="add jobs from an export (CSV or JSON Lines) to this data dir")
@@ -862,7 +868,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from desktop_queue.core.export import write_export
+    from desktop_queue.core.export import exported_result, write_export
     from desktop_queue.core.search import SearchQuery
 
     resolved = True if args.state == "resolved" else (False if args.state == "dead" else None)
@@ -870,23 +876,28 @@ def cmd_export(args: argparse.Namespace) -> int:
     query = SearchQuery(text=args.search or None, kind=args.kind, state=state)
     with _open(args) as queue:
         jobs = queue.find_jobs(query, resolved=resolved)
+        results = queue.results
+        result_of = (lambda job: exported_result(results, job)) if args.with_results else None
         if args.output:
             target = Path(args.output)
             partial = target.with_name(f".{target.name}.partial")
             try:
                 with open(partial, "wb") as out:
-                    count = write_export(jobs, out, args.format, with_input=args.with_inputs)
+                    count = write_export(jobs, out, args.format, with_input=args.with_inputs, result_of=result_of)
                 os.replace(partial, target)
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     partial.unlink()
                 raise StoreError(f"cannot write {target}: {exc.strerror or exc}") from exc
+            left_out = [
+                what for what, kept in (("inputs", args.with_inputs), ("results", args.with_results)) if not kept
+            ]
             _err(
                 f"exported {counted(count, 'job')} to {target}"
-                + ("" if args.with_inputs else " (without their inputs)")
+                + (f" (without their {' or '.join(left_out)})" if left_out else "")
             )
         else:
-            count = write_export(jobs, sys.stdout.buffer, args.format, with_input=args.with_inputs)
+            count = write_export(jobs, sys.stdout.buffer, args.format, with_input=args.with_inputs, result_of=result_of)
             sys.stdout.buffer.flush()
     return EXIT_OK
 
@@ -905,14 +916,28 @@ def cmd_import(args: argparse.Namespace) -> int:
     with _open(args) as queue:
         result = queue.import_jobs(docs, "cli")
     if args.json:
-        _out({"added": result.added, "skipped": result.skipped})
+        _out(
+            {
+                "added": result.added,
+                "skipped": result.skipped,
+                "results": result.results,
+                "without_result": result.without_result,
+            }
+        )
     else:
         print(
             f"imported {counted(len(result.added), 'job')}"
+            + (f" ({counted(result.results, 'result')} with them)" if result.results else "")
             + (f", skipped {len(result.skipped):,}" if result.skipped else "")
         )
         for job_id, why in list(result.skipped.items())[:20]:
             print(f"  skipped {job_id}: {why}")
+        if result.without_result:
+            n = len(result.without_result)
+            _err(
+                f"note: {counted(n, 'succeeded job')} came without {'its result' if n == 1 else 'their results'} "
+                "(the export did not carry them: 'export --with-results' does)"
+            )
     return EXIT_OK
 
 

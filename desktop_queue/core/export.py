@@ -6,15 +6,19 @@ one job object a line. CSV holds one job a row, the nested fields (last error, e
 replayed-as, input) as JSON text in their cells, so that a spreadsheet shows them and
 :func:`read_export` reads them back exactly.
 
-Results are not exported (they stay in the data directory's result store); an imported
-succeeded job keeps its ``result_ref`` but its result is not carried over.
+A succeeded job's result goes along when asked (``result``: the JSON the provider's
+answer became, an image's or audio's bytes as ``artifact_b64`` in it), and the import
+stores it before the job, so the job shows its answer there and a duplicate of its input
+is not paid for again. Without it, an imported succeeded job keeps its ``result_ref``
+but has no result in its new data dir.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import fields
 from typing import IO, Any
 
@@ -24,6 +28,7 @@ from desktop_queue.core.errors import InvalidInput
 from desktop_queue.core.fingerprint import input_digest
 from desktop_queue.core.model import TERMINAL, Job, State, clean_detail
 from desktop_queue.core.records import EventDict, JobDict
+from desktop_queue.core.results import ResultStore
 
 FORMATS = ("csv", "jsonl")
 EXPORT_FORMAT = "desktop-queue.job"
@@ -31,7 +36,7 @@ EXPORT_VERSION = 1
 
 #: the job's fields, in the order a CSV file has them (``events`` and ``input`` last)
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Job) if f.name not in ("raw_events", "input"))
-_NESTED = frozenset({"last_error", "replayed_as", "events", "input"})
+_NESTED = frozenset({"last_error", "replayed_as", "events", "input", "result"})
 _NUMBERS = frozenset(
     {
         "seq",
@@ -54,8 +59,8 @@ _NUMBERS = frozenset(
 _INTS = frozenset({"seq", "max_attempts", "attempts", "total_attempts", "run", "lease_epoch", "poison_count"})
 
 
-def export_doc(job: Job, *, with_input: bool = False) -> dict[str, Any]:
-    """One job as an export document (every field, the events; the input only if asked)."""
+def export_doc(job: Job, *, with_input: bool = False, result: Any = None) -> dict[str, Any]:
+    """One job as an export document (every field, the events; the input and result only if asked)."""
     doc: dict[str, Any] = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION}
     for name in FIELDS:
         value = getattr(job, name)
@@ -63,11 +68,46 @@ def export_doc(job: Job, *, with_input: bool = False) -> dict[str, Any]:
     doc["events"] = [dict(e) for e in job.raw_events]
     if with_input:
         doc["input"] = job.input
+    if result is not None:
+        doc["result"] = result
     return doc
 
 
-def write_export(jobs: Iterable[Job], out: IO[bytes], fmt: str = "jsonl", *, with_input: bool = False) -> int:
+def exported_result(results: ResultStore, job: Job) -> Any:
+    """What an export carries of a succeeded job's result: the stored JSON, with an
+    artifact's bytes (``artifact_b64``) in place of its file; None if it has none here."""
+    if job.state != State.SUCCEEDED or not job.result_ref:
+        return None
+    doc = results.get(job.idempotency_key)
+    if doc is None:
+        return None
+    result = doc.get("result")
+    if isinstance(result, Mapping) and isinstance(result.get("artifact_ref"), str):
+        data = results.read_artifact(result["artifact_ref"])
+        if data is None:
+            return None  # (its file is gone: the job says so where it is)
+        kept = {k: v for k, v in result.items() if k not in _ARTIFACT_FILE_KEYS}
+        return {**kept, "artifact_b64": base64.b64encode(data).decode("ascii")}
+    return result
+
+
+#: what a stored artifact result says of its file, made again where it is imported
+_ARTIFACT_FILE_KEYS = frozenset({"artifact_ref", "artifact_bytes", "artifact_sha256"})
+
+
+def write_export(
+    jobs: Iterable[Job],
+    out: IO[bytes],
+    fmt: str = "jsonl",
+    *,
+    with_input: bool = False,
+    result_of: Callable[[Job], Any] | None = None,
+) -> int:
     """Writes ``jobs`` to ``out`` in ``fmt`` (``csv`` or ``jsonl``); returns how many.
+
+    Args:
+        result_of: a job's result as the export carries it (see :func:`exported_result`);
+            None: no results.
 
     Raises:
         InvalidInput: an unknown format.
@@ -75,18 +115,22 @@ def write_export(jobs: Iterable[Job], out: IO[bytes], fmt: str = "jsonl", *, wit
     if fmt not in FORMATS:
         raise InvalidInput(f"export format must be csv or jsonl, not {fmt!r}")
     count = 0
+
+    def doc_of(job: Job) -> dict[str, Any]:
+        return export_doc(job, with_input=with_input, result=result_of(job) if result_of is not None else None)
+
     if fmt == "jsonl":
         for job in jobs:
-            out.write(orjson.dumps(export_doc(job, with_input=with_input)) + b"\n")
+            out.write(orjson.dumps(doc_of(job)) + b"\n")
             count += 1
         return count
-    columns = [*FIELDS, "events", *(["input"] if with_input else [])]
+    columns = [*FIELDS, "events", *(["input"] if with_input else []), *(["result"] if result_of else [])]
     text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
     try:
         writer = csv.writer(text)
         writer.writerow(columns)
         for job in jobs:
-            doc = export_doc(job, with_input=with_input)
+            doc = doc_of(job)
             writer.writerow([_cell(name, doc.get(name)) for name in columns])
             count += 1
         text.flush()

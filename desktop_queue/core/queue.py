@@ -12,7 +12,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -63,7 +63,7 @@ from desktop_queue.core.records import (
     UpdateRecord,
 )
 from desktop_queue.core.redact import redact
-from desktop_queue.core.results import ResultStore
+from desktop_queue.core.results import InvalidArtifact, ResultStore
 from desktop_queue.core.retention import RetentionPolicy, load_policy, purge_quarantined
 from desktop_queue.core.retention import cutoff as retention_cutoff
 from desktop_queue.core.retry import RetryPolicy
@@ -2362,14 +2362,35 @@ class Queue:
         in this store's submission order (in the order given). A job whose id exists
         here already is skipped, and so is a live job whose idempotency key a job here
         holds. A job exported ``running`` comes in ``queued`` (its lease was another
-        store's). All the jobs go in one durable commit.
+        store's). A succeeded job's result, when the export carries it, is stored first
+        (durably, under its key, write-once as every result is), so the job is never
+        succeeded here without it. All the jobs go in one durable commit.
 
         Raises:
-            InvalidInput: a document that is not an exported job (nothing is imported).
+            InvalidInput: a document that is not an exported job, or a result that cannot
+                be stored (nothing is imported).
         """
         from desktop_queue.core.export import job_from_export
 
+        docs = list(docs)
         parsed = [job_from_export(doc, number) for number, doc in enumerate(docs, 1)]
+        carried = 0
+        for number, (doc, (job, _events)) in enumerate(zip(docs, parsed, strict=True), 1):
+            result = doc.get("result")
+            if result is None or job["state"] != State.SUCCEEDED:
+                continue
+            try:
+                ref, _made = self.results.put(
+                    job["key"],
+                    result,
+                    job_id=job["id"],
+                    epoch=int(job.get("lease_epoch") or 0),
+                    produced_at=float(job.get("finished_at") or job["created_at"]),
+                )
+            except InvalidArtifact as exc:
+                raise InvalidInput(f"job {number} ({job['id']}): its result cannot be stored: {exc}") from None
+            job["result_ref"] = ref
+            carried += 1
 
         def fn(state: View) -> Change[tuple[list[str], dict[str, str]]]:
             seq = state.seq
@@ -2397,7 +2418,13 @@ class Queue:
             return Change(batch, (added, skipped))
 
         added, skipped = self.store.commit(fn)
-        return ImportResult(list(added), dict(skipped))
+        with_result = {job["id"] for doc, (job, _e) in zip(docs, parsed, strict=True) if "result" in doc}
+        without = [
+            job["id"]
+            for job, _e in parsed
+            if job["id"] in added and job["state"] == State.SUCCEEDED and job["id"] not in with_result
+        ]
+        return ImportResult(list(added), dict(skipped), carried, without)
 
 
 @dataclass(frozen=True)
@@ -2421,10 +2448,13 @@ class BulkResult:
 
 @dataclass(frozen=True)
 class ImportResult:
-    """What :meth:`Queue.import_jobs` did: the ids added, and job -> why it was skipped."""
+    """What :meth:`Queue.import_jobs` did: the ids added, job -> why it was skipped, how
+    many results the export carried (stored), and the succeeded jobs added without one."""
 
     added: list[str]
     skipped: dict[str, str]
+    results: int = 0
+    without_result: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

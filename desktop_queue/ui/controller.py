@@ -17,7 +17,7 @@ from PySide6.QtCore import QFileSystemWatcher, QObject, QRunnable, QThreadPool, 
 
 from desktop_queue.core import Job, NotAllowed, Queue, QueueError, StoreError, SubmitResult
 from desktop_queue.core.errors import IllegalTransition
-from desktop_queue.core.export import write_export
+from desktop_queue.core.export import exported_result, write_export
 from desktop_queue.core.flow import FlowControl
 from desktop_queue.core.ledger import Budget
 from desktop_queue.core.model import FINISHED, LIVE, Actor, Priority
@@ -640,7 +640,14 @@ class Controller(QObject):
         return task
 
     def export(
-        self, path: Path, query: SearchQuery, fmt: str, *, with_inputs: bool, resolved: bool | None = None
+        self,
+        path: Path,
+        query: SearchQuery,
+        fmt: str,
+        *,
+        with_inputs: bool,
+        with_results: bool = False,
+        resolved: bool | None = None,
     ) -> BulkTask:
         """Writes the jobs ``query`` matches to ``path`` (CSV or JSON Lines), off the GUI thread.
 
@@ -664,7 +671,9 @@ class Controller(QObject):
 
             try:
                 with open(partial, "wb") as out:
-                    count = write_export(jobs(), out, fmt, with_input=with_inputs)
+                    results = queue.results
+                    result_of = (lambda job: exported_result(results, job)) if with_results else None
+                    count = write_export(jobs(), out, fmt, with_input=with_inputs, result_of=result_of)
                 os.replace(partial, path)
             except _Stopped:
                 partial.unlink(missing_ok=True)

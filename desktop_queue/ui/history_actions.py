@@ -243,7 +243,12 @@ class HistoryActions(QObject):
             return None
         return self._run(
             lambda: self.controller.export(
-                choice.path, query, choice.fmt, with_inputs=choice.with_inputs, resolved=resolved
+                choice.path,
+                query,
+                choice.fmt,
+                with_inputs=choice.with_inputs,
+                with_results=choice.with_results,
+                resolved=resolved,
             ),
             "Export",
         )

@@ -110,10 +110,11 @@ class ExportChoice:
     path: Path
     fmt: str
     with_inputs: bool
+    with_results: bool = False
 
 
 class ExportDialog(QDialog):
-    """Where to, which format, and whether the prompts go too (not unless asked)."""
+    """Where to, which format, and whether the prompts and the results go too (not unless asked)."""
 
     def __init__(self, what: str, parent: QWidget | None = None, default_dir: Path | None = None) -> None:
         super().__init__(parent)
@@ -126,6 +127,13 @@ class ExportDialog(QDialog):
         self.with_inputs.setObjectName("includeInputs")
         self.with_inputs.setChecked(False)
         self.with_inputs.setToolTip("Prompts are your own data: leave them out of a file you share")
+        self.with_results = QCheckBox("Include &results (answers, images, audio)")
+        self.with_results.setObjectName("includeResults")
+        self.with_results.setChecked(False)
+        self.with_results.setToolTip(
+            "Importing the file stores them with their jobs, so a duplicate is not paid for again; "
+            "images and audio make the file large"
+        )
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M")
         self.path = QLineEdit(str((default_dir or Path.home()) / f"desktop-queue-{stamp}.csv"))
         self.path.setObjectName("exportPath")
@@ -138,6 +146,7 @@ class ExportDialog(QDialog):
         form.addRow(QLabel(f"Exports {what}, with their timelines."))
         form.addRow("&Format:", self.format)
         form.addRow("", self.with_inputs)
+        form.addRow("", self.with_results)
         add_labelled_row(form, "&Save to:", where, self.path)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.ok = buttons.addButton("&Export", QDialogButtonBox.ButtonRole.AcceptRole)
@@ -162,7 +171,10 @@ class ExportDialog(QDialog):
 
     def choice(self) -> ExportChoice:
         return ExportChoice(
-            Path(self.path.text()).expanduser(), self.format.currentData(), self.with_inputs.isChecked()
+            Path(self.path.text()).expanduser(),
+            self.format.currentData(),
+            self.with_inputs.isChecked(),
+            self.with_results.isChecked(),
         )
 
 

@@ -102,3 +102,23 @@ def test_export_csv_and_jsonl_and_import_them_back(dq: Cli, tmp_path: Path) -> N
     broken.write_text('{"id": "x"}\n', encoding="utf-8")
     refused = other.sub("import", str(broken))
     assert refused.code == USAGE and "not an exported job" in refused.err
+
+
+def test_export_with_results_and_import_carry_the_answer(dq: Cli, tmp_path: Path) -> None:
+    """Imported without its result, a succeeded job's `show` said "result file missing: … is
+    not there any more"; now the export carries it, or the import says it did not."""
+    ok = dq.submit({"prompt": "fine", "duration_s": 0.01})["id"]
+    assert dq.sub("work", "--until-idle", "--max-seconds", "30").code == OK
+    bare, full = tmp_path / "bare.jsonl", tmp_path / "full.jsonl"
+    assert "(without their inputs or results)" in dq.sub("export", "--output", str(bare)).err
+    run = dq.sub("export", "--with-inputs", "--with-results", "--output", str(full))
+    assert run.code == OK and run.err.strip().endswith(f"exported 1 job to {full}"), run.err
+
+    without = Cli(tmp_path / "without", dq._capsys).sub("import", str(bare))
+    assert without.code == OK and "note: 1 succeeded job came without its result" in without.err
+    other = Cli(tmp_path / "other", dq._capsys)
+    imported = other.sub("import", str(full))
+    assert imported.code == OK and imported.out.startswith("imported 1 job (1 result with them)"), imported.out
+    shown = other.sub("show", ok)
+    assert "result file missing" not in shown.out and "result (" in shown.out, shown.out
+    assert other.sub("result", ok).out == dq.sub("result", ok).out

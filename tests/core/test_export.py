@@ -121,3 +121,55 @@ def test_import_refuses_what_it_cannot_rebuild(open_queue: Any) -> None:
     with pytest.raises(InvalidInput, match="line 2"):
         list(read_export(b'{"id": "a"}\n{not json\n'))
     assert queue.list() == []
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_results_go_along_when_asked_and_a_duplicate_finds_them(tmp_path: Path, fmt: str) -> None:
+    """An imported succeeded job said "result file missing: … is not there any more", and a
+    duplicate of its input returned that job without an answer: the result stayed behind."""
+    import base64
+
+    from desktop_queue.core.export import exported_result
+    from desktop_queue.providers.demo import DemoProvider
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+    providers = {"demo": DemoProvider()}
+    with Queue.open(tmp_path / "a", providers) as source, Queue.open(tmp_path / "b", providers) as target:
+        text_job = source.submit("demo", {"prompt": "a poem"}, title="poem").job
+        lease = source.lease("w")
+        assert lease is not None
+        source.complete(lease, {"text": "roses, queues"})
+        image_job = source.submit("demo", {"prompt": "an image"}, title="image").job
+        lease = source.lease("w")
+        assert lease is not None
+        image = {"artifact_b64": base64.b64encode(png).decode(), "mime": "image/png", "artifact_name": "x.png"}
+        source.complete(lease, image)
+        out = io.BytesIO()
+        results = source.results
+        write_export(source.find_jobs(), out, fmt, with_input=True, result_of=lambda j: exported_result(results, j))
+        imported = target.import_jobs(list(read_export(out.getvalue())))
+        assert sorted(imported.added) == sorted([text_job.id, image_job.id])
+        assert imported.results == 2 and imported.without_result == []
+
+        copy = target.get(text_job.id)
+        assert copy.result_ref is not None and target.results.problem(copy.idempotency_key) is None
+        assert target.results.get(copy.idempotency_key)["result"] == {"text": "roses, queues"}
+        again = target.submit("demo", {"prompt": "a poem"})
+        assert again.duplicate and again.job.id == text_job.id  # the answer is here: nothing paid again
+        art = target.results.get(target.get(image_job.id).idempotency_key)["result"]
+        assert target.results.read_artifact(art["artifact_ref"]) == png and art["mime"] == "image/png"
+
+
+def test_an_import_without_results_names_the_succeeded_jobs_left_without(tmp_path: Path) -> None:
+    from desktop_queue.providers.demo import DemoProvider
+
+    providers = {"demo": DemoProvider()}
+    with Queue.open(tmp_path / "a", providers) as source, Queue.open(tmp_path / "b", providers) as target:
+        job = source.submit("demo", {"prompt": "a poem"}).job
+        lease = source.lease("w")
+        assert lease is not None
+        source.complete(lease, {"text": "roses"})
+        out = io.BytesIO()
+        write_export(source.find_jobs(), out, "jsonl")
+        imported = target.import_jobs(list(read_export(out.getvalue())))
+        assert imported.results == 0 and imported.without_result == [job.id]

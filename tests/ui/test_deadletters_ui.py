@@ -333,9 +333,33 @@ def test_export_writes_the_filtered_jobs_without_prompts(
 def test_the_export_dialog_leaves_prompts_out_by_default(qtbot: Any) -> None:
     dialog = history_dialogs.ExportDialog("the dead letters")
     qtbot.addWidget(dialog)
-    assert not dialog.with_inputs.isChecked()
+    assert not dialog.with_inputs.isChecked() and not dialog.with_results.isChecked()
     dialog.format.setCurrentIndex(1)
     assert dialog.choice().fmt == "jsonl" and dialog.choice().path.suffix == ".jsonl"
+    dialog.with_results.setChecked(True)
+    assert dialog.choice().with_results
+
+
+def test_an_export_with_results_carries_each_answer(
+    qtbot: Any, win: Any, store: dict[str, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "done.jsonl"
+    monkeypatch.setattr(
+        history_dialogs,
+        "ask_export",
+        lambda _p, what: history_dialogs.ExportChoice(target, "jsonl", False, with_results=True),
+    )
+    window = win.window
+    window.tabs.setCurrentWidget(window.queue_pane)
+    pane = window.queue_pane
+    pane.state_filter.setCurrentIndex(pane.state_filter.findData("succeeded"))
+    task = window.history.export()
+    assert task is not None
+    assert wait_task(qtbot, task) == len(store["ok"])
+    docs = [json.loads(line) for line in target.read_text().splitlines()]
+    assert sorted((d["id"], d["result"]["text"]) for d in docs) == sorted(
+        (i, win.queue.results.get(win.queue.get(i).idempotency_key)["result"]["text"]) for i in store["ok"]
+    )
 
 
 def test_dead_model_shows_resolved_rows_only_when_asked(qtmodeltester: Any, win: Any) -> None:
