@@ -30,6 +30,7 @@ from desktop_queue.core.errors import (
     QueueError,
     QueueFull,
     StaleLease,
+    StoreError,
     UnknownKind,
 )
 from desktop_queue.core.fingerprint import canonical_json, fingerprint, input_digest
@@ -2389,6 +2390,11 @@ class Queue:
                 )
             except InvalidArtifact as exc:
                 raise InvalidInput(f"job {number} ({job['id']}): its result cannot be stored: {exc}") from None
+            except OSError as exc:  # (a full disk: no job is imported; a result stored already waits for its key)
+                raise StoreError(
+                    f"could not store the result of job {number} ({job['id']}): {exc.strerror or exc}; "
+                    "nothing was imported"
+                ) from exc
             job["result_ref"] = ref
             carried += 1
 

@@ -1236,6 +1236,8 @@ class ReplayDialog(QDialog):
 
     def put_aside(self) -> None:
         """Closes without asking (a logout or ``kill``: nobody is there to answer)."""
+        if not self.isVisible():
+            return  # (closed already, its deletion still to come: done() again would say so twice)
         if self.edited():
             log.info("the window was closed by a signal: the replay being edited was not made")
         self._put_aside = True

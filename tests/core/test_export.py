@@ -173,3 +173,29 @@ def test_an_import_without_results_names_the_succeeded_jobs_left_without(tmp_pat
         write_export(source.find_jobs(), out, "jsonl")
         imported = target.import_jobs(list(read_export(out.getvalue())))
         assert imported.results == 0 and imported.without_result == [job.id]
+
+
+def test_a_result_the_disk_refuses_imports_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from desktop_queue.core.errors import StoreError
+    from desktop_queue.core.export import exported_result
+    from desktop_queue.providers.demo import DemoProvider
+
+    providers = {"demo": DemoProvider()}
+    with Queue.open(tmp_path / "a", providers) as source, Queue.open(tmp_path / "b", providers) as target:
+        source.submit("demo", {"prompt": "a poem"})
+        lease = source.lease("w")
+        assert lease is not None
+        source.complete(lease, {"text": "roses"})
+        out = io.BytesIO()
+        results = source.results
+        write_export(source.find_jobs(), out, "jsonl", result_of=lambda j: exported_result(results, j))
+
+        def full(*_a: Any, **_k: Any) -> Any:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(target.results, "put", full)
+        with pytest.raises(StoreError, match="No space left on device; nothing was imported"):
+            target.import_jobs(list(read_export(out.getvalue())))
+        assert target.list() == []
