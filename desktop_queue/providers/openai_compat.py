@@ -762,9 +762,16 @@ class _OpenAIBase:
             else:
                 found = resolve_api_key(self.profile.name, env=self.profile.env_key)
                 key, self.key_notice = found.key, found.notice
-                # (a server that needs no key runs the same without a keyring: nothing to warn of)
+                # (a server that needs no key runs the same without a keyring: nothing to warn of;
+                # a key in the profile's own variable was put there for want of one: said once, quietly)
                 if self.key_notice and (key or self.profile.require_key):
-                    log.warning("profile %s: %s", self.profile.name, self.key_notice)
+                    chosen = found.variable == profile_key_variable(self.profile.name)
+                    log.log(
+                        logging.INFO if chosen else logging.WARNING,
+                        "profile %s: %s",
+                        self.profile.name,
+                        self.key_notice,
+                    )
             if not key:
                 if self.profile.require_key:
                     raise MissingApiKey(self._missing_key_text())

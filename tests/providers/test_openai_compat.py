@@ -203,6 +203,24 @@ def test_without_a_keyring_a_profile_that_needs_no_key_warns_of_nothing(
     ]
 
 
+def test_a_key_put_in_the_profiles_own_variable_is_not_warned_of_at_every_start(
+    server: FakeOpenAI, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a keyring, every `work` started with a WARNING about the variable the person
+    had set on purpose; it is an INFO line now (the OPENAI_API_KEY fallback still warns)."""
+    keyring.set_keyring(keyring.backends.fail.Keyring())
+    monkeypatch.setenv("DESKTOP_QUEUE_API_KEY_PROXY", CANARY_KEY)
+    with caplog.at_level("INFO", logger="desktop_queue.providers.openai_compat"):
+        OpenAIChatProvider(OpenAIProfile(name="proxy", base_url=server.url)).client()
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "INFO",
+            "profile proxy: no usable OS keyring (NoKeyringError); "
+            "using the DESKTOP_QUEUE_API_KEY_PROXY environment variable",
+        )
+    ]
+
+
 def test_no_key_at_all_waits_without_a_request_and_never_dead_letters(server: FakeOpenAI) -> None:
     outcome = OpenAIChatProvider(OpenAIProfile(base_url=server.url)).run(JobView(CHAT), ctx())
     assert outcome.error_class is ErrorClass.RETRYABLE, outcome
