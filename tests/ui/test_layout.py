@@ -202,33 +202,6 @@ def test_older_times_are_short_and_whole_in_the_tooltip(
     )
 
 
-def test_after_midnight_yesterdays_jobs_leave_every_column_in_view(
-    qtbot: Any, open_session: Any, data_dir: Path, prompts: Any
-) -> None:
-    """At the first size (1,200 px), jobs of the evening before with failures in Last error:
-    the table fits without a horizontal scroll bar, as it does for today's jobs."""
-    evening = Queue.open(data_dir, {"demo": DemoProvider()}, clock=FakeClock(time.time() - 86400))
-    for i in range(3):
-        evening.submit("demo", {"prompt": f"p{i}"}, title=f"Write a short poem about queues, number {i}")
-        lease = evening.lease("vm")
-        assert lease is not None
-        evening.fail(lease, Outcome.failure("retryable", "demo: HTTP 503: the model is loading, try again", status=503))
-    evening.close()
-    session = _open(open_session, data_dir, prompts)
-    window = session.window
-    _settle(qtbot, window)
-    view = window.queue_pane.view
-    assert window.size().toTuple() == (1200, 720)
-    created = _column(window, "created")
-    text = view.model().index(0, created).data()
-    qtbot.waitUntil(
-        lambda: view.horizontalHeader().sectionSize(created) >= QFontMetrics(view.font()).horizontalAdvance(text),
-        timeout=3000,
-    )
-    header = view.horizontalHeader()
-    assert header.length() <= view.viewport().width(), [header.sectionSize(i) for i in range(header.count())]
-
-
 @pytest.fixture
 def big_font() -> Iterator[None]:
     app = QApplication.instance()
