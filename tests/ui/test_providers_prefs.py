@@ -140,7 +140,7 @@ def test_no_keyring_is_said_inline_and_nothing_is_written(dialog: PreferencesDia
     assert dialog.tabs.currentWidget() is dialog.profiles_page
     assert not page.message.ok
     assert "no usable OS keyring" in page.message.text.text()
-    assert "OPENAI_API_KEY" in page.message.text.text()
+    assert "DESKTOP_QUEUE_API_KEY_OPENAI" in page.message.text.text()  # (the profile's own variable)
     assert files_containing(isolated_profile, CANARY_KEY) == []
     assert load_provider_profile() == ProfileConfig()  # nothing saved at all
 
