@@ -566,12 +566,18 @@ def run_time(job: Mapping[str, Any], now: float) -> float | None:
 
 
 def error_text(job: Mapping[str, Any]) -> str:
-    """``fatal HTTP 400: demo: simulated invalid request`` or an empty string."""
+    """``fatal HTTP 400: demo: simulated invalid request`` or an empty string.
+
+    The status is not said twice: a provider's message that names it already
+    ("openai.chat: HTTP 400: …") keeps the table's narrow column for what went wrong.
+    """
     error = job.get("last_error")
     if not error:
         return ""
-    status = f" HTTP {error['status']}" if error.get("status") else ""
-    return f"{error.get('class', 'error')}{status}: {error.get('message', '')}"
+    message = str(error.get("message", ""))
+    code = error.get("status")
+    status = f" HTTP {code}" if code and f"HTTP {code}" not in message else ""
+    return f"{error.get('class', 'error')}{status}: {message}"
 
 
 def error_signature(job: Mapping[str, Any]) -> str:

@@ -302,3 +302,15 @@ def test_a_table_time_is_as_short_as_it_can_be_told_apart() -> None:
     # a clock ahead (another machine's) gets its date, not a weekday
     assert table_time(dt.datetime(2026, 12, 8, 9, 0).timestamp(), now) == "2026-12-08"
     assert table_time(None, now) == "-"
+
+
+def test_an_error_says_its_status_once() -> None:
+    """A dead letter's Last error read "fatal HTTP 400: openai.chat: HTTP 400: /c…", the
+    provider's own words cut off behind the status said twice."""
+    from desktop_queue.core.present import error_text
+
+    said = {"class": "fatal", "status": 400, "message": "openai.chat: HTTP 400: Invalid model name"}
+    assert error_text({"last_error": said}) == "fatal: openai.chat: HTTP 400: Invalid model name"
+    unsaid = {"class": "fatal", "status": 401, "message": "demo: unauthorized"}
+    assert error_text({"last_error": unsaid}) == "fatal HTTP 401: demo: unauthorized"
+    assert error_text({"last_error": {"class": "retryable", "message": "timed out"}}) == "retryable: timed out"

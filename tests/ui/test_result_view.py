@@ -324,7 +324,7 @@ def test_jobs_without_a_result_say_why(qtbot: Any, view: ResultView, queue: Queu
     assert view.message.text() == "queued — no result yet"
     assert view.summary.isHidden()  # said once, not again in the line above it
     show(qtbot, view, dead)
-    assert view.message.text() == "dead: fatal HTTP 401: demo: simulated HTTP 401"
+    assert view.message.text() == "dead: fatal: demo: simulated HTTP 401"
     assert view.summary.isHidden()
     view.show_job(None)
     assert view.message.text() == "Select a job to see its result"
