@@ -211,7 +211,7 @@ def preview_replay(
     message = error.get("message")
     when = _when(job.finished_at)
     if job.state == State.DEAD and klass:
-        code = f" HTTP {status}" if status else ""
+        code = f" HTTP {status}" if status and f"HTTP {status}" not in str(message or "") else ""  # (said once)
         ended = f"dead at {when} with a {klass}{code} error: {message or 'no message'}"
     else:
         ended = f"{job.state} at {when}"
