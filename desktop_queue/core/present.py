@@ -483,10 +483,25 @@ def event_detail(event: Any, hidden: Collection[str] = TIMELINE_HIDDEN_DETAIL) -
             key, value = key[: -len("_s")], seconds(float(value))
         elif key in ("run_after", "expired_at") and isinstance(value, (int, float)):
             value = clock_time(float(value))
+        elif key == "result_ref" and isinstance(value, str):
+            value = short_ref(value)
         elif isinstance(value, bool):
             value = "yes" if value else "no"
         extra.append(f"{key.replace('_', ' ')}: {value}")
     return " · ".join([who, *extra])
+
+
+_HASHED_NAME = re.compile(r"^([0-9a-f]{8})[0-9a-f]{50}([0-9a-f]{6})(\.[\w.]+)?$")
+
+
+def short_ref(ref: str) -> str:
+    """A result file's path with its 64-digit key cut in the middle:
+    ``results/09/097e9893…97b35c.json`` (four wrapped lines of hex in a timeline said nothing more)."""
+    head, sep, name = ref.rpartition("/")
+    found = _HASHED_NAME.match(name)
+    if found is None:
+        return ref
+    return f"{head}{sep}{found.group(1)}…{found.group(2)}{found.group(3) or ''}"
 
 
 def clock_time(ts: float | None, now: float | None = None) -> str:

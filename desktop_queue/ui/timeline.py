@@ -18,7 +18,7 @@ from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt
 
 from desktop_queue.core.flow import BACKGROUND_PAUSED, BACKGROUND_RESUMING
 from desktop_queue.core.model import Job
-from desktop_queue.core.present import BACKOFF, NOW_PREFIX, PAUSED
+from desktop_queue.core.present import BACKOFF, NOW_PREFIX, PAUSED, short_ref
 from desktop_queue.core.results import ResultStore
 from desktop_queue.ui.icons import icon, state_icon
 from desktop_queue.ui.models.timeline_model import TimelineModel, TimelineRole
@@ -100,7 +100,7 @@ class LiveTimelineModel(TimelineModel):
         job = self.job
         if self._result_note is None or job is None or not job.result_ref:
             return text
-        return text.replace(_RESULT_DETAIL + job.result_ref, self._result_note)
+        return text.replace(_RESULT_DETAIL + short_ref(job.result_ref), self._result_note)
 
     def _clear_now(self) -> None:
         self._now = None

@@ -314,3 +314,13 @@ def test_an_error_says_its_status_once() -> None:
     unsaid = {"class": "fatal", "status": 401, "message": "demo: unauthorized"}
     assert error_text({"last_error": unsaid}) == "fatal HTTP 401: demo: unauthorized"
     assert error_text({"last_error": {"class": "retryable", "message": "timed out"}}) == "retryable: timed out"
+
+
+def test_a_result_path_is_cut_in_the_middle_of_its_key() -> None:
+    """A timeline's "result ref: results/09/097e…35c.json" wrapped into four lines of hex."""
+    from desktop_queue.core.present import short_ref
+
+    key = "097e9893791b486b8d08e1058d06c9241fef68dfa3c50d8b13296f102597b35c"
+    assert short_ref(f"results/09/{key}.json") == "results/09/097e9893…97b35c.json"
+    assert short_ref(f"results/09/{key}") == "results/09/097e9893…97b35c"
+    assert short_ref("results/x/custom-key.json") == "results/x/custom-key.json"  # a key a caller chose

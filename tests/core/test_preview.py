@@ -80,7 +80,7 @@ def test_an_auth_error_with_the_same_key_will_fail_again(queue: Queue, clock: Fa
 
 
 def test_the_status_is_said_once(queue: Queue, clock: FakeClock, chat: FakeChat) -> None:
-    """"with a fatal HTTP 400 error: openai.chat: HTTP 400: …" (LiteLLM's unknown model)."""
+    """ "with a fatal HTTP 400 error: openai.chat: HTTP 400: …" (LiteLLM's unknown model)."""
     job = dead_job(queue, clock, {"prompt": "x"}, "fatal", 400, "openai.chat: HTTP 400: Invalid model name")
     preview = preview_replay(job, {"openai.chat": chat})
     assert "with a fatal error: openai.chat: HTTP 400: Invalid model name" in preview.ended

@@ -16,6 +16,7 @@ from PySide6.QtCore import Qt
 
 from desktop_queue.core import FakeClock, Queue
 from desktop_queue.core.model import Job
+from desktop_queue.core.present import short_ref
 from desktop_queue.providers import discover
 from desktop_queue.ui.models import TimelineRole
 from desktop_queue.ui.panes import TimelinePane
@@ -59,7 +60,9 @@ def test_a_deleted_result_file_is_said_missing(qtmodeltester: Any, queue: Queue)
 
     for role in (Qt.ItemDataRole.DisplayRole, TimelineRole.DETAIL, Qt.ItemDataRole.ToolTipRole):
         texts = result_row_texts(model, role)
-        assert texts and all("result file missing" in t and f"result ref: {job.result_ref}" not in t for t in texts)
+        assert texts and all(
+            "result file missing" in t and f"result ref: {short_ref(job.result_ref)}" not in t for t in texts
+        )
     assert model.result_note is not None and "result file missing" in model.as_text()
 
 
@@ -87,7 +90,7 @@ def test_a_healthy_or_journal_held_result_shows_its_ref(queue: Queue) -> None:
         model.show_job(job)
         assert model.result_note is None
         texts = result_row_texts(model, TimelineRole.DETAIL)
-        assert texts and all(f"result ref: {job.result_ref}" in t for t in texts)
+        assert texts and all(f"result ref: {short_ref(job.result_ref)}" in t for t in texts)
 
 
 def test_the_window_timeline_checks_its_queues_results(session: Any) -> None:
