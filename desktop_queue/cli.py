@@ -44,6 +44,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+#: the help of every command's job id argument
+ID_HELP = "the job's id (or its first 4 or more characters, if no other job's start with them)"
+#: the help of --priority (submit, schedule add/edit)
+PRIORITY_HELP = "interactive jobs are leased before background ones (default: background)"
+#: the help of --max-attempts (submit, schedule add/edit)
+MAX_ATTEMPTS_HELP = "attempts before the job is dead-lettered (default: 5)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run AI generation jobs on this machine, and never lose one.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -78,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--key", help="idempotency key (default: a fingerprint of kind and input)")
     p.add_argument("--title", help="a title for people")
-    p.add_argument("--priority", choices=["interactive", "background"], default="background")
-    p.add_argument("--max-attempts", type=int, default=None, metavar="N")
+    p.add_argument("--priority", choices=["interactive", "background"], default="background", help=PRIORITY_HELP)
+    p.add_argument("--max-attempts", type=int, default=None, metavar="N", help=MAX_ATTEMPTS_HELP)
     when = p.add_mutually_exclusive_group()
     when.add_argument(
         "--at",
@@ -93,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("list", help="jobs, newest first")
-    p.add_argument("--state", choices=[s.value for s in State])
+    p.add_argument("--state", choices=[s.value for s in State], help="only jobs in this state")
     count = p.add_mutually_exclusive_group()
     count.add_argument(
         "--limit",
@@ -106,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("show", help="one job with its full event timeline (and its text result)")
-    p.add_argument("id")
+    p.add_argument("id", help=ID_HELP)
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser(
@@ -116,18 +124,18 @@ def build_parser() -> argparse.ArgumentParser:
         "artifact (an image, an audio file) only to FILE (without --output its path is printed). "
         "Exit codes: 3 no such job, 4 no result in the job's state, 1 the result is missing or damaged.",
     )
-    p.add_argument("id")
+    p.add_argument("id", help=ID_HELP)
     p.add_argument("-o", "--output", metavar="FILE", help="write the result to FILE ('-': standard output)")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.add_argument("--json", action="store_true", help="print the whole result document as JSON")
 
     for name, text in (("cancel", "cancel a queued or running job"), ("retry", "retry a dead or cancelled job")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("id")
+        p.add_argument("id", help=ID_HELP)
         p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("replay", help="a new job from a finished one, with the same or edited input")
-    p.add_argument("id")
+    p.add_argument("id", help=ID_HELP)
     p.add_argument("--input", dest="input_json", metavar="JSON", help="edited input (default: the original's)")
     p.add_argument(
         "--dry-run",
@@ -143,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Marks a dead job resolved: it stays dead, leaves the dead letters and their count, "
         "and is purged like any finished job. A retry later opens it again.",
     )
-    p.add_argument("id")
+    p.add_argument("id", help=ID_HELP)
     p.add_argument("--note", metavar="TEXT", help="why (kept in the job's timeline, at most 300 characters)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -171,7 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("work", help="run a headless worker on the same lease engine")
-    p.add_argument("--concurrency", type=_at_least_one, default=4, metavar="N")
+    p.add_argument(
+        "--concurrency",
+        type=_at_least_one,
+        default=4,
+        metavar="N",
+        help="attempts this worker runs at once (default: 4)",
+    )
     p.add_argument("--until-idle", action="store_true", help="exit when nothing is queued or running")
     p.add_argument(
         "--rpm",
@@ -264,7 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     keep = p.add_mutually_exclusive_group()
     keep.add_argument("--keep-succeeded", action="store_true", default=None, help="never purge succeeded jobs")
-    keep.add_argument("--no-keep-succeeded", dest="keep_succeeded", action="store_false")
+    keep.add_argument(
+        "--no-keep-succeeded",
+        dest="keep_succeeded",
+        action="store_false",
+        help="purge succeeded jobs like every finished job (the default)",
+    )
     p.add_argument(
         "--quarantine-days",
         type=_days_arg,
@@ -303,10 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
     q = psub.add_parser("list", help="the profiles (never a key: only whether one is set)")
     q.add_argument("--json", action="store_true", help="print JSON")
     q = psub.add_parser("test", help="list the server's models; names the exact failure")
-    q.add_argument("name")
+    q.add_argument("name", help="the profile's name")
     q.add_argument("--json", action="store_true", help="print JSON")
     q = psub.add_parser("remove", help="remove a profile and its keyring entry")
-    q.add_argument("name")
+    q.add_argument("name", help="the profile's name")
     q.add_argument("--json", action="store_true", help="print JSON")
     cli_serve.add_profile_parser(psub)
 

@@ -44,14 +44,16 @@ def _count(text: str) -> int:
 
 def _template_options(q: argparse.ArgumentParser, *, edit: bool) -> None:
     """The fields ``add`` takes and ``edit`` may change (``edit`` leaves out what is not given)."""
+    from desktop_queue.cli import MAX_ATTEMPTS_HELP, PRIORITY_HELP
+
     q.add_argument("--cron", required=not edit, metavar="EXPR", help="five-field cron expression, e.g. '0 * * * *'")
     q.add_argument("--kind", required=not edit, help="job kind, e.g. demo")
     q.add_argument("--input", dest="input_json", required=not edit, metavar="JSON", help="the job's input as JSON")
     q.add_argument("--tz", metavar="ZONE", help="IANA time zone the cron is read in (default: this computer's)")
     q.add_argument("--catch-up", choices=CATCH_UP, help="missed windows after a pause in running (default: skip)")
     q.add_argument("--overlap", choices=OVERLAP, help="while the previous run is queued or running (default: skip)")
-    q.add_argument("--priority", choices=["interactive", "background"])
-    q.add_argument("--max-attempts", type=int, metavar="N")
+    q.add_argument("--priority", choices=["interactive", "background"], help=PRIORITY_HELP)
+    q.add_argument("--max-attempts", type=int, metavar="N", help=MAX_ATTEMPTS_HELP)
     q.add_argument("--title", help="the jobs' title (default: the schedule's name)")
     q.add_argument("--profile", help="provider profile the jobs run on (default: the default profile)")
     q.add_argument(
@@ -77,7 +79,7 @@ def add_parser(sub: Any) -> None:
     q.add_argument("name", help="a name: letters, digits, spaces, '.', '_' and '-'")
     _template_options(q, edit=False)
     q = ssub.add_parser("edit", help="change a schedule (its history stays)")
-    q.add_argument("name")
+    q.add_argument("name", help="the schedule's name")
     q.add_argument("--rename", metavar="NEW", help="a new name")
     _template_options(q, edit=True)
     q = ssub.add_parser("list", help="the schedules, with their next and last runs")
@@ -89,7 +91,7 @@ def add_parser(sub: Any) -> None:
         ("run-now", "submit its job now, whatever the overlap rule"),
     ):
         q = ssub.add_parser(action, help=text)
-        q.add_argument("name")
+        q.add_argument("name", help="the schedule's name")
         q.add_argument("--json", action="store_true", help="print JSON")
 
 

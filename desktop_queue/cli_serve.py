@@ -49,7 +49,7 @@ def add_profile_parser(psub: Any) -> None:
         description="Reads the webhook signing secret (whsec_...) of profile NAME from standard input and keeps "
         "it in the OS keyring; webhooks to POST /webhooks/NAME of `desktop-queue serve` are verified with it.",
     )
-    q.add_argument("name")
+    q.add_argument("name", help="the profile's name")
     q.add_argument("--remove", action="store_true", help="remove the secret instead")
     q.add_argument("--json", action="store_true", help="print JSON")
 

@@ -77,6 +77,9 @@ from desktop_queue.core.webhooks import Delivery, WebhookResult
 
 log = logging.getLogger(__name__)
 
+#: the fewest characters of an id that find a job by its start (``show 1a2b``)
+MIN_ID_PREFIX = 4
+
 MAX_INPUT_BYTES = 1 << 20
 MAX_INTERACTIVE_WAITING = 5
 #: jobs and input bytes one batch may create in its single commit (a journal record
@@ -330,7 +333,7 @@ class Queue:
         job = state.job(job_id)
         if job is not None:
             return job
-        if len(job_id) >= 4:
+        if len(job_id) >= MIN_ID_PREFIX:
             # (a view that keeps every job, PostgreSQL's, finds them itself: not by every id)
             named: Callable[[str], Iterable[str]] | None = getattr(state, "ids_with_prefix", None)
             ids = set(named(job_id)) if named is not None else {i for i in state.hot_jobs() if i.startswith(job_id)}
@@ -342,6 +345,8 @@ class Queue:
                     return found
             if len(ids) > 1:
                 raise NoSuchJob(f"job id prefix {job_id!r} is ambiguous ({len(ids)} jobs)")
+        elif job_id and len(job_id) < MIN_ID_PREFIX:
+            raise NoSuchJob(f"no job {job_id!r} (the start of an id must be {MIN_ID_PREFIX} characters or more)")
         raise NoSuchJob(f"no job {job_id!r}")
 
     def _lease_changes_cleared(self, now: float) -> JobChanges:

@@ -453,6 +453,35 @@ class TestVerbs:
         assert run.code == NO_JOB
         assert "no job '0123456789'" in one_clear_line(run)
 
+    def test_too_short_a_start_of_an_id_says_how_long_it_must_be(self, dq: Cli) -> None:
+        """`show 2` said "no job '2'" beside two jobs whose ids start with 2."""
+        job = dq.submit(FAST)
+        run = dq.run("show", job["id"][:2])
+        assert run.code == NO_JOB
+        assert one_clear_line(run).endswith("(the start of an id must be 4 characters or more)")
+        assert dq.run("show", job["id"][:4]).code == OK
+
+
+def test_every_argument_of_every_command_says_what_it_is() -> None:
+    """`work --help` listed "--concurrency N" with nothing beside it, `submit --help`
+    "--priority" and "--max-attempts N", and every command its bare "id"."""
+    import argparse
+
+    from desktop_queue.cli import build_parser
+
+    bare: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif action.help is None:
+                bare.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "desktop-queue")
+    assert bare == []
+
 
 # ---------------------------------------------------------------------- work and stats
 
