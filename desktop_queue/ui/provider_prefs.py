@@ -400,14 +400,20 @@ class ProvidersPage(QWidget):
     def _show_key_state(self) -> None:
         """Says where this profile's key comes from (never the key itself)."""
         self.api_key.setEnabled(self.require_key.isChecked())
+        found = None
+        if self.saved_name is not None:
+            found = resolve_api_key(self.saved_name, env=self.profile().openai_profile().env_key)
         if not self.require_key.isChecked():
-            self.key_state.setText("No key is sent to this server.")
+            # (a key there is found is sent all the same: a proxy may want one without it being required)
+            if found is not None and found.key:
+                where = "the OS keyring" if found.source == "keyring" else f"${found.variable}"
+                self.key_state.setText(f"A key is not required, but the one in {where} is sent.")
+            else:
+                self.key_state.setText("No key is sent to this server.")
             return
-        if self.saved_name is None:
+        if found is None:
             self.key_state.setText("")  # the field's hint says where it goes
             return
-        profile = self.profile()
-        found = resolve_api_key(self.saved_name, env=profile.openai_profile().env_key)
         if found.source == "keyring":
             text = "A key is saved in the OS keyring."
         elif found.source == "environment":

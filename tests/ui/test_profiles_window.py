@@ -541,3 +541,25 @@ def test_a_new_schedule_in_the_window_starts_from_each_kind_s_own_input(qtbot: A
     dialog.kind.setCurrentIndex(dialog.kind.findData("openai.chat"))
     assert json.loads(dialog.input.toPlainText()).get("prompt") == ""
     dialog.reject()
+
+
+def test_a_key_sent_to_a_server_that_needs_none_is_not_said_to_be_unsent(
+    qtbot: Any,
+    memory_keyring: MemoryKeyring,
+    local: FakeOpenAI,
+    isolated_profile: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    drained: None,
+) -> None:
+    """A LiteLLM proxy with a master key, set up without "needs an API key" and the key in
+    its variable: every request carried the key, and Preferences said "No key is sent"."""
+    save_profiles(ProfileSet((ProfileConfig(name="proxy", base_url=local.url, require_key=False),), "proxy"))
+    monkeypatch.setenv("DESKTOP_QUEUE_API_KEY_PROXY", CANARY_KEY)
+    dialog = PreferencesDialog(Preferences())
+    qtbot.addWidget(dialog)
+    page = dialog.providers_page
+    assert page.key_state.text() == "A key is not required, but the one in $DESKTOP_QUEUE_API_KEY_PROXY is sent."
+    monkeypatch.delenv("DESKTOP_QUEUE_API_KEY_PROXY")
+    page.require_key.setChecked(True)
+    page.require_key.setChecked(False)
+    assert page.key_state.text() == "No key is sent to this server."
