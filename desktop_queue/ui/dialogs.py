@@ -1413,14 +1413,21 @@ class PreferencesDialog(QDialog):
         row.addWidget(self.store_test)
         add_labelled_row(form, "&Store:", row, self.store)
         self.store_status = QLabel()
+        self.store_status.setObjectName("storeStatus")
         self.store_status.setWordWrap(True)
         form.addRow("", self.store_status)
+        self._store_form = form
+        form.setRowVisible(self.store_status, False)  # (shown with something to say: no blank row)
         self.store_note = QLabel(
             "A new store is used when Desktop Queue starts again (restart to switch). "
             "--store and DESKTOP_QUEUE_STORE, when given, come first. Copy jobs across with "
             "desktop-queue migrate."
         )
         self.store_note.setWordWrap(True)
+        # (at the top of its row: a wrapped label's row is sized for a narrower width first,
+        # and centred text then floated below a blank gap under the Store field)
+        self.store_note.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        self.store_status.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         form.addRow("", self.store_note)
 
     def _store_url(self) -> str:
@@ -1439,7 +1446,7 @@ class PreferencesDialog(QDialog):
             ok, text = probe_store(self._store_url())
         finally:
             self.unsetCursor()
-        self.store_status.setText(text[:1].upper() + text[1:])
+        self._say_store(text[:1].upper() + text[1:])
         return ok
 
     def _save_store(self) -> bool:
@@ -1450,18 +1457,23 @@ class PreferencesDialog(QDialog):
         text = self.store.text().strip()
         problem = check_store_url(text)
         if problem is not None:
-            self.store_status.setText(problem[:1].upper() + problem[1:])
+            self._say_store(problem[:1].upper() + problem[1:])
             return False
         if text == self._saved_store:
             return True
         try:
             save_store(text)
         except KeyringUnavailable as exc:
-            self.store_status.setText(str(exc))
+            self._say_store(str(exc))
             return False
         self._saved_store = split_store_password(text)[0]
-        self.store_status.setText("Saved: used when Desktop Queue starts again.")
+        self._say_store("Saved: used when Desktop Queue starts again.")
         return True
+
+    def _say_store(self, text: str) -> None:
+        """What the Store field's test or save found, in the row below it."""
+        self.store_status.setText(text)
+        self._store_form.setRowVisible(self.store_status, bool(text))
 
     def select_profile(self, name: str) -> bool:
         """Shows the Providers tab with the profile ``name`` selected; False if there is none."""

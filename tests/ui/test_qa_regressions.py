@@ -675,3 +675,17 @@ def test_a_job_that_finished_while_cancel_was_asked_is_said_plainly(
     controller.retry([other.id])
     controller.retry([other.id])  # (twice: as two windows might)
     assert failed == [] and said[-1] == "Nothing to retry: “still queued” is already queued"
+
+
+def test_the_store_fields_note_sits_under_it(qtbot: Any) -> None:
+    """Preferences → General left a blank band between the Store field and its note: an empty
+    status row, and the note's text centred in a row sized for a narrower width."""
+    dialog = dialogs.PreferencesDialog(Preferences())
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitUntil(dialog.store.isVisible, timeout=3000)
+    line = dialog.store.fontMetrics().lineSpacing()
+    assert not dialog.store_status.isVisible()
+    gap = dialog.store_note.geometry().top() - dialog.store.geometry().bottom()
+    assert gap < line, gap
+    assert dialog.store_note.alignment() & Qt.AlignmentFlag.AlignTop
