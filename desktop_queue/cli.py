@@ -1083,10 +1083,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         _out(stats.to_json())
         return EXIT_OK
 
-    sec = _stat_seconds
     print("jobs      " + "  ".join(f"{k} {v:,}" for k, v in stats.counts.items()) + f"  (total {stats.jobs:,})")
-    print(f"wait      p50 {sec(stats.wait_p50_s)}  p95 {sec(stats.wait_p95_s)}")
-    print(f"run       p50 {sec(stats.run_p50_s)}  p95 {sec(stats.run_p95_s)}")
+    print(f"wait      p50 {_stat_seconds(stats.wait_p50_s)}  p95 {_stat_seconds(stats.wait_p95_s)}")
+    print(f"run       p50 {_stat_seconds(stats.run_p50_s)}  p95 {_stat_seconds(stats.run_p95_s)}")
     print(
         f"attempts  {stats.attempts:,}  retries {stats.retries:,}  throttled {stats.throttled:,}  "
         f"lease expiries {stats.lease_expiries:,}  reconciled {stats.reconciled:,}  dead letters {stats.dead_letters:,}"
@@ -1112,7 +1111,6 @@ def _stats_window(args: argparse.Namespace) -> int:
         return EXIT_OK
     t = figures.totals
 
-    sec = _stat_seconds
     rate = "-" if t["success_rate"] is None else f"{100 * t['success_rate']:.1f}%"
     print(f"window    last {figures.window} ({counted(figures.events, 'event')})")
     print("now       " + "  ".join(f"{k} {v:,}" for k, v in t["depth_now"].items()))
@@ -1121,8 +1119,8 @@ def _stats_window(args: argparse.Namespace) -> int:
         + "  ".join(f"{k} {v:,}" for k, v in t["finished"].items())
         + f"  ({t['finished_per_min']:,.2f}/min, success {rate})"
     )
-    print(f"wait      p50 {sec(t['wait_p50_s'])}  p95 {sec(t['wait_p95_s'])}")
-    print(f"run       p50 {sec(t['run_p50_s'])}  p95 {sec(t['run_p95_s'])}")
+    print(f"wait      p50 {_stat_seconds(t['wait_p50_s'])}  p95 {_stat_seconds(t['wait_p95_s'])}")
+    print(f"run       p50 {_stat_seconds(t['run_p50_s'])}  p95 {_stat_seconds(t['run_p95_s'])}")
     print(
         f"per hour  retries {t['retries_per_hour']:.2f}  throttled {t['throttled_per_hour']:.2f}  "
         f"lease expiries {t['lease_expiries_per_hour']:.2f}"
@@ -1389,23 +1387,15 @@ def _load_profiles() -> Any:
     return load_profiles()
 
 
-def _key_source(config: Any) -> str:
+def _key_source(config: Any, *, as_text: bool = False) -> str:
+    """Where the profile's key comes from (one keyring read): ``keyring``, ``environment`` (as
+    text, ``$VARIABLE``, which ``profile list`` prints), ``none`` or ``not needed``."""
     from desktop_queue.providers.openai_compat import resolve_api_key
 
     found = resolve_api_key(config.name, env=config.openai_profile().env_key)
     if not config.require_key and not found.key:
         return "not needed"
-    return found.source
-
-
-def _key_text(config: Any) -> str:
-    """Where the profile's key comes from, as ``profile list`` says it: ``keyring``, ``$VARIABLE``..."""
-    from desktop_queue.providers.openai_compat import resolve_api_key
-
-    source = _key_source(config)
-    if source != "environment":
-        return source
-    return f"${resolve_api_key(config.name, env=config.openai_profile().env_key).variable}"
+    return f"${found.variable}" if as_text and found.variable else found.source
 
 
 def _profile_json(config: Any, default: str | None) -> dict[str, Any]:
@@ -1475,7 +1465,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             mark = "*" if config.name == default else " "
             print(
                 f"{mark} {config.name:<16} {config.base_url or 'https://api.openai.com/v1 ($OPENAI_BASE_URL)'}  "
-                f"model {config.model}  key: {_key_text(config)}{where}"
+                f"model {config.model}  key: {_key_source(config, as_text=True)}{where}"
             )
         return EXIT_OK
     if action == "add":

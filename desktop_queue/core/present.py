@@ -18,6 +18,7 @@ from desktop_queue.core.flow import BACKGROUND_PAUSED, FlowControl, FlowEvent, F
 from desktop_queue.core.ledger import Budget, format_usd
 from desktop_queue.core.model import Priority, State
 from desktop_queue.core.pause import PauseState
+from desktop_queue.core.wording import status_words
 
 #: job dict -> why flow control holds a due job back (e.g. ``FlowControl.waiting_reason``), or None
 HoldReason = Callable[[Mapping[str, Any]], str | None]
@@ -590,9 +591,7 @@ def error_text(job: Mapping[str, Any]) -> str:
     if not error:
         return ""
     message = str(error.get("message", ""))
-    code = error.get("status")
-    status = f" HTTP {code}" if code and f"HTTP {code}" not in message else ""
-    return f"{error.get('class', 'error')}{status}: {message}"
+    return f"{error.get('class', 'error')}{status_words(error.get('status'), message)}: {message}"
 
 
 def error_signature(job: Mapping[str, Any]) -> str:

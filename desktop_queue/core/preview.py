@@ -19,6 +19,7 @@ from desktop_queue.core.errors import QueueError
 from desktop_queue.core.fingerprint import canonical_json
 from desktop_queue.core.model import ErrorClass, Job, State
 from desktop_queue.core.search import prompt_text
+from desktop_queue.core.wording import status_words
 
 #: the Replay dialog's and the CLI's title of a replay: from its prompt when that was edited
 TITLE_CHARS = 60
@@ -211,8 +212,9 @@ def preview_replay(
     message = error.get("message")
     when = _when(job.finished_at)
     if job.state == State.DEAD and klass:
-        code = f" HTTP {status}" if status and f"HTTP {status}" not in str(message or "") else ""  # (said once)
-        ended = f"dead at {when} with a {klass}{code} error: {message or 'no message'}"
+        ended = (
+            f"dead at {when} with a {klass}{status_words(status, str(message or ''))} error: {message or 'no message'}"
+        )
     else:
         ended = f"{job.state} at {when}"
     findings: list[Finding] = []

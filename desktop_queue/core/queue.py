@@ -345,7 +345,7 @@ class Queue:
                     return found
             if len(ids) > 1:
                 raise NoSuchJob(f"job id prefix {job_id!r} is ambiguous ({len(ids)} jobs)")
-        elif job_id and len(job_id) < MIN_ID_PREFIX:
+        elif job_id:
             raise NoSuchJob(f"no job {job_id!r} (the start of an id must be {MIN_ID_PREFIX} characters or more)")
         raise NoSuchJob(f"no job {job_id!r}")
 
@@ -2380,7 +2380,7 @@ class Queue:
 
         docs = list(docs)
         parsed = [job_from_export(doc, number) for number, doc in enumerate(docs, 1)]
-        carried = 0
+        carried: set[str] = set()  # the jobs whose result the export carried, stored now
         for number, (doc, (job, _events)) in enumerate(zip(docs, parsed, strict=True), 1):
             result = doc.get("result")
             if result is None or job["state"] != State.SUCCEEDED:
@@ -2401,7 +2401,7 @@ class Queue:
                     "nothing was imported"
                 ) from exc
             job["result_ref"] = ref
-            carried += 1
+            carried.add(job["id"])
 
         def fn(state: View) -> Change[tuple[list[str], dict[str, str]]]:
             seq = state.seq
@@ -2429,13 +2429,10 @@ class Queue:
             return Change(batch, (added, skipped))
 
         added, skipped = self.store.commit(fn)
-        with_result = {job["id"] for doc, (job, _e) in zip(docs, parsed, strict=True) if "result" in doc}
         without = [
-            job["id"]
-            for job, _e in parsed
-            if job["id"] in added and job["state"] == State.SUCCEEDED and job["id"] not in with_result
+            j["id"] for j, _e in parsed if j["id"] in added and j["state"] == State.SUCCEEDED and j["id"] not in carried
         ]
-        return ImportResult(list(added), dict(skipped), carried, without)
+        return ImportResult(list(added), dict(skipped), len(carried), without)
 
 
 @dataclass(frozen=True)

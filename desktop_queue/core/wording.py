@@ -18,6 +18,12 @@ def were(n: int) -> str:
     return "was" if n == 1 else "were"
 
 
+def status_words(status: object, message: str) -> str:
+    """`` HTTP 400`` to put before ``message``, or "" when it has no status or names it already
+    (a provider's "openai.chat: HTTP 400: …" said twice pushed its own words out of sight)."""
+    return f" HTTP {status}" if status and f"HTTP {status}" not in message else ""
+
+
 def sentence(text: str) -> str:
     """``text`` as a sentence: a capital first letter, and one full stop at the end.
 

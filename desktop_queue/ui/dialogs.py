@@ -348,7 +348,6 @@ class SubmitDialog(QDialog):
         self.batch_read: BatchRead | None = None
         self._syncing = False
         self._pristine = True  # nothing typed yet: say what is missing without an error mark
-        self._put_aside = False  # closing for a signal: kept as a draft, nobody asked (see put_aside)
         self._ended = False  # submitted or closed (done() was called)
         self._fits = True  # the JSON tab's input is what the form shows
         self._clean_json = ""  # the JSON of an untouched form (nothing typed)
@@ -488,8 +487,7 @@ class SubmitDialog(QDialog):
         draft = self.draft()
         if draft is not None:
             QSettings(ORGANIZATION, APPLICATION).setValue(DRAFT_KEY, json.dumps(draft))
-        self._put_aside = True
-        self.done(QDialog.DialogCode.Rejected.value)
+        self.done(QDialog.DialogCode.Rejected.value)  # (done, not reject: nothing asks)
 
     def done(self, result: int) -> None:
         self._ended = True
@@ -934,9 +932,6 @@ class SubmitDialog(QDialog):
 
     def reject(self) -> None:
         """Escape, Cancel or the close button: asks first when typed input would be lost."""
-        if self._put_aside:  # (closing for a signal: what was typed is kept as a draft)
-            super().reject()
-            return
         if self.has_typed_input() and not confirm(
             self,
             "Discard this prompt?",
@@ -999,7 +994,6 @@ class ReplayDialog(QDialog):
 
     def __init__(self, controller: Controller, job: Job, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._put_aside = False  # closing for a signal: nobody to ask (see put_aside)
         self.setWindowTitle(f"Replay “{job.title}”")
         self.setObjectName("replayDialog")
         self.controller = controller
@@ -1240,14 +1234,10 @@ class ReplayDialog(QDialog):
             return  # (closed already, its deletion still to come: done() again would say so twice)
         if self.edited():
             log.info("the window was closed by a signal: the replay being edited was not made")
-        self._put_aside = True
-        self.done(QDialog.DialogCode.Rejected.value)
+        self.done(QDialog.DialogCode.Rejected.value)  # (done, not reject: nothing asks)
 
     def reject(self) -> None:
         """Escape, Cancel or the close button: asks first when the edited input would be lost."""
-        if self._put_aside:
-            super().reject()
-            return
         if self.edited() and not confirm(
             self,
             "Discard this prompt?",

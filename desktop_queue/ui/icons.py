@@ -59,3 +59,8 @@ def quiet_icon(name: str) -> QIcon:
     for side in (16, 20, 24, 32, 48):
         quiet.addPixmap(source.pixmap(side, side, QIcon.Mode.Disabled))
     return quiet
+
+
+def lit_icon(name: str, lit: bool) -> QIcon:
+    """``name``'s icon when what it marks is there (a dead letter, a result), else greyed."""
+    return icon(name) if lit else quiet_icon(name)

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QTabWidget, QWidget
 
 from desktop_queue.core.model import Job, State
 from desktop_queue.ui.details_view import DetailsView
-from desktop_queue.ui.icons import icon, quiet_icon
+from desktop_queue.ui.icons import icon, lit_icon
 from desktop_queue.ui.panes.timeline_pane import TimelinePane
 from desktop_queue.ui.result_view import ResultView
 from desktop_queue.ui.settings import load_window_number, save_window_state
@@ -62,7 +62,7 @@ class JobTabs(QTabWidget):
         ready = job is not None and job.state == State.SUCCEEDED
         if self._result_ready != ready:
             self._result_ready = ready
-            self.setTabIcon(RESULT_TAB, icon("state-succeeded") if ready else quiet_icon("state-succeeded"))
+            self.setTabIcon(RESULT_TAB, lit_icon("state-succeeded", ready))
 
     def tick(self) -> None:
         """The window's refresh tick (a running job's progress)."""

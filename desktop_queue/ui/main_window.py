@@ -39,7 +39,7 @@ from desktop_queue.ui.actions import ActionRegistry, ActionState
 from desktop_queue.ui.commands import Command, actions_for, applies_to
 from desktop_queue.ui.controller import Controller
 from desktop_queue.ui.history_actions import HistoryActions, HistoryCommand, history_actions_for
-from desktop_queue.ui.icons import icon, quiet_icon, state_icon
+from desktop_queue.ui.icons import icon, lit_icon, state_icon
 from desktop_queue.ui.job_tabs import JobTabs
 from desktop_queue.ui.local_api import LocalApi
 from desktop_queue.ui.models.metrics_model import MetricsSource
@@ -593,7 +593,7 @@ class MainWindow(QMainWindow):
         self.tabs.setTabText(1, f"&Dead letters ({dead:,})" if dead else "&Dead letters")
         if self._dead_tab_quiet != (dead == 0):
             self._dead_tab_quiet = dead == 0
-            self.tabs.setTabIcon(1, state_icon("dead") if dead else quiet_icon("state-dead"))
+            self.tabs.setTabIcon(1, lit_icon("state-dead", dead > 0))
 
     #: whether the Dead letters tab shows its greyed icon (no dead letter), None before the first count
     _dead_tab_quiet: bool | None = None

@@ -19,7 +19,7 @@ from desktop_queue.core.model import State
 from desktop_queue.core.present import clock_time
 from desktop_queue.core.wording import counted
 from desktop_queue.ui.elided import ElidedLabel
-from desktop_queue.ui.icons import icon, quiet_icon, state_icon
+from desktop_queue.ui.icons import icon, lit_icon, state_icon
 
 #: the states counted in the status bar, in this order (dead letters have their own button)
 COUNTED_STATES = (State.QUEUED, State.RUNNING, State.SUCCEEDED, State.CANCELLED)
@@ -188,7 +188,7 @@ class StatusBar(QStatusBar):
         grown = dead > seen
         if self.dead_button.property("none") != (dead == 0):  # (set on a change: a tick asks every second)
             self.dead_button.setProperty("none", dead == 0)
-            self.dead_button.setIcon(state_icon("dead") if dead else quiet_icon("state-dead"))
+            self.dead_button.setIcon(lit_icon("state-dead", dead > 0))
         self.dead_button.setText(counted(dead, "dead letter") + (f"  (+{dead - seen:,} new)" if grown else ""))
         font = self.dead_button.font()
         font.setBold(grown)
