@@ -1436,7 +1436,7 @@ class PreferencesDialog(QDialog):
             ok, text = probe_store(self._store_url())
         finally:
             self.unsetCursor()
-        self._say_store(text[:1].upper() + text[1:])
+        self._say_store(text)
         return ok
 
     def _save_store(self) -> bool:
@@ -1447,7 +1447,7 @@ class PreferencesDialog(QDialog):
         text = self.store.text().strip()
         problem = check_store_url(text)
         if problem is not None:
-            self._say_store(problem[:1].upper() + problem[1:])
+            self._say_store(problem)
             return False
         if text == self._saved_store:
             return True
@@ -1461,8 +1461,8 @@ class PreferencesDialog(QDialog):
         return True
 
     def _say_store(self, text: str) -> None:
-        """What the Store field's test or save found, in the row below it."""
-        self.store_status.setText(text)
+        """What the Store field's test or save found, in the row below it, as a sentence."""
+        self.store_status.setText(text[:1].upper() + text[1:])
         self._store_form.setRowVisible(self.store_status, bool(text))
 
     def select_profile(self, name: str) -> bool:
