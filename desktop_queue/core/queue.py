@@ -2370,7 +2370,9 @@ class Queue:
         holds. A job exported ``running`` comes in ``queued`` (its lease was another
         store's). A succeeded job's result, when the export carries it, is stored first
         (durably, under its key, write-once as every result is), so the job is never
-        succeeded here without it. All the jobs go in one durable commit.
+        succeeded here without it; the commit carries it too, so that on a shared
+        backend (PostgreSQL) every machine finds it, not only the one whose data dir
+        has the file. All the jobs go in one durable commit.
 
         Raises:
             InvalidInput: a document that is not an exported job, or a result that cannot
@@ -2381,12 +2383,15 @@ class Queue:
         docs = list(docs)
         parsed = [job_from_export(doc, number) for number, doc in enumerate(docs, 1)]
         carried: set[str] = set()  # the jobs whose result the export carried, stored now
+        # results stored here now, to be carried by the import's commit too: on a shared
+        # backend every machine then finds them (the file is this machine's data dir only)
+        shared: dict[str, dict[str, Any]] = {}
         for number, (doc, (job, _events)) in enumerate(zip(docs, parsed, strict=True), 1):
             result = doc.get("result")
             if result is None or job["state"] != State.SUCCEEDED:
                 continue
             try:
-                ref, _made = self.results.put(
+                ref, made = self.results.put(
                     job["key"],
                     result,
                     job_id=job["id"],
@@ -2402,6 +2407,10 @@ class Queue:
                 ) from exc
             job["result_ref"] = ref
             carried.add(job["id"])
+            stored = self.results.get(job["key"], archived=False, carried=False) if made else None
+            if stored is not None:
+                shared[job["id"]] = stored
+        checks = self._checks_new_results
 
         def fn(state: View) -> Change[tuple[list[str], dict[str, str]]]:
             seq = state.seq
@@ -2426,9 +2435,26 @@ class Queue:
             if not records:
                 return Change([], (added, skipped))
             batch: list[Record] = [records[0]] if len(records) == 1 else [{"op": "batch", "new": records}]
+            for job_id in added:
+                doc = shared.get(job_id)
+                if doc is None or (not checks and self.store.carried_result(doc["key"]) is not None):
+                    continue
+                record = self._upd(job_id, {})
+                record["res"] = doc
+                if checks:
+                    record["res_new"] = True  # (never replaces a result stored meanwhile: see below)
+                batch.append(record)
             return Change(batch, (added, skipped))
 
-        added, skipped = self.store.commit(fn)
+        try:
+            added, skipped = self.store.commit(fn)
+        except ResultStored:
+            # a result was stored for one of the keys meanwhile: that one is the key's
+            # result, and this machine's copy of the imported one stays where it is
+            for job_id, doc in list(shared.items()):
+                if self.store.carried_result(doc["key"]) is not None:
+                    del shared[job_id]
+            added, skipped = self.store.commit(fn)
         without = [
             j["id"] for j, _e in parsed if j["id"] in added and j["state"] == State.SUCCEEDED and j["id"] not in carried
         ]

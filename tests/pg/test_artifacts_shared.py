@@ -94,3 +94,72 @@ def test_a_purge_deletes_the_artifacts_of_its_jobs(two_machines: tuple[Queue, Qu
     assert worker.purge(worker.clock.now() + 1) == 2
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM dq_artifacts").fetchone() == (0,)
+
+
+def test_an_imported_result_reaches_every_machine(two_machines: tuple[Queue, Queue], tmp_path: Path) -> None:
+    """An export with results, imported on one machine of a shared queue: the others
+    showed "result file missing" for its jobs, as their results stayed in that
+    machine's data dir."""
+    import io
+
+    from desktop_queue.core.export import exported_result, read_export, write_export
+
+    worker, window = two_machines
+    with Queue.open(tmp_path / "laptop") as laptop:
+        text_job = laptop.submit("demo", {"prompt": "a poem"}).job
+        lease = laptop.lease("w")
+        assert lease is not None
+        laptop.complete(lease, {"text": "roses, queues"})
+        image_id, _ref = _image_job(laptop)
+        out = io.BytesIO()
+        results = laptop.results
+        write_export(laptop.find_jobs(), out, "jsonl", with_input=True, result_of=lambda j: exported_result(results, j))
+    imported = worker.import_jobs(list(read_export(out.getvalue())))
+    assert imported.results == 2 and imported.without_result == []
+
+    copy = window.get(text_job.id)
+    assert copy.state == State.SUCCEEDED and window.results.problem(copy.idempotency_key) is None
+    assert window.results.get(copy.idempotency_key)["result"] == {"text": "roses, queues"}
+    content = read_result(window.results, window.get(image_id))
+    assert content.kind is ResultKind.IMAGE, content.message
+    assert content.path is not None and content.path.read_bytes() == PNG
+    again = window.submit("demo", {"prompt": "a poem"})
+    assert again.duplicate and again.result is not None  # the answer is in the queue: nothing paid again
+
+
+def test_an_import_keeps_a_result_stored_meanwhile_for_the_same_key(
+    two_machines: tuple[Queue, Queue], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Results are written once: one stored by another machine while the import ran stays the key's."""
+    import io
+    import json
+
+    from desktop_queue.core.export import exported_result, read_export, write_export
+
+    worker, window = two_machines
+    with Queue.open(tmp_path / "laptop") as laptop:
+        job = laptop.submit("demo", {"prompt": "a poem"}).job
+        lease = laptop.lease("w")
+        assert lease is not None
+        laptop.complete(lease, {"text": "imported"})
+        out = io.BytesIO()
+        results = laptop.results
+        write_export(laptop.find_jobs(), out, "jsonl", with_input=True, result_of=lambda j: exported_result(results, j))
+    theirs = {**window.results.document(job.idempotency_key, {"text": "theirs"}, job_id="x", epoch=1, produced_at=1.0)}
+    commit = worker.store.commit
+    first = {"done": False}
+
+    def racing(fn, **kwargs):  # type: ignore[no-untyped-def]
+        if not first["done"]:  # another machine stores a result for the key before the import commits
+            first["done"] = True
+            with psycopg.connect(window.store.dsn, autocommit=True) as conn:  # type: ignore[attr-defined]
+                conn.execute(
+                    "INSERT INTO dq_results (key, doc) VALUES (%s, %s::jsonb)",
+                    (job.idempotency_key, json.dumps(theirs)),
+                )
+        return commit(fn, **kwargs)
+
+    monkeypatch.setattr(worker.store, "commit", racing)
+    imported = worker.import_jobs(list(read_export(out.getvalue())))
+    assert imported.added == [job.id]
+    assert window.results.get(job.idempotency_key)["result"] == {"text": "theirs"}
