@@ -96,30 +96,40 @@ def test_a_purge_deletes_the_artifacts_of_its_jobs(two_machines: tuple[Queue, Qu
         assert conn.execute("SELECT count(*) FROM dq_artifacts").fetchone() == (0,)
 
 
+def _laptop_export(tmp_path: Path, answer: str, *, image: bool = False) -> tuple[bytes, str, str | None]:
+    """An export with results of a laptop's own data dir: a poem answered ``answer`` (and an
+    image); returns (the export, the poem's job id, the image's job id)."""
+    import io
+
+    from desktop_queue.core.export import exported_result, write_export
+
+    with Queue.open(tmp_path / "laptop") as laptop:
+        poem = laptop.submit("demo", {"prompt": "a poem"}).job
+        lease = laptop.lease("w")
+        assert lease is not None
+        laptop.complete(lease, {"text": answer})
+        image_id = _image_job(laptop)[0] if image else None
+        out = io.BytesIO()
+        results = laptop.results
+        write_export(laptop.find_jobs(), out, "jsonl", with_input=True, result_of=lambda j: exported_result(results, j))
+    return out.getvalue(), poem.id, image_id
+
+
 def test_an_imported_result_reaches_every_machine(two_machines: tuple[Queue, Queue], tmp_path: Path) -> None:
     """An export with results, imported on one machine of a shared queue: the others
     showed "result file missing" for its jobs, as their results stayed in that
     machine's data dir."""
-    import io
-
-    from desktop_queue.core.export import exported_result, read_export, write_export
+    from desktop_queue.core.export import read_export
 
     worker, window = two_machines
-    with Queue.open(tmp_path / "laptop") as laptop:
-        text_job = laptop.submit("demo", {"prompt": "a poem"}).job
-        lease = laptop.lease("w")
-        assert lease is not None
-        laptop.complete(lease, {"text": "roses, queues"})
-        image_id, _ref = _image_job(laptop)
-        out = io.BytesIO()
-        results = laptop.results
-        write_export(laptop.find_jobs(), out, "jsonl", with_input=True, result_of=lambda j: exported_result(results, j))
-    imported = worker.import_jobs(list(read_export(out.getvalue())))
+    exported, poem_id, image_id = _laptop_export(tmp_path, "roses, queues", image=True)
+    imported = worker.import_jobs(list(read_export(exported)))
     assert imported.results == 2 and imported.without_result == []
 
-    copy = window.get(text_job.id)
+    copy = window.get(poem_id)
     assert copy.state == State.SUCCEEDED and window.results.problem(copy.idempotency_key) is None
     assert window.results.get(copy.idempotency_key)["result"] == {"text": "roses, queues"}
+    assert image_id is not None
     content = read_result(window.results, window.get(image_id))
     assert content.kind is ResultKind.IMAGE, content.message
     assert content.path is not None and content.path.read_bytes() == PNG
@@ -131,21 +141,15 @@ def test_an_import_keeps_a_result_stored_meanwhile_for_the_same_key(
     two_machines: tuple[Queue, Queue], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Results are written once: one stored by another machine while the import ran stays the key's."""
-    import io
     import json
 
-    from desktop_queue.core.export import exported_result, read_export, write_export
+    from desktop_queue.core.export import read_export
 
     worker, window = two_machines
-    with Queue.open(tmp_path / "laptop") as laptop:
-        job = laptop.submit("demo", {"prompt": "a poem"}).job
-        lease = laptop.lease("w")
-        assert lease is not None
-        laptop.complete(lease, {"text": "imported"})
-        out = io.BytesIO()
-        results = laptop.results
-        write_export(laptop.find_jobs(), out, "jsonl", with_input=True, result_of=lambda j: exported_result(results, j))
-    theirs = {**window.results.document(job.idempotency_key, {"text": "theirs"}, job_id="x", epoch=1, produced_at=1.0)}
+    exported, poem_id, _none = _laptop_export(tmp_path, "imported")
+    docs = list(read_export(exported))
+    key = docs[0]["idempotency_key"]
+    theirs = window.results.document(key, {"text": "theirs"}, job_id="x", epoch=1, produced_at=1.0)
     commit = worker.store.commit
     first = {"done": False}
 
@@ -155,11 +159,11 @@ def test_an_import_keeps_a_result_stored_meanwhile_for_the_same_key(
             with psycopg.connect(window.store.dsn, autocommit=True) as conn:  # type: ignore[attr-defined]
                 conn.execute(
                     "INSERT INTO dq_results (key, doc) VALUES (%s, %s::jsonb)",
-                    (job.idempotency_key, json.dumps(theirs)),
+                    (key, json.dumps(theirs)),
                 )
         return commit(fn, **kwargs)
 
     monkeypatch.setattr(worker.store, "commit", racing)
-    imported = worker.import_jobs(list(read_export(out.getvalue())))
-    assert imported.added == [job.id]
-    assert window.results.get(job.idempotency_key)["result"] == {"text": "theirs"}
+    imported = worker.import_jobs(docs)
+    assert imported.added == [poem_id]
+    assert window.results.get(key)["result"] == {"text": "theirs"}
