@@ -7,6 +7,7 @@ the input is invalid.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from typing import Any
@@ -37,7 +38,8 @@ from PySide6.QtWidgets import (
 from desktop_queue.api import DEFAULT_PORT, HOST
 from desktop_queue.core import Job, QueueError, SubmitResult
 from desktop_queue.core.batchinput import BatchFormat, BatchRead, detect_format, read_batch
-from desktop_queue.core.errors import InvalidInput
+from desktop_queue.core.drafts import NEW_JOB, keep_draft, take_draft
+from desktop_queue.core.errors import InvalidInput, StoreError
 from desktop_queue.core.fingerprint import canonical_json
 from desktop_queue.core.inputspec import FieldType, InputSpec, spec_for, title_for
 from desktop_queue.core.model import Priority
@@ -312,9 +314,6 @@ class BatchPage(QWidget):
 LAST_KIND_KEY = "submit/last_kind"
 #: the kind of a first job once a provider profile is set up (before any kind was submitted)
 FIRST_PROVIDER_KIND = "openai.chat"
-#: QSettings key of what New job held when the window was closed by a signal (JSON, see
-#: :meth:`SubmitDialog.put_aside`): the next New job opens on it
-DRAFT_KEY = "submit/draft"
 
 
 class SubmitDialog(QDialog):
@@ -486,7 +485,10 @@ class SubmitDialog(QDialog):
             return  # (submitted or closed already, its deletion still to come)
         draft = self.draft()
         if draft is not None:
-            QSettings(ORGANIZATION, APPLICATION).setValue(DRAFT_KEY, json.dumps(draft))
+            try:  # (in the data dir, not the settings file: see core.drafts)
+                keep_draft(self.controller.queue.data_dir, NEW_JOB, draft)
+            except StoreError as exc:
+                log.warning("the prompt being written in New job could not be kept: %s", exc)
         self.done(QDialog.DialogCode.Rejected.value)  # (done, not reject: nothing asks)
 
     def done(self, result: int) -> None:
@@ -495,23 +497,16 @@ class SubmitDialog(QDialog):
 
     def _restore_draft(self) -> None:
         """Opens on the draft :meth:`put_aside` kept, once (then it is the dialog's to keep or lose)."""
-        settings = QSettings(ORGANIZATION, APPLICATION)
-        raw = settings.value(DRAFT_KEY)
-        if raw is None:
+        draft = take_draft(self.controller.queue.data_dir, NEW_JOB)
+        if draft is None:
             return
-        settings.remove(DRAFT_KEY)
-        try:
-            draft = json.loads(str(raw))
-            kind, text = draft["kind"], draft["input"]
-            title, batch = draft.get("title", ""), draft.get("batch", "")
-            if not all(isinstance(v, str) for v in (kind, text, title, batch)):
-                raise TypeError("not text")
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("the New job draft could not be read (%s): left out", type(exc).__name__)
-            return
+        kind, text = draft.get("kind", ""), draft.get("input", "")
+        title, batch = draft.get("title", ""), draft.get("batch", "")
         index = self.kind.findData(kind)
-        if index < 0:
-            log.warning("the New job draft is of kind %s, which is not available here: left out", kind)
+        if index < 0:  # (its provider profile is gone for now: kept for when it is back)
+            log.warning("the New job draft is of kind %s, which is not available here: kept for later", kind)
+            with contextlib.suppress(StoreError):
+                keep_draft(self.controller.queue.data_dir, NEW_JOB, draft)
             return
         self.kind.setCurrentIndex(index)
         self.editor.setPlainText(text)

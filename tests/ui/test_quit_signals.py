@@ -64,9 +64,11 @@ def test_a_signal_with_a_prompt_being_written_asks_nothing_and_keeps_it(
 ) -> None:
     """At a logout with New job open on a typed prompt, "Discard this prompt?" came up and
     the window waited for an answer nobody would give, until the session killed it."""
+    from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
     from desktop_queue.app import Session
+    from desktop_queue.core.drafts import NEW_JOB, draft_path
     from desktop_queue.ui import dialogs
 
     quits: list[bool] = []
@@ -86,6 +88,11 @@ def test_a_signal_with_a_prompt_being_written_asks_nothing_and_keeps_it(
     assert prompts.confirms == []  # nothing asked
     assert not window.isVisible()  # (and the dialog is gone: closed, then deleted)
     session.close()
+    # kept in the data dir, with the jobs' prompts; not in the settings file, which people copy and sync
+    assert "otters" in draft_path(data_dir, NEW_JOB).read_text()
+    settings = QSettings(dialogs.ORGANIZATION, dialogs.APPLICATION)
+    settings.sync()
+    assert "otters" not in Path(settings.fileName()).read_text(errors="replace")
 
     again = open_session(data_dir, lease=False)
     assert isinstance(again, Session)
@@ -96,4 +103,19 @@ def test_a_signal_with_a_prompt_being_written_asks_nothing_and_keeps_it(
     restored.reject()  # asks, as for anything typed
     assert len(prompts.confirms) == 1
     fresh = again.window.new_job()  # the draft was handed over once
-    assert not fresh.has_typed_input() and dialogs.DRAFT_KEY
+    assert not fresh.has_typed_input() and not draft_path(data_dir, NEW_JOB).exists()
+
+
+def test_a_draft_of_a_kind_not_available_now_is_kept_for_later(open_session: Any, data_dir: Path) -> None:
+    """A draft of a provider whose profile is gone for now (removed, or another config dir)."""
+    from desktop_queue.app import Session
+    from desktop_queue.core.drafts import NEW_JOB, draft_path, keep_draft
+
+    fields = {"kind": "elsewhere.chat", "input": '{"prompt": "otters"}', "title": "", "batch": ""}
+    keep_draft(data_dir, NEW_JOB, fields)
+    session = open_session(data_dir, lease=False)
+    assert isinstance(session, Session)
+    dialog = session.window.new_job()
+    assert not dialog.has_typed_input()
+    dialog.reject()
+    assert "otters" in draft_path(data_dir, NEW_JOB).read_text()
