@@ -24,6 +24,7 @@ with only what is still needed.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -329,12 +330,14 @@ class Outbox:
             return missing
         added: list[Notice] = []
         if ids:
-            jobs = queue.raw_jobs(ids)
+            jobs: Iterable[Mapping[str, Any]] = queue.raw_jobs(ids)
             archived = ids.difference(j["id"] for j in jobs)
             if archived:
                 # a compaction archived them since they changed: a busy worker finishes more
-                # jobs between two feeds than the hot set keeps, and each must be told
-                jobs += queue.job_dicts(archived)
+                # jobs between two feeds than the hot set keeps, and each must be told. Read
+                # as add() folds them into notices, a chunk at a time: tens of thousands of
+                # whole jobs at once were a peak the process's memory kept afterwards
+                jobs = itertools.chain(jobs, queue.job_dicts(archived))
             added = self.add(jobs)
         # only now: jobs whose notices a full disk refused are looked at again next time
         self._version = version

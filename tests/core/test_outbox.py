@@ -172,6 +172,41 @@ def test_jobs_archived_before_a_feed_are_announced(open_queue: OpenQueue, clock:
     assert outbox.feed(queue) == []
 
 
+def test_archived_jobs_are_folded_into_notices_as_they_are_read(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy worker's feed read every job archived since the last one, whole, before it
+    made their notices: 50,000 instant jobs took `work` to a 348 MiB peak, which its
+    memory then kept."""
+    from desktop_queue.core import outbox as outbox_module
+
+    queue = open_queue(keep_finished=5, background_compaction=False)
+    outbox = Outbox(data_dir, clock.now)
+    outbox.start(queue)
+    clock.advance(1)
+    _finish(queue, 30)
+    queue.store.compact_now()
+    steps: list[str] = []
+    read = queue.job_dicts
+
+    def one_at_a_time(ids: Any, chunk: int = 500) -> Any:
+        for job in read(ids, chunk=1):
+            steps.append("read")
+            yield job
+
+    def noticed(job: Any) -> Any:
+        steps.append("notice")
+        return notice_of(job)
+
+    notice_of = outbox_module.notice_of
+    monkeypatch.setattr(queue, "job_dicts", one_at_a_time)
+    monkeypatch.setattr(outbox_module, "notice_of", noticed)
+    assert len(outbox.feed(queue)) == 30
+    first = steps.index("read")  # (the hot jobs' notices come first, and the hot set's look after)
+    assert steps.count("read") == 25
+    assert steps[first : first + 50] == ["read", "notice"] * 25  # each made its notice before the next was read
+
+
 def test_history_before_the_outbox_is_not_announced(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
     queue = open_queue()
     _finish(queue, 2)
