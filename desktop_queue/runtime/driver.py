@@ -270,13 +270,19 @@ class JobRunnable(QRunnable):
         self._queue.record_provider_job(self._lease, provider_job_id)
 
     def run(self) -> None:
-        report = self._attempt()
-        if report.outcome.ok and not report.cancelled and (report.reused or getattr(self._provider, "paid", True)):
-            # a paid (or already stored) answer: committed, durably, at once. An attempt
-            # told to stop (cancelled, timed out, lease lost, shutdown) is the driver's to
-            # settle: it knows why
-            self._complete(report)
-        self._relay.put(report)
+        try:
+            report = self._attempt()
+            if report.outcome.ok and not report.cancelled and (report.reused or getattr(self._provider, "paid", True)):
+                # a paid (or already stored) answer: committed, durably, at once. An attempt
+                # told to stop (cancelled, timed out, lease lost, shutdown) is the driver's to
+                # settle: it knows why
+                self._complete(report)
+            self._relay.put(report)
+        finally:
+            # PySide keeps the Python object of a few auto-deleted runnables alive (about
+            # one in twelve here): what this one holds (the job and its input, the queue,
+            # the provider) must not stay with it for the life of the process
+            del self._lease, self._provider, self._queue, self._keeper
 
     def _complete(self, report: RunReport) -> None:
         """Commits a success under the lease; the driver is told what came of it."""
