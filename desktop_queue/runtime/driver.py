@@ -279,9 +279,9 @@ class JobRunnable(QRunnable):
                 self._complete(report)
             self._relay.put(report)
         finally:
-            # PySide keeps the Python object of a few auto-deleted runnables alive (about
-            # one in twelve here): what this one holds (the job and its input, the queue,
-            # the provider) must not stay with it for the life of the process
+            # PySide keeps the Python object of some auto-deleted runnables alive: what
+            # this one holds (the job and its input, the queue, the provider) must not
+            # stay with it for the life of the process
             del self._lease, self._provider, self._queue, self._keeper
 
     def _complete(self, report: RunReport) -> None:
