@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import orjson
@@ -55,11 +55,14 @@ def keep_draft(data_dir: Path, name: str, fields: Mapping[str, str]) -> Path:
     return path
 
 
-def take_draft(data_dir: Path, name: str) -> dict[str, str] | None:
+def take_draft(
+    data_dir: Path, name: str, accept: Callable[[dict[str, str]], bool] | None = None
+) -> dict[str, str] | None:
     """The draft ``name``, removed from the disk (it is the caller's now); None when there is none.
 
-    A draft that cannot be read as one is set aside and None returned; one of a newer
-    version is left in place for that version, and None returned.
+    A draft that ``accept`` refuses (one the caller cannot open now) is left in place for
+    later, and None returned. A draft that cannot be read as one is set aside and None
+    returned; one of a newer version is left in place for that version, and None returned.
     """
     path = draft_path(data_dir, name)
     try:
@@ -88,6 +91,9 @@ def take_draft(data_dir: Path, name: str) -> dict[str, str] | None:
             aside = path
         log.warning("the draft %s was damaged (%s): kept aside as %s", path, exc, aside.name)
         return None
+    draft = {str(k): v for k, v in fields.items()}
+    if accept is not None and not accept(draft):
+        return None
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
-    return {str(k): v for k, v in fields.items()}
+    return draft

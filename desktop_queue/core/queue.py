@@ -2391,7 +2391,7 @@ class Queue:
             if result is None or job["state"] != State.SUCCEEDED:
                 continue
             try:
-                ref, made = self.results.put(
+                stored = self.results.put_new(
                     job["key"],
                     result,
                     job_id=job["id"],
@@ -2405,9 +2405,8 @@ class Queue:
                     f"could not store the result of job {number} ({job['id']}): {exc.strerror or exc}; "
                     "nothing was imported"
                 ) from exc
-            job["result_ref"] = ref
+            job["result_ref"] = self.results.ref_for(job["key"])
             carried.add(job["id"])
-            stored = self.results.get(job["key"], archived=False, carried=False) if made else None
             if stored is not None:
                 shared[job["id"]] = stored
         checks = self._checks_new_results

@@ -312,14 +312,21 @@ class ResultStore:
         Raises:
             InvalidArtifact: ``artifact_b64`` is not base64 (nothing was stored).
         """
+        doc = self.put_new(key, result, job_id=job_id, epoch=epoch, produced_at=produced_at, durable=durable)
+        return self.ref_for(key), doc is not None
+
+    def put_new(
+        self, key: str, result: Any, *, job_id: str, epoch: int, produced_at: float, durable: bool = True
+    ) -> dict[str, Any] | None:
+        """:meth:`put`, for a caller that wants the document it wrote: that, or None when
+        an earlier result was kept."""
         path = self.path_for(key)
         make_dirs(path.parent)
         if self.has(key):  # write-once: the first result (and its artifact) is kept, file or journal
-            return self.ref_for(key), False
+            return None
         result = self._store_artifact(key, result)
         doc = self.document(key, result, job_id=job_id, epoch=epoch, produced_at=produced_at)
-        created = atomic_write(path, orjson.dumps(doc), overwrite=False, durable=durable)
-        return self.ref_for(key), created
+        return doc if atomic_write(path, orjson.dumps(doc), overwrite=False, durable=durable) else None
 
     def _pending_path(self, key: str, epoch: int) -> Path:
         return Path(self._pending_s(key, epoch))

@@ -7,7 +7,6 @@ the input is invalid.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from typing import Any
@@ -497,18 +496,22 @@ class SubmitDialog(QDialog):
 
     def _restore_draft(self) -> None:
         """Opens on the draft :meth:`put_aside` kept, once (then it is the dialog's to keep or lose)."""
-        draft = take_draft(self.controller.queue.data_dir, NEW_JOB)
+
+        def available(draft: dict[str, str]) -> bool:
+            if self.kind.findData(draft.get("kind", "")) >= 0:
+                return True
+            # (its provider profile is gone for now: the draft stays for when it is back)
+            log.warning(
+                "the New job draft is of kind %s, which is not available here: kept for later", draft.get("kind")
+            )
+            return False
+
+        draft = take_draft(self.controller.queue.data_dir, NEW_JOB, accept=available)
         if draft is None:
             return
         kind, text = draft.get("kind", ""), draft.get("input", "")
         title, batch = draft.get("title", ""), draft.get("batch", "")
-        index = self.kind.findData(kind)
-        if index < 0:  # (its provider profile is gone for now: kept for when it is back)
-            log.warning("the New job draft is of kind %s, which is not available here: kept for later", kind)
-            with contextlib.suppress(StoreError):
-                keep_draft(self.controller.queue.data_dir, NEW_JOB, draft)
-            return
-        self.kind.setCurrentIndex(index)
+        self.kind.setCurrentIndex(self.kind.findData(kind))
         self.editor.setPlainText(text)
         self.title.setText(title)
         self.batch.text.setPlainText(batch)

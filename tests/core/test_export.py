@@ -195,7 +195,7 @@ def test_a_result_the_disk_refuses_imports_nothing(tmp_path: Path, monkeypatch: 
         def full(*_a: Any, **_k: Any) -> Any:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(target.results, "put", full)
+        monkeypatch.setattr(target.results, "put_new", full)  # (the write of an imported result)
         with pytest.raises(StoreError, match="No space left on device; nothing was imported"):
             target.import_jobs(list(read_export(out.getvalue())))
         assert target.list() == []
