@@ -13,6 +13,13 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+def first_of(items: list[str], most: int, sep: str = ", ") -> str:
+    """The first ``most`` of ``items`` joined by ``sep``, and how many more there are:
+    ``"a, b (and 3 more)"``."""
+    more = len(items) - most
+    return sep.join(items[:most]) + (f" (and {more:,} more)" if more > 0 else "")
+
+
 def were(n: int) -> str:
     """The verb agreeing with a count: ``"was"`` for one, else ``"were"``."""
     return "was" if n == 1 else "were"

@@ -35,7 +35,7 @@ from desktop_queue.core.profile_state import ProfileState, profile_state, shown_
 from desktop_queue.core.queue import BulkResult, DeadGroup
 from desktop_queue.core.schedules import Scheduler
 from desktop_queue.core.search import SearchQuery
-from desktop_queue.core.wording import counted
+from desktop_queue.core.wording import counted, first_of
 from desktop_queue.providers.profiles import ProfileFileError, ProfileSet, load_profiles
 from desktop_queue.providers.setup import ProfileConfig
 from desktop_queue.providers.setup import apply as apply_profile
@@ -508,13 +508,12 @@ class Controller(QObject):
                 errors.append(str(exc))
         self.changed()
         if errors:
-            self.failed.emit("; ".join(errors[:3]) + (f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""))
+            self.failed.emit(first_of(errors, 3, "; "))
         said = []
         if done:
             said.append(f"{'Cancelled' if verb == 'cancel' else 'Queued again'}: {counted(len(done), 'job')}")
         if overtaken:
-            more = f" (and {len(overtaken) - 2} more)" if len(overtaken) > 2 else ""
-            said.append(f"Nothing to {verb}: {', '.join(overtaken[:2])}{more}")
+            said.append(f"Nothing to {verb}: {first_of(overtaken, 2)}")
         if said:
             self.message.emit(". ".join(said))
         return done
