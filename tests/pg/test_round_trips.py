@@ -409,7 +409,9 @@ def test_a_success_asks_for_no_stored_result_first_and_one_stored_is_reused(
     assert lease is not None and lease.job_id == job.id
     with wire.tracing() as plain:
         queue.complete(lease, {"text": "new"})
-    assert plain["F Execute"] == 2 and plain["F Flush"] == 1, plain
+    # (two syncs: the transaction's and the notification's; psycopg adds a flush when the
+    # pipeline ends only if some answer has not come back yet, so there may be none)
+    assert plain["F Execute"] == 2 and plain["F Sync"] == 2 and plain["F Flush"] <= 1, plain
     assert _stored_text(pg_dsn, job.idempotency_key) == "new"
     # a result already stored for the key: reused, never overwritten, the success committed once
     job = queue.submit("demo", {"n": 601}).job
