@@ -205,7 +205,9 @@ class JobRunnable(QRunnable):
     Its first act is :meth:`Queue.sync <desktop_queue.core.Queue.sync>`: the driver
     commits leases (and the free successes they follow) without waiting for the disk,
     and one ``fsync`` here, shared by the attempts that start together, makes them
-    durable before anything is paid for.
+    durable before anything is paid for. A free provider's attempt (``paid = False``)
+    skips it: a crash before the sync loses its lease, and the job simply runs again;
+    the driver then syncs what it committed off its thread instead.
 
     A paid success (a provider without ``paid = False``) is committed here, on the
     pool thread, the moment the provider answers, after its answer was kept as a
@@ -250,6 +252,9 @@ class JobRunnable(QRunnable):
         self._timeout_s = timeout_s
         self._keeper = keeper
         self._partial_at: float | None = None
+        #: whether the attempt syncs before it runs: a free provider pays for nothing, so
+        #: its attempt need not wait for the disk (lost with the lease, it only runs again)
+        self.sync_first: bool = getattr(provider, "paid", True)
 
     def _partial(self, text: str) -> None:
         """Relays a streaming provider's text so far, at most every :data:`PARTIAL_EVERY_S`."""
@@ -306,7 +311,8 @@ class JobRunnable(QRunnable):
             # for the disk: put them there first, before anything is paid for (invariant
             # 4); one fsync covers everything written so far, whoever asks
             try:
-                self._queue.sync()
+                if self.sync_first:
+                    self._queue.sync()
             except StoreError as exc:
                 # nothing was sent, so nothing is spent: the driver gives the attempt back
                 return RunReport(
@@ -521,7 +527,7 @@ class LeaseDriver(QObject):
         self._relay.partial.connect(self._keep_partial)
         self._relay.sync_failed.connect(self._sync_failed)
         self._relay.changed.connect(self._on_changed)
-        self._launched = False  # whether an attempt started since the last batch of reports
+        self._launched = False  # whether an attempt that syncs first started since the last batch of reports
         #: the attempts of a batch whose successes were committed, until they are settled
         self._early: dict[str, _Active] = {}
         #: the latest streamed text of each running attempt that streams (until it ends)
@@ -1179,7 +1185,8 @@ class LeaseDriver(QObject):
         runnable = JobRunnable(
             self.queue, provider, lease, self._relay, active.cancel, active.stopping, active.timeout_s, self.keeper
         )
-        self._launched = True
+        if runnable.sync_first:
+            self._launched = True  # (its sync makes what the driver committed durable)
         self._was_idle = False
         self.pool.start(runnable)
         self.job_started.emit(lease.job_id)
@@ -1210,7 +1217,7 @@ class LeaseDriver(QObject):
                 except StoreError as exc:
                     self._store_failed(exc)
             else:
-                # no attempt starts to sync them (each does before it runs): sync off this thread
+                # no attempt starts to sync them (a paid one does before it runs): sync off this thread
                 self.pool.start(_SyncRunnable(self.queue, self._relay))
 
     def _complete_batch(self, reports: list[RunReport]) -> bool:
@@ -1219,7 +1226,7 @@ class LeaseDriver(QObject):
         A plain success is a free provider's (a paid one's runnable committed it) whose
         attempt is still this driver's, not timed out and not told to stop; its report
         then carries its new state (or what its commit raised), which :meth:`_commit`
-        hands on. The commit is durable once the next
+        hands on. The commit is durable once the next paid
         attempt to start has synced (or the sync the caller starts when none does).
 
         Returns:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -214,3 +215,72 @@ def test_a_batch_of_successes_and_the_leases_into_their_slots_share_one_commit(
     assert [queue.get(i).state for i in ids] == [State.SUCCEEDED] * len(ids)
     for job_id in ids:
         assert [e.type for e in queue.get(job_id).events] == ["submitted", "leased", "succeeded"]
+
+
+class PaidDemo(CountingDemo):
+    """The demo provider, as if each answer cost money (``paid``: kept and synced like a real provider's)."""
+
+    paid = True
+
+
+@pytest.mark.parametrize("paid", [False, True])
+def test_only_a_paid_attempt_waits_for_the_disk_before_it_runs_and_every_commit_is_synced(
+    qtbot: Any, queue: Queue, make_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch, paid: bool
+) -> None:
+    """A paid attempt syncs the lease first (nothing is paid for on a lease a crash forgets);
+    a free one has nothing to protect and runs at once; what the driver committed is synced all the same."""
+    ids = [queue.submit("demo", instant(f"job {i}")).job.id for i in range(4)]
+    provider = PaidDemo() if paid else CountingDemo()
+    driver = make_driver({"demo": provider}, concurrency=1, tick_ms=NEVER_MS, follow=False)
+    lock = threading.Lock()
+    seen: list[tuple[str, str]] = []  # (what, thread name), in order
+    sync, complete_and_lease, complete = queue.sync, queue.complete_and_lease, queue.complete
+    run = provider.run
+
+    def note(what: str) -> None:
+        with lock:
+            seen.append((what, threading.current_thread().name))
+
+    def watching_sync() -> None:
+        sync()
+        # (an attempt's own sync, or one the driver started: a pool thread runs either)
+        note("attempt's sync" if sys._getframe(1).f_code.co_name == "_attempt" else "sync")
+
+    def watching(verb: Any) -> Any:
+        def committing(*args: Any, **kwargs: Any) -> Any:
+            out = verb(*args, **kwargs)
+            note("commit")
+            return out
+
+        return committing
+
+    def watching_run(job: Any, context: RunContext) -> Outcome:
+        note("run")
+        return run(job, context)
+
+    monkeypatch.setattr(queue, "sync", watching_sync)
+    monkeypatch.setattr(queue, "complete_and_lease", watching(complete_and_lease))
+    monkeypatch.setattr(queue, "complete", watching(complete))  # (a paid success: its runnable commits it)
+    monkeypatch.setattr(provider, "run", watching_run)
+    finished: list[str] = []
+    driver.job_finished.connect(lambda job_id, state: finished.append(state))
+
+    driver.start()
+    qtbot.waitUntil(lambda: len(finished) == len(ids), timeout=WAIT_MS)
+    assert finished == ["succeeded"] * len(ids)
+    runs = [i for i, (what, _) in enumerate(seen) if what == "run"]
+    assert len(runs) == len(ids)
+    for i in runs:
+        # what the attempt's thread did just before the provider ran
+        before = [what for what, thread in seen[:i] if thread == seen[i][1]]
+        assert (before[-1:] == ["attempt's sync"]) is paid, seen
+    assert ("attempt's sync" in [what for what, _ in seen]) is paid, seen
+    if paid:
+        return  # (each success was committed durably by its attempt)
+    # the driver's commits (leases, successes) wait for no disk: the last is put there by
+    # a sync the driver starts off its thread, as no attempt is left to start
+    qtbot.waitUntil(lambda: "sync" in [what for what, _ in seen[_last(seen, "commit") :]], timeout=WAIT_MS)
+
+
+def _last(seen: list[tuple[str, str]], what: str) -> int:
+    return max(i for i, (w, _) in enumerate(seen) if w == what)
