@@ -18,7 +18,7 @@ and the same figures for huey's ``SqliteStorage``, once with ``fsync=True``
 default setting, plus the ratio ours/huey for each figure. Goals are then reported as
 PASS/MISS lines; timing never changes the exit status.
 
-Three more cases follow (each runnable alone with ``--only``):
+Four more cases follow (each runnable alone with ``--only``):
 
 * **concurrency** (``--only concurrency``): 1 and 4 processes (``--procs``) on one data
   dir, each running full lifecycles through ``Queue.submit/lease/complete`` (a lease
@@ -35,6 +35,10 @@ Three more cases follow (each runnable alone with ``--only``):
   and a task that does nothing but return a small result (stored, as ours stores its
   result), stopped once every task completed. Wall time and CPU time (``getrusage``
   of the children) of the whole command, start-up included, per job.
+* **backlog** (``--only backlog``; in ``backlog.py``): 2,000 (``--backlog-jobs``) demo jobs
+  of 20 ms each (``--backlog-ms``: an answer's wait), then one ``work --concurrency 4
+  --until-idle`` against 4 (``--backlog-procs``) started together on the same data dir;
+  first start to last exit. The reference is one process of ours.
 * **history** (``--only history``, at each of ``--sizes``; in ``history.py``): 1,000
   queued jobs plus N finished ones (succeeded with a small text result, some dead,
   a few cancelled), in ours, huey's ``SqliteHuey`` and a stdlib ``sqlite3`` jobs table
@@ -67,6 +71,7 @@ Usage::
     python benchmarks/store.py --sizes 1m --only store # 1,000,000 jobs: many minutes to populate
     python benchmarks/store.py --only concurrency      # 1 and 4 processes, 4 threads on one data dir (seconds)
     python benchmarks/store.py --only worker --rounds 1  # work --concurrency 4 vs huey's consumer
+    python benchmarks/store.py --only backlog          # 4 work processes vs 1 on 2,000 jobs of 20 ms
     python benchmarks/store.py --only history --sizes 1k,100k,1m --workdir /work/scratch-bench \
         --keep /work/scratch-bench/keep                # history case; populated stores kept for the next run
     python benchmarks/store.py --quick                 # smoke run: 1,000 jobs, 200 ops, 1 round
@@ -114,7 +119,7 @@ WORKER = "bench-worker"
 RESULT_MARK = "@@bench-result "
 
 #: The cases, runnable alone with ``--only``.
-CASES = ("store", "concurrency", "worker", "history")
+CASES = ("store", "concurrency", "worker", "backlog", "history")
 
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000,)
@@ -596,14 +601,14 @@ def worker_concurrent(
     }
 
 
-def worker_prepare_jobs(backend: str, data_dir: Path, n: int) -> dict[str, Any]:
-    """Submits ``n`` trivial demo jobs (``{"prompt": "x", "duration_s": 0}``), per-op fsync suspended, then ``os.sync``.
+def worker_prepare_jobs(backend: str, data_dir: Path, n: int, duration_s: float = 0) -> dict[str, Any]:
+    """Submits ``n`` demo jobs (``{"prompt": "x", "duration_s": duration_s}``), per-op fsync suspended, then ``os.sync``.
 
     Ours: ``Queue.submit`` with a distinct key per job (the input is the same). huey:
     ``n`` calls of the do-nothing task on ``SqliteHuey(fsync=False)``.
     """
     start = time.perf_counter()
-    payload = {"prompt": "x", "duration_s": 0}
+    payload = {"prompt": "x", "duration_s": duration_s}
     with fsync_suspended():
         if backend == "ours":
             from desktop_queue.core.queue import Queue
@@ -665,6 +670,14 @@ def worker_huey_consumer(data_dir: Path, n: int, threads: int) -> dict[str, Any]
     return {"completed": count, "queue_left": left, "results_stored": results}
 
 
+def backlog_module() -> Any:
+    """``benchmarks/backlog.py`` (the backlog case), which uses this file's helpers as ``store``."""
+    sys.modules.setdefault("store", sys.modules[__name__])
+    import backlog
+
+    return backlog
+
+
 def history_module() -> Any:
     """``benchmarks/history.py`` (the history case), which uses this file's helpers as ``store``."""
     sys.modules.setdefault("store", sys.modules[__name__])
@@ -704,7 +717,7 @@ def run_worker(spec: dict[str, Any]) -> None:
             backend, data_dir, int(spec["ops"]), int(spec["warmup"]), str(spec["tag"]), int(spec.get("threads", 1))
         )
     elif phase == "prepare_jobs":
-        out = worker_prepare_jobs(backend, data_dir, int(spec["n"]))
+        out = worker_prepare_jobs(backend, data_dir, int(spec["n"]), float(spec.get("duration_s", 0)))
     elif phase == "huey_consumer":
         out = worker_huey_consumer(data_dir, int(spec["n"]), int(spec["threads"]))
     elif phase.startswith("history_"):
@@ -739,6 +752,9 @@ class Config:
         e2e_jobs: pre-submitted jobs of the end-to-end case.
         e2e_threads: ``work --concurrency`` and huey consumer threads.
         e2e_rounds: end-to-end rounds (fresh stores each; the median is shown).
+        backlog_jobs: pre-submitted jobs of the backlog case.
+        backlog_ms: how long each of them takes.
+        backlog_procs: the work processes compared with one in the backlog case.
         keep: where the history case keeps its populated stores across runs (None: not kept).
         repopulate: rebuild kept history stores even when they fit.
     """
@@ -758,6 +774,9 @@ class Config:
     e2e_jobs: int = 2000
     e2e_threads: int = 4
     e2e_rounds: int = 3
+    backlog_jobs: int = 2000
+    backlog_ms: int = 20
+    backlog_procs: int = 4
     keep: Path | None = None
     repopulate: bool = False
 
@@ -1570,6 +1589,9 @@ def environment(config: Config) -> dict[str, Any]:
         "e2e_jobs": config.e2e_jobs,
         "e2e_threads": config.e2e_threads,
         "e2e_rounds": config.e2e_rounds,
+        "backlog_jobs": config.backlog_jobs,
+        "backlog_ms": config.backlog_ms,
+        "backlog_procs": config.backlog_procs,
         "keep": str(config.keep) if config.keep else None,
         "loadavg_start": _loadavg(),
     }
@@ -1590,6 +1612,7 @@ def format_report(
     conc: dict[str, Any] | None = None,
     e2e: dict[str, Any] | None = None,
     history: dict[str, Any] | None = None,
+    backlog: dict[str, Any] | None = None,
 ) -> list[str]:
     """The whole human-readable report.
 
@@ -1600,6 +1623,7 @@ def format_report(
         conc: from :func:`bench_concurrency`, if it ran.
         e2e: from :func:`bench_worker`, if it ran.
         history: from ``history.bench_history``, if it ran.
+        backlog: from ``backlog.bench_backlog``, if it ran.
 
     Returns:
         The lines to print.
@@ -1683,9 +1707,10 @@ def format_report(
                 f"{fig['cpu_ms']:.3f} ms CPU per job"
             )
         lines.append("")
+    lines += backlog_module().format_notes(backlog)
     if history:
         lines += history_module().format_notes(history)
-    lines += format_summary(summary_rows(results, conc, e2e, history))
+    lines += format_summary(summary_rows(results, conc, e2e, history) + backlog_module().summary_rows(backlog))
     lines.append("Goals (reported only; timing never fails the run):")
     for goal in goals:
         lines.append(f"  {goal['status']:<4}  {goal['goal']}: {goal['detail']}")
@@ -1769,6 +1794,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--e2e-threads", type=int, default=4, help="work --concurrency and huey consumer threads (default: 4)"
+    )
+    parser.add_argument(
+        "--backlog-jobs", type=int, default=None, help="pre-submitted jobs of the backlog case (default: 2000)"
+    )
+    parser.add_argument(
+        "--backlog-ms", type=int, default=20, help="how long each job of the backlog case takes, in ms (default: 20)"
+    )
+    parser.add_argument(
+        "--backlog-procs", type=int, default=4, help="work processes compared with one in the backlog case (default: 4)"
     )
     parser.add_argument(
         "--quick",
@@ -1896,6 +1930,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         e2e_jobs=max(1, args.e2e_jobs if args.e2e_jobs is not None else (500 if args.quick else 2000)),
         e2e_threads=max(1, args.e2e_threads),
         e2e_rounds=1 if args.quick else (args.rounds if args.rounds is not None else 3),
+        backlog_jobs=max(1, args.backlog_jobs if args.backlog_jobs is not None else (500 if args.quick else 2000)),
+        backlog_ms=max(0, args.backlog_ms),
+        backlog_procs=max(2, args.backlog_procs),
         keep=args.keep.resolve() if args.keep else None,
         repopulate=args.repopulate,
     )
@@ -1908,6 +1945,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     conc: dict[str, Any] | None = None
     e2e: dict[str, Any] | None = None
     history: dict[str, Any] | None = None
+    backlog: dict[str, Any] | None = None
     try:
         for size in config.sizes if "store" in config.only else ():
             log(f"[{time.perf_counter() - started:6.0f} s] {size:,} jobs")
@@ -1925,6 +1963,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "worker" in config.only:
             log(f"[{time.perf_counter() - started:6.0f} s] end-to-end worker: {config.e2e_jobs:,} jobs")
             e2e = bench_worker(config, run_dir)
+        if "backlog" in config.only:
+            log(
+                f"[{time.perf_counter() - started:6.0f} s] backlog: {config.backlog_jobs:,} jobs of "
+                f"{config.backlog_ms} ms, 1 and {config.backlog_procs} work processes"
+            )
+            backlog = backlog_module().bench_backlog(
+                jobs=config.backlog_jobs,
+                job_ms=config.backlog_ms,
+                procs=config.backlog_procs,
+                threads=config.e2e_threads,
+                rounds=config.e2e_rounds,
+                root=run_dir,
+            )
         if "history" in config.only:
             log(f"[{time.perf_counter() - started:6.0f} s] history: {', '.join(f'{n:,}' for n in config.sizes)} jobs")
             history = history_module().bench_history(
@@ -1939,13 +1990,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     env["loadavg_end"] = _loadavg()
 
     goals = (evaluate_goals(results) if results else []) + evaluate_case_goals(conc, e2e)
-    goals += history_module().evaluate_goals(history)
-    report = "\n".join(format_report(env, results, goals, conc, e2e, history))
+    goals += backlog_module().evaluate_goals(backlog) + history_module().evaluate_goals(history)
+    report = "\n".join(format_report(env, results, goals, conc, e2e, history, backlog))
     document = {
         "environment": env,
         "results": {str(k): v for k, v in results.items()},
         "concurrency": conc,
         "worker": e2e,
+        "backlog": backlog,
         "history": history,
         "goals": goals,
     }
