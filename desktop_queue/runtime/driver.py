@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import logging
 import math
 import os
@@ -41,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal, Slot
 
 from desktop_queue.core import Lease, Outcome, Queue, RunContext, StaleLease
 from desktop_queue.core.errors import QueueError, StoreError
@@ -180,27 +181,24 @@ class _Relay(QObject):
         return reports
 
 
-class _SyncRunnable(QRunnable):
-    """Puts what the driver committed without waiting for the disk there, off the driver's thread."""
-
-    def __init__(self, queue: Queue, relay: _Relay) -> None:
-        super().__init__()
-        self.setAutoDelete(True)
-        self._queue = queue
-        self._relay = relay
-
-    def run(self) -> None:
+def _sync_in_pool(queue: Queue, relay: _Relay) -> None:
+    """Puts what the driver committed without waiting for the disk there (on a pool thread)."""
+    try:
+        queue.sync()
+    except StoreError as exc:  # the store is poisoned now: the driver says so, and leases nothing
         try:
-            self._queue.sync()
-        except StoreError as exc:  # the store is poisoned now: the driver says so, and leases nothing
-            try:
-                self._relay.sync_failed.emit(exc)
-            except RuntimeError:  # the driver is gone (shutdown): closing the queue says it
-                pass
+            relay.sync_failed.emit(exc)
+        except RuntimeError:  # the driver is gone (shutdown): closing the queue says it
+            pass
 
 
-class JobRunnable(QRunnable):
+class JobRunnable:
     """Runs one leased attempt on a pool thread and reports its outcome to the driver.
+
+    The pool runs its :meth:`run` (``QThreadPool.start`` with a callable). It is no
+    ``QRunnable`` subclass: PySide keeps the Python object of some auto-deleted ones
+    alive, with everything they hold, for the life of the process; a callable is let
+    go of once it ran.
 
     Its first act is :meth:`Queue.sync <desktop_queue.core.Queue.sync>`: the driver
     commits leases (and the free successes they follow) without waiting for the disk,
@@ -241,8 +239,6 @@ class JobRunnable(QRunnable):
         timeout_s: float | None = None,
         keeper: LeaseKeeper | None = None,
     ) -> None:
-        super().__init__()
-        self.setAutoDelete(True)
         self._queue = queue
         self._provider = provider
         self._lease = lease
@@ -275,19 +271,13 @@ class JobRunnable(QRunnable):
         self._queue.record_provider_job(self._lease, provider_job_id)
 
     def run(self) -> None:
-        try:
-            report = self._attempt()
-            if report.outcome.ok and not report.cancelled and (report.reused or getattr(self._provider, "paid", True)):
-                # a paid (or already stored) answer: committed, durably, at once. An attempt
-                # told to stop (cancelled, timed out, lease lost, shutdown) is the driver's to
-                # settle: it knows why
-                self._complete(report)
-            self._relay.put(report)
-        finally:
-            # PySide keeps the Python object of some auto-deleted runnables alive: what
-            # this one holds (the job and its input, the queue, the provider) must not
-            # stay with it for the life of the process
-            del self._lease, self._provider, self._queue, self._keeper
+        report = self._attempt()
+        if report.outcome.ok and not report.cancelled and (report.reused or getattr(self._provider, "paid", True)):
+            # a paid (or already stored) answer: committed, durably, at once. An attempt
+            # told to stop (cancelled, timed out, lease lost, shutdown) is the driver's to
+            # settle: it knows why
+            self._complete(report)
+        self._relay.put(report)
 
     def _complete(self, report: RunReport) -> None:
         """Commits a success under the lease; the driver is told what came of it."""
@@ -1188,7 +1178,7 @@ class LeaseDriver(QObject):
         if runnable.sync_first:
             self._launched = True  # (its sync makes what the driver committed durable)
         self._was_idle = False
-        self.pool.start(runnable)
+        self.pool.start(runnable.run)
         self.job_started.emit(lease.job_id)
 
     @Slot()
@@ -1218,7 +1208,7 @@ class LeaseDriver(QObject):
                     self._store_failed(exc)
             else:
                 # no attempt starts to sync them (a paid one does before it runs): sync off this thread
-                self.pool.start(_SyncRunnable(self.queue, self._relay))
+                self.pool.start(functools.partial(_sync_in_pool, self.queue, self._relay))
 
     def _complete_batch(self, reports: list[RunReport]) -> bool:
         """Commits the plain successes among ``reports`` in one commit, not waiting for the disk.

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QFileSystemWatcher, QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
+from PySide6.QtCore import QFileSystemWatcher, QObject, QThreadPool, QTimer, Signal, Slot
 
 from desktop_queue.core import Job, NotAllowed, Queue, QueueError, StoreError, SubmitResult
 from desktop_queue.core.errors import IllegalTransition
@@ -122,15 +122,6 @@ class BulkTask(QObject):
             self.failed.emit(f"{self.verb} stopped: {type(exc).__name__}: {exc}")
         else:
             self.finished.emit(result)
-
-
-class _BulkRunnable(QRunnable):
-    def __init__(self, task: BulkTask) -> None:
-        super().__init__()
-        self.task = task
-
-    def run(self) -> None:
-        self.task.run()
 
 
 class Controller(QObject):
@@ -596,7 +587,7 @@ class Controller(QObject):
         if self._shut or task.cancelled:
             task.failed.emit(f"{task.verb} did not start: the window is closing" if self._shut else "Stopped")
             return
-        self.bulk_pool.start(_BulkRunnable(task))
+        self.bulk_pool.start(task.run)  # (a callable: see runtime.driver.JobRunnable)
 
     def bulk(self, verb: str, ids: list[str], note: str | None = None) -> BulkTask:
         """Retries, replays or resolves exactly ``ids`` (captured at confirmation), off the GUI

@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
-from PySide6.QtCore import QObject, QRunnable, QSize, Qt, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, QSize, Qt, QThreadPool, Signal, Slot
 from PySide6.QtGui import QFontDatabase, QKeyEvent
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
@@ -505,14 +505,16 @@ class ModelLister(QObject):
         if key in self._asking:
             return
         self._asking.add(key)
-        self._pool.start(_ListModels(self.provider, key, self))
+        self._pool.start(_ListModels(self.provider, key, self).run)
 
 
-class _ListModels(QRunnable):
-    """Lists a provider's models; reports through the GUI-owned :class:`ModelLister`."""
+class _ListModels:
+    """Lists a provider's models; reports through the GUI-owned :class:`ModelLister`.
+
+    The pool runs its :meth:`run` (a callable: see :class:`~desktop_queue.runtime.driver.JobRunnable`).
+    """
 
     def __init__(self, provider: Any, key: tuple[str, str, str], lister: ModelLister) -> None:
-        super().__init__()
         self.provider = provider
         self.key = key
         self.lister = lister

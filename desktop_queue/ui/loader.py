@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QThreadPool, Signal
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,10 @@ def wait_for_reads(timeout_ms: int = 5000) -> bool:
     return _POOL is None or _POOL.waitForDone(timeout_ms)
 
 
-class _Read(QRunnable):
+class _Read:
+    """One read, run by the pool (a callable: see :class:`~desktop_queue.runtime.driver.JobRunnable`)."""
+
     def __init__(self, loader: Loader, serial: int, fn: Callable[[], Any]) -> None:
-        super().__init__()
-        self.setAutoDelete(True)
         self._loader = loader
         self._serial = serial
         self._fn = fn
@@ -76,7 +76,7 @@ class Loader(QObject):
     def start(self, fn: Callable[[], Any]) -> int:
         """Runs ``fn`` on the views' pool; returns the serial its answer carries."""
         self.serial += 1
-        view_pool().start(_Read(self, self.serial, fn))
+        view_pool().start(_Read(self, self.serial, fn).run)
         return self.serial
 
     def cancel(self) -> None:

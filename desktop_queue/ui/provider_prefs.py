@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThreadPool, Signal, Slot
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -88,12 +88,13 @@ class ConnectionTester(QObject):
     failed = Signal(str)
 
 
-class _TestConnection(QRunnable):
-    """Calls ``provider.test_connection()`` off the GUI thread; reports through ``tester``."""
+class _TestConnection:
+    """Calls ``provider.test_connection()`` off the GUI thread; reports through ``tester``.
+
+    The pool runs its :meth:`run` (a callable: see :class:`~desktop_queue.runtime.driver.JobRunnable`).
+    """
 
     def __init__(self, provider: Any, tester: ConnectionTester) -> None:
-        super().__init__()
-        self.setAutoDelete(True)
         self._provider = provider
         self._tester = tester
 
@@ -483,7 +484,7 @@ class ProvidersPage(QWidget):
         self._focus_before_test = self.window().focusWidget()
         self.test_button.setEnabled(False)
         self.message.show_info("Testing the connection…")
-        self._pool.start(_TestConnection(provider, self.tester))
+        self._pool.start(_TestConnection(provider, self.tester).run)
 
     @Slot(list)
     def _tested_ok(self, models: list[str]) -> None:

@@ -536,7 +536,7 @@ def test_the_connection_test_closes_its_client_before_it_reports(qtbot: Any) -> 
     tester.failed.connect(lambda _m: closed_at_emit.append(provider.closed), Qt.ConnectionType.DirectConnection)
     pool = QThreadPool()
     with qtbot.waitSignal(tester.failed, timeout=3000) as blocker:
-        pool.start(_TestConnection(provider, tester))
+        pool.start(_TestConnection(provider, tester).run)
     assert pool.waitForDone(3000)
     assert blocker.args == ["connection refused"]
     assert closed_at_emit == [True]

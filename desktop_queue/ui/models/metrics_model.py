@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, QThreadPool, Signal, Slot
 
 from desktop_queue.core.windowed import WindowedMetrics, WindowFigures
 
@@ -22,9 +22,10 @@ class _Relay(QObject):
     done = Signal(object, str)  # figures or None, error message or ""
 
 
-class _Compute(QRunnable):
+class _Compute:
+    """One computation, run by the pool (a callable: see :class:`~desktop_queue.runtime.driver.JobRunnable`)."""
+
     def __init__(self, metrics: WindowedMetrics, window: str, relay: _Relay) -> None:
-        super().__init__()
         self.metrics = metrics
         self.window = window
         self.relay = relay
@@ -78,7 +79,7 @@ class MetricsSource(QObject):
             self._wanted = window
             return
         self._busy = True
-        self.pool.start(_Compute(self.metrics, window, self._relay))
+        self.pool.start(_Compute(self.metrics, window, self._relay).run)
 
     def shutdown(self, timeout_ms: int = 5000) -> bool:
         """Asks for nothing more and waits for the figures in flight; False if they did not end in time."""
