@@ -29,7 +29,7 @@ from desktop_queue.core.migrate import describe as describe_store
 from desktop_queue.core.paths import data_dir as resolve_data_dir
 from desktop_queue.core.present import reconciliation_summary
 from desktop_queue.core.store.fileio import FileLock
-from desktop_queue.runtime import qtcompat
+from desktop_queue.runtime import heap, qtcompat
 from desktop_queue.ui import dialogs
 from desktop_queue.ui.activation import ActivationServer, ask_running_window
 from desktop_queue.ui.controller import Controller
@@ -335,6 +335,7 @@ def main(data_dir: str | None = None, store: str | None = None) -> int:
             return EXIT_NO_WINDOW
         app = QApplication(sys.argv[:1])
     configure_application(app)
+    heap.start_giving_back(app)  # (the window stays open for days: what it frees goes back)
     session = start(data_dir, store=store)
     if isinstance(session, int):
         return session

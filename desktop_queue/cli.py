@@ -1245,10 +1245,11 @@ def cmd_work(args: argparse.Namespace) -> int:
     # Qt after the engine and the plug-ins (see _import_before_qt)
     from PySide6.QtCore import QCoreApplication, QTimer
 
-    from desktop_queue.runtime import LeaseDriver
+    from desktop_queue.runtime import LeaseDriver, heap
 
     # after everything that can refuse the arguments: a process has one application object
     app = QCoreApplication.instance() or QCoreApplication([PROG])
+    heap.start_giving_back(app)  # (a worker runs for days: what it frees goes back)
     queue = _open(args, dict(providers), store)
     try:
         purged, files = queue.apply_retention()  # a no-op unless a policy was set (see `retention`)
