@@ -1842,6 +1842,22 @@ class Queue:
 
         return self.store.read(fn)
 
+    def hot_among(self, ids: Collection[str]) -> set[str]:
+        """Which of ``ids`` the hot set still holds (the window's tables let go of the others).
+
+        The rest were archived (or purged) since: the window finds them again through
+        :meth:`history`. A store without an archive (PostgreSQL, where every row is the
+        job's only copy, or the in-memory backend) answers all of them.
+        """
+
+        def fn(st: View) -> set[str]:
+            if st.archive is None:
+                return set(ids)
+            hot = st.hot_jobs()
+            return {i for i in ids if i in hot}
+
+        return self.store.read(fn)
+
     def next_wake(self) -> float | None:
         """When the earliest queued job becomes runnable (wall time), or None if none is queued."""
         return self.store.read(lambda st: st.next_wake())

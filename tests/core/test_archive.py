@@ -90,6 +90,23 @@ def test_finished_jobs_leave_memory_and_answer_the_same(small_hot: Callable[...,
     assert answers(again, ids) == before
 
 
+def test_the_window_is_told_which_jobs_the_hot_set_still_holds(
+    small_hot: Callable[..., Queue], clock: FakeClock
+) -> None:
+    queue = small_hot()
+    ids = run_jobs(queue, clock, 12)
+    waiting = queue.submit("demo", {"prompt": "waits"}).job.id
+    assert queue.hot_among([*ids, waiting]) == {*ids, waiting}
+    queue.store.compact_now()
+    assert queue.hot_among([*ids, waiting, "no-such-job"]) == {*ids[-5:], waiting}
+
+
+def test_every_backend_says_its_recent_jobs_are_hot(any_queue: Queue, clock: FakeClock) -> None:
+    """(PostgreSQL and memory keep no archive: every job is its only copy, and stays.)"""
+    ids = run_jobs(any_queue, clock, 3)
+    assert any_queue.hot_among(ids) == set(ids)
+
+
 def test_the_jobs_finished_since_a_time_are_found_hot_and_archived(
     small_hot: Callable[..., Queue], clock: FakeClock
 ) -> None:

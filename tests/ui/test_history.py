@@ -25,6 +25,7 @@ from desktop_queue.ui.models import (
     RefreshCoordinator,
     TimelineRole,
 )
+from desktop_queue.ui.models.refresh import Pace
 from desktop_queue.ui.panes import select_job
 
 JOBS = 60
@@ -256,3 +257,83 @@ def test_the_jobs_done_in_the_last_minute_count_the_archived_ones(queue: Queue, 
     refresher.version = -1  # a full reload counts them again, from the store
     refresher.refresh()
     assert refresher.tally.done_since(queue.clock.now() - 60) == 51
+
+
+def _run_jobs(queue: Queue, n: int, tag: str) -> list[str]:
+    ids = []
+    for i in range(n):
+        job_id = queue.submit("demo", {"prompt": f"{tag} {i}"}, title=f"{tag} {i}").job.id
+        lease = queue.lease("w")
+        assert lease is not None and lease.job_id == job_id
+        queue.complete(lease, {"text": "ok"})
+        ids.append(job_id)
+    return ids
+
+
+def test_the_tables_let_go_of_the_rows_the_store_archived_and_find_them_below(
+    qtmodeltester: Any, queue: Queue, store: dict[str, list[str]]
+) -> None:
+    """A window open for weeks held a row for every job it saw run, long after the store
+    archived it: the rows of archived jobs go, and come back as archived rows."""
+    model = QueueModel(history=queue, page_size=1000)
+    refresher = RefreshCoordinator(queue, [model])
+    refresher.refresh()
+    late = _run_jobs(queue, 12, "late")
+    refresher.refresh()
+    assert model.hot_count() == KEEP + 12
+    queue.store.compact_now()  # the store keeps 5 of them: the window still has 17
+    refresher.refresh()
+    assert model.hot_count() == KEEP + 12
+    kept = late[3]
+    model.pinned = lambda: [kept]  # (selected in a view)
+    refresher.pace = Pace.UNFOCUSED
+    assert refresher.release() == 12 - 1
+    assert model.hot_count() == KEEP + 1 and model.row_of(kept) is not None
+    qtmodeltester.check(model)
+    fetch_all(model)
+    ids = all_ids(model)
+    assert len(ids) == JOBS + 12 and set(ids) == set(store["all"]) | set(late)
+    assert refresher.release() == 0  # (nothing more to let go of)
+
+
+def test_a_window_in_front_lets_go_of_rows_rarely_and_not_under_a_reader(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("desktop_queue.ui.models.refresh.RELEASE_AT_LEAST", 10)
+    model = QueueModel(history=queue, page_size=4)
+    refresher = RefreshCoordinator(queue, [model])
+    refresher.refresh()
+    _run_jobs(queue, 6, "few")
+    refresher.refresh()
+    queue.store.compact_now()
+    assert refresher.pace == Pace.FOCUSED
+    assert refresher.release() == 0 and model.hot_count() == KEEP + 6  # fewer than ten: kept
+    _run_jobs(queue, 6, "more")
+    refresher.refresh()
+    queue.store.compact_now()
+    model.fetchMore(ROOT)  # someone scrolled down to the history
+    assert model.archived_count() == 4
+    assert refresher.release() == 0  # not while the archived rows are read
+    refresher.pace = Pace.UNFOCUSED
+    assert refresher.release() == 0  # (behind another application: the same)
+    refresher.pace = Pace.HIDDEN
+    assert refresher.release() == 12  # out of sight: the archived rows start again, too
+    assert model.archived_count() == 0 and model.canFetchMore(ROOT)
+    fetch_all(model)
+    assert len(set(all_ids(model))) == model.rowCount() == JOBS + 12
+
+
+def test_a_selected_row_stays_when_the_others_go(qtbot: Any, window_on_archive: Any) -> None:
+    window = window_on_archive.window
+    queue = window.controller.queue
+    late = _run_jobs(queue, 8, "late")
+    model, refresher = window.controller.queue_model, window.controller.refresher
+    qtbot.waitUntil(lambda: all(model.row_of(i) is not None for i in late), timeout=3000)
+    assert select_job(window.queue_pane.view, late[2])
+    queue.store.keep_finished = KEEP
+    queue.store.compact_now()
+    refresher.pace = Pace.HIDDEN
+    assert refresher.release() >= 7
+    assert [j["id"] for j in window.queue_pane.selected()] == [late[2]]
+    qtbot.waitUntil(lambda: window.timeline_model.job is not None, timeout=3000)
+    assert window.timeline_model.job.id == late[2]

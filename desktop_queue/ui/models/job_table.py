@@ -233,6 +233,9 @@ class JobTableModel(QAbstractTableModel):
         self._arch_filter_state: str | None = None
         self._arch_filter = ArchiveFilter()
         self._fetching = False
+        #: the ids of the jobs the views hold on to (their selection), which :meth:`release`
+        #: keeps; set by the pane that shows this model
+        self.pinned: Callable[[], Iterable[str]] | None = None
 
     # ----------------------------------------------------------------- what belongs here
 
@@ -657,6 +660,44 @@ class JobTableModel(QAbstractTableModel):
         except QueueError as exc:
             self.archive_error.emit(str(exc))
         return out
+
+    def release(
+        self, still_hot: Callable[[list[str]], set[str]], *, at_least: int = 1, archived_too: bool = False
+    ) -> int:
+        """Lets go of the rows of finished jobs that the store's hot set let go of; how many.
+
+        Every job a refresh brings stays a row of the hot part: in a window open for
+        weeks, that is every job run meanwhile, long after the store moved it to its
+        archive. Such rows are let go of here (``still_hot`` answers which of the ids
+        the store still holds) and found again in the archived part, a page at a time,
+        as the view scrolls there. Rows the views hold on to (:attr:`pinned`) stay.
+
+        Nothing is let go of while archived rows are loaded (someone may be reading the
+        history) unless ``archived_too``, which drops those too; nor fewer than ``at_least``
+        rows at once, so that a table in use changes rarely.
+        """
+        if self._history is None or (self._arch and not archived_too):
+            return 0
+        finished = [e.id for e in self._rows if e.job.get("state") in _FINISHED]
+        if len(finished) < at_least:
+            return 0
+        hot = still_hot(finished)
+        try:
+            held = set(self.pinned()) if self.pinned is not None else set()
+        except RuntimeError:  # the view is gone (the window is closing)
+            held = set()
+        gone = sorted(self._row_of[i] for i in finished if i not in hot and i not in held)
+        if len(gone) < at_least:
+            return 0
+        for first, last in reversed(_runs(gone)):
+            self.beginRemoveRows(_ROOT, first, last)
+            del self._rows[first : last + 1]
+            self.endRemoveRows()
+        self._row_of = {e.id: i for i, e in enumerate(self._rows)}
+        # the archived part starts again from the newest, where the rows let go of are
+        self._drop_archived()
+        self.archive_fetched.emit()  # (canFetchMore may have changed)
+        return len(gone)
 
     def reveal(self, job_id: str, limit: int = 20_000) -> int | None:
         """Loads archived pages until ``job_id`` is among the rows (at most ``limit`` rows); its row."""

@@ -52,6 +52,11 @@ HIDDEN_MS = 5000
 #: 30 s bounds such a change's delay at one cheap read per window per 30 s.
 FALLBACK_MS = 30_000
 
+#: how often the tables let go of the rows of jobs the store archived meanwhile
+RELEASE_EVERY_MS = 60_000
+#: the fewest rows a table in front of the user lets go of at once (out of sight: any)
+RELEASE_AT_LEAST = 1000
+
 _WINDOW_EVENTS = frozenset({QEvent.Type.Show, QEvent.Type.Hide, QEvent.Type.WindowStateChange})
 
 
@@ -121,11 +126,16 @@ class RefreshCoordinator(QObject):
         self.timer.setObjectName("refreshTimer")
         self.timer.setInterval(interval_ms)
         self.timer.timeout.connect(self._tick)
+        self.release_timer = QTimer(self)
+        self.release_timer.setObjectName("releaseTimer")
+        self.release_timer.setInterval(RELEASE_EVERY_MS)
+        self.release_timer.timeout.connect(self.release)
 
     def start(self) -> None:
         """Loads everything once, then polls (live: follows the change feed, and ticks)."""
         self.refresh()
         self.timer.start()
+        self.release_timer.start()
         if self.live and self.watcher is None:
             self.watcher = ChangeWatcher(
                 self.queue,
@@ -137,6 +147,7 @@ class RefreshCoordinator(QObject):
 
     def stop(self) -> None:
         self.timer.stop()
+        self.release_timer.stop()
         watcher, self.watcher = self.watcher, None
         if watcher is not None and not watcher.stop(timeout_s=2.0):
             log.debug("the change watcher is still in a read; it ends with the process")
@@ -277,6 +288,25 @@ class RefreshCoordinator(QObject):
         for model in self.models:
             model.tick()
         self.refreshed.emit()
+
+    @Slot()
+    def release(self) -> int:
+        """Has the tables let go of the rows of jobs the store archived since (see
+        :meth:`JobTableModel.release`); how many rows went.
+
+        A window in front lets go of them a thousand at a time at most once a
+        minute, and keeps them while someone reads the archived rows; a window out of
+        sight lets go of every one, archived rows included.
+        """
+        hidden = self.pace == Pace.HIDDEN
+        at_least = 1 if self.pace != Pace.FOCUSED else RELEASE_AT_LEAST
+        gone = 0
+        try:
+            for model in self.models:
+                gone += model.release(self.queue.hot_among, at_least=at_least, archived_too=hidden)
+        except QueueError as exc:  # (the next round tries again)
+            log.debug("the tables kept their rows: %s", exc)
+        return gone
 
     def _reset(self, jobs: Sequence[Mapping[str, Any]]) -> None:
         # the hot set keeps the newest finished jobs only: a busy minute finishes more

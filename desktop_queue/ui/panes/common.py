@@ -231,6 +231,11 @@ def selected_jobs(view: QTableView) -> list[dict]:
     return out
 
 
+def selected_ids(view: QTableView) -> list[str]:
+    """The ids of the jobs selected in ``view`` (what its model's ``pinned`` asks for)."""
+    return [job["id"] for job in selected_jobs(view)]
+
+
 def select_job(view: QTableView, job_id: str) -> bool:
     """Selects and shows one job; False if the view's filter hides it (or it is unknown)."""
     proxy = view.model()

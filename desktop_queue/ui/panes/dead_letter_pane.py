@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from PySide6.QtCore import (
     QItemSelectionModel,
     QModelIndex,
@@ -35,6 +37,7 @@ from desktop_queue.ui.panes.common import (
     _job_table,
     _search_box,
     reset_header,
+    selected_ids,
     selected_jobs,
 )
 
@@ -75,6 +78,7 @@ class DeadLetterPane(QWidget):
         self.proxy.set_hide_resolved(True)
         self.search = _search_box("deadSearch", "Filter dead letters by title, prompt, id or error; kind: after:")
         self.view = _job_table(self.proxy, "deadView")
+        model.pinned = functools.partial(selected_ids, self.view)  # (rows the model keeps)
         self.retry_button = QPushButton(icon("action-retry"), "&Retry")
         self.replay_button = QPushButton(icon("action-replay"), "Re&play…")
         self.resolve_button = QPushButton(icon("state-succeeded"), "Res&olve…")

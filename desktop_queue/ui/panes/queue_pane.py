@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -33,6 +34,7 @@ from desktop_queue.ui.panes.common import (
     _search_box,
     reset_header,
     select_job,
+    selected_ids,
     selected_jobs,
 )
 
@@ -62,6 +64,7 @@ class QueuePane(QWidget):
             self.state_filter.addItem(state_icon(state), state.capitalize(), str(state))
         self.state_filter.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.view = _job_table(self.proxy, "queueView")
+        model.pinned = functools.partial(selected_ids, self.view)  # (rows the model keeps)
         self.first_run = FirstRunPanel()  # shown instead of the table while the store holds no job
         self.first_run.hide()
         self.bar = QWidget()
