@@ -311,6 +311,9 @@ def test_a_window_in_front_lets_go_of_rows_rarely_and_not_under_a_reader(
     _run_jobs(queue, 6, "more")
     refresher.refresh()
     queue.store.compact_now()
+    model.in_use = lambda: True  # someone reads the table scrolled down
+    assert refresher.release() == 0
+    model.in_use = None
     model.fetchMore(ROOT)  # someone scrolled down to the history
     assert model.archived_count() == 4
     assert refresher.release() == 0  # not while the archived rows are read
@@ -332,6 +335,11 @@ def test_a_selected_row_stays_when_the_others_go(qtbot: Any, window_on_archive: 
     assert select_job(window.queue_pane.view, late[2])
     queue.store.keep_finished = KEEP
     queue.store.compact_now()
+    bar = window.queue_pane.view.verticalScrollBar()
+    bar.setValue(bar.maximum())  # read scrolled down, in sight: nothing changes under the reader
+    assert model.in_use() and bar.maximum() > 0
+    refresher.pace = Pace.UNFOCUSED
+    assert refresher.release() == 0
     refresher.pace = Pace.HIDDEN
     assert refresher.release() >= 7
     assert [j["id"] for j in window.queue_pane.selected()] == [late[2]]

@@ -236,6 +236,9 @@ class JobTableModel(QAbstractTableModel):
         #: the ids of the jobs the views hold on to (their selection), which :meth:`release`
         #: keeps; set by the pane that shows this model
         self.pinned: Callable[[], Iterable[str]] | None = None
+        #: whether someone reads the table away from its top (scrolled down), where
+        #: :meth:`release` changes nothing while the window is in sight; set by the pane
+        self.in_use: Callable[[], bool] | None = None
 
     # ----------------------------------------------------------------- what belongs here
 
@@ -662,7 +665,7 @@ class JobTableModel(QAbstractTableModel):
         return out
 
     def release(
-        self, still_hot: Callable[[list[str]], set[str]], *, at_least: int = 1, archived_too: bool = False
+        self, still_hot: Callable[[list[str]], set[str]], *, at_least: int = 1, out_of_sight: bool = False
     ) -> int:
         """Lets go of the rows of finished jobs that the store's hot set let go of; how many.
 
@@ -672,11 +675,14 @@ class JobTableModel(QAbstractTableModel):
         the store still holds) and found again in the archived part, a page at a time,
         as the view scrolls there. Rows the views hold on to (:attr:`pinned`) stay.
 
-        Nothing is let go of while archived rows are loaded (someone may be reading the
-        history) unless ``archived_too``, which drops those too; nor fewer than ``at_least``
-        rows at once, so that a table in use changes rarely.
+        While the window is in sight, nothing is let go of under someone reading the
+        table (:attr:`in_use`, or archived rows loaded), nor fewer than ``at_least`` rows
+        at once, so that a table in front changes rarely and never under the reader's
+        eyes. ``out_of_sight``: the window is hidden; the archived rows go too.
         """
-        if self._history is None or (self._arch and not archived_too):
+        if self._history is None:
+            return 0
+        if not out_of_sight and (self._arch or self._in_use()):
             return 0
         finished = [e.id for e in self._rows if e.job.get("state") in _FINISHED]
         if len(finished) < at_least:
@@ -698,6 +704,12 @@ class JobTableModel(QAbstractTableModel):
         self._drop_archived()
         self.archive_fetched.emit()  # (canFetchMore may have changed)
         return len(gone)
+
+    def _in_use(self) -> bool:
+        try:
+            return self.in_use is not None and self.in_use()
+        except RuntimeError:  # the view is gone (the window is closing)
+            return False
 
     def reveal(self, job_id: str, limit: int = 20_000) -> int | None:
         """Loads archived pages until ``job_id`` is among the rows (at most ``limit`` rows); its row."""

@@ -295,15 +295,16 @@ class RefreshCoordinator(QObject):
         :meth:`JobTableModel.release`); how many rows went.
 
         A window in front lets go of them a thousand at a time at most once a
-        minute, and keeps them while someone reads the archived rows; a window out of
-        sight lets go of every one, archived rows included.
+        minute; one in sight keeps them while someone reads the table scrolled down or
+        the archived rows; a window out of sight lets go of every one, archived rows
+        included.
         """
         hidden = self.pace == Pace.HIDDEN
         at_least = 1 if self.pace != Pace.FOCUSED else RELEASE_AT_LEAST
         gone = 0
         try:
             for model in self.models:
-                gone += model.release(self.queue.hot_among, at_least=at_least, archived_too=hidden)
+                gone += model.release(self.queue.hot_among, at_least=at_least, out_of_sight=hidden)
         except QueueError as exc:  # (the next round tries again)
             log.debug("the tables kept their rows: %s", exc)
         return gone

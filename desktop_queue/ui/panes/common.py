@@ -231,6 +231,11 @@ def selected_jobs(view: QTableView) -> list[dict]:
     return out
 
 
+def scrolled_down(view: QTableView) -> bool:
+    """Whether ``view`` shows rows below its top (what its model's ``in_use`` asks)."""
+    return view.verticalScrollBar().value() > 0
+
+
 def selected_ids(view: QTableView) -> list[str]:
     """The ids of the jobs selected in ``view`` (what its model's ``pinned`` asks for)."""
     return [job["id"] for job in selected_jobs(view)]

@@ -37,6 +37,7 @@ from desktop_queue.ui.panes.common import (
     _job_table,
     _search_box,
     reset_header,
+    scrolled_down,
     selected_ids,
     selected_jobs,
 )
@@ -79,6 +80,7 @@ class DeadLetterPane(QWidget):
         self.search = _search_box("deadSearch", "Filter dead letters by title, prompt, id or error; kind: after:")
         self.view = _job_table(self.proxy, "deadView")
         model.pinned = functools.partial(selected_ids, self.view)  # (rows the model keeps)
+        model.in_use = functools.partial(scrolled_down, self.view)
         self.retry_button = QPushButton(icon("action-retry"), "&Retry")
         self.replay_button = QPushButton(icon("action-replay"), "Re&play…")
         self.resolve_button = QPushButton(icon("state-succeeded"), "Res&olve…")

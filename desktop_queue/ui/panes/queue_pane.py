@@ -33,6 +33,7 @@ from desktop_queue.ui.panes.common import (
     _job_table,
     _search_box,
     reset_header,
+    scrolled_down,
     select_job,
     selected_ids,
     selected_jobs,
@@ -65,6 +66,7 @@ class QueuePane(QWidget):
         self.state_filter.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.view = _job_table(self.proxy, "queueView")
         model.pinned = functools.partial(selected_ids, self.view)  # (rows the model keeps)
+        model.in_use = functools.partial(scrolled_down, self.view)
         self.first_run = FirstRunPanel()  # shown instead of the table while the store holds no job
         self.first_run.hide()
         self.bar = QWidget()
