@@ -11,6 +11,8 @@ older finished jobs are in its archive. A table shows the hot rows first, in the
 the user sorted them, then the archived rows, newest first, a page at a time as the view
 scrolls down (``canFetchMore``/``fetchMore``), found through :meth:`Queue.history` with
 the filters as its arguments: the archive is searched by its index, never loaded.
+The rows of jobs the store archived after a refresh brought them are let go of now and
+then (:meth:`JobTableModel.release`): they come back as archived rows.
 """
 
 from __future__ import annotations
