@@ -1846,11 +1846,16 @@ class Queue:
         """Which of ``ids`` the hot set still holds (the window's tables let go of the others).
 
         The rest were archived (or purged) since: the window finds them again through
-        :meth:`history`. A store without an archive (PostgreSQL, where every row is the
-        job's only copy, or the in-memory backend) answers all of them.
+        :meth:`history`. On PostgreSQL, where every row is the job's only copy, the hot
+        set is what the window holds of it (the unfinished jobs and the newest finished
+        ones); the in-memory backend, which keeps no archive, answers all of them.
         """
 
         def fn(st: View) -> set[str]:
+            # (a view that knows its window's hot set, PostgreSQL's, asks its server once)
+            asked: Callable[[Collection[str]], set[str]] | None = getattr(st, "hot_among", None)
+            if asked is not None:
+                return asked(ids)
             if st.archive is None:
                 return set(ids)
             hot = st.hot_jobs()

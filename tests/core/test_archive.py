@@ -102,7 +102,6 @@ def test_the_window_is_told_which_jobs_the_hot_set_still_holds(
 
 
 def test_every_backend_says_its_recent_jobs_are_hot(any_queue: Queue, clock: FakeClock) -> None:
-    """(PostgreSQL and memory keep no archive: every job is its only copy, and stays.)"""
     ids = run_jobs(any_queue, clock, 3)
     assert any_queue.hot_among(ids) == set(ids)
 

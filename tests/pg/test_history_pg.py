@@ -23,6 +23,7 @@ from desktop_queue.core.pg import view as pg_view
 from desktop_queue.core.present import error_signature
 from desktop_queue.core.search import prompt_text
 from desktop_queue.ui.models import DeadLetterModel, JobFilterProxy, JobRole, QueueModel, RefreshCoordinator
+from desktop_queue.ui.models.refresh import Pace
 
 HOT = pg_view.HOT_FINISHED
 JOBS = HOT + 45
@@ -422,3 +423,30 @@ def test_the_jobs_finished_since_a_time_are_found_through_an_index(
             # time must be its condition)
             assert "Index Cond: (COALESCE(((doc ->> 'updated_at'::text))::double precision" in plan, plan
             assert "dq_jobs_finished_updated" in plan, plan
+
+
+def test_the_tables_let_go_of_the_rows_that_left_the_hot_set(pg_history: tuple[Queue, dict[str, Any]]) -> None:
+    """A window open for weeks kept a row for every job it saw run; on PostgreSQL the hot
+    set is the unfinished jobs and the newest finished ones, and the rest is paged."""
+    queue, made = pg_history
+    model = QueueModel(history=queue, page_size=1000)
+    refresher = RefreshCoordinator(queue, [model])
+    refresher.refresh()
+    late = []
+    for i in range(12):
+        job_id = queue.submit("demo", {"prompt": f"late {i}"}, title=f"late {i}").job.id
+        lease = queue.lease("w")
+        assert lease is not None
+        queue.complete(lease, {"text": "ok"})
+        late.append(job_id)
+    refresher.refresh()
+    newest = [j["id"] for j in _finished_jobs(queue, made["finished"] + late)[:HOT]]
+    everyone = made["finished"] + made["queued"] + made["running"] + late
+    assert queue.hot_among(everyone) == set(newest) | set(made["queued"]) | set(made["running"])
+    rows = model.hot_count()
+    refresher.pace = Pace.HIDDEN
+    assert refresher.release() == rows - (HOT + 3)
+    assert model.hot_count() == HOT + 3
+    _fetch_all(model)
+    ids = _all_ids(model)
+    assert len(ids) == len(everyone) and set(ids) == set(everyone)

@@ -173,6 +173,8 @@ def _hot(select: str, *, queued: bool = True, finished: str = f"ORDER BY seq DES
 _WINDOW_DOC = f"(CASE WHEN state = '{State.QUEUED}' THEN doc ELSE doc - 'input' END - 'lease_token')::text"
 _WINDOW_HOT = _hot(f"SELECT {_WINDOW_DOC}, seq FROM dq_jobs") + " ORDER BY 2"
 _WINDOW_IDS = f"SELECT {_WINDOW_DOC} FROM dq_jobs WHERE id = ANY(%s) ORDER BY seq"
+# which of some ids the window's hot set holds (PgView.hot_among)
+_HOT_AMONG = "SELECT id FROM (" + _hot("SELECT id FROM dq_jobs") + ") h WHERE id = ANY(%s)"
 # the same hot set whole, timelines and inputs included (PgView.hot_set)
 _HOT_SET = f"SELECT doc, rev, events, id FROM ({_hot(_SELECT_SEQ)}) h ORDER BY seq"
 # what the windowed metrics fold (PgView.horizon_ids): the unfinished jobs and the finished
@@ -862,6 +864,11 @@ class PgView:
         else:
             rows = self._conn.execute(_WINDOW_IDS, (list(ids),)).fetchall()
         return [cast(JobDict, orjson.loads(r[0])) for r in rows]
+
+    def hot_among(self, ids: Collection[str]) -> set[str]:
+        """Which of ``ids`` the window's hot set holds (see :meth:`window_jobs`), in one
+        statement: the window's tables let go of the rows of the others, and page them."""
+        return {r[0] for r in self._conn.execute(_HOT_AMONG, (list(ids),)).fetchall()}
 
     def hot_set(self) -> list[JobDict]:
         """The jobs of :meth:`window_jobs` whole, timelines and inputs included, in one
