@@ -13,6 +13,7 @@ import datetime
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -379,10 +380,32 @@ def _at_arg(text: str) -> float:
 def _delay_arg(text: str) -> float:
     from desktop_queue.core.durations import parse_duration
 
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"a delay cannot be negative: {text!r} (to start now, leave --delay out)")
     try:
         return time.time() + parse_duration(text)
     except InvalidInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+#: options whose value may look like an option ("-5s"): argparse takes only "-5" for a value
+_SIGNED_VALUE_OPTIONS = ("--delay",)
+
+
+def _attach_signed_values(argv: Sequence[str]) -> list[str]:
+    """``--delay -5s`` as ``--delay=-5s``, so that the value gets its own error, not "expected one argument"."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _SIGNED_VALUE_OPTIONS and i + 1 < len(args) and re.match(r"-\d", args[i + 1]):
+            out.append(f"{arg}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
 
 
 def _days_arg(text: str) -> int | None:
@@ -1646,7 +1669,7 @@ class _OneShotFormatter(logging.Formatter):
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command; returns its exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_attach_signed_values(sys.argv[1:] if argv is None else argv))
     command = args.command or "gui"
     handler = logging.StreamHandler()
     # a long-running process keeps a log (when, and from where); a one-shot command says a

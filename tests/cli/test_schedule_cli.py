@@ -128,6 +128,8 @@ def test_submit_at_a_local_time_and_a_zoned_one(dq: Cli) -> None:
     ("args", "words"),
     [
         (("--delay", "5x"), "not a duration"),
+        (("--delay", "-5s"), "cannot be negative"),  # (argparse took "-5s" for an option)
+        (("--delay=-1h30m",), "cannot be negative"),
         (("--delay", "0s"), "longer than zero"),
         (("--at", "tomorrow"), "not an ISO 8601 time"),
         (("--at", "2020-01-01T10:00"), "in the past"),
