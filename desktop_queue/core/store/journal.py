@@ -116,6 +116,7 @@ from desktop_queue.core.store.snapshot import (
     encode_snapshot,
 )
 from desktop_queue.core.store.state import (
+    ChangeLog,
     StoreState,
     _stamp,
     set_aside_orphans,
@@ -603,7 +604,7 @@ class Store:
         self._snapshot_finished = sum(len(state.by_state.get(s, ())) for s in FINISHED_STATES)
         pending, end_offset = self._replay(state, [g for g in segs if g > base], base, synced, segs, lost)
         state.version = self.state.version + 1
-        state.changes = [(state.version, "*")]
+        state.changes = ChangeLog([(state.version, "*")])
         self.state = state
         if pending:
             self._open_segment(pending[-1], end_offset)

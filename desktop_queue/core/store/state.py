@@ -11,7 +11,8 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -140,6 +141,54 @@ def fault_in(jobs: dict[str, JobDict], archive: Archive | None, record: Record) 
     return archived
 
 
+#: the changes a log keeps at most; past it, the older half goes (a reader that far
+#: behind is told "everything", and reads the hot set again)
+CHANGE_LOG_MAX = 200_000
+
+
+class ChangeLog:
+    """``(version, job id)`` of the latest changes, oldest first ("*": anything may have changed).
+
+    What :meth:`StoreState.changed_since` answers from: it lets the window, the
+    notification outbox and the change feed read only what changed. Versions and ids
+    are kept in two flat arrays, not as a tuple per change: a busy process keeps up to
+    :data:`CHANGE_LOG_MAX` of them.
+    """
+
+    __slots__ = ("ids", "versions")
+
+    def __init__(self, entries: Iterable[tuple[int, str]] = ()) -> None:
+        self.versions = array("q")
+        self.ids: list[str] = []
+        for version, job_id in entries:
+            self.append(version, job_id)
+
+    def append(self, version: int, job_id: str) -> None:
+        self.versions.append(version)
+        self.ids.append(job_id)
+        if len(self.ids) > CHANGE_LOG_MAX:
+            half = CHANGE_LOG_MAX // 2
+            del self.versions[:half]
+            del self.ids[:half]
+
+    def clear(self) -> None:
+        del self.versions[:]
+        self.ids.clear()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        return zip(self.versions, self.ids, strict=True)
+
+    def first_version(self) -> int:
+        """The oldest version logged (the log must not be empty)."""
+        return self.versions[0]
+
+    def newest_first(self) -> Iterator[tuple[int, str]]:
+        return zip(reversed(self.versions), reversed(self.ids), strict=True)
+
+
 @dataclass
 class StoreState:
     """Every job in memory, with the indexes that keep each verb's cost flat.
@@ -171,7 +220,7 @@ class StoreState:
     seq: int = 0
     epoch: int = 0
     version: int = 0
-    changes: list[tuple[int, str]] = field(default_factory=list)
+    changes: ChangeLog = field(default_factory=ChangeLog)
     queued_by_lane: dict[str, set[str]] = field(default_factory=dict)
     queued_by_kind: dict[str, set[str]] = field(default_factory=dict)
     orphans: list[Record] = field(default_factory=list)
@@ -326,9 +375,7 @@ class StoreState:
         elif old is not None:
             self._reindex(job, *old)
         self.version += 1
-        self.changes.append((self.version, job["id"]))
-        if len(self.changes) > 200_000:
-            del self.changes[:100_000]
+        self.changes.append(self.version, job["id"])
 
     def _apply_purge(self, record: Record) -> None:
         purge = PurgeFilter.from_json(cast(PurgeRecord, record)["filter"])
@@ -341,14 +388,14 @@ class StoreState:
             if self.keys.get(job["key"]) == job_id:
                 del self.keys[job["key"]]
             self.version += 1
-            self.changes.append((self.version, job_id))
+            self.changes.append(self.version, job_id)
         self.purges.append((self.gen, purge))
         self.touch_all()
 
     def touch_all(self) -> None:
         """Says that anything may have changed (:meth:`changed_since` answers None past this)."""
         self.version += 1
-        self.changes.append((self.version, "*"))
+        self.changes.append(self.version, "*")
 
     def _reindex(self, job: JobDict, old_state: str, old_key: str, old_lane: str) -> None:
         """Moves ``job`` (just updated) out of the index entries of its old values, then indexes it."""
@@ -403,7 +450,7 @@ class StoreState:
         self.epoch = max(self.epoch, top_epoch)
         self.version += 1
         self.changes.clear()
-        self.changes.append((self.version, "*"))
+        self.changes.append(self.version, "*")
 
     def _head(self, heap: list[tuple[float, int, str]]) -> JobDict | None:
         """The job at the top of a lane heap, after dropping stale entries (lazy deletion)."""
@@ -449,11 +496,11 @@ class StoreState:
         """Ids changed after ``version``; None means "everything" (a reload happened)."""
         if not self.changes or version >= self.version:
             return self.version, set()
-        first = self.changes[0][0]
+        first = self.changes.first_version()
         if version < first - 1:
             return self.version, None
         out: set[str] = set()
-        for v, job_id in reversed(self.changes):
+        for v, job_id in self.changes.newest_first():
             if v <= version:
                 break
             if job_id == "*":
