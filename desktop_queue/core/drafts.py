@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import orjson
 
-from desktop_queue.core.store.fileio import atomic_write, make_dirs
+from desktop_queue.core.store.fileio import atomic_write, make_dirs, set_aside
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +82,8 @@ def take_draft(
         if not isinstance(fields, dict) or not all(isinstance(v, str) for v in fields.values()):
             raise ValueError("its fields are not text")
     except ValueError as exc:  # (orjson.JSONDecodeError is one)
-        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
         try:
-            os.replace(path, aside)
+            aside = set_aside(path)
         except OSError:
             aside = path
         log.warning("the draft %s was damaged (%s): kept aside as %s", path, exc, aside.name)

@@ -17,14 +17,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import ipaddress
 import math
 import os
 import secrets
 import threading
-import time
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -39,7 +37,7 @@ from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.redact import strings_in
 from desktop_queue.core.store import fileio
-from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs
+from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs, set_aside
 
 Period = Literal["day", "month"]
 ReportBy = Literal["day", "model", "profile"]
@@ -421,9 +419,10 @@ class PriceTable:
             self._notice(f"{self.path.name} could not be read ({exc.strerror or exc}); built-in estimates are used")
             return {}, False
         except (ValueError, TypeError) as exc:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-            with contextlib.suppress(OSError):
-                os.replace(self.path, aside)
+            try:
+                aside = set_aside(self.path)
+            except OSError:
+                aside = self.path
             self._seen = None
             self._notice(
                 f"{self.path.name} could not be read ({exc}); it was kept as {aside.name} and the built-in "

@@ -21,7 +21,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ import orjson
 
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import StoreError
-from desktop_queue.core.store.fileio import atomic_write, locked
+from desktop_queue.core.store.fileio import atomic_write, locked, set_aside
 
 log = logging.getLogger(__name__)
 
@@ -145,9 +144,8 @@ class BackgroundSwitch:
                 raise ValueError("its checksum does not match")
             return PauseState.from_json(body)
         except (orjson.JSONDecodeError, ValueError) as exc:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
             try:
-                os.replace(self.path, aside)
+                aside = set_aside(self.path)
             except OSError:
                 aside = self.path
             kept = "paused" if self._state.paused else "not paused"

@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from desktop_queue.core.errors import QueueError, StoreCorrupt
-from desktop_queue.core.store.fileio import TEMP_MARK, atomic_write, fsync_dir, make_dirs
+from desktop_queue.core.store.fileio import TEMP_MARK, atomic_write, fsync_dir, make_dirs, set_aside
 
 log = logging.getLogger(__name__)
 
@@ -514,14 +514,8 @@ class ResultStore:
                 raise ValueError("not a result file")
             return doc
         except ValueError:
-            stamp = time.strftime("%Y%m%dT%H%M%S")
-            target = path.with_name(f"{path.name}.corrupt-{stamp}")
-            n = 1
-            while target.exists():  # damaged again within the second: keep every copy
-                n += 1
-                target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
             with contextlib.suppress(OSError):
-                os.replace(path, target)
+                set_aside(path)
             return None
 
     def problem(self, key: str) -> ResultProblem | None:

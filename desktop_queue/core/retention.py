@@ -22,7 +22,7 @@ import orjson
 
 from desktop_queue.core.errors import InvalidInput, StoreError
 from desktop_queue.core.model import State
-from desktop_queue.core.store.fileio import atomic_write, fsync_dir
+from desktop_queue.core.store.fileio import CORRUPT_MARK, atomic_write, fsync_dir
 
 POLICY_FILE = "retention.json"
 POLICY_FORMAT = "desktop-queue.retention"
@@ -128,7 +128,7 @@ def quarantined_files(data_dir: Path) -> Iterator[Path]:
     """Every ``*.corrupt-*`` copy under the data directory."""
     for root, _dirs, files in os.walk(data_dir):
         for name in files:
-            if ".corrupt-" in name:
+            if CORRUPT_MARK in name:
                 yield Path(root) / name
 
 

@@ -55,7 +55,7 @@ import orjson
 from desktop_queue.core.errors import InvalidInput, NoSuchJob, QueueError, StoreError
 from desktop_queue.core.fingerprint import canonical_json
 from desktop_queue.core.model import Actor, Priority, State
-from desktop_queue.core.store.fileio import FileLock, atomic_write, make_dirs
+from desktop_queue.core.store.fileio import FileLock, atomic_write, make_dirs, set_aside
 
 log = logging.getLogger(__name__)
 
@@ -457,9 +457,7 @@ class ScheduleBook:
             yield
 
     def _set_aside(self, why: str) -> None:
-        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        os.replace(self.path, target)
+        target = set_aside(self.path)
         notice = f"{self.path.name} was damaged ({why}): set aside as {target.name}; its schedules are not loaded"
         self.notices.append(notice)
         log.warning("%s", notice)

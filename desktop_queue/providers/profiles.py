@@ -25,7 +25,6 @@ A file of a newer schema is refused and never overwritten.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import math
 import os
@@ -40,7 +39,7 @@ import orjson
 
 from desktop_queue.core.errors import InvalidInput, StoreError
 from desktop_queue.core.paths import config_dir
-from desktop_queue.core.store.fileio import atomic_write
+from desktop_queue.core.store.fileio import atomic_write, set_aside
 from desktop_queue.providers.openai_compat import DEFAULT_PROFILE, KEYRING_SERVICE, KeyringUnavailable
 from desktop_queue.providers.setup import ProfileConfig
 
@@ -393,17 +392,10 @@ class NewerProfileFile(ProfileFileError):
 
 
 def _set_aside(path: Path) -> Path | None:
-    stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    n = 1
-    while target.exists():
-        n += 1
-        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
     try:
-        os.replace(path, target)
+        return set_aside(path)
     except OSError:
         return None
-    return target
 
 
 def load_profiles(directory: Path | str | None = None, env: Mapping[str, str] | None = None) -> ProfileSet:

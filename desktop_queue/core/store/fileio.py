@@ -7,12 +7,15 @@ import functools
 import os
 import secrets
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from desktop_queue.core.errors import StoreError
 
 TEMP_MARK = ".tmp-"
+#: what marks a damaged file set aside (``<name>.corrupt-<time>``; retention deletes them)
+CORRUPT_MARK = ".corrupt-"
 
 
 def fsync_dir(path: Path) -> None:
@@ -39,6 +42,25 @@ def make_dirs(path: Path) -> None:
         except FileExistsError:
             continue
         fsync_dir(directory.parent)
+
+
+def set_aside(path: Path) -> Path:
+    """Moves a damaged file out of the way as ``<name>.corrupt-<local time>``; where it went.
+
+    A copy set aside within the same second is kept: the next one is named ``…-2``,
+    ``…-3``. The caller makes the rename durable if it must (:func:`fsync_dir`).
+
+    Raises:
+        OSError: it could not be moved (it stays where it is).
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    target = path.with_name(f"{path.name}{CORRUPT_MARK}{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}{CORRUPT_MARK}{stamp}-{n}")
+    os.replace(path, target)
+    return target
 
 
 def temp_path_for(path: Path) -> Path:

@@ -109,7 +109,15 @@ from desktop_queue.core.store.compaction import (
     KEEP_FINISHED_S,
     compact,
 )
-from desktop_queue.core.store.fileio import TEMP_MARK, FileLock, WriteCancelled, atomic_write, fsync_dir, make_dirs
+from desktop_queue.core.store.fileio import (
+    TEMP_MARK,
+    FileLock,
+    WriteCancelled,
+    atomic_write,
+    fsync_dir,
+    make_dirs,
+    set_aside,
+)
 from desktop_queue.core.store.groupsync import GroupSync
 from desktop_queue.core.store.snapshot import (
     decode_snapshot,
@@ -118,7 +126,6 @@ from desktop_queue.core.store.snapshot import (
 from desktop_queue.core.store.state import (
     ChangeLog,
     StoreState,
-    _stamp,
     set_aside_orphans,
 )
 from desktop_queue.core.wording import counted
@@ -554,12 +561,7 @@ class Store:
         return sorted(snaps), sorted(segs)
 
     def _quarantine(self, path: Path, why: str) -> Path:
-        target = path.with_name(f"{path.name}.corrupt-{_stamp()}")
-        n = 1
-        while target.exists():  # the same file damaged twice within a second: keep both copies
-            n += 1
-            target = path.with_name(f"{path.name}.corrupt-{_stamp()}-{n}")
-        os.replace(path, target)
+        target = set_aside(path)
         fsync_dir(self.root)
         log.warning("quarantined %s: %s", path.name, why)
         return target
