@@ -248,9 +248,10 @@ class JobRunnable:
         self._timeout_s = timeout_s
         self._keeper = keeper
         self._partial_at: float | None = None
-        #: whether the attempt syncs before it runs: a free provider pays for nothing, so
-        #: its attempt need not wait for the disk (lost with the lease, it only runs again)
-        self.sync_first: bool = getattr(provider, "paid", True)
+        #: whether the provider's answer is paid for (a provider without ``paid = False``):
+        #: only then does the attempt sync before it runs, keep its answer before the
+        #: commit, and commit it itself
+        self.paid: bool = getattr(provider, "paid", True)
 
     def _partial(self, text: str) -> None:
         """Relays a streaming provider's text so far, at most every :data:`PARTIAL_EVERY_S`."""
@@ -272,7 +273,7 @@ class JobRunnable:
 
     def run(self) -> None:
         report = self._attempt()
-        if report.outcome.ok and not report.cancelled and (report.reused or getattr(self._provider, "paid", True)):
+        if report.outcome.ok and not report.cancelled and (report.reused or self.paid):
             # a paid (or already stored) answer: committed, durably, at once. An attempt
             # told to stop (cancelled, timed out, lease lost, shutdown) is the driver's to
             # settle: it knows why
@@ -301,7 +302,7 @@ class JobRunnable:
             # for the disk: put them there first, before anything is paid for (invariant
             # 4); one fsync covers everything written so far, whoever asks
             try:
-                if self.sync_first:
+                if self.paid:  # (a free answer lost with its lease is only made again)
                     self._queue.sync()
             except StoreError as exc:
                 # nothing was sent, so nothing is spent: the driver gives the attempt back
@@ -331,7 +332,7 @@ class JobRunnable:
                     outcome = self._provider.run(job, context)
                 except Exception as exc:  # providers classify what they did not expect
                     outcome = self._provider.classify(exc)
-                if outcome.ok and not getattr(self._provider, "paid", True):
+                if outcome.ok and not self.paid:
                     # an answer that costs nothing is not kept on disk before its commit: a
                     # crash in between makes it again, which is all it costs
                     document = self._queue.results.attempt_document(
@@ -517,7 +518,7 @@ class LeaseDriver(QObject):
         self._relay.partial.connect(self._keep_partial)
         self._relay.sync_failed.connect(self._sync_failed)
         self._relay.changed.connect(self._on_changed)
-        self._launched = False  # whether an attempt that syncs first started since the last batch of reports
+        self._launched = False  # whether a paid attempt (which syncs first) started since the last batch of reports
         #: the attempts of a batch whose successes were committed, until they are settled
         self._early: dict[str, _Active] = {}
         #: the latest streamed text of each running attempt that streams (until it ends)
@@ -1175,8 +1176,8 @@ class LeaseDriver(QObject):
         runnable = JobRunnable(
             self.queue, provider, lease, self._relay, active.cancel, active.stopping, active.timeout_s, self.keeper
         )
-        if runnable.sync_first:
-            self._launched = True  # (its sync makes what the driver committed durable)
+        if runnable.paid:
+            self._launched = True  # (its first act, a sync, makes what the driver committed durable)
         self._was_idle = False
         self.pool.start(runnable.run)
         self.job_started.emit(lease.job_id)
