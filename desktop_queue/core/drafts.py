@@ -21,6 +21,7 @@ from pathlib import Path
 
 import orjson
 
+from desktop_queue.core.store.codec import stamped_doc
 from desktop_queue.core.store.fileio import atomic_write, make_dirs, set_aside
 
 log = logging.getLogger(__name__)
@@ -71,12 +72,9 @@ def take_draft(
         log.warning("the draft %s could not be read (%s): left where it is", path, exc.strerror or exc)
         return None
     try:
-        doc = orjson.loads(raw)
-        if not isinstance(doc, dict) or doc.get("format") != DRAFT_FORMAT:
-            raise ValueError("not a draft")
-        version = doc.get("schema_version")
-        if isinstance(version, int) and version > DRAFT_SCHEMA:
-            log.warning("the draft %s was written by a newer Desktop Queue (schema %s): left as it is", path, version)
+        doc, newer = stamped_doc(raw, DRAFT_FORMAT, DRAFT_SCHEMA, "a draft")
+        if newer is not None:
+            log.warning("the draft %s was written by a newer Desktop Queue (schema %s): left as it is", path, newer)
             return None
         fields = doc.get("fields")
         if not isinstance(fields, dict) or not all(isinstance(v, str) for v in fields.values()):

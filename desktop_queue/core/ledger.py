@@ -37,6 +37,7 @@ from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.redact import strings_in
 from desktop_queue.core.store import fileio
+from desktop_queue.core.store.codec import stamped_doc
 from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs, set_aside
 
 Period = Literal["day", "month"]
@@ -395,13 +396,10 @@ class PriceTable:
     def _read(self) -> tuple[dict[str, Price], bool]:
         assert self.path is not None
         try:
-            doc = orjson.loads(self.path.read_bytes())
-            if not isinstance(doc, dict) or doc.get("format") != PRICES_FORMAT:
-                raise ValueError("not a prices file")
-            version = doc.get("schema_version")
-            if isinstance(version, int) and version > PRICES_SCHEMA:
+            doc, newer = stamped_doc(self.path.read_bytes(), PRICES_FORMAT, PRICES_SCHEMA, "a prices file")
+            if newer is not None:
                 self._notice(
-                    f"{self.path.name} was written by a newer Desktop Queue (schema {version}); "
+                    f"{self.path.name} was written by a newer Desktop Queue (schema {newer}); "
                     "it is left as it is and the built-in price estimates are used"
                 )
                 return {}, True

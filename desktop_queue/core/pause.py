@@ -29,6 +29,7 @@ import orjson
 
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import StoreError
+from desktop_queue.core.store.codec import stamped_doc
 from desktop_queue.core.store.fileio import atomic_write, locked, set_aside
 
 log = logging.getLogger(__name__)
@@ -129,14 +130,11 @@ class BackgroundSwitch:
         except OSError as exc:
             return replace(self._state, problem=f"cannot read {self.path.name}: {exc.strerror or exc}")
         try:
-            doc = orjson.loads(raw)
-            if not isinstance(doc, dict) or doc.get("format") != PAUSE_FORMAT:
-                raise ValueError("not a background pause file")
-            version = doc.get("schema_version")
-            if isinstance(version, int) and version > PAUSE_SCHEMA:
+            doc, newer = stamped_doc(raw, PAUSE_FORMAT, PAUSE_SCHEMA, "a background pause file")
+            if newer is not None:
                 return replace(
                     self._state,
-                    problem=f"{self.path.name} was written by a newer Desktop Queue (schema {version}); "
+                    problem=f"{self.path.name} was written by a newer Desktop Queue (schema {newer}); "
                     "it is not changed here",
                 )
             body = doc.get("state")

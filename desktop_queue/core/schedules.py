@@ -55,6 +55,7 @@ import orjson
 from desktop_queue.core.errors import InvalidInput, NoSuchJob, QueueError, StoreError
 from desktop_queue.core.fingerprint import canonical_json
 from desktop_queue.core.model import Actor, Priority, State
+from desktop_queue.core.store.codec import stamped_doc
 from desktop_queue.core.store.fileio import FileLock, atomic_write, make_dirs, set_aside
 
 log = logging.getLogger(__name__)
@@ -471,13 +472,10 @@ class ScheduleBook:
         except OSError as exc:
             raise StoreError(f"cannot read {self.path.name}: {exc.strerror or exc}") from exc
         try:
-            doc = orjson.loads(raw)
-            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-                raise ValueError("not a schedules file")
-            version = doc.get("schema_version")
-            if isinstance(version, int) and version > SCHEMA_VERSION:
+            doc, newer = stamped_doc(raw, FORMAT, SCHEMA_VERSION, "a schedules file")
+            if newer is not None:
                 raise ScheduleError(
-                    f"{self.path.name} was written by a newer Desktop Queue (schema {version}); "
+                    f"{self.path.name} was written by a newer Desktop Queue (schema {newer}); "
                     "it is left as it is: update the app to use schedules"
                 )
             items = doc.get("schedules")

@@ -13,7 +13,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import orjson
 
@@ -66,6 +66,22 @@ def decode_record(line: bytes) -> Record | None:
     except (ValueError, orjson.JSONDecodeError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def stamped_doc(raw: bytes, fmt: str, schema: int, what: str) -> tuple[dict[str, Any], int | None]:
+    """The JSON object of a small state file stamped ``"format": fmt`` (a draft, the pause
+    switch, the schedules...), and its ``schema_version`` when a newer version than
+    ``schema`` wrote it (None: this version reads it). What a newer file means is the
+    caller's to say.
+
+    Raises:
+        ValueError: not JSON (``orjson.JSONDecodeError`` is one), or not ``what`` ("not a draft").
+    """
+    doc = orjson.loads(raw)
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise ValueError(f"not {what}")
+    version = doc.get("schema_version")
+    return doc, version if isinstance(version, int) and version > schema else None
 
 
 def segment_name(gen: int) -> str:
