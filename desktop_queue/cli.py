@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import itertools
 import logging
 import math
 import os
@@ -17,7 +18,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -463,6 +464,18 @@ def _out(data: Any) -> None:
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n")
 
 
+def _out_array(items: Iterable[Any]) -> None:
+    """Writes a JSON array as :func:`_out` writes a list, an item at a time (so that
+    ``list --all --json`` of a million jobs never holds them all)."""
+    write = sys.stdout.write
+    opened = False
+    for item in items:
+        body = orjson.dumps(item, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+        write((",\n  " if opened else "[\n  ") + body.replace("\n", "\n  "))
+        opened = True
+    write("\n]\n" if opened else "[]\n")
+
+
 def _err(message: str) -> None:
     sys.stderr.write(f"{PROG}: {message}\n")
 
@@ -512,6 +525,11 @@ def describe_state(job: Job, now: float, hold: Hold | None = None) -> str:
 Hold = Callable[[dict[str, Any]], str | None]
 
 
+def _any_waiting(jobs: Sequence[Job], now: float) -> bool:
+    """Whether a queued job among ``jobs`` is due, and may be held by a switch or flow control."""
+    return any(j.state == State.QUEUED and j.run_after <= now + 0.5 for j in jobs)
+
+
 @contextlib.contextmanager
 def _holds(queue: Queue, jobs: Sequence[Job], now: float) -> Iterator[Hold | None]:
     """Why queued, due jobs wait, as the window says it (:func:`~desktop_queue.core.present.shared_hold_reason`):
@@ -519,7 +537,7 @@ def _holds(queue: Queue, jobs: Sequence[Job], now: float) -> Iterator[Hold | Non
     shares. None when no such job is listed, or when they cannot be read (a display never
     fails on them)."""
     flow = None
-    if any(j.state == State.QUEUED and j.run_after <= now + 0.5 for j in jobs):
+    if _any_waiting(jobs, now):
         from desktop_queue.core.pause import BackgroundSwitch
         from desktop_queue.providers.setup import build
 
@@ -798,27 +816,42 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    """Prints the jobs a page at a time (:meth:`Queue.list_pages`): ``--all`` of a
+    million stored jobs holds one page of them, not all."""
     limit = None if args.all else args.limit or LIST_DEFAULT_LIMIT
     with _open(args) as queue:
-        jobs = queue.list(args.state, limit=limit)
-        if args.limit is None and not args.all and len(jobs) == limit:
+        pages = queue.list_pages(args.state, limit=limit)
+        first = next(pages)
+        if args.limit is None and not args.all and len(first) == limit:
             counts = queue.counts()
             total = counts.get(args.state, 0) if args.state else sum(counts.values())
             if total > limit:
                 _err(f"note: the newest {limit:,} of {total:,} jobs; --limit N or --all for more")
         if args.json:
-            _out([j.to_json(with_events=False, with_input=False) for j in jobs])
+            _out_array(
+                j.to_json(with_events=False, with_input=False) for page in itertools.chain([first], pages) for j in page
+            )
             return EXIT_OK
         now = time.time()
-        if not jobs:
+        if not first:
             print("no jobs" + (f" in state {args.state}" if args.state else ""))
-        with _holds(queue, jobs, now) as hold:
-            states = [describe_state(job, now, hold) for job in jobs]
-        # (the columns after it line up: as wide as the longest reason shown, within reason)
-        width = min(max([26, *map(len, states)]), 60)
-        kind_width = min(max([12, *(len(job.kind) for job in jobs)]), 32)  # (openai.speech is 13)
-        for job, state in zip(jobs, states, strict=True):
-            _print_job_line(job, now, state, width, kind_width)
+            return EXIT_OK
+        with contextlib.ExitStack() as stack:
+            hold: Hold | None = None
+            looked = False
+            width = kind_width = 0
+            for jobs in itertools.chain([first], pages):
+                if not looked and _any_waiting(jobs, now):  # (read once, for the first page that needs it)
+                    hold = stack.enter_context(_holds(queue, jobs, now))
+                    looked = True
+                states = [describe_state(job, now, hold) for job in jobs]
+                if not width:
+                    # the columns after it line up: as wide as the longest reason the first
+                    # page shows, within reason (later pages are printed as they are read)
+                    width = min(max([26, *map(len, states)]), 60)
+                    kind_width = min(max([12, *(len(job.kind) for job in jobs)]), 32)  # (openai.speech is 13)
+                for job, state in zip(jobs, states, strict=True):
+                    _print_job_line(job, now, state, width, kind_width)
     return EXIT_OK
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import heapq
 import logging
 import math
 import os
@@ -87,6 +88,12 @@ MAX_INTERACTIVE_WAITING = 5
 MAX_BATCH = 10_000
 MAX_BATCH_BYTES = 64 << 20
 MAX_TITLE = 200
+#: jobs one page of :meth:`Queue.list_pages` reads at a time
+LIST_PAGE = 1000
+
+
+def _seq_of(job: JobDict) -> int:
+    return job["seq"]
 
 
 @dataclass(frozen=True)
@@ -1664,12 +1671,67 @@ class Queue:
 
         return self.store.read(fn)
 
+    def list_pages(
+        self, state: str | None = None, *, limit: int | None = None, page: int | None = None
+    ) -> Iterator[builtins.list[Job]]:
+        """The jobs :meth:`list` returns, in its order, a page at a time (the last may be empty).
+
+        Each page is read on its own, as the jobs submitted before the previous page's
+        last one: however many jobs the archive holds, only a page of them is in memory
+        (``list --all`` of a million jobs would otherwise hold all of them). A job the
+        archive takes between two pages keeps its place (the order is by submission);
+        jobs submitted after the first page are not listed.
+
+        A page is at least half the hot set, so that scanning it for each page stays a
+        small part of reading the page however large a backlog it holds.
+        """
+        if state is not None:
+            State(state)
+        page = page or LIST_PAGE
+        before: int | None = None
+        left = limit
+        while left is None or left > 0:
+            want = page if left is None else min(page, left)
+            jobs, complete = self.store.read(
+                functools.partial(self._page, state=state, before=before, want=want, most=left)
+            )
+            yield jobs
+            if complete or not jobs:
+                return
+            before = jobs[-1].seq
+            if left is not None:
+                left -= len(jobs)
+
+    def _page(
+        self, st: View, *, state: str | None, before: int | None, want: int, most: int | None
+    ) -> tuple[builtins.list[Job], bool]:
+        """One page of :meth:`list_pages` (``want`` jobs, more for a large hot set, never
+        more than ``most``), and whether no job is left after it."""
+        newest: Callable[[str | None, int, int | None], builtins.list[JobDict]] | None = getattr(st, "newest", None)
+        if newest is not None:  # (PostgreSQL: the server pages its one copy of every job)
+            raw = newest(state, want, before)
+            return job_views(raw, with_events=False), len(raw) < want
+        hot = st.hot_jobs()
+        want = max(want, min(len(hot) // 2, most if most is not None else len(hot)))
+        found = hot.values() if state is None else (hot[i] for i in st.ids_in(state))
+        if before is not None:
+            found = (j for j in found if j["seq"] < before)
+        raw = heapq.nlargest(want, found, key=_seq_of)
+        complete = len(raw) < want
+        if st.archive is not None and state not in (State.QUEUED, State.RUNNING):
+            archived = self._archived(st, state, want, before=before)
+            complete = complete and len(archived) < want
+            raw = heapq.nlargest(want, [*raw, *archived], key=_seq_of)
+        return job_views(raw, with_events=False), complete
+
     @staticmethod
-    def _archived(st: View, state: str | None, limit: int | None) -> builtins.list[JobDict]:
-        """Archived jobs (in ``state``), newest first, without those the hot set holds a newer copy of."""
+    def _archived(
+        st: View, state: str | None, limit: int | None, *, before: int | None = None
+    ) -> builtins.list[JobDict]:
+        """Archived jobs (in ``state``, submitted before ``before``), newest first, without
+        those the hot set holds a newer copy of."""
         assert st.archive is not None
         out: list[JobDict] = []
-        before: int | None = None
         while limit is None or len(out) < limit:
             page = 500 if limit is None else limit - len(out) + 16
             rows = st.archive.rows(state=state, before_seq=before, limit=page)

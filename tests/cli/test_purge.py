@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from desktop_queue.core import Queue
 from desktop_queue.core.model import State
 from desktop_queue.core.outcome import Outcome
@@ -104,6 +106,41 @@ def test_list_prints_the_newest_thousand_unless_told(dq: Cli, data_dir: Path, mo
     run = dq.run("list", "--limit", "7", "--json")
     assert len(run.json()) == 7 and run.err == ""
     assert dq.run("list", "--all", "--limit", "2").code == 2
+
+
+def test_list_all_reads_a_page_at_a_time_and_prints_what_one_read_would(
+    dq: Cli, data_dir: Path, monkeypatch: Any
+) -> None:
+    """``list --all`` of a million jobs held them all (6.4 GiB): it now reads and prints a
+    page at a time, and the pages stitch into the same output, JSON array included."""
+    from desktop_queue.core import queue as queue_module
+
+    finish_jobs(data_dir, 11, tag="p", fail_every=4)
+    whole = dq.run("list", "--all", "--json")
+    whole_text = dq.run("list", "--all", "--state", "succeeded")
+    reads: list[int] = []
+    real_page = Queue._page
+
+    def page(self: Queue, *args: Any, **kwargs: Any) -> Any:
+        jobs, complete = real_page(self, *args, **kwargs)
+        reads.append(len(jobs))
+        return jobs, complete
+
+    monkeypatch.setattr(queue_module, "LIST_PAGE", 3)
+    monkeypatch.setattr(Queue, "_page", page)
+    paged = dq.run("list", "--all", "--json")
+    assert paged.code == 0, paged.err
+    assert reads == [3, 3, 3, 2]
+    assert paged.out == whole.out
+    assert paged.out == orjson.dumps(paged.json(), option=orjson.OPT_INDENT_2).decode() + "\n"
+    assert [j["state"] for j in paged.json()].count("dead") == 3
+    assert dq.run("list", "--all", "--state", "succeeded").out == whole_text.out
+    assert (
+        dq.run("list", "--state", "succeeded", "--limit", "5", "--json").json()
+        == [j for j in whole.json() if j["state"] == "succeeded"][:5]
+    )
+    assert dq.run("list", "--state", "cancelled", "--all", "--json").out == "[]\n"
+    assert dq.run("list", "--state", "cancelled", "--all").out == "no jobs in state cancelled\n"
 
 
 def test_one_job_is_one_job(dq: Cli, data_dir: Path) -> None:
