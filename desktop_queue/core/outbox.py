@@ -190,6 +190,7 @@ class Outbox:
         self._version: int | None = None  # the store version fed up to (None: not yet)
         self._looked = False  # the hot set was looked through once for what is missing
         self._window: FileLock | None = None
+        self._lines = 0  # in the file, as this process last read or wrote it
         self.notices: list[str] = []
 
     # ------------------------------------------------------------------ file
@@ -225,6 +226,7 @@ class Outbox:
         for note in view.notices:
             if note not in self.notices:
                 self.notices.append(note)
+        self._lines = view.lines
         return view
 
     @staticmethod
@@ -257,6 +259,7 @@ class Outbox:
         if not records:
             return
         append_lines(self.path, b"".join(orjson.dumps(dict(r)) + b"\n" for r in records))
+        self._lines += len(records)
 
     def _compact(self, view: OutboxView, hot_ids: set[str] | None) -> None:
         """Rewrites the file with the entries still needed.
@@ -277,6 +280,7 @@ class Outbox:
                 keep.append({"op": "claim", "key": entry.notice.key, "by": entry.claimed_by, "at": entry.claimed_at})
         header = {"op": "header", "format": FORMAT, "schema_version": SCHEMA_VERSION, "since": since}
         atomic_write(self.path, b"".join(orjson.dumps(r) + b"\n" for r in [header, *keep]))
+        self._lines = 1 + len(keep)
 
     # ------------------------------------------------------------------ adding
 
@@ -314,7 +318,18 @@ class Outbox:
             return unique
 
     def feed(self, queue: Any) -> list[Notice]:
-        """Adds the notices of the jobs changed since the last feed (the store's changes feed)."""
+        """Adds the notices of the jobs changed since the last feed (the store's changes feed),
+        and rewrites the file if it has grown past :data:`COMPACT_LINES`."""
+        added = self._feed(queue)
+        if self._lines >= COMPACT_LINES:
+            # here, not only in the repair scan: a worker run shorter than a scan's period
+            # never compacted, and every read of the file (each feed, claim and ack) then
+            # parsed all that the runs before it had appended
+            with contextlib.suppress(OSError, StoreError):
+                self.compact(queue)
+        return added
+
+    def _feed(self, queue: Any) -> list[Notice]:
         if self._version is None:
             # the first feed looks at the hot set whole: only the version to follow from is
             # wanted (changes since the beginning would name every job ever written)
