@@ -179,3 +179,26 @@ def test_a_closed_segment_small_next_to_a_large_hot_set_is_left(
     held.close()
     queue.close()
     assert snapshots(data_dir) == folded
+
+
+def test_the_fold_at_close_runs_in_a_child_not_in_the_closing_process(
+    open_queue: Callable[..., Queue],
+    clock: FakeClock,
+    data_dir: Path,
+    small_fold: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Folding two segments of finished jobs holds about 30 MiB: inline, that was a worker's
+    peak as it exited (103 MiB on a million-job store). A child holds it instead."""
+    queue = open_queue(keep_finished=5)
+    ids = run_jobs(queue, clock, 40)
+
+    def inline(*args: object, **kwargs: object) -> int:
+        raise AssertionError("the closing process folded the tail itself")
+
+    monkeypatch.setattr(journal, "compact", inline)
+    queue.close()
+    assert snapshots(data_dir), "the close folded nothing"
+    again = open_queue(keep_finished=5)
+    assert tail_records(again) == 0
+    assert [again.get(i).state for i in ids] == [State.SUCCEEDED] * 40
