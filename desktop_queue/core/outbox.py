@@ -200,29 +200,29 @@ class Outbox:
 
     def _read(self) -> OutboxView:
         try:
-            data = self.path.read_bytes()
+            fh = open(self.path, "rb")  # noqa: SIM115 (a with below: the missing file is told apart first)
         except FileNotFoundError:
             view = OutboxView(self.now())
             header = {"op": "header", "format": FORMAT, "schema_version": SCHEMA_VERSION, "since": view.since}
             atomic_write(self.path, orjson.dumps(header) + b"\n")
             view.lines = 1
             return view
-        lines = data.split(b"\n")
         view = OutboxView(0.0)
-        for n, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                rec = orjson.loads(line)
-                op = rec["op"]
-                self._apply(view, rec, op)
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                last = n == len(lines) - 1
-                view.notices.append(
-                    "the last outbox line was torn (a crash while writing); it was skipped"
-                    if last
-                    else f"outbox line {n + 1} is damaged; it was skipped"
-                )
+        # a line at a time: only the entries are held, not the file and its lines beside them
+        with fh:
+            for n, line in enumerate(fh):
+                if not line.strip():
+                    continue
+                try:
+                    rec = orjson.loads(line)
+                    op = rec["op"]
+                    self._apply(view, rec, op)
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    view.notices.append(
+                        "the last outbox line was torn (a crash while writing); it was skipped"
+                        if not line.endswith(b"\n")  # (only the last line can lack one)
+                        else f"outbox line {n + 1} is damaged; it was skipped"
+                    )
         for note in view.notices:
             if note not in self.notices:
                 self.notices.append(note)

@@ -363,6 +363,38 @@ def test_short_worker_runs_keep_the_file_small_and_announce_each_job_once(
     assert outbox.feed(queue) == [] and outbox.add_missing(queue) == []
 
 
+def test_a_read_holds_the_entries_not_the_file(data_dir: Path, clock: FakeClock) -> None:
+    """The worker's peak on the million-job store was a read of the outbox: the file, its
+    lines and their records all at once. A read now holds what it builds, a line at a time."""
+    import tracemalloc
+
+    outbox = Outbox(data_dir, clock.now)
+    outbox.view()
+    keys = [f"job{i}:1:succeeded" for i in range(50)]
+    lines = [
+        orjson.dumps({"op": "add", "key": k, "job_id": k[:5], "state": "succeeded", "finished_at": clock.now() + 1})
+        for k in keys
+    ]
+    for round_ in range(1000):  # claimed and queued again, over and over: many lines, few entries
+        lines += [
+            orjson.dumps({"op": op, "key": k, "by": "h/1/2", "at": round_})
+            for k in keys[:20]
+            for op in ("claim", "requeue")
+        ]
+    with open(outbox.path, "ab") as fh:
+        fh.write(b"\n".join(lines) + b"\n")
+    size = outbox.path.stat().st_size
+    assert size > 2_000_000
+    tracemalloc.start()
+    try:
+        view = outbox.view()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(view.pending()) == 50 and view.lines == 1 + len(lines)
+    assert peak < size / 4, f"a read of {size:,} bytes held {peak:,}"
+
+
 _WINDOW = r"""
 import sys, time
 from desktop_queue.core.outbox import Outbox
