@@ -96,6 +96,10 @@ def _seq_of(job: JobDict) -> int:
     return job["seq"]
 
 
+def _job_seq(job: Job) -> int:
+    return job.seq
+
+
 @dataclass(frozen=True)
 class Lease:
     """A job handed to one worker until ``expires_at``, under an unpredictable token."""
@@ -2386,8 +2390,12 @@ class Queue:
     def find_jobs(
         self, query: SearchQuery | None = None, *, resolved: bool | None = None, page: int = 500
     ) -> Iterator[Job]:
-        """Every job ``query`` matches, with its timeline, newest first: the hot set, then the
-        archive a page at a time (for export: the archive is never loaded whole)."""
+        """Every job ``query`` matches, with its timeline, newest first (for export).
+
+        The hot set's matches and the archive's, read a page at a time (the archive is
+        never loaded whole), are merged by submission: a job queued long ago still comes
+        after the newer jobs the archive holds, as ``list`` orders them.
+        """
         q = query or SearchQuery()
 
         def fits(job: JobDict) -> bool:
@@ -2406,13 +2414,25 @@ class Queue:
         if hot is None:
             yield from self._find_paged(fits, q.state, page)
             return
+        if q.state in (State.QUEUED, State.RUNNING):
+            yield from self._found_hot(hot)
+            return
+        # (an archived copy of a job listed hot is left out even if it was archived since)
+        seen = {job_id for _seq, job_id in hot}
+        yield from heapq.merge(
+            self._found_hot(hot), self._found_archived(q, resolved, page, seen), key=_job_seq, reverse=True
+        )
+
+    def _found_hot(self, hot: builtins.list[tuple[int, str]]) -> Iterator[Job]:
+        """The hot matches of :meth:`find_jobs`, newest first, each read whole as it is reached."""
         for _seq, job_id in reversed(hot):
             try:
                 yield self.get(job_id)
             except NoSuchJob:
                 continue  # purged meanwhile
-        if q.state in (State.QUEUED, State.RUNNING):
-            return
+
+    def _found_archived(self, q: SearchQuery, resolved: bool | None, page: int, hot: Collection[str]) -> Iterator[Job]:
+        """The archived matches of :meth:`find_jobs`, newest first, a page of the index at a time."""
         before: int | None = None
         while True:
 
@@ -2434,7 +2454,7 @@ class Queue:
                     return [], None
                 found = [
                     Job.from_dict(as_hot(j))
-                    for j in st.archive.jobs(r for r in rows if r.id not in st.hot_jobs())
+                    for j in st.archive.jobs(r for r in rows if r.id not in hot and r.id not in st.hot_jobs())
                     if not st.purged(j)
                 ]
                 return found, (rows[-1].seq if len(rows) >= page else None)
@@ -2448,7 +2468,10 @@ class Queue:
         """Adds exported jobs (see :mod:`desktop_queue.core.export`) to this store, as they were.
 
         Each job keeps its id, state, attempts, timeline and input; it gets a new place
-        in this store's submission order (in the order given). A job whose id exists
+        in this store's submission order, after the jobs here, by when it was created
+        (an export lists the newest first: taking that order reversed every list and the
+        order queued jobs are leased in; jobs created at the same moment keep their
+        order in an export). A job whose id exists
         here already is skipped, and so is a live job whose idempotency key a job here
         holds. A job exported ``running`` comes in ``queued`` (its lease was another
         store's). A succeeded job's result, when the export carries it, is stored first
@@ -2493,6 +2516,8 @@ class Queue:
             if stored is not None:
                 shared[job["id"]] = stored
         checks = self._checks_new_results
+        # oldest first; of two created at once, the later in the (newest-first) export
+        submitted = [parsed[i] for i in sorted(range(len(parsed)), key=lambda i: (parsed[i][0]["created_at"], -i))]
 
         def fn(state: View) -> Change[tuple[list[str], dict[str, str]]]:
             seq = state.seq
@@ -2500,7 +2525,7 @@ class Queue:
             added: list[str] = []
             skipped: dict[str, str] = {}
             keys: set[str] = set()
-            for job, events in parsed:
+            for job, events in submitted:
                 if state.exists(job["id"]) or job["id"] in added:
                     skipped[job["id"]] = "a job with this id exists here"
                     continue

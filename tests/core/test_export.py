@@ -199,3 +199,51 @@ def test_a_result_the_disk_refuses_imports_nothing(tmp_path: Path, monkeypatch: 
         with pytest.raises(StoreError, match="No space left on device; nothing was imported"):
             target.import_jobs(list(read_export(out.getvalue())))
         assert target.list() == []
+
+
+def test_jobs_come_newest_first_across_the_hot_set_and_the_archive(open_queue: Any, clock: FakeClock) -> None:
+    """A job queued long ago is hot while newer finished ones are archived: export listed the
+    hot set first, so it came before them (and an import takes the order given)."""
+    queue = open_queue(keep_finished=2, keep_finished_s=0.0, background_compaction=False)
+    waiting = queue.submit("demo", {"prompt": "later"}, run_after=clock.now() + 86400).job.id
+    for i in range(8):
+        queue.submit("demo", {"prompt": f"now {i}"})
+        lease = queue.lease("w")
+        assert lease is not None
+        clock.advance(1.0)
+        queue.complete(lease, {"text": f"answer {i}"})
+    queue.store.compact_now()
+    assert not queue.hot_among([j.id for j in queue.list("succeeded")][3:])  # (the older ones are archived)
+    found = [j.id for j in queue.find_jobs(page=3)]
+    assert found == [j.id for j in queue.list()]
+    assert found[-1] == waiting
+    assert [j.id for j in queue.find_jobs(SearchQuery(state="succeeded"), page=3)] == [
+        j.id for j in queue.list("succeeded")
+    ]
+
+
+def test_an_import_keeps_the_order_jobs_were_submitted_in(tmp_path: Path, clock: FakeClock) -> None:
+    """An export lists the newest first, and an import took that order as the submission
+    order: every list came back reversed, and the queued jobs were leased newest first."""
+    source = Queue.open(tmp_path / "a", clock=clock)
+    for i in range(3):
+        done = source.submit("demo", {"prompt": f"done {i}"}).job
+        lease = source.lease("w")
+        assert lease is not None and lease.job_id == done.id
+        source.complete(lease, {"text": "ok"})
+        clock.advance(1.0)
+    waiting = [source.submit("demo", {"prompt": f"waits {i}"}).job.id for i in range(3)]
+    clock.advance(1.0)
+    out = io.BytesIO()
+    write_export(source.find_jobs(), out, "jsonl", with_input=True)
+    order = [j.id for j in source.list()]
+    source.close()
+    target = Queue.open(tmp_path / "b", clock=clock)
+    try:
+        result = target.import_jobs(read_export(out.getvalue()))
+        assert len(result.added) == 6
+        assert [j.id for j in target.list()] == order
+        leased = [target.lease("w") for _ in range(3)]
+        assert [lease.job_id for lease in leased if lease is not None] == waiting  # oldest first, as at the source
+    finally:
+        target.close()
