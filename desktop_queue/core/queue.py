@@ -7,6 +7,7 @@ import functools
 import heapq
 import logging
 import math
+import operator
 import os
 import random
 import secrets
@@ -92,12 +93,10 @@ MAX_TITLE = 200
 LIST_PAGE = 1000
 
 
-def _seq_of(job: JobDict) -> int:
-    return job["seq"]
-
-
-def _job_seq(job: Job) -> int:
-    return job.seq
+def _newest(jobs: Iterable[JobDict], n: int | None) -> list[JobDict]:
+    """The ``n`` jobs submitted last (None: all), newest first."""
+    seq = operator.itemgetter("seq")
+    return heapq.nlargest(n, jobs, key=seq) if n is not None else sorted(jobs, key=seq, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -1649,31 +1648,14 @@ class Queue:
         return self.store.read(fn)
 
     def list(self, state: str | None = None, *, limit: int | None = None, with_events: bool = False) -> list[Job]:
-        """Jobs, newest first, optionally only those in ``state``: the hot set, then the archive."""
+        """Jobs, newest first, optionally only those in ``state``: the hot set's and the
+        archive's merged by submission, in one read (:meth:`list_pages` reads them a page
+        at a time)."""
         if state is not None:
             State(state)
-
-        def fn(st: View) -> list[Job]:
-            # (a view that reads a page in place, PostgreSQL's, need not list every job first)
-            newest: Callable[[str | None, int], builtins.list[JobDict]] | None = getattr(st, "newest", None)
-            if newest is not None and limit is not None:
-                raw = newest(state, max(0, limit))
-            else:
-                if state is None:
-                    raw = builtins.list(st.hot_jobs().values())
-                else:
-                    raw = [st.hot_jobs()[i] for i in st.ids_in(state)]
-                raw.sort(key=lambda j: j["seq"], reverse=True)
-                raw = raw[:limit]
-            out = job_views(raw, with_events=with_events)
-            if st.archive is not None and state not in (State.QUEUED, State.RUNNING):
-                wanted = None if limit is None else limit - len(out)
-                if wanted is None or wanted > 0:
-                    out.extend(job_views(self._archived(st, state, wanted), with_events=with_events))
-                out.sort(key=lambda j: j.seq, reverse=True)
-            return out
-
-        return self.store.read(fn)
+        most = None if limit is None else max(0, limit)
+        read = functools.partial(self._page, state=state, before=None, want=most, most=most, with_events=with_events)
+        return self.store.read(read)[0]
 
     def list_pages(
         self, state: str | None = None, *, limit: int | None = None, page: int | None = None
@@ -1707,26 +1689,36 @@ class Queue:
                 left -= len(jobs)
 
     def _page(
-        self, st: View, *, state: str | None, before: int | None, want: int, most: int | None
+        self,
+        st: View,
+        *,
+        state: str | None,
+        before: int | None,
+        want: int | None,
+        most: int | None,
+        with_events: bool = False,
     ) -> tuple[builtins.list[Job], bool]:
-        """One page of :meth:`list_pages` (``want`` jobs, more for a large hot set, never
-        more than ``most``), and whether no job is left after it."""
+        """The newest ``want`` jobs (in ``state``, submitted before ``before``; None: every
+        one) of the hot set and the archive, more for a large hot set but never more than
+        ``most``, and whether no job is left after them."""
+        # (a view that reads a page in place, PostgreSQL's, need not list every job first)
         newest: Callable[[str | None, int, int | None], builtins.list[JobDict]] | None = getattr(st, "newest", None)
-        if newest is not None:  # (PostgreSQL: the server pages its one copy of every job)
+        if newest is not None and want is not None:
             raw = newest(state, want, before)
-            return job_views(raw, with_events=False), len(raw) < want
+            return job_views(raw, with_events=with_events), len(raw) < want
         hot = st.hot_jobs()
-        want = max(want, min(len(hot) // 2, most if most is not None else len(hot)))
-        found = hot.values() if state is None else (hot[i] for i in st.ids_in(state))
+        if want is not None:
+            want = max(want, min(len(hot) // 2, most if most is not None else len(hot)))
+        found: Iterable[JobDict] = hot.values() if state is None else (hot[i] for i in st.ids_in(state))
         if before is not None:
             found = (j for j in found if j["seq"] < before)
-        raw = heapq.nlargest(want, found, key=_seq_of)
-        complete = len(raw) < want
+        raw = _newest(found, want)
+        complete = want is None or len(raw) < want
         if st.archive is not None and state not in (State.QUEUED, State.RUNNING):
             archived = self._archived(st, state, want, before=before)
-            complete = complete and len(archived) < want
-            raw = heapq.nlargest(want, [*raw, *archived], key=_seq_of)
-        return job_views(raw, with_events=False), complete
+            complete = complete and (want is None or len(archived) < want)
+            raw = _newest([*raw, *archived], want)
+        return job_views(raw, with_events=with_events), complete
 
     @staticmethod
     def _archived(
@@ -2420,7 +2412,10 @@ class Queue:
         # (an archived copy of a job listed hot is left out even if it was archived since)
         seen = {job_id for _seq, job_id in hot}
         yield from heapq.merge(
-            self._found_hot(hot), self._found_archived(q, resolved, page, seen), key=_job_seq, reverse=True
+            self._found_hot(hot),
+            self._found_archived(q, resolved, page, seen),
+            key=operator.attrgetter("seq"),
+            reverse=True,
         )
 
     def _found_hot(self, hot: builtins.list[tuple[int, str]]) -> Iterator[Job]:

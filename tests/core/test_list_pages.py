@@ -106,3 +106,17 @@ def test_jobs_archived_or_retried_between_two_pages_are_listed_once_in_place(
     seen += [j.id for page in pages for j in page]
     assert seen == before  # (the late jobs came after the listing began)
     assert len(set(seen)) == len(seen)
+
+
+def test_a_limited_list_is_the_first_page_when_old_jobs_wait_in_the_hot_set(small_hot: Queue, clock: FakeClock) -> None:
+    """``list(limit=N)`` (the API's ``GET /jobs``) took the hot set's newest N and asked the
+    archive only for what was missing: jobs queued long ago filled the page ahead of the
+    newer jobs the archive held."""
+    waiting = [
+        small_hot.submit("demo", {"prompt": f"later {i}"}, run_after=clock.now() + 86400).job.id for i in range(3)
+    ]
+    fill(small_hot, clock, 12, tag="now")
+    small_hot.store.compact_now()
+    newest = [j.id for j in small_hot.list(limit=3)]
+    assert newest == [j.id for j in next(small_hot.list_pages(limit=3))]
+    assert not set(newest) & set(waiting)
