@@ -18,7 +18,6 @@ This module is loaded by ``store.py`` (``backlog_module()``), which it uses for 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -56,17 +55,6 @@ def _run_group(argvs: list[list[str]], env: dict[str, str]) -> tuple[float, floa
     return wall, store._children_cpu() - cpu_before, failures
 
 
-def _succeeded(data_dir: Path, env: dict[str, str]) -> dict[str, int]:
-    out = subprocess.run(
-        [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "stats", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    return {k: int(v) for k, v in json.loads(out.stdout)["counts"].items()}
-
-
 def bench_backlog(*, jobs: int, job_ms: int, procs: int, threads: int, rounds: int, root: Path) -> dict[str, Any]:
     """Runs the case; returns the figures of 1 and of ``procs`` processes (see the module docstring).
 
@@ -100,7 +88,7 @@ def bench_backlog(*, jobs: int, job_ms: int, procs: int, threads: int, rounds: i
             wall, cpu, failures = _run_group([argv] * n, env)
             if failures:
                 raise RuntimeError(f"backlog: {len(failures)} of {n} work processes failed:\n" + "\n".join(failures))
-            counts = _succeeded(data_dir, env)
+            counts = store.stats_counts(data_dir)
             if counts.get("succeeded", 0) != jobs:
                 raise RuntimeError(f"backlog with {n} process(es): not every job succeeded: {counts}")
             runs[n].append({"wall_s": wall, "cpu_s": cpu})

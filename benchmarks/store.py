@@ -88,6 +88,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import platform
@@ -670,20 +671,28 @@ def worker_huey_consumer(data_dir: Path, n: int, threads: int) -> dict[str, Any]
     return {"completed": count, "queue_left": left, "results_stored": results}
 
 
-def backlog_module() -> Any:
-    """``benchmarks/backlog.py`` (the backlog case), which uses this file's helpers as ``store``."""
-    sys.modules.setdefault("store", sys.modules[__name__])
-    import backlog
+def stats_counts(data_dir: Path) -> dict[str, int]:
+    """Jobs per state in ``data_dir``, as ``desktop-queue stats --json`` counts them."""
+    out = subprocess.run(
+        [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "stats", "--json"],
+        capture_output=True, text=True, env=_child_env(), check=True,
+    )  # fmt: skip
+    return {k: int(v) for k, v in json.loads(out.stdout)["counts"].items()}
 
-    return backlog
+
+def case_module(name: str) -> Any:
+    """``benchmarks/<name>.py`` (the backlog or the history case), which uses this file's
+    helpers as ``store``."""
+    sys.modules.setdefault("store", sys.modules[__name__])
+    return importlib.import_module(name)
+
+
+def backlog_module() -> Any:
+    return case_module("backlog")
 
 
 def history_module() -> Any:
-    """``benchmarks/history.py`` (the history case), which uses this file's helpers as ``store``."""
-    sys.modules.setdefault("store", sys.modules[__name__])
-    import history
-
-    return history
+    return case_module("history")
 
 
 def _import_backend(backend: str) -> None:
@@ -1220,11 +1229,7 @@ def bench_worker(config: Config, root: Path) -> dict[str, Any]:
             if proc.returncode != 0:
                 raise RuntimeError(f"end-to-end {backend} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
             if backend == "ours":
-                stats_proc = subprocess.run(
-                    [sys.executable, "-m", "desktop_queue", "--data-dir", str(data_dir), "stats", "--json"],
-                    capture_output=True, text=True, env=_child_env(), check=True,
-                )  # fmt: skip
-                counts = json.loads(stats_proc.stdout)["counts"]
+                counts = stats_counts(data_dir)
                 done = int(counts.get("succeeded", 0))
                 checks[backend] = counts
             else:

@@ -37,7 +37,7 @@ import orjson
 from desktop_queue.core.errors import QueueError
 from desktop_queue.core.model import EventType, State, events_of
 from desktop_queue.core.paths import config_dir
-from desktop_queue.core.store.fileio import append_lines, atomic_write, locked, make_dirs, set_aside
+from desktop_queue.core.store.fileio import append_lines, atomic_write, locked, make_dirs, set_aside_if_possible
 from desktop_queue.core.wording import counted
 
 log = logging.getLogger(__name__)
@@ -734,10 +734,7 @@ class AlertBook:
 
     def _set_aside(self, exc: Exception) -> tuple[AlertState, list[Transition]]:
         """Keeps a damaged state file aside; alerts start afresh (the state is derived, the history is not)."""
-        try:
-            aside = set_aside(self.state_path)
-        except OSError:
-            aside = self.state_path
+        aside = set_aside_if_possible(self.state_path)
         self.notices.append(f"the alert state was damaged ({exc}); kept aside as {aside.name}, alerts start afresh")
         log.warning("%s", self.notices[-1])
         return AlertState(), []

@@ -22,7 +22,7 @@ from pathlib import Path
 import orjson
 
 from desktop_queue.core.store.codec import stamped_doc
-from desktop_queue.core.store.fileio import atomic_write, make_dirs, set_aside
+from desktop_queue.core.store.fileio import atomic_write, make_dirs, set_aside_if_possible
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +80,7 @@ def take_draft(
         if not isinstance(fields, dict) or not all(isinstance(v, str) for v in fields.values()):
             raise ValueError("its fields are not text")
     except ValueError as exc:  # (orjson.JSONDecodeError is one)
-        try:
-            aside = set_aside(path)
-        except OSError:
-            aside = path
+        aside = set_aside_if_possible(path)
         log.warning("the draft %s was damaged (%s): kept aside as %s", path, exc, aside.name)
         return None
     draft = {str(k): v for k, v in fields.items()}

@@ -38,7 +38,7 @@ from desktop_queue.core.errors import StoreError
 from desktop_queue.core.redact import strings_in
 from desktop_queue.core.store import fileio
 from desktop_queue.core.store.codec import stamped_doc
-from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs, set_aside
+from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs, set_aside_if_possible
 
 Period = Literal["day", "month"]
 ReportBy = Literal["day", "model", "profile"]
@@ -417,10 +417,7 @@ class PriceTable:
             self._notice(f"{self.path.name} could not be read ({exc.strerror or exc}); built-in estimates are used")
             return {}, False
         except (ValueError, TypeError) as exc:
-            try:
-                aside = set_aside(self.path)
-            except OSError:
-                aside = self.path
+            aside = set_aside_if_possible(self.path)
             self._seen = None
             self._notice(
                 f"{self.path.name} could not be read ({exc}); it was kept as {aside.name} and the built-in "

@@ -30,7 +30,7 @@ import orjson
 from desktop_queue.core.clock import Clock, SystemClock
 from desktop_queue.core.errors import StoreError
 from desktop_queue.core.store.codec import stamped_doc
-from desktop_queue.core.store.fileio import atomic_write, locked, set_aside
+from desktop_queue.core.store.fileio import atomic_write, locked, set_aside_if_possible
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +142,7 @@ class BackgroundSwitch:
                 raise ValueError("its checksum does not match")
             return PauseState.from_json(body)
         except (orjson.JSONDecodeError, ValueError) as exc:
-            try:
-                aside = set_aside(self.path)
-            except OSError:
-                aside = self.path
+            aside = set_aside_if_possible(self.path)
             kept = "paused" if self._state.paused else "not paused"
             message = f"{self.path.name} was damaged ({exc}); kept aside as {aside.name}; background work stays {kept}"
             log.warning("%s", message)

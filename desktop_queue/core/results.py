@@ -35,7 +35,14 @@ from typing import Any
 import orjson
 
 from desktop_queue.core.errors import QueueError, StoreCorrupt
-from desktop_queue.core.store.fileio import TEMP_MARK, atomic_write, fsync_dir, make_dirs, set_aside
+from desktop_queue.core.store.fileio import (
+    CORRUPT_MARK,
+    TEMP_MARK,
+    atomic_write,
+    fsync_dir,
+    make_dirs,
+    set_aside_if_possible,
+)
 
 log = logging.getLogger(__name__)
 
@@ -514,8 +521,7 @@ class ResultStore:
                 raise ValueError("not a result file")
             return doc
         except ValueError:
-            with contextlib.suppress(OSError):
-                set_aside(path)
+            set_aside_if_possible(path)
             return None
 
     def problem(self, key: str) -> ResultProblem | None:
@@ -531,7 +537,7 @@ class ResultStore:
         path = self.path_for(key)
         try:
             # stamps sort by time, and a second copy within the same second after the first
-            copies = sorted(p for p in path.parent.glob(f"{glob.escape(path.name)}.corrupt-*"))
+            copies = sorted(p for p in path.parent.glob(f"{glob.escape(path.name)}{CORRUPT_MARK}*"))
         except OSError:
             copies = []
         if copies:

@@ -57,7 +57,7 @@ from desktop_queue.core.errors import StoreCorrupt, StoreError
 from desktop_queue.core.model import EventType, State, events_of
 from desktop_queue.core.records import JobDict
 from desktop_queue.core.search import escape_like, prompt_text
-from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs, set_aside
+from desktop_queue.core.store.fileio import atomic_write, fsync_dir, make_dirs, set_aside_if_possible
 
 log = logging.getLogger(__name__)
 
@@ -706,10 +706,7 @@ class Archive:
         return self.numbers() if unknown else numbers  # (a damaged one was moved aside)
 
     def _quarantine(self, path: Path, why: str) -> None:
-        try:
-            target = set_aside(path)
-        except OSError:
-            target = path
+        target = set_aside_if_possible(path)
         self.notices.append(
             f"archive segment {path.name} is damaged ({why}); it was moved aside as {target.name} "
             "and the finished jobs it held cannot be shown"

@@ -63,6 +63,15 @@ def set_aside(path: Path) -> Path:
     return target
 
 
+def set_aside_if_possible(path: Path) -> Path:
+    """:func:`set_aside`, or ``path`` itself when it could not be moved: a reader that
+    goes on without the file names where it is either way."""
+    try:
+        return set_aside(path)
+    except OSError:
+        return path
+
+
 def temp_path_for(path: Path) -> Path:
     """A unique temp name in the same directory (so the final rename is atomic)."""
     return path.with_name(f".{path.name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")

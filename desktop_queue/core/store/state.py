@@ -35,7 +35,7 @@ from desktop_queue.core.store.archive import (
 from desktop_queue.core.store.codec import (
     encode_record,
 )
-from desktop_queue.core.store.fileio import atomic_write
+from desktop_queue.core.store.fileio import CORRUPT_MARK, atomic_write
 from desktop_queue.core.wording import counted
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def set_aside_orphans(root: Path, segment: str, records: list[Record]) -> tuple[
         refused, and the segment is the only place that still holds them).
     """
     payload = b"".join(encode_record(r) for r in records)
-    tag = f"{segment}.orphans-{zlib.crc32(payload):08x}.corrupt-"
+    tag = f"{segment}.orphans-{zlib.crc32(payload):08x}{CORRUPT_MARK}"
     ids = sorted({str(r.get("id")) for r in records})
     what = (
         f"{segment} holds {counted(len(records), 'update')} of {'job' if len(ids) == 1 else 'jobs'} {', '.join(ids)} "
