@@ -56,6 +56,7 @@ from desktop_queue.core.queue import default_worker_id
 from desktop_queue.core.results import InvalidArtifact
 from desktop_queue.core.watch import ChangeWatcher
 from desktop_queue.runtime import qtcompat
+from desktop_queue.runtime.threadstate import keep_thread_state, keep_threads
 from desktop_queue.runtime.wake import SAFETY_TICK_S, WakePlan, plan_wake
 
 log = logging.getLogger(__name__)
@@ -183,6 +184,7 @@ class _Relay(QObject):
 
 def _sync_in_pool(queue: Queue, relay: _Relay) -> None:
     """Puts what the driver committed without waiting for the disk there (on a pool thread)."""
+    keep_thread_state()
     try:
         queue.sync()
     except StoreError as exc:  # the store is poisoned now: the driver says so, and leases nothing
@@ -272,6 +274,7 @@ class JobRunnable:
         self._queue.record_provider_job(self._lease, provider_job_id)
 
     def run(self) -> None:
+        keep_thread_state()
         report = self._attempt()
         if report.outcome.ok and not report.cancelled and (report.reused or self.paid):
             # a paid (or already stored) answer: committed, durably, at once. An attempt
@@ -493,6 +496,7 @@ class LeaseDriver(QObject):
         self.pool = pool or QThreadPool.globalInstance()
         self._concurrency = max(1, concurrency)
         self.pool.setMaxThreadCount(max(self.pool.maxThreadCount(), self._concurrency))
+        keep_threads(self.pool)  # (its threads keep their Python state: see threadstate)
         self._active: dict[str, _Active] = {}
         self._paused = False
         self._stopping = False
