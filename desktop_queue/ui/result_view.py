@@ -76,6 +76,8 @@ ZOOM_STEP, ZOOM_MIN, ZOOM_MAX = 1.25, 0.05, 16.0
 #: the run-time history is read again after this long (seconds)
 RUN_TIMES_TTL_S = 300.0
 LOADING_TEXT = "loading…"
+#: the heading while no job is selected (the body asks for one)
+NO_JOB_HEADING = "Result"
 #: an audio or other file's name is shortened in the middle past this many characters
 MEDIA_NAME_CHARS = 33
 
@@ -293,7 +295,8 @@ class ResultView(QWidget):
         self._feed_timer.setInterval(0)
         self._feed_timer.timeout.connect(self._feed_slice)
 
-        self.heading = QLabel("Select a job to see its result")
+        # (the pane's name until a job is chosen: the body says what to do)
+        self.heading = QLabel(NO_JOB_HEADING)
         self.heading.setObjectName("resultHeading")
         self.heading.setTextFormat(Qt.TextFormat.PlainText)
         self.heading.setWordWrap(True)
@@ -445,7 +448,7 @@ class ResultView(QWidget):
             self.loader.cancel()
             self._loaded_key = None
             self.content = None
-            self.heading.setText("Select a job to see its result")
+            self.heading.setText(NO_JOB_HEADING)
             self._set_summary("")
             self._set_tools(None)  # (no Copy or zoom buttons left over from the job shown before)
             self._show_message("Select a job to see its result")

@@ -328,6 +328,7 @@ def test_jobs_without_a_result_say_why(qtbot: Any, view: ResultView, queue: Queu
     assert view.summary.isHidden()
     view.show_job(None)
     assert view.message.text() == "Select a job to see its result"
+    assert view.heading.text() == "Result"  # the prompt is said once, in the body
 
 
 def test_a_large_text_says_loading_first_and_never_blocks(qtbot: Any, view: ResultView, queue: Queue) -> None:
