@@ -134,7 +134,9 @@ def _full(job: JobDict) -> JobDict:
 
 def _read_batch(st: View, part: Sequence[Place]) -> list[JobDict]:
     by_id: Callable[[Sequence[str]], list[JobDict]] | None = getattr(st, "jobs_by_id", None)
-    if by_id is not None:  # (PostgreSQL's view reads the batch in one statement)
+    if by_id is not None and st.archive is None:
+        # (PostgreSQL's view reads the batch in one statement; a data dir's places already
+        # say where each archived job lies, which its jobs_by_id would ask the index again)
         return [_full(job) for job in by_id([job_id for _, job_id, _ in part])]
     rows = [row for _, _, row in part if row is not None]
     archived: dict[str, JobDict] = {}

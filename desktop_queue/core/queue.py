@@ -1627,7 +1627,8 @@ class Queue:
             part = wanted[start : start + chunk]
 
             def fn(st: View, part: builtins.list[str] = part) -> builtins.list[JobDict]:
-                # (a view that reads a batch in one statement, PostgreSQL's, need not read them one by one)
+                # (both views read a batch together: PostgreSQL's in one statement, a data
+                # dir's archived jobs a block at a time)
                 batch: Callable[[Sequence[str]], builtins.list[JobDict]] | None = getattr(st, "jobs_by_id", None)
                 found = batch(part) if batch is not None else (st.job(job_id) for job_id in part)
                 return [job for job in found if job is not None]

@@ -601,3 +601,33 @@ def test_a_compaction_asked_for_segments_folded_since_does_nothing(
     assert sorted(p.name for p in (data_dir / "results").rglob("*.json") if "pending" not in p.parts) == files
     assert sorted(p.name for p in (root / "archive").glob("segment-*")) == archived
     queue.close()
+
+
+def test_jobs_by_id_gives_what_job_gives_reading_each_block_once(
+    small_hot: Callable[..., Queue], clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outbox asks for the jobs a compaction archived since they changed: in a set's
+    order, one at a time, a worker's exit decompressed a block for nearly every one."""
+    import desktop_queue.core.store.archive as archive_mod
+
+    queue = small_hot()
+    ids = run_jobs(queue, clock, 120, fail_every=9)
+    queue.store.compact_now()
+    waiting = queue.submit("demo", {"prompt": "waits"}).job.id
+    assert queue.store.archive.count() == 115
+    wanted = [*sorted(ids, key=lambda i: i[::-1]), waiting, "ffffffffff"]  # no order of theirs
+    cutoff = clock.now()
+    clock.advance(10)
+    queue.purge(cutoff - 100, ["dead"])  # a purge recorded, the archive not yet rewritten
+
+    one_by_one = queue.store.read(lambda st: [j for j in (st.job(i) for i in wanted) if j is not None])
+    decoded: list[int] = []
+    real = archive_mod._decode_block
+    monkeypatch.setattr(archive_mod, "_decode_block", lambda *a: decoded.append(1) or real(*a))
+    queue.store.archive._blocks.clear()
+    together = queue.store.read(lambda st: st.jobs_by_id(wanted))
+
+    assert together == one_by_one
+    assert [j["id"] for j in together][-1] == waiting
+    blocks = {row.location[:3] for row in queue.store.archive.rows_of(ids)}
+    assert len(decoded) == len(blocks) < 115

@@ -12,7 +12,7 @@ import os
 import time
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -242,6 +242,23 @@ class StoreState:
         if archived is None or self.purged(archived):
             return None
         return as_hot(archived)
+
+    def jobs_by_id(self, ids: Sequence[str]) -> list[JobDict]:
+        """The jobs of ``ids`` that exist, hot or archived, in that order: what :meth:`job`
+        gives for each, with the archived ones read together (see :meth:`Archive.rows_of`)."""
+        found: dict[str, JobDict] = {}
+        archived: list[str] = []
+        for job_id in ids:
+            job = self.jobs.get(job_id)
+            if job is not None:
+                found[job_id] = job
+            else:
+                archived.append(job_id)
+        if archived and self.archive is not None:
+            for job in self.archive.jobs(self.archive.rows_of(archived)):
+                if not self.purged(job):
+                    found[job["id"]] = as_hot(job)
+        return [found[i] for i in ids if i in found]
 
     def purged(self, job: JobDict) -> bool:
         return bool(self.purges) and any(p.matches(job) for _, p in self.purges)
