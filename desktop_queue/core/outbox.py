@@ -18,13 +18,20 @@ The file is ``outbox/outbox.jsonl``: a header line (with ``since``: jobs that fi
 before it are never announced: opening an old data dir does not announce its history),
 then ``add`` / ``claim`` / ``ack`` / ``requeue`` lines. A torn last line (a crash while
 appending) is skipped with a note. When it has grown, the file is rewritten atomically
-with only what is still needed.
+with only what is still needed, under a header naming that version of the file.
+
+Each process keeps what it last read of the file, and reads only the lines appended
+since (by anyone: every change is an append under the lock), as long as the file is the
+one it read (same inode, same header line, not shorter).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
+import os
+import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -105,6 +112,19 @@ class Notice:
         }
 
 
+def _header_line(since: float) -> bytes:
+    """The first line of a new version of the file: ``file`` tells it from an earlier
+    version at the same inode number (see :meth:`Outbox._read`)."""
+    header = {
+        "op": "header",
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "since": since,
+        "file": secrets.token_hex(8),
+    }
+    return orjson.dumps(header) + b"\n"
+
+
 def notice_of(job: Mapping[str, Any]) -> Notice | None:
     """The notice a finished job gets, or None (not an announced ending)."""
     state = job.get("state")
@@ -139,6 +159,17 @@ def log_lines(notices: Sequence[Notice]) -> list[str]:
             "(desktop-queue list --state dead)"
         )
     return lines
+
+
+@dataclass
+class _Read:
+    """What a process last read of the outbox file (see :meth:`Outbox._read`)."""
+
+    file: tuple[int, int]  # (device, inode)
+    header: bytes  # its first line, with the version of the file it names
+    offset: int  # bytes read (whole lines)
+    lines: int  # lines read, blank ones too (damaged lines are told by number)
+    view: OutboxView
 
 
 @dataclass
@@ -191,6 +222,7 @@ class Outbox:
         self._looked = False  # the hot set was looked through once for what is missing
         self._window: FileLock | None = None
         self._lines = 0  # in the file, as this process last read or wrote it
+        self._last: _Read | None = None
         self.notices: list[str] = []
 
     # ------------------------------------------------------------------ file
@@ -199,18 +231,42 @@ class Outbox:
         return locked(self.dir / LOCK_FILE)
 
     def _read(self) -> OutboxView:
+        """The outbox as it is now (callers hold the lock, and only look at what it gives).
+
+        Reads the lines appended since this process last read, onto what it read then,
+        if the file is still the one read then; the whole file otherwise. A file ending
+        in a torn line (a crash while appending) is read whole each time, and not kept.
+        """
         try:
             fh = open(self.path, "rb")  # noqa: SIM115 (a with below: the missing file is told apart first)
         except FileNotFoundError:
-            view = OutboxView(self.now())
-            header = {"op": "header", "format": FORMAT, "schema_version": SCHEMA_VERSION, "since": view.since}
-            atomic_write(self.path, orjson.dumps(header) + b"\n")
-            view.lines = 1
+            self._last = None
+            view = OutboxView(self.now(), lines=1)
+            header = _header_line(view.since)
+            atomic_write(self.path, header)
+            self._remember(header, 1, view)
             return view
-        view = OutboxView(0.0)
-        # a line at a time: only the entries are held, not the file and its lines beside them
         with fh:
-            for n, line in enumerate(fh):
+            st = os.fstat(fh.fileno())
+            last = self._last
+            header = fh.readline()
+            if (
+                last is not None
+                and last.file == (st.st_dev, st.st_ino)
+                and last.header == header
+                and st.st_size >= last.offset
+            ):
+                view, offset, n = last.view, last.offset, last.lines
+                fh.seek(offset)
+            else:
+                view, offset, n = OutboxView(0.0), 0, 0
+                fh.seek(0)
+            # a line at a time: only the entries are held, not the file and its lines beside them
+            whole = True
+            for line in fh:
+                n += 1
+                offset += len(line)
+                whole = line.endswith(b"\n")  # (only the last line can lack one)
                 if not line.strip():
                     continue
                 try:
@@ -220,9 +276,10 @@ class Outbox:
                 except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                     view.notices.append(
                         "the last outbox line was torn (a crash while writing); it was skipped"
-                        if not line.endswith(b"\n")  # (only the last line can lack one)
-                        else f"outbox line {n + 1} is damaged; it was skipped"
+                        if not whole
+                        else f"outbox line {n} is damaged; it was skipped"
                     )
+        self._last = _Read((st.st_dev, st.st_ino), header, offset, n, view) if whole else None
         for note in view.notices:
             if note not in self.notices:
                 self.notices.append(note)
@@ -258,8 +315,22 @@ class Outbox:
     def _append(self, records: Sequence[Mapping[str, Any]]) -> None:
         if not records:
             return
-        append_lines(self.path, b"".join(orjson.dumps(dict(r)) + b"\n" for r in records))
+        payload = b"".join(orjson.dumps(dict(r)) + b"\n" for r in records)
+        last = self._last
+        try:
+            st = os.stat(self.path)
+            at_end = last is not None and last.file == (st.st_dev, st.st_ino) and last.offset == st.st_size
+        except OSError:
+            at_end = False
+        append_lines(self.path, payload)
         self._lines += len(records)
+        if at_end and last is not None:
+            # nobody appended since this process read (the lock is held): what it wrote
+            # goes onto what it read, and the next read starts after it
+            for record in records:
+                self._apply(last.view, record, record["op"])
+            last.offset += len(payload)
+            last.lines += len(records)
 
     def _compact(self, view: OutboxView, hot_ids: set[str] | None) -> None:
         """Rewrites the file with the entries still needed.
@@ -278,9 +349,25 @@ class Outbox:
                 keep.append({"op": "ack", "key": entry.notice.key})
             elif entry.claimed_by is not None:
                 keep.append({"op": "claim", "key": entry.notice.key, "by": entry.claimed_by, "at": entry.claimed_at})
-        header = {"op": "header", "format": FORMAT, "schema_version": SCHEMA_VERSION, "since": since}
-        atomic_write(self.path, b"".join(orjson.dumps(r) + b"\n" for r in [header, *keep]))
+        header = _header_line(since)
+        body = b"".join(orjson.dumps(r) + b"\n" for r in keep)
+        atomic_write(self.path, header + body)
         self._lines = 1 + len(keep)
+        # what this process wrote is what the next read would find (the lock is held)
+        kept = OutboxView(since, lines=1)
+        for record in keep:
+            self._apply(kept, record, record["op"])
+        self._remember(header + body, 1 + len(keep), kept)
+
+    def _remember(self, written: bytes, lines: int, view: OutboxView) -> None:
+        """Keeps ``view`` as the read of the file this process has just written whole (lock held)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self._last = None
+            return
+        header = written[: written.index(b"\n") + 1]
+        self._last = _Read((st.st_dev, st.st_ino), header, len(written), lines, view)
 
     # ------------------------------------------------------------------ adding
 
@@ -301,9 +388,9 @@ class Outbox:
             self.view()
 
     def view(self) -> OutboxView:
-        """The outbox as it is now (under the lock: a consistent read)."""
+        """The outbox as it is now (under the lock: a consistent read), the caller's to keep."""
         with self._locked():
-            return self._read()
+            return copy.deepcopy(self._read())
 
     def add(self, jobs: Iterable[Mapping[str, Any]]) -> list[Notice]:
         """Adds the notices of the finished ``jobs`` not in the outbox yet; returns those added."""

@@ -495,3 +495,82 @@ def test_past_a_page_of_dead_letters_a_log_counts_the_rest() -> None:
         "2 more jobs dead-lettered; they wait for you in Dead letters (desktop-queue list --state dead)"
     )
     assert lines[0] == "job 0000000000 (demo): dead-lettered; it waits for you in Dead letters"
+
+
+def _ended(clock: FakeClock, *names: str) -> list[dict[str, Any]]:
+    """Finished jobs as the store holds them, for :meth:`Outbox.add`."""
+    return [{"id": n, "state": "succeeded", "title": n, "kind": "demo", "finished_at": clock.now() + 1} for n in names]
+
+
+class _CountingJson:
+    """``orjson`` as the outbox module sees it, counting the lines it parses."""
+
+    def __init__(self) -> None:
+        self.parsed = 0
+        self.dumps = orjson.dumps
+        self.JSONDecodeError = orjson.JSONDecodeError
+
+    def loads(self, raw: Any) -> Any:
+        self.parsed += 1
+        return orjson.loads(raw)
+
+
+def _as_read_whole(outbox: Outbox) -> dict[str, tuple[bool, str | None]]:
+    """Each entry of ``outbox``'s view: acknowledged, claimed by."""
+    return {k: (e.acked, e.claimed_by) for k, e in outbox.view().entries.items()}
+
+
+def test_a_read_parses_only_what_was_appended_since_the_last(
+    data_dir: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every feed, claim and acknowledgement parsed the whole file: a worker's exit read
+    the notices of the 6,000 jobs it ran four times over."""
+    import desktop_queue.core.outbox as outbox_mod
+
+    counting = _CountingJson()
+    monkeypatch.setattr(outbox_mod, "orjson", counting)
+    mine, theirs = Outbox(data_dir, clock.now), Outbox(data_dir, clock.now)  # two processes
+    mine.view()
+    theirs.add(_ended(clock, *(f"t{i}" for i in range(10))))
+    counting.parsed = 0
+    assert len(mine.view().pending()) == 10
+    assert counting.parsed == 10  # their ten lines, not the header again
+    counting.parsed = 0
+    mine.add(_ended(clock, "m1", "m2"))
+    claimed = mine.claim()
+    mine.ack(claimed)
+    assert len(claimed) == 12
+    assert len(mine.view().pending()) == 0
+    assert counting.parsed == 0  # its own lines: applied as written, never read back
+    theirs.view()
+    assert counting.parsed == 2 + 2 * 12  # theirs read mine: two adds, a claim and an ack each
+    assert _as_read_whole(mine) == _as_read_whole(theirs) == _as_read_whole(Outbox(data_dir, clock.now))
+
+
+def test_a_file_compacted_by_another_process_is_read_again_whole(
+    data_dir: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import desktop_queue.core.outbox as outbox_mod
+
+    monkeypatch.setattr(outbox_mod, "COMPACT_LINES", 5)
+    mine, theirs = Outbox(data_dir, clock.now), Outbox(data_dir, clock.now)
+    mine.add(_ended(clock, "a", "b", "c", "d"))
+    mine.ack(mine.claim(limit=2))
+    assert theirs.compact()  # the two acknowledged (no hot set given) go
+    theirs.add(_ended(clock, "e"))
+    assert sorted(n.job_id for n in mine.view().pending()) == ["c", "d", "e"]
+    assert _as_read_whole(mine) == _as_read_whole(Outbox(data_dir, clock.now))
+
+
+def test_a_file_written_again_at_the_same_inode_is_not_taken_for_the_one_read(data_dir: Path, clock: FakeClock) -> None:
+    """A compaction's new file can get the inode number of one deleted before: its header
+    tells the two apart, and a file read as it was would carry notices it no longer has."""
+    mine = Outbox(data_dir, clock.now)
+    mine.add(_ended(clock, "a", "b"))
+    assert len(mine.view().pending()) == 2
+    other = Outbox(data_dir / "elsewhere", clock.now)
+    other.add(_ended(clock, "x", "y", "z"))
+    with open(mine.path, "r+b") as fh:  # (same inode, another file's bytes, longer than before)
+        fh.write(other.path.read_bytes())
+        fh.truncate()
+    assert sorted(n.job_id for n in mine.view().pending()) == ["x", "y", "z"]
