@@ -552,13 +552,18 @@ class Outbox:
             return again
 
     def compact(self, queue: Any = None) -> bool:
-        """Rewrites the file if it has grown past :data:`COMPACT_LINES`; True if it did."""
-        hot = None if queue is None else {j["id"] for j in queue.raw_jobs()}
+        """Rewrites the file if it has grown past :data:`COMPACT_LINES`; True if it did.
+
+        Given the queue, acknowledged entries whose job the hot set still holds are kept.
+        It is asked with the lock held (no process takes the two the other way round),
+        about those jobs only.
+        """
         with self._locked():
             view = self._read()
             if view.lines < COMPACT_LINES:
                 return False
-            self._compact(view, hot)
+            acked = {e.notice.job_id for e in view.entries.values() if e.acked}
+            self._compact(view, None if queue is None else queue.hot_among(acked))
             return True
 
 
