@@ -102,9 +102,15 @@ def journal_header(gen: int) -> HeaderRecord:
 
 
 def new_segment_bytes(gen: int, size: int) -> bytes:
-    """What segment ``gen`` is created with: its header, then zeros to ``size`` bytes."""
-    header = encode_record(journal_header(gen))
+    """What segment ``gen`` is created with: its header, then zeros to ``size`` bytes
+    (written as ``atomic_write(path, segment_head(gen), pad_to=size)``)."""
+    header = segment_head(gen)
     return header + bytes(max(0, size - len(header)))
+
+
+def segment_head(gen: int) -> bytes:
+    """The first line of journal segment ``gen``."""
+    return encode_record(journal_header(gen))
 
 
 @dataclass

@@ -81,7 +81,14 @@ class WriteCancelled(Exception):
     """An :func:`atomic_write` given ``cancelled`` stopped between two pieces; nothing was changed."""
 
 
-def write_all(fd: int, data: bytes, *, sync_every: int = 0, cancelled: Callable[[], bool] | None = None) -> None:
+#: what ``atomic_write`` pads with, a piece at a time (never written to, so its pages stay
+#: the system's shared zero page: reading them costs this process no memory)
+_ZEROS = bytes(1 << 20)
+
+
+def write_all(
+    fd: int, data: bytes | memoryview, *, sync_every: int = 0, cancelled: Callable[[], bool] | None = None
+) -> None:
     """Writes every byte (``os.write`` may write fewer than asked).
 
     With ``sync_every``, the data goes out in pieces of that many bytes, each synced
@@ -143,6 +150,7 @@ def atomic_write(
     durable: bool = True,
     sync_every: int = 0,
     cancelled: Callable[[], bool] | None = None,
+    pad_to: int = 0,
 ) -> bool:
     """Writes ``data`` to ``path`` so that readers see the old file or the new one, never half.
 
@@ -151,7 +159,9 @@ def atomic_write(
     fsyncs are skipped: still atomic for readers and safe from a process crash, but a
     power cut may lose the file (for copies of data that is durable elsewhere).
     ``sync_every`` paces a large durable write (see :func:`write_all`), and between its
-    pieces ``cancelled`` may stop it: the temp file is then removed.
+    pieces ``cancelled`` may stop it: the temp file is then removed. ``pad_to`` writes
+    zeros after ``data`` up to that size (a journal segment made in advance: megabytes of
+    zeros, which a ``data`` holding them would have to allocate and fill).
 
     Returns:
         True if ``path`` now holds ``data``; False if ``overwrite`` is False and
@@ -165,7 +175,17 @@ def atomic_write(
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            write_all(fd, data, sync_every=sync_every if durable else 0, cancelled=cancelled)
+            pace = sync_every if durable else 0
+            write_all(fd, data, sync_every=pace, cancelled=cancelled)
+            zeros, at = memoryview(_ZEROS), len(data)
+            while at < pad_to:
+                if pace and at > len(data):  # (a piece at a time, each synced before the next, as write_all paces)
+                    os.fsync(fd)
+                    if cancelled is not None and cancelled():
+                        raise WriteCancelled
+                piece = min(len(zeros), pad_to - at)
+                write_all(fd, zeros[:piece])
+                at += piece
             if durable:
                 os.fsync(fd)
         finally:
