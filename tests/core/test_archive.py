@@ -631,3 +631,38 @@ def test_jobs_by_id_gives_what_job_gives_reading_each_block_once(
     assert [j["id"] for j in together][-1] == waiting
     blocks = {row.location[:3] for row in queue.store.archive.rows_of(ids)}
     assert len(decoded) == len(blocks) < 115
+
+
+def test_a_segment_a_running_compaction_has_not_indexed_yet_is_left_to_it(
+    small_hot: Callable[..., Queue], clock: FakeClock, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction writes its archive segment, then indexes it. A worker that looked in
+    between indexed the whole segment itself: its jobs parsed at once, 10 MiB at the
+    peak of a worker on the million-job store. It now looks again once the compaction is over."""
+    from desktop_queue.core.store.archive import segment_file
+    from desktop_queue.core.store.fileio import FileLock, atomic_write
+
+    reader = small_hot()
+    writer = small_hot()
+    run_jobs(writer, clock, 10)
+    writer.store.compact_now()  # segment 1, indexed
+    reader.store._follow_at = 0.0
+    assert len(reader.list()) == 10 and len(reader.store.state.jobs) == 5
+    ids = run_jobs(writer, clock, 12, tag="k")
+    assert len(reader.list()) == 22
+    compacting = FileLock(data_dir / "store" / "compact.lock")
+    assert compacting.acquire(blocking=False)  # a compaction runs
+    finished = [reader.store.state.jobs[i] for i in ids]
+    atomic_write(data_dir / "store" / "archive" / segment_file(2), encode_segment(finished)[0])  # not yet indexed
+    indexed: list[int] = []
+    real = Archive._ingest
+    monkeypatch.setattr(Archive, "_ingest", lambda self, n, *a: indexed.append(n) or real(self, n, *a))
+
+    reader.store._follow_at = 0.0
+    assert len(reader.list()) == 22
+    assert indexed == [] and len(reader.store.state.jobs) == 17
+
+    compacting.close()  # it ended (here, without indexing: whoever looks next does)
+    reader.store._follow_at = 0.0
+    assert len(reader.list()) == 22
+    assert indexed == [2] and len(reader.store.state.jobs) == 5

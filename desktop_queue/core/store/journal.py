@@ -97,9 +97,9 @@ from desktop_queue.core.store.codec import (
     _written_end,
     encode_record,
     journal_header,
-    new_segment_bytes,
     read_segment,
     read_segment_file,
+    segment_head,
     segment_name,
     snapshot_name,
     spare_name,
@@ -249,7 +249,7 @@ def prepare_spare(root: Path, gen: int, size: int, cancelled: Callable[[], bool]
     if (root / segment_name(gen)).exists() or (root / spare_name(gen)).exists():
         return False
     return atomic_write(
-        root / spare_name(gen), new_segment_bytes(gen, size), overwrite=False, sync_every=1 << 20, cancelled=cancelled
+        root / spare_name(gen), segment_head(gen), overwrite=False, sync_every=1 << 20, cancelled=cancelled, pad_to=size
     )
 
 
@@ -938,7 +938,7 @@ class Store:
         path = self.root / segment_name(gen)
         if not replace and self._take_spare(gen, path):
             return
-        atomic_write(path, new_segment_bytes(gen, self._rotate_threshold() + PREFILL_SLACK), overwrite=replace)
+        atomic_write(path, segment_head(gen), overwrite=replace, pad_to=self._rotate_threshold() + PREFILL_SLACK)
 
     def _prepare_next_segment(self) -> None:
         """Starts making the segment after the current one on a thread (see :func:`prepare_spare`)."""
@@ -1588,12 +1588,16 @@ class Store:
         Looks at most every :data:`FOLLOW_ARCHIVE_S` (a directory listing): memory then
         holds the hot set, whatever the history. A job changed since it was archived
         stays. Purges that a compaction has folded stop hiding archived jobs.
+
+        New segments are followed once no compaction runs: one that is running writes
+        its segment before it indexes it, and a look in between would index the whole
+        segment here (a segment's jobs parsed at once: 10 MiB on a worker's heap).
         """
         self._follow_at = time.monotonic() + FOLLOW_ARCHIVE_S
         with self._mutex:
             try:
                 numbers = self.archive.numbers()
-                if numbers and numbers[-1] > self._archive_seen:
+                if numbers and numbers[-1] > self._archive_seen and not self._compaction_running():
                     self.archive.catch_up()
                     for number in numbers:
                         if number > self._archive_seen:
@@ -1613,6 +1617,13 @@ class Store:
                 log.warning("%s", notice)
                 self.report.notices.append(notice)
             self.archive.notices.clear()
+
+    def _compaction_running(self) -> bool:
+        """Whether a compaction, this process's child or any other, holds ``compact.lock`` now."""
+        if self._compactor is not None and self._compactor.poll() is None:
+            return True
+        with self.quiet() as free:
+            return not free
 
     def _newest_snapshot_gen(self) -> int:
         return self._newest_snapshot()[0]
@@ -1635,6 +1646,7 @@ class Store:
             # compaction only saves replay time at the next open: say so, and go on
             log.warning("compaction skipped: %s", self._io_error("cannot lock", exc))
             return
+        written = 0
         try:
             if not lock.acquire(blocking=False):
                 return  # another process is compacting
@@ -1650,17 +1662,18 @@ class Store:
             for notice in notices:
                 log.warning("compaction: %s", notice)
             self.report.notices.extend(notices)
-            if written:
-                self._snapshot_bytes = written
-                with self._mutex:
-                    self._prune_carried()
-                    self._follow_archive()
         except OSError as exc:
             log.warning("compaction skipped: %s", self._io_error("cannot compact the task store", exc))
         except StoreError as exc:
             log.warning("compaction skipped: %s", exc)
         finally:
             lock.close()
+        if written:
+            # (once the lock is let go: the archive is followed when no compaction runs)
+            self._snapshot_bytes = written
+            with self._mutex:
+                self._prune_carried()
+                self._follow_archive()
 
     def _check_open(self) -> None:
         if self._closed:
