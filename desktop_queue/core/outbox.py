@@ -32,6 +32,7 @@ import copy
 import itertools
 import os
 import secrets
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,7 +66,7 @@ LOG_EACH = 3
 LOG_DEAD = 10
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Notice:
     """One notification: a job that ended.
 
@@ -172,7 +173,7 @@ class _Read:
     view: OutboxView
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     notice: Notice
     claimed_by: str | None = None
@@ -298,9 +299,10 @@ class Outbox:
             notice = Notice(
                 key=str(rec["key"]),
                 job_id=str(rec["job_id"]),
-                state=str(rec["state"]),
+                # (one copy of each state and kind for the thousands of entries a read keeps)
+                state=sys.intern(str(rec["state"])),
                 title=str(rec.get("title") or ""),
-                kind=str(rec.get("kind") or ""),
+                kind=sys.intern(str(rec.get("kind") or "")),
                 finished_at=float(rec["finished_at"]),
             )
             view.entries.setdefault(notice.key, _Entry(notice))
@@ -385,12 +387,17 @@ class Outbox:
             with contextlib.suppress(QueueError, OSError):
                 self._version = queue.refresh()
         with contextlib.suppress(OSError, StoreError):
-            self.view()
+            self._touch()
 
     def view(self) -> OutboxView:
         """The outbox as it is now (under the lock: a consistent read), the caller's to keep."""
         with self._locked():
             return copy.deepcopy(self._read())
+
+    def _touch(self) -> None:
+        """Reads the outbox, creating it if there is none (no copy of it is handed out)."""
+        with self._locked():
+            self._read()
 
     def add(self, jobs: Iterable[Mapping[str, Any]]) -> list[Notice]:
         """Adds the notices of the finished ``jobs`` not in the outbox yet; returns those added."""
@@ -421,7 +428,7 @@ class Outbox:
             # the first feed looks at the hot set whole: only the version to follow from is
             # wanted (changes since the beginning would name every job ever written)
             version = queue.refresh()
-            self.view()  # the outbox starts now if it did not exist: later endings count
+            self._touch()  # the outbox starts now if it did not exist: later endings count
             missing = self.add_missing(queue)
             self._version, self._looked = version, True
             return missing
@@ -527,15 +534,18 @@ class Outbox:
 
     def stale_claims(self, timeout_s: float = CLAIM_TIMEOUT_S) -> list[Notice]:
         """Claimed, never acknowledged, and the claimer is gone (or the claim is older than ``timeout_s``)."""
-        view = self.view()
+        with self._locked():
+            held = [
+                (e.notice, e.claimed_by, e.claimed_at or 0.0)
+                for e in self._read().entries.values()
+                if not e.acked and e.claimed_by is not None
+            ]
         now = self.now()
         out = []
-        for entry in view.entries.values():
-            if entry.acked or entry.claimed_by is None:
-                continue
-            gone = entry.claimed_by != self.me and self.alive(entry.claimed_by) is False
-            if gone or now - (entry.claimed_at or 0.0) > timeout_s:
-                out.append(entry.notice)
+        for notice, holder, at in held:
+            gone = holder != self.me and self.alive(holder) is False
+            if gone or now - at > timeout_s:
+                out.append(notice)
         return out
 
     def requeue(self, notices: Iterable[Notice]) -> list[Notice]:

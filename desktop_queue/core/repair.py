@@ -331,6 +331,7 @@ class Upkeep:
         try:
             outbox.feed(self.scan.queue)
             notices = self._deliver(outbox)
+            outbox.compact(self.scan.queue)  # (what delivering appended: not left to the next process)
         except (QueueError, OSError) as exc:
             self._failing.failed(os_reason(exc))
             return []
@@ -346,6 +347,7 @@ class Upkeep:
             if outbox is not None:
                 outbox.feed(queue)
                 self._deliver(outbox)
+                outbox.compact(queue)
             self.scan.run_times = run_times_of(queue)
             report = self.scan.scan()
             self.last = report

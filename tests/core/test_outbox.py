@@ -574,3 +574,27 @@ def test_a_file_written_again_at_the_same_inode_is_not_taken_for_the_one_read(da
         fh.write(other.path.read_bytes())
         fh.truncate()
     assert sorted(n.job_id for n in mine.view().pending()) == ["x", "y", "z"]
+
+
+def test_a_flush_leaves_the_next_process_only_what_it_needs(
+    open_queue: OpenQueue, clock: FakeClock, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A feed compacted before the delivery that appended a claim and an acknowledgement
+    for each notice: a worker's exit left 15,000 lines, read whole by the next process."""
+    import desktop_queue.core.outbox as outbox_mod
+    from desktop_queue.core.repair import Upkeep
+
+    monkeypatch.setattr(outbox_mod, "COMPACT_LINES", 40)
+    queue = open_queue(keep_finished=3, background_compaction=False)
+    outbox = Outbox(data_dir, clock.now)
+    outbox.start(queue)
+    told: list[str] = []
+    upkeep = Upkeep(RepairScan(queue, outbox=outbox), deliver=lambda notices: told.extend(n.job_id for n in notices))
+    clock.advance(1)
+    ids = _finish(queue, 30)
+    queue.store.compact_now()  # all but 3 leave the hot set
+    upkeep.flush()
+    assert sorted(told) == sorted(ids)
+    lines = outbox.path.read_bytes().splitlines()
+    assert len(lines) == 1 + 2 * 3  # the header; an add and an ack for each job still hot
+    assert outbox.feed(queue) == [] and outbox.add_missing(queue) == []  # nothing announced again
