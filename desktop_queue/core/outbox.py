@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import itertools
 import os
 import secrets
 import sys
@@ -439,15 +438,11 @@ class Outbox:
             return missing
         added: list[Notice] = []
         if ids:
-            jobs: Iterable[Mapping[str, Any]] = queue.raw_jobs(ids)
-            archived = ids.difference(j["id"] for j in jobs)
-            if archived:
-                # a compaction archived them since they changed: a busy worker finishes more
-                # jobs between two feeds than the hot set keeps, and each must be told. Read
-                # as add() folds them into notices, a chunk at a time: tens of thousands of
-                # whole jobs at once were a peak the process's memory kept afterwards
-                jobs = itertools.chain(jobs, queue.job_dicts(archived))
-            added = self.add(jobs)
+            # hot or archived since they changed (a busy worker finishes more jobs between two
+            # feeds than the hot set keeps, and each must be told), read as add() folds them
+            # into notices, a chunk at a time: thousands of jobs copied at once were a peak
+            # that the process's memory kept afterwards
+            added = self.add(queue.job_dicts(ids))
         # only now: jobs whose notices a full disk refused are looked at again next time
         self._version = version
         if not self._looked:
@@ -458,7 +453,7 @@ class Outbox:
 
     def add_missing(self, queue: Any) -> list[Notice]:
         """Adds a notice for every finished job of the hot set that has none (the repair scan's pass)."""
-        return self.add(queue.raw_jobs())
+        return self.add(queue.raw_jobs(states=ANNOUNCED))
 
     # ------------------------------------------------------------------ delivering
 

@@ -1617,7 +1617,8 @@ class Queue:
     def job_dicts(self, ids: Collection[str], chunk: int = 500) -> Iterator[JobDict]:
         """Every job of ``ids``, hot or archived, as stored (a purged or unknown id is left
         out), ``chunk`` a read so that the store is never held for long, and read as the
-        caller goes (one that folds them holds a chunk at a time).
+        caller goes (one that folds them holds a chunk at a time). Shallow copies: the hot
+        set's own dicts change in place once the read's lock is let go.
 
         For readers that follow the change feed and must see a job even if a compaction
         archived it since it changed (the outbox), where :meth:`raw_jobs` holds the hot set.
@@ -1631,7 +1632,7 @@ class Queue:
                 # dir's archived jobs a block at a time)
                 batch: Callable[[Sequence[str]], builtins.list[JobDict]] | None = getattr(st, "jobs_by_id", None)
                 found = batch(part) if batch is not None else (st.job(job_id) for job_id in part)
-                return [job for job in found if job is not None]
+                return [cast(JobDict, dict(job)) for job in found if job is not None]
 
             yield from self.store.read(fn)
 
@@ -1872,21 +1873,25 @@ class Queue:
         if interrupt is not None:
             interrupt()
 
-    def raw_jobs(self, ids: set[str] | None = None) -> builtins.list[JobDict]:
+    def raw_jobs(self, ids: set[str] | None = None, *, states: Collection[str] | None = None) -> builtins.list[JobDict]:
         """Shallow copies of the hot set's job dicts without events (for the window's models).
 
         Only queued jobs keep their input: flow control reads it to say why one waits
         (its provider profile and estimated cost); finished jobs do not need it. The
-        archive is read a page at a time through :meth:`history`.
+        archive is read a page at a time through :meth:`history`. ``states``: only the
+        jobs in those (the others are not copied).
         """
 
         def fn(st: View) -> list[JobDict]:
             # (a view that shapes them itself, PostgreSQL's, reads them in one statement)
             shaped: Callable[[Collection[str] | None], builtins.list[JobDict]] | None = getattr(st, "window_jobs", None)
             if shaped is not None:
-                return shaped(ids)
+                rows = shaped(ids)
+                return rows if states is None else [j for j in rows if j["state"] in states]
             hot = st.hot_jobs()
-            source = hot.values() if ids is None else (hot[i] for i in ids if i in hot)
+            source: Iterable[JobDict] = hot.values() if ids is None else (hot[i] for i in ids if i in hot)
+            if states is not None:
+                source = (j for j in source if j["state"] in states)
             return cast(
                 list[JobDict],
                 [

@@ -202,9 +202,9 @@ def test_archived_jobs_are_folded_into_notices_as_they_are_read(
     monkeypatch.setattr(queue, "job_dicts", one_at_a_time)
     monkeypatch.setattr(outbox_module, "notice_of", noticed)
     assert len(outbox.feed(queue)) == 30
-    first = steps.index("read")  # (the hot jobs' notices come first, and the hot set's look after)
-    assert steps.count("read") == 25
-    assert steps[first : first + 50] == ["read", "notice"] * 25  # each made its notice before the next was read
+    first = steps.index("read")  # (the hot set's look comes after)
+    assert steps.count("read") == 30  # the 5 hot jobs and the 25 archived, the same way
+    assert steps[first : first + 60] == ["read", "notice"] * 30  # each made its notice before the next was read
 
 
 def test_history_before_the_outbox_is_not_announced(open_queue: OpenQueue, clock: FakeClock, data_dir: Path) -> None:
@@ -453,14 +453,18 @@ def test_the_first_feed_follows_from_the_current_version_not_from_every_change(t
             calls.append(("changed_since", version))
             return 9, {"a1"}
 
-        def raw_jobs(self, ids: set[str] | None = None) -> list[dict[str, Any]]:
+        def raw_jobs(self, ids: set[str] | None = None, *, states: Any = None) -> list[dict[str, Any]]:
             calls.append(("raw_jobs", ids))
+            return [ended]
+
+        def job_dicts(self, ids: set[str]) -> list[dict[str, Any]]:
+            calls.append(("job_dicts", ids))
             return [ended]
 
     outbox = Outbox(tmp_path, lambda: 0.0)
     assert [n.job_id for n in outbox.feed(_Queue())] == ["a1"]
     assert outbox.feed(_Queue()) == []  # (announced once)
-    assert calls == ["refresh", ("raw_jobs", None), ("changed_since", 7), ("raw_jobs", {"a1"})]
+    assert calls == ["refresh", ("raw_jobs", None), ("changed_since", 7), ("job_dicts", {"a1"})]
 
 
 def _notice(i: int, state: str = "succeeded", kind: str = "demo") -> Notice:
