@@ -76,8 +76,6 @@ ZOOM_STEP, ZOOM_MIN, ZOOM_MAX = 1.25, 0.05, 16.0
 #: the run-time history is read again after this long (seconds)
 RUN_TIMES_TTL_S = 300.0
 LOADING_TEXT = "loading…"
-#: the heading while no job is selected (the body asks for one)
-NO_JOB_HEADING = "Result"
 #: an audio or other file's name is shortened in the middle past this many characters
 MEDIA_NAME_CHARS = 33
 
@@ -295,14 +293,15 @@ class ResultView(QWidget):
         self._feed_timer.setInterval(0)
         self._feed_timer.timeout.connect(self._feed_slice)
 
-        # (the pane's name until a job is chosen: the body says what to do)
-        self.heading = QLabel(NO_JOB_HEADING)
+        # (hidden until a job is chosen: the body alone says what to do, as the other panes do)
+        self.heading = QLabel()
         self.heading.setObjectName("resultHeading")
         self.heading.setTextFormat(Qt.TextFormat.PlainText)
         self.heading.setWordWrap(True)
         font = self.heading.font()
         font.setBold(True)
         self.heading.setFont(font)
+        self.heading.hide()
         self.summary = QLabel()
         self.summary.setObjectName("resultSummary")
         self.summary.setTextFormat(Qt.TextFormat.PlainText)
@@ -448,12 +447,14 @@ class ResultView(QWidget):
             self.loader.cancel()
             self._loaded_key = None
             self.content = None
-            self.heading.setText(NO_JOB_HEADING)
+            self.heading.clear()
+            self.heading.hide()
             self._set_summary("")
             self._set_tools(None)  # (no Copy or zoom buttons left over from the job shown before)
             self._show_message("Select a job to see its result")
             return
         self.heading.setText(f"{job.title}  ·  job {job.id}")
+        self.heading.show()
         key = (job.id, job.state, job.result_ref)
         if key == self._loaded_key:
             return
