@@ -638,18 +638,19 @@ def test_a_segment_a_running_compaction_has_not_indexed_yet_is_left_to_it(
 ) -> None:
     """A compaction writes its archive segment, then indexes it. A worker that looked in
     between indexed the whole segment itself: its jobs parsed at once, 10 MiB at the
-    peak of a worker on the million-job store. It now looks again once the compaction is over."""
+    peak of a worker on the million-job store. It now follows the segments indexed
+    already, and the new one at its next look."""
     from desktop_queue.core.store.archive import segment_file
     from desktop_queue.core.store.fileio import FileLock, atomic_write
 
     reader = small_hot()
     writer = small_hot()
     run_jobs(writer, clock, 10)
-    writer.store.compact_now()  # segment 1, indexed
-    reader.store._follow_at = 0.0
-    assert len(reader.list()) == 10 and len(reader.store.state.jobs) == 5
+    assert len(reader.list()) == 10
+    reader.store._follow_at = float("inf")  # (it looks every few seconds: not now)
+    writer.store.compact_now()  # segment 1, indexed: 5 jobs archived, 5 kept hot
     ids = run_jobs(writer, clock, 12, tag="k")
-    assert len(reader.list()) == 22
+    assert len(reader.list()) == 22 and len(reader.store.state.jobs) == 22
     compacting = FileLock(data_dir / "store" / "compact.lock")
     assert compacting.acquire(blocking=False)  # a compaction runs
     finished = [reader.store.state.jobs[i] for i in ids]
@@ -660,7 +661,7 @@ def test_a_segment_a_running_compaction_has_not_indexed_yet_is_left_to_it(
 
     reader.store._follow_at = 0.0
     assert len(reader.list()) == 22
-    assert indexed == [] and len(reader.store.state.jobs) == 17
+    assert indexed == [] and len(reader.store.state.jobs) == 17  # segment 1 followed, 2 left
 
     compacting.close()  # it ended (here, without indexing: whoever looks next does)
     reader.store._follow_at = 0.0

@@ -1075,6 +1075,12 @@ class Archive:
     def count(self) -> int:
         return sum(n for n in self.totals().counts.values())
 
+    def indexed(self) -> set[int]:
+        """The numbers of the segments the index holds (a segment being written may not be one yet)."""
+        if self._db is None and not self.index_path.exists():
+            return set()
+        return {r[0] for r in self._query("SELECT n FROM segments")}
+
     def in_segment(self, number: int) -> list[tuple[str, float | None, str]]:
         """``(id, updated_at, state)`` of the jobs segment ``number`` holds as their newest copy."""
         return [(r[0], r[1], r[2]) for r in self._query("SELECT id, upd, state FROM jobs WHERE seg = ?", (number,))]

@@ -1589,20 +1589,26 @@ class Store:
         holds the hot set, whatever the history. A job changed since it was archived
         stays. Purges that a compaction has folded stop hiding archived jobs.
 
-        New segments are followed once no compaction runs: one that is running writes
-        its segment before it indexes it, and a look in between would index the whole
-        segment here (a segment's jobs parsed at once: 10 MiB on a worker's heap).
+        While a compaction runs, only the segments indexed already are followed: one
+        that is running writes its segment before it indexes it, and a look in between
+        would index the whole segment here (its jobs parsed at once: 10 MiB on a
+        worker's heap). Its segment is followed at the next look.
         """
         self._follow_at = time.monotonic() + FOLLOW_ARCHIVE_S
         with self._mutex:
             try:
                 numbers = self.archive.numbers()
-                if numbers and numbers[-1] > self._archive_seen and not self._compaction_running():
-                    self.archive.catch_up()
+                if numbers and numbers[-1] > self._archive_seen:
+                    indexed = self.archive.indexed() if self._compaction_running() else None
+                    if indexed is None:
+                        self.archive.catch_up()
                     for number in numbers:
-                        if number > self._archive_seen:
-                            self.state.evict(self.archive.in_segment(number))
-                    self._archive_seen = numbers[-1]
+                        if number <= self._archive_seen:
+                            continue
+                        if indexed is not None and number not in indexed:
+                            break  # (and the ones after it wait with it)
+                        self.state.evict(self.archive.in_segment(number))
+                        self._archive_seen = number
                 if self.state.purges:
                     folded = snapshot_gen if snapshot_gen is not None else self._newest_snapshot_gen()
                     pending = [(g, p) for g, p in self.state.purges if g > folded]
