@@ -33,7 +33,7 @@ import os
 import secrets
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -446,14 +446,17 @@ class Outbox:
         # only now: jobs whose notices a full disk refused are looked at again next time
         self._version = version
         if not self._looked:
-            # once: what a process that died before announcing left in the hot set
+            # once: what a process that died before announcing left in the hot set (the
+            # jobs just looked at aside)
             self._looked = True
-            added += self.add_missing(queue)
+            added += self.add_missing(queue, done=ids)
         return added
 
-    def add_missing(self, queue: Any) -> list[Notice]:
-        """Adds a notice for every finished job of the hot set that has none (the repair scan's pass)."""
-        return self.add(queue.raw_jobs(states=ANNOUNCED))
+    def add_missing(self, queue: Any, done: Collection[str] = ()) -> list[Notice]:
+        """Adds a notice for every finished job of the hot set that has none (the repair
+        scan's pass), but those of ``done``; reads them a chunk at a time, as a feed does."""
+        skip = set(done)
+        return self.add(queue.job_dicts([i for i in queue.hot_ids(ANNOUNCED) if i not in skip]))
 
     # ------------------------------------------------------------------ delivering
 

@@ -1873,25 +1873,21 @@ class Queue:
         if interrupt is not None:
             interrupt()
 
-    def raw_jobs(self, ids: set[str] | None = None, *, states: Collection[str] | None = None) -> builtins.list[JobDict]:
+    def raw_jobs(self, ids: set[str] | None = None) -> builtins.list[JobDict]:
         """Shallow copies of the hot set's job dicts without events (for the window's models).
 
         Only queued jobs keep their input: flow control reads it to say why one waits
         (its provider profile and estimated cost); finished jobs do not need it. The
-        archive is read a page at a time through :meth:`history`. ``states``: only the
-        jobs in those (the others are not copied).
+        archive is read a page at a time through :meth:`history`.
         """
 
         def fn(st: View) -> list[JobDict]:
             # (a view that shapes them itself, PostgreSQL's, reads them in one statement)
             shaped: Callable[[Collection[str] | None], builtins.list[JobDict]] | None = getattr(st, "window_jobs", None)
             if shaped is not None:
-                rows = shaped(ids)
-                return rows if states is None else [j for j in rows if j["state"] in states]
+                return shaped(ids)
             hot = st.hot_jobs()
-            source: Iterable[JobDict] = hot.values() if ids is None else (hot[i] for i in ids if i in hot)
-            if states is not None:
-                source = (j for j in source if j["state"] in states)
+            source = hot.values() if ids is None else (hot[i] for i in ids if i in hot)
             return cast(
                 list[JobDict],
                 [
@@ -1903,6 +1899,17 @@ class Queue:
                     for j in source
                 ],
             )
+
+        return self.store.read(fn)
+
+    def hot_ids(self, states: Collection[str] | None = None) -> builtins.list[str]:
+        """The ids of the hot set's jobs (in ``states``, if given), in the order of
+        :meth:`raw_jobs`, without copying the jobs."""
+
+        def fn(st: View) -> builtins.list[str]:
+            shaped: Callable[[Collection[str] | None], builtins.list[JobDict]] | None = getattr(st, "window_jobs", None)
+            jobs = shaped(None) if shaped is not None else st.hot_jobs().values()
+            return [j["id"] for j in jobs if states is None or j["state"] in states]
 
         return self.store.read(fn)
 

@@ -453,18 +453,18 @@ def test_the_first_feed_follows_from_the_current_version_not_from_every_change(t
             calls.append(("changed_since", version))
             return 9, {"a1"}
 
-        def raw_jobs(self, ids: set[str] | None = None, *, states: Any = None) -> list[dict[str, Any]]:
-            calls.append(("raw_jobs", ids))
-            return [ended]
+        def hot_ids(self, states: Any = None) -> list[str]:
+            calls.append("hot_ids")
+            return ["a1"]
 
         def job_dicts(self, ids: set[str]) -> list[dict[str, Any]]:
-            calls.append(("job_dicts", ids))
-            return [ended]
+            calls.append(("job_dicts", set(ids)))
+            return [ended] if "a1" in ids else []
 
     outbox = Outbox(tmp_path, lambda: 0.0)
     assert [n.job_id for n in outbox.feed(_Queue())] == ["a1"]
     assert outbox.feed(_Queue()) == []  # (announced once)
-    assert calls == ["refresh", ("raw_jobs", None), ("changed_since", 7), ("job_dicts", {"a1"})]
+    assert calls == ["refresh", "hot_ids", ("job_dicts", {"a1"}), ("changed_since", 7), ("job_dicts", {"a1"})]
 
 
 def _notice(i: int, state: str = "succeeded", kind: str = "demo") -> Notice:
@@ -602,3 +602,29 @@ def test_a_flush_leaves_the_next_process_only_what_it_needs(
     lines = outbox.path.read_bytes().splitlines()
     assert len(lines) == 1 + 2 * 3  # the header; an add and an ack for each job still hot
     assert outbox.feed(queue) == [] and outbox.add_missing(queue) == []  # nothing announced again
+
+
+def test_a_started_outbox_reads_each_job_once_at_its_first_feed(tmp_path: Path) -> None:
+    """A worker's first feed is at its exit: the jobs it ran changed, and its look through
+    the hot set for what a process that died left unannounced read them all again."""
+    read: list[set[str]] = []
+    ended = [{"id": i, "state": "succeeded", "finished_at": 5.0, "title": "t", "kind": "demo"} for i in ("a", "b", "c")]
+
+    class _Queue:
+        def refresh(self) -> int:
+            return 7
+
+        def changed_since(self, version: int) -> tuple[int, set[str]]:
+            return 9, {"a", "b"}  # this process ran them
+
+        def hot_ids(self, states: Any = None) -> list[str]:
+            return ["a", "b", "c"]  # c: finished by a process that died before announcing it
+
+        def job_dicts(self, ids: Any) -> list[dict[str, Any]]:
+            read.append(set(ids))
+            return [j for j in ended if j["id"] in ids]
+
+    outbox = Outbox(tmp_path, lambda: 0.0)
+    outbox.start(_Queue())
+    assert sorted(n.job_id for n in outbox.feed(_Queue())) == ["a", "b", "c"]
+    assert read == [{"a", "b"}, {"c"}]
