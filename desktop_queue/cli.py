@@ -1410,6 +1410,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     app.exec()
     watch.stop()
     clean = driver.shutdown(timeout_ms=10_000)
+    queue.prepare_close()  # (the store's last fold runs in a child while the worker announces)
     driver.upkeep.flush()  # what this worker finished is announced (logged) before it exits
     counts = queue.counts()
     flow.close()

@@ -277,6 +277,14 @@ class Queue:
     def close(self) -> None:
         self.store.close()
 
+    def prepare_close(self) -> None:
+        """Starts what closing does that can run meanwhile (a data dir's last fold, in a
+        child process), for a caller with more to do before it closes; what it commits
+        after this, the close still folds."""
+        ahead: Callable[[], None] | None = getattr(self.store, "fold_ahead", None)
+        if ahead is not None:
+            ahead()
+
     def sync(self) -> None:
         """Puts every change this process has committed on disk (a no-op when they are).
 

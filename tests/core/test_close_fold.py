@@ -202,3 +202,39 @@ def test_the_fold_at_close_runs_in_a_child_not_in_the_closing_process(
     again = open_queue(keep_finished=5)
     assert tail_records(again) == 0
     assert [again.get(i).state for i in ids] == [State.SUCCEEDED] * 40
+
+
+def test_a_fold_started_ahead_of_the_close_is_the_close_fold(
+    open_queue: Callable[..., Queue],
+    clock: FakeClock,
+    data_dir: Path,
+    small_fold: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker announces what it ran before it closes: its last fold runs meanwhile, in its
+    child, and the close waits for it instead of starting one."""
+    queue = open_queue(keep_finished=5)
+    ids = run_jobs(queue, clock, 40)
+    queue.prepare_close()
+    assert queue.store._compactor is not None  # started, not waited for
+    assert [queue.get(i).state for i in ids] == [State.SUCCEEDED] * 40  # (the queue still reads)
+    started: list[int] = []
+    monkeypatch.setattr(journal.Store, "_compact_soon", lambda self, upto: started.append(upto))
+    queue.close()
+    assert started == [] and snapshots(data_dir)
+    again = open_queue(keep_finished=5)
+    assert tail_records(again) == 0
+    assert [again.get(i).state for i in ids] == [State.SUCCEEDED] * 40
+
+
+def test_what_is_committed_after_a_fold_started_ahead_is_folded_by_the_close(
+    open_queue: Callable[..., Queue], clock: FakeClock, data_dir: Path, small_fold: int
+) -> None:
+    queue = open_queue(keep_finished=5)
+    run_jobs(queue, clock, 40)
+    queue.prepare_close()
+    later = run_jobs(queue, clock, 40, tag="later")
+    queue.close()
+    again = open_queue(keep_finished=5)
+    assert tail_records(again) == 0
+    assert [again.get(i).state for i in later] == [State.SUCCEEDED] * 40

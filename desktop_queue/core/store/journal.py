@@ -487,7 +487,15 @@ class Store:
         if error is not None:
             raise error
 
-    def _fold_tail_if_last(self) -> None:
+    def fold_ahead(self) -> None:
+        """Starts the fold that closing would make (see :meth:`_fold_tail_if_last`) without
+        waiting for it, for a caller with more to do before it closes (a worker announcing
+        what it ran): the two then overlap. Closing waits for it, and folds again only what
+        was committed after it."""
+        if self._sharing and not self._closed:
+            self._fold_tail_if_last(wait=False)
+
+    def _fold_tail_if_last(self, wait: bool = True) -> None:
         """Folds the journal's tail into a snapshot when this is the last process to close
         the store, so that the next open reads the snapshot and replays next to nothing.
 
@@ -525,7 +533,8 @@ class Store:
         # in a child, as every other fold: folding two segments of finished jobs holds
         # about 30 MiB more, which a worker otherwise reached only as it exited
         self._compact_soon(upto)
-        self._reap_compactor(wait=True)
+        if wait:
+            self._reap_compactor(wait=True)
 
     def _alone(self) -> bool:
         """Whether no other process has the store open (commit lock held, so no opener looks).
