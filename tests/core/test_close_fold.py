@@ -204,12 +204,9 @@ def test_the_fold_at_close_runs_in_a_child_not_in_the_closing_process(
     assert [again.get(i).state for i in ids] == [State.SUCCEEDED] * 40
 
 
+@pytest.mark.usefixtures("small_fold")
 def test_a_fold_started_ahead_of_the_close_is_the_close_fold(
-    open_queue: Callable[..., Queue],
-    clock: FakeClock,
-    data_dir: Path,
-    small_fold: int,
-    monkeypatch: pytest.MonkeyPatch,
+    open_queue: Callable[..., Queue], clock: FakeClock, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker announces what it ran before it closes: its last fold runs meanwhile, in its
     child, and the close waits for it instead of starting one."""
