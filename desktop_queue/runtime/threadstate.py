@@ -3,10 +3,10 @@
 A ``QThreadPool`` thread is no Python thread. Each time it runs a Python callable,
 PySide takes the GIL with ``PyGILState_Ensure``, which finds no thread state for the
 thread, makes one (and its first frame stack chunk, an ``mmap``), and deletes both
-again with ``PyGILState_Release`` when the callable returns. A worker pays that for
-every attempt it starts and every sync it hands off: about 45 µs of CPU each (``perf
-stat`` on ``work --concurrency 4`` over 2,000 demo jobs: 7% of the run), and a
-``threading.local`` set by one attempt is gone by the next on the same thread.
+again with ``PyGILState_Release`` when the callable returns. A worker would pay that
+(two system calls and the state's set-up and tear-down) for every attempt it starts and
+every sync it hands off, and a ``threading.local`` set by one attempt would be gone by
+the next on the same thread.
 
 :func:`keep_thread_state`, called first thing in the callable, takes one more
 reference to the thread state, so that the release at the end of the call leaves it

@@ -1600,8 +1600,8 @@ class Store:
 
         While a compaction runs, only the segments indexed already are followed: one
         that is running writes its segment before it indexes it, and a look in between
-        would index the whole segment here (its jobs parsed at once: 10 MiB on a
-        worker's heap). Its segment is followed at the next look.
+        would index the whole segment here (all its jobs parsed at once, on the caller's
+        thread: a worker's driver). Its segment is followed at the next look.
         """
         self._follow_at = time.monotonic() + FOLLOW_ARCHIVE_S
         with self._mutex:
