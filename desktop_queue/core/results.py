@@ -154,6 +154,43 @@ def _load_syncfs() -> Callable[[int], None] | None:
 _syncfs = _load_syncfs()
 
 
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def _fs_type(path: str, mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The type of the file system ``path`` lies on (Linux), or None if it cannot be told."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best, kind = "", None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) < 5 or not right:
+            continue
+        # (a mount point with a space or a tab in it is written with octal escapes)
+        point = _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), fields[4])
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, right.split()[0]
+    return kind
+
+
+def syncfs_reaches(path: str) -> bool:
+    """Whether ``syncfs`` makes what was written under ``path`` durable.
+
+    It does not on a FUSE file system (``fuse``, ``fuse.sshfs``, ``fuseblk``: an
+    encrypted home through gocryptfs, a remote folder, an NTFS disk): the kernel hands
+    the daemon no sync of the whole file system, and the call returns success all the
+    same. There each file and directory is synced instead.
+    """
+    kind = _fs_type(path)
+    return kind is not None and not kind.startswith("fuse")
+
+
 class ResultStore:
     """Results keyed by idempotency key, under ``<data dir>/results/<k[:2]>/<k>.json``.
 
@@ -182,6 +219,7 @@ class ResultStore:
         # (a store several machines share: the artifacts other machines made, see artifact_file)
         self._fetch_artifact = fetch_artifact
         self._root_s = str(self.root)
+        self._syncfs_reaches: bool | None = None  # (asked once, the first time files are synced)
         self._carried = carried
         self._carried_keys = carried_keys
         self._archived = archived
@@ -461,7 +499,9 @@ class ResultStore:
         paths = [p for p in (self.path_for(k) for k in keys) if p.exists()]
         if not paths:
             return
-        if _syncfs is not None:
+        if _syncfs is not None and self._syncfs_reaches is None:
+            self._syncfs_reaches = syncfs_reaches(self._root_s)
+        if _syncfs is not None and self._syncfs_reaches:
             # one call for every file, and for the data dir's file system only: sync(2) would
             # wait for every mounted disk (a slow USB stick too), and says nothing of a failed write
             fd = os.open(self._root_s, os.O_RDONLY)
@@ -476,7 +516,8 @@ class ResultStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        for directory in {p.parent for p in paths}:
+        # the files' names, and their shard directories' names where a shard is new
+        for directory in {p.parent for p in paths} | {self.root}:
             fsync_dir(directory)
 
     def get(
