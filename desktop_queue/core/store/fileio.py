@@ -81,36 +81,50 @@ class WriteCancelled(Exception):
     """An :func:`atomic_write` given ``cancelled`` stopped between two pieces; nothing was changed."""
 
 
-#: what ``atomic_write`` pads with, a piece at a time (never written to, so its pages stay
+#: what ``write_all`` pads with, a piece at a time (never written to, so its pages stay
 #: the system's shared zero page: reading them costs this process no memory)
 _ZEROS = bytes(1 << 20)
 
 
 def write_all(
-    fd: int, data: bytes | memoryview, *, sync_every: int = 0, cancelled: Callable[[], bool] | None = None
+    fd: int,
+    data: bytes | memoryview,
+    *,
+    sync_every: int = 0,
+    cancelled: Callable[[], bool] | None = None,
+    pad_to: int = 0,
 ) -> None:
     """Writes every byte (``os.write`` may write fewer than asked).
 
     With ``sync_every``, the data goes out in pieces of that many bytes, each synced
     before the next is written: a large file written in the background (a snapshot)
     then never fills the disk's queue, where a commit's own sync would wait behind it.
-    ``cancelled`` is asked before each piece after the first.
+    ``cancelled`` is asked before each piece after the first. ``pad_to`` writes zeros
+    after ``data`` up to that size, from one shared buffer (a journal segment made in
+    advance: megabytes of zeros, which a ``data`` holding them would allocate and fill).
 
     Raises:
         WriteCancelled: ``cancelled`` said so.
     """
-    view = memoryview(data)
-    piece = sync_every or len(view)
-    while view:
-        chunk = view[:piece]
-        while chunk:
-            written = os.write(fd, chunk)
-            chunk = chunk[written:]
-        view = view[piece:]
-        if sync_every and view:
+    for n, chunk in enumerate(_pieces(memoryview(data), sync_every, pad_to)):
+        if n and sync_every:
             os.fsync(fd)
             if cancelled is not None and cancelled():
                 raise WriteCancelled
+        while chunk:
+            written = os.write(fd, chunk)
+            chunk = chunk[written:]
+
+
+def _pieces(view: memoryview, size: int, pad_to: int) -> Iterator[memoryview]:
+    """``view`` in pieces of ``size`` bytes (0: whole), then zeros up to ``pad_to`` bytes."""
+    step = size or len(view) or 1
+    for at in range(0, len(view), step):
+        yield view[at : at + step]
+    zeros = memoryview(_ZEROS)
+    step = min(size or len(zeros), len(zeros))
+    for at in range(len(view), pad_to, step):
+        yield zeros[: min(step, pad_to - at)]
 
 
 def append_lines(path: Path, payload: bytes) -> None:
@@ -159,9 +173,8 @@ def atomic_write(
     fsyncs are skipped: still atomic for readers and safe from a process crash, but a
     power cut may lose the file (for copies of data that is durable elsewhere).
     ``sync_every`` paces a large durable write (see :func:`write_all`), and between its
-    pieces ``cancelled`` may stop it: the temp file is then removed. ``pad_to`` writes
-    zeros after ``data`` up to that size (a journal segment made in advance: megabytes of
-    zeros, which a ``data`` holding them would have to allocate and fill).
+    pieces ``cancelled`` may stop it: the temp file is then removed. ``pad_to``: zeros
+    follow ``data`` up to that size (see :func:`write_all`).
 
     Returns:
         True if ``path`` now holds ``data``; False if ``overwrite`` is False and
@@ -175,17 +188,7 @@ def atomic_write(
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            pace = sync_every if durable else 0
-            write_all(fd, data, sync_every=pace, cancelled=cancelled)
-            zeros, at = memoryview(_ZEROS), len(data)
-            while at < pad_to:
-                if pace and at > len(data):  # (a piece at a time, each synced before the next, as write_all paces)
-                    os.fsync(fd)
-                    if cancelled is not None and cancelled():
-                        raise WriteCancelled
-                piece = min(len(zeros), pad_to - at)
-                write_all(fd, zeros[:piece])
-                at += piece
+            write_all(fd, data, sync_every=sync_every if durable else 0, cancelled=cancelled, pad_to=pad_to)
             if durable:
                 os.fsync(fd)
         finally:
