@@ -28,6 +28,10 @@ created_at)``). Measured, each in a fresh process (the OS page cache is warm):
   time and its peak RSS above the process's RSS before it (Linux: ``VmHWM`` after a
   reset through ``/proc/self/clear_refs``). Peers have no compaction: the goal is the
   reference;
+* **a worker on it**: on another copy of our store, the real command ``python -m
+  desktop_queue --data-dir COPY work --concurrency 4 --until-idle`` runs the 1,000
+  queued jobs; its own peak RSS (``VmHWM``, read by the process itself as it exits) and
+  its wall time. Peers have no such process: the goal is the reference;
 * **disk**: allocated bytes of the data dir per finished job.
 
 Population runs the real public API (ours ``submit``/``lease``/``complete``/``fail``/
@@ -90,6 +94,22 @@ GOAL_QUERIES = ("stats", "list_dead_page", "show")
 #: Lifecycles at most while waiting for the journal segment to rotate.
 COMPACTION_CAP = 50_000
 INLINE_COMPACTION_OPS = 1_000
+
+#: ``python -c`` that runs the ``desktop-queue`` command given after it, as ``python -m
+#: desktop_queue`` does, then prints its own peak RSS: a high-water mark only the process
+#: itself can read to the end (its parent's ``RUSAGE_CHILDREN`` also counts the memory
+#: of whatever it was forked from, see :class:`ChildPeaks`).
+WORK_CHILD = """
+import runpy, sys
+sys.argv = ["desktop-queue", *sys.argv[1:]]
+try:
+    runpy.run_module("desktop_queue", run_name="__main__", alter_sys=True)
+finally:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            print("@@work-peak", int(line.split()[1]) * 1024, flush=True)
+"""
+WORK_CONCURRENCY = 4
 
 GOAL_OPEN_MS = 20.0
 GOAL_RSS_MIB = 80.0
@@ -730,6 +750,35 @@ def cli_argv(backend: str, data_dir: Path, query: str, job_id: str) -> list[str]
     return [sys.executable, str(HERE / "history.py"), "peer-cli", backend, str(data_dir), query, job_id]
 
 
+def measure_work(store_dir: Path, copy: Path) -> dict[str, Any]:
+    """``work --until-idle`` on a copy of ``store_dir``: its peak RSS, wall time and jobs run.
+
+    Returns:
+        ``peak_rss`` (bytes), ``seconds`` and ``succeeded``; or ``error`` when the command
+        failed or said nothing of its peak (a finding about ours: reported, not raised).
+    """
+    import re
+
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(store_dir, copy, symlinks=True)
+    try:
+        argv = [sys.executable, "-c", WORK_CHILD, "--data-dir", str(copy), "work",
+                "--concurrency", str(WORK_CONCURRENCY), "--until-idle"]  # fmt: skip
+        ms, proc = _wall(argv)
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+    peak = re.search(r"^@@work-peak (\d+)$", proc.stdout, re.MULTILINE)
+    if proc.returncode != 0 or peak is None:
+        return {"error": f"exit {proc.returncode}: {_last_line(proc.stderr)}"}
+    # "stopped (idle): 1,000 succeeded; queue now ..." (the command's last word on what it ran)
+    ran = re.search(r"stopped \(idle\): ([\d,]+) succeeded", proc.stderr)
+    return {
+        "peak_rss": int(peak.group(1)),
+        "seconds": ms / 1e3,
+        "succeeded": int(ran.group(1).replace(",", "")) if ran else 0,
+    }
+
+
 def bench_history(
     sizes: Sequence[int], run_dir: Path, keep: Path | None, repeats: int, repopulate: bool
 ) -> dict[str, Any]:
@@ -786,6 +835,10 @@ def bench_history(
                     else:
                         raise RuntimeError(f"{TITLES[backend]} {query} failed (exit {proc.returncode}):\n{proc.stderr}")
             log(f"    CLI {query}: {repeats} run(s) per column")
+        log("    a worker on a copy of ours")
+        figures["ours"]["work"] = measure_work(dirs["ours"], run_dir / f"history-{n}-work")
+        if "error" in figures["ours"]["work"]:
+            log(f"      failed: {figures['ours']['work']['error']}")
         log("    compaction on a copy of ours")
         copy = run_dir / f"history-{n}-compaction"
         shutil.rmtree(copy, ignore_errors=True)
@@ -886,6 +939,10 @@ def summary_rows(history: dict[str, Any] | None) -> list[Summary]:
                 theirs = pick(figures[peer])
                 if theirs is not None:
                     rows.append((case, label, unit, False, mine, TITLES[peer], theirs))
+        work = ours.get("work", {})
+        if "peak_rss" in work:
+            rows.append((case, f"work --concurrency {WORK_CONCURRENCY} --until-idle, peak RSS", "MiB", False,
+                         work["peak_rss"] / MIB, "goal", GOAL_RSS_MIB))  # fmt: skip
         compaction = ours["compaction"]
         if "error" not in compaction:
             if compaction["children"]:
@@ -950,6 +1007,16 @@ def evaluate_goals(history: dict[str, Any] | None) -> list[dict[str, Any]]:
               f"huey {_fmt(pick_rss_open(figures['huey']), '.0f')}, "
               f"sqlite3 {_fmt(pick_rss_open(figures['sqlite']), '.0f')})")
     )  # fmt: skip
+    work = ours.get("work")
+    if work is not None:
+        title = f"peak RSS of work --concurrency {WORK_CONCURRENCY} --until-idle <= {GOAL_RSS_MIB:g} MiB {at}"
+        if "error" in work:
+            goals.append(_goal(title, None, GOAL_RSS_MIB, "not measured", [work["error"]]))
+        else:
+            value = work["peak_rss"] / MIB
+            detail = f"{value:.0f} MiB, running its {work['succeeded']:,} queued jobs in {work['seconds']:.1f} s"
+            ran = [] if work["succeeded"] == ACTIVE else [f"it ran {work['succeeded']:,} jobs, not {ACTIVE:,}"]
+            goals.append(_goal(title, value, GOAL_RSS_MIB, detail, ran))
     for args, query, call in QUERIES:
         if query not in GOAL_QUERIES:
             continue

@@ -44,8 +44,8 @@ Four more cases follow (each runnable alone with ``--only``):
   a few cancelled), in ours, huey's ``SqliteHuey`` and a stdlib ``sqlite3`` jobs table
   (WAL, ``synchronous=FULL``, indexed by state). Each in fresh processes: cold open +
   ``list("queued")``, that process's peak RSS, ``stats``/``list dead``/``show ID``
-  in-process and through the CLI, the compaction child's peak RSS, disk per finished
-  job. With ``--keep DIR`` the populated stores are kept and reused by later runs.
+  in-process and through the CLI, the peak RSS of a ``work`` process running the
+  queued jobs (on a copy), the compaction child's peak RSS, disk per finished job. With ``--keep DIR`` the populated stores are kept and reused by later runs.
 
 A summary table at the end gives every figure as ours / peer (a figure without a peer,
 such as compaction memory, is given against its goal).
