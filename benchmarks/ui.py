@@ -83,6 +83,7 @@ from PySide6.QtCore import QEvent, QEventLoop, QObject, QSortFilterProxyModel, Q
 from PySide6.QtGui import QStandardItem, QStandardItemModel  # noqa: E402
 from PySide6.QtWidgets import QApplication, QTableView, QWidget  # noqa: E402
 
+from desktop_queue import qtload  # noqa: E402, F401  (as the app imports Qt: see there)
 from desktop_queue.core import Outcome, Queue  # noqa: E402
 from desktop_queue.providers.demo import DemoProvider  # noqa: E402
 from desktop_queue.runtime.qtcompat import install as guard_binding  # noqa: E402

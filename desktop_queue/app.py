@@ -20,6 +20,7 @@ from typing import Any
 
 from PySide6.QtWidgets import QApplication
 
+from desktop_queue import qtload  # noqa: F401  (before the modules below: PySide6 reads none of them then)
 from desktop_queue.core import Queue, QueueError, StoreError
 from desktop_queue.core.backend import STORE_ENV, store_options
 from desktop_queue.core.findings import Finding, FindingsLog, describe

@@ -1238,38 +1238,12 @@ def cmd_spend(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-#: what ``work`` runs on besides Qt and the runtime: the queue and its store, the providers,
-#: the profiles, the schedules, and the upkeep (repair scan, outbox) of :mod:`.cli_alerts`
-_WORK_ENGINE = (
-    "desktop_queue.core.queue",
-    "desktop_queue.core.schedules",
-    "desktop_queue.core.repair",
-    "desktop_queue.core.outbox",
-    "desktop_queue.providers.setup",
-    "desktop_queue.providers.profiles",
-)
-
-
-def _import_before_qt(modules: Sequence[str]) -> None:
-    """Imports ``modules`` now, before anything imports PySide6.
-
-    Once PySide6 is imported, its ``__feature__`` import hook reads the whole source of
-    every module imported after it (``inspect.getsource``, to see whether it uses Qt):
-    about 20 ms of CPU at each start for the engine's modules, which never use Qt.
-    """
-    import importlib
-
-    for name in modules:
-        importlib.import_module(name)
-
-
 def cmd_work(args: argparse.Namespace) -> int:
     # every number was checked by the parser (_at_least_one, _positive)
     budgets = {
         name: getattr(args, name)
         for name in ("budget_usd_per_day", "budget_usd_per_month", "budget_tokens_per_day", "budget_tokens_per_month")
     }
-    _import_before_qt(_WORK_ENGINE)
     from desktop_queue.core.schedules import Scheduler
     from desktop_queue.providers.setup import ProfileConfig, build
 
@@ -1298,9 +1272,9 @@ def cmd_work(args: argparse.Namespace) -> int:
     # machine's workers share them (the data dir's flow state is only this machine's)
     store = _store(args)
     providers, flow = build(profiles, data_dir=resolve_data_dir(args.data_dir), backend=store.get("backend"))
-    # Qt after the engine and the plug-ins (see _import_before_qt)
     from PySide6.QtCore import QCoreApplication, QTimer
 
+    from desktop_queue import qtload  # noqa: F401  (before the runtime: PySide6 then reads none of its modules)
     from desktop_queue.runtime import LeaseDriver, heap
 
     # after everything that can refuse the arguments: a process has one application object
@@ -1655,6 +1629,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
 
 
 def cmd_gui(args: argparse.Namespace) -> int:
+    from desktop_queue import qtload  # noqa: F401  (before the window's modules: see there)
     from desktop_queue.app import main as app_main
 
     return app_main(args.data_dir, getattr(args, "store", None))
