@@ -278,6 +278,15 @@ def _written(
 _IN_CHUNK = 500
 
 
+def _in_chunks(ids: Iterable[str]) -> Iterator[tuple[str, list[str]]]:
+    """``(marks, chunk)`` for each :data:`_IN_CHUNK` ids of ``ids``: the ``?,?,...`` of an
+    ``IN (...)`` and the values it stands for."""
+    ids = list(ids)
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[start : start + _IN_CHUNK]
+        yield ",".join("?" * len(chunk)), chunk
+
+
 def _decode_block(frame: bytes, name: str) -> list[bytes]:
     if len(frame) < _BLOCK_HEAD.size:
         raise StoreCorrupt(f"{name}: a block is cut short")
@@ -766,11 +775,8 @@ class Archive:
         A job indexed already from a newer segment stays as it is (this copy is only
         recorded in ``copies``); one indexed from an older segment is replaced.
         """
-        ids = [job["id"] for _, _, _, job in entries]
         old: dict[str, tuple[int, str, bytes]] = {}
-        for start in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[start : start + _IN_CHUNK]
-            marks = ",".join("?" * len(chunk))
+        for marks, chunk in _in_chunks(job["id"] for _, _, _, job in entries):
             for job_id, seg, key, contrib in db.execute(
                 f"SELECT id, seg, {_COUNT_KEY_SQL}, contrib FROM jobs WHERE id IN ({marks})", chunk
             ):
@@ -1009,11 +1015,8 @@ class Archive:
         In that order :meth:`jobs` decompresses each block once, however many of its jobs
         are wanted; in the order of ``ids`` (a set's, say) each job could cost its block.
         """
-        ids = list(ids)
         out: list[ArchivedRow] = []
-        for start in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[start : start + _IN_CHUNK]
-            marks = ",".join("?" * len(chunk))
+        for marks, chunk in _in_chunks(ids):
             out.extend(_row(r) for r in self._query(f"SELECT {_ROW_COLUMNS} FROM jobs WHERE id IN ({marks})", chunk))
         out.sort(key=attrgetter("location"))
         return out
@@ -1031,10 +1034,7 @@ class Archive:
         """``(totals key, contribution)`` of each archived job of ``ids`` (to take them out of the
         totals): the key is the state, or ``resolved`` for a resolved dead letter."""
         out: list[tuple[str, dict[str, Any]]] = []
-        ids = list(ids)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for marks, chunk in _in_chunks(ids):
             for state, blob in self._query(f"SELECT {_COUNT_KEY_SQL}, contrib FROM jobs WHERE id IN ({marks})", chunk):
                 out.append((state, orjson.loads(blob)))
         return out
@@ -1052,10 +1052,7 @@ class Archive:
     def facts_of(self, ids: Iterable[str]) -> dict[str, tuple[str, float | None, str | None]]:
         """``id -> (state, resolved_at, signature)`` of the archived jobs of ``ids`` (their newest copies)."""
         out: dict[str, tuple[str, float | None, str | None]] = {}
-        ids = list(ids)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for marks, chunk in _in_chunks(ids):
             for job_id, state, resolved, sig in self._query(
                 f"SELECT id, state, resolved, sig FROM jobs WHERE id IN ({marks})", chunk
             ):
@@ -1088,10 +1085,7 @@ class Archive:
     def segments_of(self, ids: Iterable[str]) -> dict[int, set[str]]:
         """Segment number -> which of ``ids`` it holds (newest and older copies)."""
         out: dict[int, set[str]] = {}
-        ids = list(ids)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for marks, chunk in _in_chunks(ids):
             for job_id, seg in self._query(
                 f"SELECT id, seg FROM jobs WHERE id IN ({marks}) UNION SELECT id, seg FROM copies WHERE id IN ({marks})",
                 chunk + chunk,
@@ -1106,10 +1100,8 @@ class Archive:
         if purge.ids is None:
             return [r[0] for r in self._query(sql, (purge.before, *purge.states))]
         out: list[str] = []
-        ids = sorted(purge.ids)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            rows = self._query(f"{sql} AND id IN ({','.join('?' * len(chunk))})", (purge.before, *purge.states, *chunk))
+        for marks, chunk in _in_chunks(sorted(purge.ids)):
+            rows = self._query(f"{sql} AND id IN ({marks})", (purge.before, *purge.states, *chunk))
             out.extend(r[0] for r in rows)
         return out
 
