@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,33 @@ def test_empty_store_says_so(qtbot: Any, data_dir: Path) -> None:
         assert pane.stack.currentWidget() is pane.empty
         assert pane.empty.text().startswith("No jobs in the last hour")
         pane.timer.stop()
+
+
+def test_the_charts_come_with_the_first_show(qtbot: Any, data_dir: Path) -> None:
+    with Queue.open(data_dir, clock=FakeClock()) as queue:
+        pane = _pane(qtbot, queue)
+        assert pane.charts is None
+        with qtbot.waitSignal(pane.source.ready, timeout=10_000):
+            pane.show()
+        assert pane.source.shutdown(5000)
+        assert pane.charts is not None and pane.stack.indexOf(pane.charts) >= 0
+        assert pane.depth_chart.getAxis("left").labelText == "jobs"
+        charts = pane.charts
+        pane.hide()
+        pane.show()
+        assert pane.charts is charts  # made once
+        pane.timer.stop()
+
+
+def test_the_window_imports_no_chart_library() -> None:
+    """pyqtgraph and numpy wait for the Metrics tab (a fresh interpreter: this one has them)."""
+    code = (
+        "import json, sys; import desktop_queue.app, desktop_queue.ui.main_window; "
+        "print(json.dumps([m for m in ('pyqtgraph', 'numpy') if m in sys.modules]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
 
 def test_charts_show_the_window_with_units_and_legends(qtbot: Any, data_dir: Path, tmp_path: Path) -> None:
@@ -122,7 +152,7 @@ def test_charts_take_their_paper_and_ink_from_the_palette(qtbot: Any) -> None:
     """In a dark window every chart was a white block with near-black text."""
     from PySide6.QtGui import QColor, QPalette
 
-    from desktop_queue.ui.panes.metrics_pane import Chart
+    from desktop_queue.ui.panes.charts import Chart
 
     chart = Chart("Queue depth", "jobs")
     qtbot.addWidget(chart)

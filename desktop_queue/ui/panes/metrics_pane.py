@@ -1,22 +1,17 @@
 """The Metrics pane: the last hour, day or week of the queue as charts.
 
-The charts are pyqtgraph's (pure Python over QtWidgets: it runs on the PySide6-Essentials
-wheel the app ships with; QtCharts would need PySide6-Addons). Every figure comes from
-:class:`~desktop_queue.core.windowed.WindowFigures`, computed off the GUI thread by
-:class:`~desktop_queue.ui.models.metrics_model.MetricsSource`; the pane only draws.
-Times on the x axes are local; each y axis says its unit.
+The charts (:mod:`.charts`, pyqtgraph's) are made when the pane is first shown. Every
+figure comes from :class:`~desktop_queue.core.windowed.WindowFigures`, computed off the
+GUI thread by :class:`~desktop_queue.ui.models.metrics_model.MetricsSource`; the pane
+only draws. Times on the x axes are local; each y axis says its unit.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt, QTimer, Slot
-from PySide6.QtGui import QColor, QPalette, QShowEvent
+from PySide6.QtCore import Qt, QTimer, Slot
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QButtonGroup,
     QFrame,
@@ -34,6 +29,11 @@ from desktop_queue.core.present import seconds
 from desktop_queue.core.windowed import WindowFigures
 from desktop_queue.core.wording import counted
 from desktop_queue.ui.models.metrics_model import MetricsSource
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from desktop_queue.ui.panes.charts import Chart
 
 #: window -> (button text, what the empty state says)
 WINDOW_TEXT = {"1h": ("1 h", "the last hour"), "24h": ("24 h", "the last 24 hours"), "7d": ("7 d", "the last 7 days")}
@@ -55,98 +55,6 @@ COLOURS = {
 _CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
-def _values(series: Sequence[float | int | None], scale: float = 1.0) -> np.ndarray[Any, Any]:
-    """A series as floats, a missing value as NaN (drawn as a gap)."""
-    return np.array([math.nan if v is None else float(v) * scale for v in series], dtype=float)
-
-
-class Chart(pg.PlotWidget):
-    """One titled chart with a legend, local time below and a unit on the left.
-
-    It takes its paper and ink from the palette (a view's base and text colours), and
-    again when the palette changes: a white chart in a dark window glared.
-    """
-
-    def __init__(self, title: str, unit: str, *, times: bool = True) -> None:
-        axes = {"bottom": pg.DateAxisItem(orientation="bottom")} if times else {}
-        super().__init__(axisItems=axes)
-        self.setObjectName("chart_" + title.split(" ")[0].lower())
-        self.title = title
-        self.unit = unit
-        self.bottom_label = "local time" if times else ""
-        for name in ("left", "bottom"):
-            self.getAxis(name).enableAutoSIPrefix(False)  # ("jobs" must not become "kjobs" or "x0.001")
-        self.showGrid(x=True, y=True, alpha=0.15)
-        self.setMouseEnabled(x=False, y=False)
-        self.setMenuEnabled(False)
-        self.hideButtons()
-        self.legend = self.addLegend(offset=(8, 4))
-        self.setMinimumHeight(170)
-        self.ink = ""
-        self.paper = ""
-        self.apply_palette()
-
-    def apply_palette(self) -> None:
-        """Paper, ink, axes and legend in the palette's view colours."""
-        palette = self.palette()
-        base, text = palette.color(QPalette.ColorRole.Base), palette.color(QPalette.ColorRole.Text)
-        self.paper, self.ink = base.name(), text.name()
-        muted = QColor(text)
-        muted.setAlphaF(0.6)
-        self.setBackground(base)
-        self.plotItem.setTitle(self.title, color=self.ink, size="10pt")
-        self.setLabel("left", self.unit, color=self.ink)
-        if self.bottom_label:
-            self.setLabel("bottom", self.bottom_label, color=self.ink)
-        for name in ("left", "bottom"):
-            axis = self.getAxis(name)
-            axis.setTextPen(self.ink)
-            axis.setPen(pg.mkPen(muted))
-        self.legend.setLabelTextColor(self.ink)
-        legend_paper = QColor(base)
-        legend_paper.setAlpha(200)
-        self.legend.setBrush(pg.mkBrush(legend_paper))
-
-    def set_bottom_label(self, text: str) -> None:
-        self.bottom_label = text
-        self.setLabel("bottom", text, color=self.ink)
-
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt API
-        super().changeEvent(event)
-        if event.type() not in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            return
-        # (the base class changes the palette while it is made, before the chart is; and a
-        # chart being closed has let its plot go)
-        if getattr(self, "legend", None) is not None and getattr(self, "plotItem", None) is not None:
-            self.apply_palette()
-
-    def lines(
-        self, times: Sequence[float], series: dict[str, tuple[np.ndarray[Any, Any], str, bool]], *, dots: bool = False
-    ) -> None:
-        """Draws ``name -> (values, colour, dashed)`` over ``times`` (step starts), with the legend;
-        ``dots`` marks each value too (a sparse series, such as a percentile, has lone points):
-        a dashed series with triangles, so that a lone point (which draws no line) and the
-        legend's short sample still tell it from the solid one of its colour."""
-        self.clear()
-        self.legend.clear()
-        x = np.array(times, dtype=float)
-        for name, (values, colour, dashed) in series.items():
-            style = Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine
-            pen = pg.mkPen(colour, width=2, style=style)
-            marks: dict[str, Any] = {}
-            if dots and np.isfinite(values).any():  # (no marks for nothing: an all-NaN scatter warns)
-                marks = {"symbol": "t" if dashed else "o", "symbolSize": 7 if dashed else 5}
-                marks.update(symbolPen=None, symbolBrush=colour)
-            self.plot(x, values, pen=pen, name=name, connect="finite", **marks)
-        # from zero, and at least to 1: a flat line of zeros still reads as "none"
-        top = max((float(np.nanmax(v)) for v, _, _ in series.values() if np.isfinite(v).any()), default=0.0)
-        self.setYRange(0, max(1.0, top) * 1.1)
-
-    def names(self) -> list[str]:
-        """The legend's entries (what a test and a screen reader can check)."""
-        return [label.text for _sample, label in self.legend.items]
-
-
 class MetricsPane(QWidget):
     """Charts of one window of the queue's figures, with a 1 h / 24 h / 7 d selector.
 
@@ -154,6 +62,15 @@ class MetricsPane(QWidget):
         source: computes the figures in the background.
         parent: the Qt parent.
     """
+
+    # (made on the first show: see _make_charts)
+    depth_chart: Chart
+    finished_chart: Chart
+    success_chart: Chart
+    times_chart: Chart
+    trouble_chart: Chart
+    dead_chart: Chart
+    profiles_chart: Chart
 
     def __init__(self, source: MetricsSource, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -186,6 +103,33 @@ class MetricsPane(QWidget):
         top.addSpacing(12)
         top.addWidget(self.summary, 1)
 
+        self.empty = QLabel()
+        self.empty.setObjectName("metricsEmpty")
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty.setWordWrap(True)
+        # the charts come with the first show (_make_charts): most sessions never open the tab
+        self.charts: QScrollArea | None = None
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.empty)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.stack, 1)
+        self._set_empty("Computing the metrics…")
+
+        self.timer = QTimer(self)
+        self.timer.setObjectName("metricsRefreshTimer")
+        self.timer.setInterval(REFRESH_MS)
+        self.timer.timeout.connect(self.refresh)
+
+    # ----------------------------------------------------------------- the charts
+
+    def _make_charts(self) -> QScrollArea:
+        """The seven charts, in their scroll area, made the first time (importing pyqtgraph and
+        numpy then: see :mod:`.charts`)."""
+        if self.charts is not None:
+            return self.charts
+        from desktop_queue.ui.panes.charts import Chart
+
         self.depth_chart = Chart("Queue depth", "jobs")
         self.finished_chart = Chart("Finished per minute", "jobs / min")
         self.success_chart = Chart("Success rate", "% of finished")
@@ -208,10 +152,6 @@ class MetricsPane(QWidget):
         for i, chart in enumerate(charts[:-1]):
             grid.addWidget(chart, i // 2, i % 2)
         grid.addWidget(self.profiles_chart, 3, 0, 1, 2)  # (as wide as two: a line per profile and its limit)
-        self.empty = QLabel()
-        self.empty.setObjectName("metricsEmpty")
-        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.empty.setWordWrap(True)
         # scrolled: seven charts never make the window taller than a small screen
         scroll = QScrollArea()
         scroll.setObjectName("metricsCharts")
@@ -219,23 +159,15 @@ class MetricsPane(QWidget):
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setWidget(grid_host)
         self.charts = scroll
-        self.stack = QStackedWidget()
-        self.stack.addWidget(scroll)
-        self.stack.addWidget(self.empty)
-        layout = QVBoxLayout(self)
-        layout.addLayout(top)
-        layout.addWidget(self.stack, 1)
-        self._set_empty("Computing the metrics…")
-
-        self.timer = QTimer(self)
-        self.timer.setObjectName("metricsRefreshTimer")
-        self.timer.setInterval(REFRESH_MS)
-        self.timer.timeout.connect(self.refresh)
+        self.stack.insertWidget(0, scroll)
+        self.stack.setCurrentWidget(self.empty)
+        return scroll
 
     # ----------------------------------------------------------------- refreshing
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt API
         super().showEvent(event)
+        self._make_charts()
         self.refresh()
         self.timer.start()
 
@@ -274,7 +206,9 @@ class MetricsPane(QWidget):
             self.summary.setText("")
             self._set_empty(f"No jobs in {what}.\nThe charts fill in as jobs run.")
             return
-        self.stack.setCurrentIndex(0)
+        self.stack.setCurrentWidget(self._make_charts())
+        from desktop_queue.ui.panes.charts import draw_bars, values
+
         t = figures.totals
         rate = "–" if t["success_rate"] is None else f"{100 * t['success_rate']:.0f} %"
         done = sum(t["finished"].values())
@@ -293,31 +227,31 @@ class MetricsPane(QWidget):
         self.depth_chart.lines(
             ends,
             {
-                "queued": (_values(figures.depth["queued"]), COLOURS["queued"], False),
-                "running": (_values(figures.depth["running"]), COLOURS["running"], False),
-                "dead letters": (_values(figures.depth["dead"]), COLOURS["dead"], True),
+                "queued": (values(figures.depth["queued"]), COLOURS["queued"], False),
+                "running": (values(figures.depth["running"]), COLOURS["running"], False),
+                "dead letters": (values(figures.depth["dead"]), COLOURS["dead"], True),
             },
         )
         per_min = 60.0 / figures.step_s
         self.finished_chart.lines(
             x,
             {
-                "succeeded": (_values(figures.finished["succeeded"], per_min), COLOURS["succeeded"], False),
-                "dead": (_values(figures.finished["dead"], per_min), COLOURS["dead"], True),
-                "cancelled": (_values(figures.finished["cancelled"], per_min), COLOURS["cancelled"], False),
+                "succeeded": (values(figures.finished["succeeded"], per_min), COLOURS["succeeded"], False),
+                "dead": (values(figures.finished["dead"], per_min), COLOURS["dead"], True),
+                "cancelled": (values(figures.finished["cancelled"], per_min), COLOURS["cancelled"], False),
             },
         )
         self.success_chart.lines(
-            x, {"success rate": (_values(figures.success_rate, 100.0), COLOURS["succeeded"], False)}, dots=True
+            x, {"success rate": (values(figures.success_rate, 100.0), COLOURS["succeeded"], False)}, dots=True
         )
         self.success_chart.setYRange(0, 105)
         self.times_chart.lines(
             x,
             {
-                "wait p50": (_values(figures.wait_p50_s), COLOURS["wait"], False),
-                "wait p95": (_values(figures.wait_p95_s), COLOURS["wait"], True),
-                "run p50": (_values(figures.run_p50_s), COLOURS["run"], False),
-                "run p95": (_values(figures.run_p95_s), COLOURS["run"], True),
+                "wait p50": (values(figures.wait_p50_s), COLOURS["wait"], False),
+                "wait p95": (values(figures.wait_p95_s), COLOURS["wait"], True),
+                "run p50": (values(figures.run_p50_s), COLOURS["run"], False),
+                "run p95": (values(figures.run_p95_s), COLOURS["run"], True),
             },
             dots=True,
         )
@@ -325,35 +259,17 @@ class MetricsPane(QWidget):
         self.trouble_chart.lines(
             x,
             {
-                "retries": (_values(figures.retries, per_hour), COLOURS["retries"], False),
-                "throttles (429)": (_values(figures.throttled, per_hour), COLOURS["throttled"], True),
-                "lease expiries": (_values(figures.lease_expiries, per_hour), COLOURS["lease_expiries"], False),
+                "retries": (values(figures.retries, per_hour), COLOURS["retries"], False),
+                "throttles (429)": (values(figures.throttled, per_hour), COLOURS["throttled"], True),
+                "lease expiries": (values(figures.lease_expiries, per_hour), COLOURS["lease_expiries"], False),
             },
         )
-        self._draw_dead(figures.dead_letters_by_class)
+        draw_bars(self.dead_chart, figures.dead_letters_by_class, COLOURS["dead"])
         series: dict[str, tuple[np.ndarray[Any, Any], str, bool]] = {}
         for i, prof in enumerate(figures.profiles):
             colour = _CYCLE[i % len(_CYCLE)]
             breaker = f", breaker {prof.breaker.replace('_', ' ')}" if prof.breaker else ""
-            series[f"{prof.profile}{breaker}"] = (_values(prof.requests_per_min), colour, False)
+            series[f"{prof.profile}{breaker}"] = (values(prof.requests_per_min), colour, False)
             if prof.limit_rpm is not None:
-                series[f"{prof.profile} limit"] = (_values([prof.limit_rpm] * len(x)), colour, True)
+                series[f"{prof.profile} limit"] = (values([prof.limit_rpm] * len(x)), colour, True)
         self.profiles_chart.lines(x, series)
-
-    def _draw_dead(self, by_class: dict[str, int]) -> None:
-        chart = self.dead_chart
-        chart.clear()
-        chart.legend.clear()
-        names = sorted(by_class, key=lambda k: (-by_class[k], k))
-        if not names:
-            chart.getAxis("bottom").setTicks([[]])
-            chart.setYRange(0, 1)
-            chart.set_bottom_label("none in this window")
-            return
-        heights = [by_class[n] for n in names]
-        bars = pg.BarGraphItem(x=list(range(len(names))), height=heights, width=0.6, brush=COLOURS["dead"])
-        chart.addItem(bars)
-        chart.getAxis("bottom").setTicks([[(i, f"{n} ({by_class[n]})") for i, n in enumerate(names)]])
-        chart.set_bottom_label("error class")
-        chart.setXRange(-0.6, len(names) - 0.4)
-        chart.setYRange(0, max(heights) * 1.15)
