@@ -317,15 +317,10 @@ class Outbox:
         if not records:
             return
         payload = b"".join(orjson.dumps(dict(r)) + b"\n" for r in records)
-        last = self._last
-        try:
-            st = os.stat(self.path)
-            at_end = last is not None and last.file == (st.st_dev, st.st_ino) and last.offset == st.st_size
-        except OSError:
-            at_end = False
-        append_lines(self.path, payload)
+        device, inode, size = append_lines(self.path, payload)
         self._lines += len(records)
-        if at_end and last is not None:
+        last = self._last
+        if last is not None and last.file == (device, inode) and last.offset == size:
             # nobody appended since this process read (the lock is held): what it wrote
             # goes onto what it read, and the next read starts after it
             for record in records:

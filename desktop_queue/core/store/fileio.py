@@ -127,12 +127,16 @@ def _pieces(view: memoryview, size: int, pad_to: int) -> Iterator[memoryview]:
         yield zeros[: min(step, pad_to - at)]
 
 
-def append_lines(path: Path, payload: bytes) -> None:
+def append_lines(path: Path, payload: bytes) -> tuple[int, int, int]:
     """Appends ``payload`` (whole lines) to ``path`` durably, for files read line by line.
 
     A last line a crashed writer left torn is ended first, so it stays one line that a
     reader skips and the new records start on a line of their own. ``write_all``: a full
     disk may take part of the payload, and the rest then fails instead of vanishing.
+
+    Returns:
+        ``(device, inode, size)`` of the file it appended to, its size before the append
+        (for a caller that keeps what it read of the file: see ``Outbox._append``).
 
     Raises:
         OSError: naming ``path`` (an error on a descriptor names no file by itself).
@@ -140,7 +144,8 @@ def append_lines(path: Path, payload: bytes) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size = st.st_size
             if size:
                 with open(path, "rb") as f:
                     f.seek(size - 1)
@@ -154,6 +159,7 @@ def append_lines(path: Path, payload: bytes) -> None:
         if exc.filename is not None:
             raise
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    return st.st_dev, st.st_ino, size
 
 
 def atomic_write(
